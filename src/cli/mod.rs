@@ -1,0 +1,148 @@
+//! The `convoy` command line: parse, call the engine, print.
+//!
+//! Design: DESIGN.md section 4. One file per command under [`commands`]; errors carry their
+//! cause chain to the edge and map to the exit codes of [`exit::ExitStatus`].
+
+pub mod commands;
+pub mod exit;
+pub mod generate;
+pub mod output;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::engine::connect::{Connection, KubeconfigSource};
+use exit::{CliError, CommandResult, ExitStatus};
+use output::{OutputFormat, Printer};
+
+/// Continuous delivery for Kubernetes: see exactly what will happen before it happens.
+#[derive(Debug, Parser)]
+#[command(
+    name = "convoy",
+    version,
+    about,
+    long_about = "convoy renders a Release (Git, Helm or OCI source; manifests, kustomize or Helm), \
+gates it with a Server-Side Apply dry run, applies it in sync waves, prunes what left the render, \
+and reports whether it is applied, in sync and healthy.",
+    after_help = "Exit codes: 0 ok, 1 the answer is no, 2 usage error, 3 cluster or source unreachable, 4 invalid input."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags every command accepts.
+#[derive(Debug, Clone, Args)]
+pub struct GlobalArgs {
+    /// Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
+    /// Namespace of the Release (default: the context's namespace).
+    #[arg(short = 'n', long, global = true, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long, global = true, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+    /// Never color the output (color is only used on a terminal anyway).
+    #[arg(long, global = true)]
+    pub no_color: bool,
+    /// More logs on stderr (-v info, -vv debug, -vvv trace).
+    #[arg(short = 'v', long = "verbose", global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
+    pub verbose: u8,
+    /// Only errors on stderr.
+    #[arg(short = 'q', long, global = true)]
+    pub quiet: bool,
+}
+
+impl GlobalArgs {
+    /// Connect to the cluster the flags name. Makes no request yet.
+    pub async fn connect(&self) -> Result<Connection, CliError> {
+        let source = KubeconfigSource {
+            path: self.kubeconfig.clone(),
+            context: self.context.clone(),
+        };
+        Connection::from_source(&source)
+            .await
+            .map_err(|e| CliError::new(ExitStatus::Unreachable, e))
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    Install(commands::install::InstallArgs),
+    Completions(commands::completions::CompletionsArgs),
+}
+
+/// The binary's entry point.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // clap prints help and version to stdout (exit 0) and usage errors to stderr (exit 2).
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(e.exit_code() as u8);
+        }
+    };
+    init_logging(&cli.global);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitStatus::Invalid.into();
+        }
+    };
+    let mut printer = Printer::stdout(cli.global.output, cli.global.no_color);
+    match runtime.block_on(run(cli, &mut printer)) {
+        Ok(status) => status.into(),
+        Err(err) => {
+            eprintln!("error: {:#}", err.error);
+            err.status.into()
+        }
+    }
+}
+
+/// Run one parsed command.
+pub async fn run(cli: Cli, printer: &mut Printer) -> CommandResult {
+    match cli.command {
+        Command::Install(args) => commands::install::run(&cli.global, args, printer).await,
+        Command::Completions(args) => commands::completions::run(args, printer),
+    }
+}
+
+fn init_logging(global: &GlobalArgs) {
+    let level = if global.quiet {
+        "error"
+    } else {
+        match global.verbose {
+            0 => "warn",
+            1 => "info",
+            2 => "debug",
+            _ => "trace",
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CONVOY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("convoy={level},warn")));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(!global.no_color && std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+/// Print an io error from writing output as a CLI error (a closed pipe is not a crash).
+pub fn io_error(e: std::io::Error) -> CliError {
+    CliError::new(
+        ExitStatus::Invalid,
+        anyhow::Error::new(e).context("cannot write output"),
+    )
+}

@@ -1,0 +1,413 @@
+//! Writes to a `ReleaseInventory`, one function per writer.
+//!
+//! Spec: status-ownership.txt "ReleaseInventory". The controller writes membership with two
+//! field managers (`put` for `inventory`, `put_hooks` for `hooks`, so neither call clears the
+//! other's list); the health loop writes per-entry health (`write_inventory_health`) and hook
+//! results (`write_hook_status`). Each write sends the list-map keys plus its own fields only.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::{Map, Value, json};
+
+use super::api::{
+    FieldManager, HealthState, HookEntry, HookPhase, HookState, InventoryEntry, ObjectKey, Release,
+    ReleaseInventory, field_managers, labels,
+};
+use super::ssa;
+
+/// Why an inventory write failed.
+#[derive(Debug, thiserror::Error)]
+pub enum InventoryError {
+    #[error("cannot write ReleaseInventory {namespace}/{name} as {manager}")]
+    Write {
+        namespace: String,
+        name: String,
+        manager: FieldManager,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("cannot read ReleaseInventory {namespace}/{name}")]
+    Read {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// The ReleaseInventory of one Release: same namespace and name.
+#[derive(Clone)]
+pub struct InventoryHandle {
+    api: Api<ReleaseInventory>,
+    namespace: String,
+    name: String,
+    owner: Option<OwnerReference>,
+}
+
+/// What the controller records for an applied object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub key: ObjectKey,
+    pub render_ref: String,
+    pub wave: i32,
+}
+
+/// What the controller records for an armed hook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookMember {
+    pub name: String,
+    pub phase: HookPhase,
+    pub workload_name: String,
+    pub created_at: Time,
+    pub render_ref: String,
+}
+
+/// What the health loop records for an entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryHealth {
+    pub key: ObjectKey,
+    pub state: HealthState,
+    pub message: Option<String>,
+    pub first_unhealthy: Option<Time>,
+    pub assessed_render_ref: Option<String>,
+}
+
+/// What the health loop records for a hook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookResult {
+    pub name: String,
+    pub phase: HookPhase,
+    pub state: HookState,
+    pub message: Option<String>,
+    pub finished_at: Option<Time>,
+}
+
+impl InventoryHandle {
+    /// The inventory of `release`, owned by it (garbage-collected should the finalizer be
+    /// bypassed).
+    pub fn for_release(client: Client, release: &Release) -> Self {
+        let namespace = release.namespace().unwrap_or_default();
+        let owner = release.controller_owner_ref(&()).map(|mut o| {
+            // The inventory must not block the Release's deletion; finalize deletes it itself.
+            o.controller = Some(false);
+            o.block_owner_deletion = Some(false);
+            o
+        });
+        Self {
+            api: Api::namespaced(client, &namespace),
+            name: release.name_any(),
+            namespace,
+            owner,
+        }
+    }
+
+    /// The inventory named `name` in `namespace`, without an owner (tests, tools).
+    pub fn new(client: Client, namespace: &str, name: &str) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            owner: None,
+        }
+    }
+
+    pub fn api(&self) -> &Api<ReleaseInventory> {
+        &self.api
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Read the inventory; `None` when there is none yet.
+    pub async fn get(&self) -> Result<Option<ReleaseInventory>, InventoryError> {
+        self.api
+            .get_opt(&self.name)
+            .await
+            .map_err(|source| InventoryError::Read {
+                namespace: self.namespace.clone(),
+                name: self.name.clone(),
+                source,
+            })
+    }
+
+    /// Delete the inventory (finalize step 5); absent is fine.
+    pub async fn delete(&self) -> Result<(), InventoryError> {
+        match self.api.delete(&self.name, &Default::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(source) => Err(InventoryError::Write {
+                namespace: self.namespace.clone(),
+                name: self.name.clone(),
+                manager: field_managers::INVENTORY,
+                source,
+            }),
+        }
+    }
+
+    /// `inventory.Put`: record exactly `members` as the applied set (reconcile-flow.txt
+    /// stageSync steps 4 and 6). Entries not in `members` leave the inventory, even those the
+    /// health loop wrote state on.
+    pub async fn put(&self, members: &[Member]) -> Result<ReleaseInventory, InventoryError> {
+        let entries: Vec<Value> = members
+            .iter()
+            .map(|m| {
+                let mut e = key_fields(&m.key);
+                e.insert("renderRef".into(), json!(m.render_ref));
+                e.insert("wave".into(), json!(m.wave));
+                Value::Object(e)
+            })
+            .collect();
+        let mut patch = self.skeleton();
+        patch["inventory"] = Value::Array(entries);
+        let written = self.apply(field_managers::INVENTORY, &patch).await?;
+        let keep: BTreeSet<ObjectKey> = members.iter().map(|m| m.key.clone()).collect();
+        self.remove_entries_not_in(written, &keep).await
+    }
+
+    /// `inventory.PutHooks`: record exactly `hooks` as the armed hooks.
+    pub async fn put_hooks(
+        &self,
+        hooks: &[HookMember],
+    ) -> Result<ReleaseInventory, InventoryError> {
+        let entries: Vec<Value> = hooks
+            .iter()
+            .map(|h| {
+                json!({
+                    "name": h.name,
+                    "phase": h.phase,
+                    "workloadName": h.workload_name,
+                    "createdAt": h.created_at,
+                    "renderRef": h.render_ref,
+                })
+            })
+            .collect();
+        let mut patch = self.skeleton();
+        patch["hooks"] = Value::Array(entries);
+        let written = self.apply(field_managers::INVENTORY_HOOKS, &patch).await?;
+        let keep: BTreeSet<(String, HookPhase)> =
+            hooks.iter().map(|h| (h.name.clone(), h.phase)).collect();
+        self.remove_hooks_not_in(written, &keep).await
+    }
+
+    /// `writeInventoryHealth` (health-loop.txt "Writes"): state, message, firstUnhealthy and
+    /// assessedRenderRef of each entry, under `convoy-health-inventory`. `read` is the inventory
+    /// the assessment was made from; its resourceVersion is a precondition, so a write never
+    /// resurrects a deleted inventory or lands on a membership it did not see. An empty set
+    /// writes nothing.
+    pub async fn write_inventory_health(
+        &self,
+        read: &ReleaseInventory,
+        results: &[EntryHealth],
+    ) -> Result<Option<ReleaseInventory>, InventoryError> {
+        if results.is_empty() {
+            return Ok(None);
+        }
+        let entries: Vec<Value> = results
+            .iter()
+            .map(|r| {
+                let mut e = key_fields(&r.key);
+                e.insert("state".into(), json!(r.state));
+                if let Some(m) = &r.message {
+                    e.insert("message".into(), json!(m));
+                }
+                if let Some(t) = &r.first_unhealthy {
+                    e.insert("firstUnhealthy".into(), json!(t));
+                }
+                if let Some(a) = &r.assessed_render_ref {
+                    e.insert("assessedRenderRef".into(), json!(a));
+                }
+                Value::Object(e)
+            })
+            .collect();
+        let mut patch = self.skeleton_at(read);
+        patch["inventory"] = Value::Array(entries);
+        self.apply(field_managers::HEALTH_INVENTORY, &patch)
+            .await
+            .map(Some)
+    }
+
+    /// `writeHookStatus`: state, message and finishedAt of every hook that has a state (not
+    /// only the polled ones: an omitted entry would lose its finishedAt), under
+    /// `convoy-hook-status`, with the same precondition as [`Self::write_inventory_health`].
+    pub async fn write_hook_status(
+        &self,
+        read: &ReleaseInventory,
+        results: &[HookResult],
+    ) -> Result<Option<ReleaseInventory>, InventoryError> {
+        if results.is_empty() {
+            return Ok(None);
+        }
+        let entries: Vec<Value> = results
+            .iter()
+            .map(|r| {
+                let mut e = Map::new();
+                e.insert("name".into(), json!(r.name));
+                e.insert("phase".into(), json!(r.phase));
+                e.insert("state".into(), json!(r.state));
+                if let Some(m) = &r.message {
+                    e.insert("message".into(), json!(m));
+                }
+                if let Some(t) = &r.finished_at {
+                    e.insert("finishedAt".into(), json!(t));
+                }
+                Value::Object(e)
+            })
+            .collect();
+        let mut patch = self.skeleton_at(read);
+        patch["hooks"] = Value::Array(entries);
+        self.apply(field_managers::HOOK_STATUS, &patch)
+            .await
+            .map(Some)
+    }
+
+    fn skeleton(&self) -> Value {
+        let mut metadata = json!({
+            "name": self.name,
+            "namespace": self.namespace,
+            "labels": {
+                labels::RELEASE_NAME: self.name,
+                labels::RELEASE_NAMESPACE: self.namespace,
+            },
+        });
+        if let Some(owner) = &self.owner {
+            metadata["ownerReferences"] = json!([owner]);
+        }
+        json!({
+            "apiVersion": ReleaseInventory::api_version(&()),
+            "kind": ReleaseInventory::kind(&()),
+            "metadata": metadata,
+        })
+    }
+
+    /// The health loop's skeleton: no labels or owners (the controller's), and the
+    /// resourceVersion it read as a precondition.
+    fn skeleton_at(&self, read: &ReleaseInventory) -> Value {
+        json!({
+            "apiVersion": ReleaseInventory::api_version(&()),
+            "kind": ReleaseInventory::kind(&()),
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "resourceVersion": read.resource_version(),
+            },
+        })
+    }
+
+    async fn apply(
+        &self,
+        manager: FieldManager,
+        patch: &Value,
+    ) -> Result<ReleaseInventory, InventoryError> {
+        ssa::apply(&self.api, &self.name, manager, patch)
+            .await
+            .map_err(|source| InventoryError::Write {
+                namespace: self.namespace.clone(),
+                name: self.name.clone(),
+                manager,
+                source,
+            })
+    }
+
+    /// SSA keeps a list-map entry while any manager owns a field of it, so an entry the health
+    /// loop wrote state on would outlive its removal from `put`. Membership is the controller's
+    /// to decide: remove such entries with a JSON patch guarded by the resourceVersion read.
+    async fn remove_entries_not_in(
+        &self,
+        written: ReleaseInventory,
+        keep: &BTreeSet<ObjectKey>,
+    ) -> Result<ReleaseInventory, InventoryError> {
+        let stale: Vec<usize> = written
+            .spec
+            .inventory
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| !keep.contains(&e.key()))
+            .map(|(i, _)| i)
+            .collect();
+        if stale.is_empty() {
+            return Ok(written);
+        }
+        self.remove_indices(&written, "inventory", &stale, field_managers::INVENTORY)
+            .await
+    }
+
+    async fn remove_hooks_not_in(
+        &self,
+        written: ReleaseInventory,
+        keep: &BTreeSet<(String, HookPhase)>,
+    ) -> Result<ReleaseInventory, InventoryError> {
+        let stale: Vec<usize> = written
+            .spec
+            .hooks
+            .iter()
+            .enumerate()
+            .filter(|(_, h): &(usize, &HookEntry)| !keep.contains(&(h.name.clone(), h.phase)))
+            .map(|(i, _)| i)
+            .collect();
+        if stale.is_empty() {
+            return Ok(written);
+        }
+        self.remove_indices(&written, "hooks", &stale, field_managers::INVENTORY_HOOKS)
+            .await
+    }
+
+    async fn remove_indices(
+        &self,
+        written: &ReleaseInventory,
+        list: &str,
+        indices: &[usize],
+        manager: FieldManager,
+    ) -> Result<ReleaseInventory, InventoryError> {
+        use json_patch::{PatchOperation, RemoveOperation, TestOperation};
+        use jsonptr::PointerBuf;
+        let mut ops = vec![PatchOperation::Test(TestOperation {
+            path: PointerBuf::from_tokens(["metadata", "resourceVersion"]),
+            value: json!(written.resource_version()),
+        })];
+        // Highest index first, so earlier removals do not shift later ones.
+        for i in indices.iter().rev() {
+            ops.push(PatchOperation::Remove(RemoveOperation {
+                path: PointerBuf::from_tokens([list.to_string(), i.to_string()]),
+            }));
+        }
+        let patch = json_patch::Patch(ops);
+        let params = PatchParams {
+            field_manager: Some(manager.as_str().to_string()),
+            ..Default::default()
+        };
+        self.api
+            .patch(&self.name, &params, &Patch::<()>::Json(patch))
+            .await
+            .map_err(|source| InventoryError::Write {
+                namespace: self.namespace.clone(),
+                name: self.name.clone(),
+                manager,
+                source,
+            })
+    }
+}
+
+/// The list-map keys of an inventory entry, always all four (empty strings included).
+fn key_fields(key: &ObjectKey) -> Map<String, Value> {
+    let mut e = Map::new();
+    e.insert("group".into(), json!(key.group));
+    e.insert("kind".into(), json!(key.kind));
+    e.insert("namespace".into(), json!(key.namespace));
+    e.insert("name".into(), json!(key.name));
+    e
+}
+
+/// The members the controller recorded: entries that carry its renderRef. An entry with only
+/// health fields is a leftover of a race with the health loop and is not a member.
+pub fn members(inventory: &ReleaseInventory) -> Vec<&InventoryEntry> {
+    inventory
+        .spec
+        .inventory
+        .iter()
+        .filter(|e| e.render_ref.is_some())
+        .collect()
+}

@@ -1,0 +1,11 @@
+//! The engine: everything convoy does, as a library with no CLI or daemon knowledge.
+//!
+//! The CLI and the daemon call the same functions here, write with the same field managers and
+//! so produce the same objects, inventory and status (DESIGN.md, introduction).
+
+pub mod api;
+pub mod connect;
+pub mod duration;
+pub mod install;
+pub mod inventory;
+pub mod ssa;
