@@ -195,7 +195,7 @@ impl InventoryHandle {
 
     /// `writeInventoryHealth` (health-loop.txt "Writes"): state, message, firstUnhealthy and
     /// assessedRenderRef of each entry, under `convoy-health-inventory`. `read` is the inventory
-    /// the assessment was made from; its resourceVersion is a precondition, so a write never
+    /// the assessment was made from; its uid and resourceVersion are preconditions, so a write never
     /// resurrects a deleted inventory or lands on a membership it did not see. An empty set
     /// writes nothing.
     pub async fn write_inventory_health(
@@ -283,8 +283,9 @@ impl InventoryHandle {
         })
     }
 
-    /// The health loop's skeleton: no labels or owners (the controller's), and the
-    /// resourceVersion it read as a precondition.
+    /// The health loop's skeleton: no labels or owners (the controller's), and the uid and
+    /// resourceVersion it read as preconditions (an apply with only a resourceVersion would
+    /// re-create a deleted inventory; the uid makes it fail instead).
     fn skeleton_at(&self, read: &ReleaseInventory) -> Value {
         json!({
             "apiVersion": ReleaseInventory::api_version(&()),
@@ -293,6 +294,7 @@ impl InventoryHandle {
                 "name": self.name,
                 "namespace": self.namespace,
                 "resourceVersion": read.resource_version(),
+                "uid": read.uid(),
             },
         })
     }

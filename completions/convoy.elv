@@ -1,0 +1,86 @@
+
+use builtin;
+use str;
+
+set edit:completion:arg-completer[convoy] = {|@words|
+    fn spaces {|n|
+        builtin:repeat $n ' ' | str:join ''
+    }
+    fn cand {|text desc|
+        edit:complex-candidate $text &display=$text' '(spaces (- 14 (wcswidth $text)))$desc
+    }
+    var command = 'convoy'
+    for word $words[1..-1] {
+        if (str:has-prefix $word '-') {
+            break
+        }
+        set command = $command';'$word
+    }
+    var completions = [
+        &'convoy'= {
+            cand --kubeconfig 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)'
+            cand --context 'The kubeconfig context to use'
+            cand -n 'Namespace of the Release (default: the context''s namespace)'
+            cand --namespace 'Namespace of the Release (default: the context''s namespace)'
+            cand -o 'Output format'
+            cand --output 'Output format'
+            cand --no-color 'Never color the output (color is only used on a terminal anyway)'
+            cand -v 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors on stderr'
+            cand --quiet 'Only errors on stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+            cand install 'Install convoy''s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)'
+            cand completions 'Print shell completions'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'convoy;install'= {
+            cand --timeout 'How long to wait for the CRDs to become Established'
+            cand --kubeconfig 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)'
+            cand --context 'The kubeconfig context to use'
+            cand -n 'Namespace of the Release (default: the context''s namespace)'
+            cand --namespace 'Namespace of the Release (default: the context''s namespace)'
+            cand -o 'Output format'
+            cand --output 'Output format'
+            cand --crds-only 'Install only the CRDs. (The full install with RBAC and the daemon comes with `convoy daemon`.)'
+            cand --dry-run 'Print what would be installed instead of applying it'
+            cand --no-color 'Never color the output (color is only used on a terminal anyway)'
+            cand -v 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors on stderr'
+            cand --quiet 'Only errors on stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'convoy;completions'= {
+            cand --kubeconfig 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)'
+            cand --context 'The kubeconfig context to use'
+            cand -n 'Namespace of the Release (default: the context''s namespace)'
+            cand --namespace 'Namespace of the Release (default: the context''s namespace)'
+            cand -o 'Output format'
+            cand --output 'Output format'
+            cand --no-color 'Never color the output (color is only used on a terminal anyway)'
+            cand -v 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors on stderr'
+            cand --quiet 'Only errors on stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'convoy;help'= {
+            cand install 'Install convoy''s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)'
+            cand completions 'Print shell completions'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'convoy;help;install'= {
+        }
+        &'convoy;help;completions'= {
+        }
+        &'convoy;help;help'= {
+        }
+    ]
+    $completions[$command]
+}

@@ -1,0 +1,69 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_convoy_global_optspecs
+    string join \n kubeconfig= context= n/namespace= o/output= no-color v/verbose q/quiet h/help V/version
+end
+
+function __fish_convoy_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_convoy_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_convoy_using_subcommand
+    set -l cmd (__fish_convoy_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c convoy -n "__fish_convoy_needs_command" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
+complete -c convoy -n "__fish_convoy_needs_command" -l context -d 'The kubeconfig context to use' -r
+complete -c convoy -n "__fish_convoy_needs_command" -s n -l namespace -d 'Namespace of the Release (default: the context\'s namespace)' -r
+complete -c convoy -n "__fish_convoy_needs_command" -s o -l output -d 'Output format' -r -f -a "table\t''
+yaml\t''
+json\t''
+diff\t'Only for `convoy diff`'"
+complete -c convoy -n "__fish_convoy_needs_command" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
+complete -c convoy -n "__fish_convoy_needs_command" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+complete -c convoy -n "__fish_convoy_needs_command" -s q -l quiet -d 'Only errors on stderr'
+complete -c convoy -n "__fish_convoy_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c convoy -n "__fish_convoy_needs_command" -s V -l version -d 'Print version'
+complete -c convoy -n "__fish_convoy_needs_command" -f -a "install" -d 'Install convoy\'s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)'
+complete -c convoy -n "__fish_convoy_needs_command" -f -a "completions" -d 'Print shell completions'
+complete -c convoy -n "__fish_convoy_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c convoy -n "__fish_convoy_using_subcommand install" -l timeout -d 'How long to wait for the CRDs to become Established' -r
+complete -c convoy -n "__fish_convoy_using_subcommand install" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
+complete -c convoy -n "__fish_convoy_using_subcommand install" -l context -d 'The kubeconfig context to use' -r
+complete -c convoy -n "__fish_convoy_using_subcommand install" -s n -l namespace -d 'Namespace of the Release (default: the context\'s namespace)' -r
+complete -c convoy -n "__fish_convoy_using_subcommand install" -s o -l output -d 'Output format' -r -f -a "table\t''
+yaml\t''
+json\t''
+diff\t'Only for `convoy diff`'"
+complete -c convoy -n "__fish_convoy_using_subcommand install" -l crds-only -d 'Install only the CRDs. (The full install with RBAC and the daemon comes with `convoy daemon`.)'
+complete -c convoy -n "__fish_convoy_using_subcommand install" -l dry-run -d 'Print what would be installed instead of applying it'
+complete -c convoy -n "__fish_convoy_using_subcommand install" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
+complete -c convoy -n "__fish_convoy_using_subcommand install" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+complete -c convoy -n "__fish_convoy_using_subcommand install" -s q -l quiet -d 'Only errors on stderr'
+complete -c convoy -n "__fish_convoy_using_subcommand install" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c convoy -n "__fish_convoy_using_subcommand completions" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
+complete -c convoy -n "__fish_convoy_using_subcommand completions" -l context -d 'The kubeconfig context to use' -r
+complete -c convoy -n "__fish_convoy_using_subcommand completions" -s n -l namespace -d 'Namespace of the Release (default: the context\'s namespace)' -r
+complete -c convoy -n "__fish_convoy_using_subcommand completions" -s o -l output -d 'Output format' -r -f -a "table\t''
+yaml\t''
+json\t''
+diff\t'Only for `convoy diff`'"
+complete -c convoy -n "__fish_convoy_using_subcommand completions" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
+complete -c convoy -n "__fish_convoy_using_subcommand completions" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+complete -c convoy -n "__fish_convoy_using_subcommand completions" -s q -l quiet -d 'Only errors on stderr'
+complete -c convoy -n "__fish_convoy_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from install completions help" -f -a "install" -d 'Install convoy\'s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from install completions help" -f -a "completions" -d 'Print shell completions'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from install completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

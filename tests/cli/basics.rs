@@ -1,0 +1,114 @@
+//! Help, install and completions: the commands of the foundation.
+
+use crate::support::{convoy_bin, unreachable_kubeconfig};
+
+/// Run convoy with `args`; return (exit code, stdout, stderr).
+pub fn convoy(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(convoy_bin())
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("run convoy");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn help_lists_the_commands_that_work() {
+    let (code, stdout, _) = convoy(&["--help"]);
+    assert_eq!(code, 0);
+    insta::assert_snapshot!(stdout);
+}
+
+#[test]
+fn every_command_help_has_an_example() {
+    let (_, stdout, _) = convoy(&["--help"]);
+    let commands: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.strip_prefix("  "))
+        .filter(|l| !l.starts_with(' '))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(commands.contains(&"install"), "{commands:?}");
+    for command in commands {
+        let (code, help, _) = convoy(&[command, "--help"]);
+        assert_eq!(code, 0);
+        assert!(
+            help.contains("Example"),
+            "`convoy {command} --help` has no example:\n{help}"
+        );
+    }
+}
+
+#[test]
+fn install_dry_run_prints_every_crd() {
+    let (code, stdout, stderr) = convoy(&["install", "--crds-only", "--dry-run"]);
+    assert_eq!(code, 0, "{stderr}");
+    let names: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("  name: "))
+        .collect();
+    insta::assert_snapshot!(names.join("\n"), @r"
+    releases.core.convoy.kumodo.io
+    releaseinventories.core.convoy.kumodo.io
+    clusters.core.convoy.kumodo.io
+    gitrepositories.source.convoy.kumodo.io
+    helmregistries.source.convoy.kumodo.io
+    ociregistries.source.convoy.kumodo.io
+    healthrulesets.health.convoy.kumodo.io
+    globalhealthrulesets.health.convoy.kumodo.io
+    ");
+    insta::assert_snapshot!("install_crds_dry_run", stdout);
+}
+
+#[test]
+fn install_against_an_unreachable_server_exits_3_naming_the_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = unreachable_kubeconfig(dir.path());
+    let (code, stdout, stderr) = convoy(&[
+        "install",
+        "--crds-only",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 3, "{stderr}");
+    assert_eq!(stdout, "");
+    let first = stderr
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .unwrap_or_default();
+    assert!(
+        first.starts_with("error: cannot reach the API server at https://127.0.0.1:9"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn an_unknown_shell_is_a_usage_error() {
+    let (code, stdout, stderr) = convoy(&["completions", "tcsh"]);
+    assert_eq!(code, 2);
+    assert_eq!(stdout, "");
+    insta::assert_snapshot!(stderr, @r"
+    error: invalid value 'tcsh' for '<SHELL>'
+      [possible values: bash, zsh, fish, powershell, elvish]
+
+      tip: a similar value exists: 'zsh'
+
+    For more information, try '--help'.
+    ");
+}
+
+#[test]
+fn install_without_crds_only_is_a_usage_error_for_now() {
+    let (code, _, stderr) = convoy(&["install", "--dry-run"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("--crds-only"), "{stderr}");
+}

@@ -1,0 +1,99 @@
+//! The CRDs as the API server serves them.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+
+use crate::support::TestEnv;
+
+#[tokio::test]
+async fn every_crd_is_established_with_its_list_map_markers() {
+    let env = TestEnv::new("crds").await;
+    let api: Api<CustomResourceDefinition> = Api::all(env.client.clone());
+    for crd in convoy::engine::api::crds() {
+        let name = crd.metadata.name.clone().unwrap();
+        let live = api.get(&name).await.unwrap();
+        let established = live
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        assert!(established, "{name} is not Established");
+    }
+
+    let release =
+        serde_json::to_value(api.get("releases.core.convoy.kumodo.io").await.unwrap()).unwrap();
+    let version = &release["spec"]["versions"][0];
+    assert!(
+        version["subresources"]["status"].is_object(),
+        "Release has a status subresource"
+    );
+    let conditions =
+        &version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["conditions"];
+    assert_eq!(conditions["x-kubernetes-list-type"], "map");
+    assert_eq!(
+        conditions["x-kubernetes-list-map-keys"],
+        serde_json::json!(["type"])
+    );
+
+    let inventory = serde_json::to_value(
+        api.get("releaseinventories.core.convoy.kumodo.io")
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let version = &inventory["spec"]["versions"][0];
+    assert!(
+        version["subresources"]["status"].is_null(),
+        "ReleaseInventory has no status subresource"
+    );
+    let props = &version["schema"]["openAPIV3Schema"]["properties"];
+    assert_eq!(props["inventory"]["x-kubernetes-list-type"], "map");
+    assert_eq!(
+        props["inventory"]["x-kubernetes-list-map-keys"],
+        serde_json::json!(["group", "kind", "namespace", "name"])
+    );
+    assert_eq!(props["hooks"]["x-kubernetes-list-type"], "map");
+    assert_eq!(
+        props["hooks"]["x-kubernetes-list-map-keys"],
+        serde_json::json!(["name", "phase"])
+    );
+}
+
+#[tokio::test]
+async fn kubectl_get_releases_shows_the_printer_columns() {
+    let env = TestEnv::new("printer-columns").await;
+    let release = format!(
+        "apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\nmetadata:\n  name: web\n  namespace: {}\n\
+spec:\n  source:\n    kind: GitRepository\n    name: repo\n",
+        env.namespace
+    );
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), release).unwrap();
+    let out = env.kubectl(&[
+        "apply",
+        "--server-side",
+        "-f",
+        file.path().to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let out = env.kubectl(&["get", "releases", "-n", &env.namespace]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let header: Vec<&str> = stdout.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "STATE", "APPLIED", "INSYNC", "HEALTHY", "AGE"]
+    );
+    assert!(stdout.lines().nth(1).unwrap().starts_with("web "));
+}

@@ -1,0 +1,236 @@
+//! The ReleaseInventory's four writers share entries through list-map keys.
+
+use convoy::engine::api::{HealthState, HookPhase, HookState, ObjectKey};
+use convoy::engine::inventory::{EntryHealth, HookMember, HookResult, InventoryHandle, Member};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::{Value, json};
+
+use crate::support::TestEnv;
+
+fn key(kind: &str, name: &str, ns: &str) -> ObjectKey {
+    ObjectKey {
+        group: if kind == "Deployment" {
+            "apps".into()
+        } else {
+            String::new()
+        },
+        kind: kind.into(),
+        namespace: ns.into(),
+        name: name.into(),
+    }
+}
+
+fn member(key: &ObjectKey, render_ref: &str, wave: i32) -> Member {
+    Member {
+        key: key.clone(),
+        render_ref: render_ref.into(),
+        wave,
+    }
+}
+
+fn time(s: &str) -> Time {
+    Time(s.parse().unwrap())
+}
+
+/// The managers that own `field` of the list entry whose key matches `entry_key`.
+fn entry_owners(object: &Value, list: &str, entry_key: &Value, field: &str) -> Vec<String> {
+    let mut owners = Vec::new();
+    for mf in object["metadata"]["managedFields"].as_array().unwrap() {
+        let Some(items) = mf["fieldsV1"][format!("f:{list}")].as_object() else {
+            continue;
+        };
+        for (k, fields) in items {
+            let Some(raw) = k.strip_prefix("k:") else {
+                continue;
+            };
+            let parsed: Value = serde_json::from_str(raw).unwrap();
+            if &parsed == entry_key && fields.get(format!("f:{field}")).is_some() {
+                owners.push(mf["manager"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    owners.sort();
+    owners
+}
+
+#[tokio::test]
+async fn controller_and_health_loop_own_their_own_fields_of_an_entry() {
+    let env = TestEnv::new("inventory-owners").await;
+    let inv = InventoryHandle::new(env.client.clone(), &env.namespace, "web");
+    let deploy = key("Deployment", "api", &env.namespace);
+    let config = key("ConfigMap", "settings", &env.namespace);
+    let written = inv
+        .put(&[member(&deploy, "r1", 0), member(&config, "r1", 1)])
+        .await
+        .unwrap();
+
+    let health = vec![
+        EntryHealth {
+            key: deploy.clone(),
+            state: HealthState::Progressing,
+            message: Some("updatedReplicas 1 of 3".into()),
+            first_unhealthy: Some(time("2026-01-01T00:00:00Z")),
+            assessed_render_ref: Some("r1".into()),
+        },
+        EntryHealth {
+            key: config.clone(),
+            state: HealthState::Healthy,
+            message: None,
+            first_unhealthy: None,
+            assessed_render_ref: Some("r1".into()),
+        },
+    ];
+    inv.write_inventory_health(&written, &health).await.unwrap();
+
+    let live = inv.get().await.unwrap().unwrap();
+    let entry = live
+        .spec
+        .inventory
+        .iter()
+        .find(|e| e.key() == deploy)
+        .unwrap();
+    assert_eq!(entry.render_ref.as_deref(), Some("r1"));
+    assert_eq!(entry.wave, Some(0));
+    assert_eq!(entry.state, Some(HealthState::Progressing));
+    assert_eq!(entry.message.as_deref(), Some("updatedReplicas 1 of 3"));
+
+    let object = serde_json::to_value(&live).unwrap();
+    let k =
+        json!({"group": "apps", "kind": "Deployment", "namespace": env.namespace, "name": "api"});
+    assert_eq!(
+        entry_owners(&object, "inventory", &k, "renderRef"),
+        ["convoy-inventory"]
+    );
+    assert_eq!(
+        entry_owners(&object, "inventory", &k, "wave"),
+        ["convoy-inventory"]
+    );
+    assert_eq!(
+        entry_owners(&object, "inventory", &k, "state"),
+        ["convoy-health-inventory"]
+    );
+    assert_eq!(
+        entry_owners(&object, "inventory", &k, "firstUnhealthy"),
+        ["convoy-health-inventory"]
+    );
+    assert_eq!(
+        entry_owners(&object, "inventory", &k, "assessedRenderRef"),
+        ["convoy-health-inventory"]
+    );
+
+    // A new render from the controller keeps the health loop's fields.
+    inv.put(&[member(&deploy, "r2", 0), member(&config, "r2", 1)])
+        .await
+        .unwrap();
+    let live = inv.get().await.unwrap().unwrap();
+    let entry = live
+        .spec
+        .inventory
+        .iter()
+        .find(|e| e.key() == deploy)
+        .unwrap();
+    assert_eq!(entry.render_ref.as_deref(), Some("r2"));
+    assert_eq!(entry.state, Some(HealthState::Progressing));
+    assert_eq!(entry.assessed_render_ref.as_deref(), Some("r1"));
+}
+
+#[tokio::test]
+async fn put_and_put_hooks_do_not_clear_each_others_list() {
+    let env = TestEnv::new("inventory-hooks").await;
+    let inv = InventoryHandle::new(env.client.clone(), &env.namespace, "web");
+    let deploy = key("Deployment", "api", &env.namespace);
+    inv.put(&[member(&deploy, "r1", 0)]).await.unwrap();
+    let hook = HookMember {
+        name: "migrate".into(),
+        phase: HookPhase::PreSync,
+        workload_name: "web-migrate-r1".into(),
+        created_at: time("2026-01-01T00:00:00Z"),
+        render_ref: "r1".into(),
+    };
+    inv.put_hooks(std::slice::from_ref(&hook)).await.unwrap();
+    inv.put(&[member(&deploy, "r2", 0)]).await.unwrap();
+
+    let live = inv.get().await.unwrap().unwrap();
+    assert_eq!(live.spec.inventory.len(), 1);
+    assert_eq!(live.spec.hooks.len(), 1, "Put kept the hooks");
+
+    inv.put_hooks(&[hook.clone()]).await.unwrap();
+    let live = inv.get().await.unwrap().unwrap();
+    assert_eq!(
+        live.spec.inventory[0].render_ref.as_deref(),
+        Some("r2"),
+        "PutHooks kept the inventory"
+    );
+
+    // The health loop's hook status shares the entry with PutHooks.
+    let results = [HookResult {
+        name: "migrate".into(),
+        phase: HookPhase::PreSync,
+        state: HookState::Succeeded,
+        message: None,
+        finished_at: Some(time("2026-01-01T00:01:00Z")),
+    }];
+    inv.write_hook_status(&live, &results).await.unwrap();
+    inv.put_hooks(&[hook]).await.unwrap();
+    let live = inv.get().await.unwrap().unwrap();
+    assert_eq!(live.spec.hooks[0].state, Some(HookState::Succeeded));
+    assert_eq!(
+        live.spec.hooks[0].workload_name.as_deref(),
+        Some("web-migrate-r1")
+    );
+}
+
+#[tokio::test]
+async fn a_put_without_an_entry_removes_it_even_with_health_fields_on_it() {
+    let env = TestEnv::new("inventory-remove").await;
+    let inv = InventoryHandle::new(env.client.clone(), &env.namespace, "web");
+    let deploy = key("Deployment", "api", &env.namespace);
+    let config = key("ConfigMap", "settings", &env.namespace);
+    let written = inv
+        .put(&[member(&deploy, "r1", 0), member(&config, "r1", 0)])
+        .await
+        .unwrap();
+    let health = [EntryHealth {
+        key: config.clone(),
+        state: HealthState::Healthy,
+        message: None,
+        first_unhealthy: None,
+        assessed_render_ref: Some("r1".into()),
+    }];
+    inv.write_inventory_health(&written, &health).await.unwrap();
+
+    inv.put(&[member(&deploy, "r2", 0)]).await.unwrap();
+    let live = inv.get().await.unwrap().unwrap();
+    let keys: Vec<ObjectKey> = live.spec.inventory.iter().map(|e| e.key()).collect();
+    assert_eq!(keys, [deploy]);
+}
+
+#[tokio::test]
+async fn a_health_write_on_a_stale_read_is_refused() {
+    let env = TestEnv::new("inventory-stale").await;
+    let inv = InventoryHandle::new(env.client.clone(), &env.namespace, "web");
+    let deploy = key("Deployment", "api", &env.namespace);
+    let stale = inv.put(&[member(&deploy, "r1", 0)]).await.unwrap();
+    inv.put(&[member(&deploy, "r2", 0)]).await.unwrap();
+    let health = [EntryHealth {
+        key: deploy,
+        state: HealthState::Healthy,
+        message: None,
+        first_unhealthy: None,
+        assessed_render_ref: Some("r1".into()),
+    }];
+    let err = inv
+        .write_inventory_health(&stale, &health)
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("convoy-health-inventory"),
+        "{err:#}"
+    );
+
+    // Nor does it bring back a deleted inventory.
+    let read = inv.get().await.unwrap().unwrap();
+    inv.delete().await.unwrap();
+    assert!(inv.write_inventory_health(&read, &health).await.is_err());
+    assert!(inv.get().await.unwrap().is_none());
+}

@@ -1,0 +1,10 @@
+//! Integration tests against a real control plane (etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler, kwok), started once for this binary.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod api;
+mod inventory;
+mod kwok;
+mod status;

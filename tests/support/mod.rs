@@ -1,0 +1,268 @@
+//! Test support: a real Kubernetes control plane per test binary (or one named by
+//! `CONVOY_TEST_KUBECONFIG`), a namespace per test, and helpers to run the `convoy` binary.
+//!
+//! The control plane comes from `scripts/testenv up --watch-pid <this process>`, whose
+//! watchdog stops it when the test binary ends, however it ends (a panic, a SIGKILL). A
+//! missing binary is a loud failure that says how to build it, never a skipped test.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::PostParams;
+use kube::{Api, Client};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The convoy binary under test.
+pub fn convoy_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_convoy"))
+}
+
+/// The directory holding the test control plane's binaries (kubectl, helm, kustomize…).
+pub fn testenv_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let out = Command::new(repo_root().join("scripts/testenv"))
+            .arg("check")
+            .output()
+            .expect("cannot run scripts/testenv");
+        assert!(
+            out.status.success(),
+            "the test control plane is not built: {}\nrun `scripts/testenv build` (cached under ~/.cache/convoy-testenv)",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    })
+    .clone()
+}
+
+/// A running control plane.
+pub struct ControlPlane {
+    pub kubeconfig: PathBuf,
+    pub dir: Option<PathBuf>,
+}
+
+/// The control plane of this test binary: started on first use, with convoy's CRDs installed.
+pub fn control_plane() -> &'static ControlPlane {
+    static PLANE: OnceLock<ControlPlane> = OnceLock::new();
+    PLANE.get_or_init(|| {
+        if let Some(path) = std::env::var_os("CONVOY_TEST_KUBECONFIG") {
+            let plane = ControlPlane {
+                kubeconfig: PathBuf::from(path),
+                dir: None,
+            };
+            install_crds(&plane.kubeconfig);
+            return plane;
+        }
+        let plane = start_control_plane("main", true);
+        install_crds(&plane.kubeconfig);
+        plane
+    })
+}
+
+/// A second API server that stands in for a remote target Cluster (no kwok: objects only).
+pub fn remote_control_plane() -> &'static ControlPlane {
+    static PLANE: OnceLock<ControlPlane> = OnceLock::new();
+    PLANE.get_or_init(|| start_control_plane("remote", false))
+}
+
+fn start_control_plane(name: &str, kwok: bool) -> ControlPlane {
+    testenv_bin();
+    let dir = std::env::temp_dir().join(format!("convoy-test-{}-{}", std::process::id(), name));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut cmd = Command::new(repo_root().join("scripts/testenv"));
+    cmd.arg("up")
+        .arg("--dir")
+        .arg(&dir)
+        .arg("--watch-pid")
+        .arg(std::process::id().to_string())
+        .arg("--name")
+        .arg(name);
+    if !kwok {
+        cmd.arg("--no-kwok");
+    }
+    let out = cmd.output().expect("cannot run scripts/testenv up");
+    assert!(
+        out.status.success(),
+        "scripts/testenv up failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ControlPlane {
+        kubeconfig: dir.join("admin.kubeconfig"),
+        dir: Some(dir),
+    }
+}
+
+fn install_crds(kubeconfig: &Path) {
+    let out = Command::new(convoy_bin())
+        .args(["install", "--crds-only", "--kubeconfig"])
+        .arg(kubeconfig)
+        .output()
+        .expect("cannot run convoy");
+    assert!(
+        out.status.success(),
+        "convoy install --crds-only failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A client for a kubeconfig file.
+pub async fn client_for(kubeconfig: &Path) -> Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("read kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("kubeconfig");
+    Client::try_from(config).expect("client")
+}
+
+/// What a test gets: a client, the kubeconfig path and a namespace of its own.
+pub struct TestEnv {
+    pub client: Client,
+    pub kubeconfig: PathBuf,
+    pub namespace: String,
+}
+
+impl TestEnv {
+    /// A fresh namespace on this binary's control plane. `name` becomes part of it, so a
+    /// failing test's objects are easy to find.
+    pub async fn new(name: &str) -> Self {
+        let plane = control_plane();
+        let client = client_for(&plane.kubeconfig).await;
+        let namespace = unique_namespace(&client, name).await;
+        Self {
+            client,
+            kubeconfig: plane.kubeconfig.clone(),
+            namespace,
+        }
+    }
+
+    /// Run `kubectl` against this control plane.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new(testenv_bin().join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .output()
+            .expect("cannot run kubectl")
+    }
+
+    /// Run the convoy binary against this control plane, in this test's namespace.
+    pub fn convoy(&self, args: &[&str]) -> Output {
+        Command::new(convoy_bin())
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("-n")
+            .arg(&self.namespace)
+            .args(args)
+            .env("PATH", path_with_testenv())
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("cannot run convoy")
+    }
+}
+
+/// Create a namespace named after the test with a unique suffix.
+pub async fn unique_namespace(client: &Client, name: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut base: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    base.truncate(40);
+    let namespace = format!(
+        "{}-{}-{}",
+        base.trim_matches('-'),
+        std::process::id() % 100_000,
+        n
+    );
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": namespace, "labels": {"convoy.kumodo.io/test": "true"}}
+    }))
+    .expect("namespace");
+    api.create(&PostParams::default(), &ns)
+        .await
+        .expect("create namespace");
+    namespace
+}
+
+/// PATH with the testenv binaries (helm, kustomize, kubectl) first.
+pub fn path_with_testenv() -> String {
+    let old = std::env::var("PATH").unwrap_or_default();
+    format!("{}:{old}", testenv_bin().display())
+}
+
+/// Poll `check` until it returns `Some`, or fail after `timeout` naming `what`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The field managers that own `path` (a `managedFields` fieldsV1 path such as
+/// `["f:status", "f:conditions", "k:{\"type\":\"Applied\"}"]`) of an object.
+pub fn owners_of(object: &serde_json::Value, path: &[&str]) -> Vec<String> {
+    let mut owners = Vec::new();
+    for entry in object["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let mut node = &entry["fieldsV1"];
+        let mut found = true;
+        for segment in path {
+            match node.get(*segment) {
+                Some(next) => node = next,
+                None => {
+                    found = false;
+                    break;
+                }
+            }
+        }
+        if found {
+            owners.push(entry["manager"].as_str().unwrap_or_default().to_string());
+        }
+    }
+    owners.sort();
+    owners.dedup();
+    owners
+}
+
+/// A kubeconfig that points at a port where nothing listens.
+pub fn unreachable_kubeconfig(dir: &Path) -> PathBuf {
+    let path = dir.join("unreachable.kubeconfig");
+    std::fs::write(
+        &path,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: gone\n  cluster:\n    server: https://127.0.0.1:9\n\
+users:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: gone\n  context: {cluster: gone, user: u}\n\
+current-context: gone\n",
+    )
+    .expect("write kubeconfig");
+    path
+}
