@@ -1,5 +1,7 @@
 //! Snapshot tests of real `convoy` command output (the binary, run as a user runs it).
 
+#![allow(clippy::unwrap_used)]
+
 #[path = "../support/mod.rs"]
 mod support;
 

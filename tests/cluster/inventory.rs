@@ -154,7 +154,7 @@ async fn put_and_put_hooks_do_not_clear_each_others_list() {
     assert_eq!(live.spec.inventory.len(), 1);
     assert_eq!(live.spec.hooks.len(), 1, "Put kept the hooks");
 
-    inv.put_hooks(&[hook.clone()]).await.unwrap();
+    inv.put_hooks(std::slice::from_ref(&hook)).await.unwrap();
     let live = inv.get().await.unwrap().unwrap();
     assert_eq!(
         live.spec.inventory[0].render_ref.as_deref(),

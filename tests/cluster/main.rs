@@ -1,6 +1,8 @@
 //! Integration tests against a real control plane (etcd, kube-apiserver,
 //! kube-controller-manager, kube-scheduler, kwok), started once for this binary.
 
+#![allow(clippy::unwrap_used)]
+
 #[path = "../support/mod.rs"]
 mod support;
 
