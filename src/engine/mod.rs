@@ -6,6 +6,10 @@
 pub mod api;
 pub mod connect;
 pub mod duration;
+pub mod http;
 pub mod install;
 pub mod inventory;
+pub mod render;
+pub mod source;
 pub mod ssa;
+pub mod tools;

@@ -1,0 +1,271 @@
+//! Plain manifests: a directory of YAML and JSON files, read recursively.
+//!
+//! Files are read in path order; each YAML file may hold several documents; `kind: List`
+//! objects are flattened. Files with other extensions (README.md, scripts, charts' templates
+//! are not here) are ignored. A parse error names the file and the line.
+//!
+//! YAML is read the way `kubectl` reads it (YAML 1.1 scalars: `0644` is octal, `yes` is a bool),
+//! so a manifest means the same thing to convoy as to the tools users compare it with.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::object::Object;
+
+/// Why a manifest could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("{file}: line {line}: {message}")]
+    Parse {
+        file: String,
+        line: u64,
+        message: String,
+    },
+    #[error("{file}: document {document}: {message}")]
+    NotAnObject {
+        file: String,
+        document: usize,
+        message: String,
+    },
+    #[error("cannot read {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} does not exist or is not a directory", path.display())]
+    NoDirectory { path: PathBuf },
+}
+
+/// The YAML options that match kubectl's reading of manifests.
+pub fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        legacy_octal_numbers: true,
+    }
+}
+
+/// Parse YAML (or JSON, which is YAML) text holding zero or more Kubernetes objects.
+/// `file` names the text in errors.
+pub fn parse_documents(text: &str, file: &str) -> Result<Vec<Object>, ManifestError> {
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple_with_options(text, yaml_options()).map_err(|e| {
+            ManifestError::Parse {
+                file: file.to_string(),
+                line: e.location().map(|l| l.line()).unwrap_or(0),
+                message: first_line(&e.to_string()),
+            }
+        })?;
+    let mut objects = Vec::new();
+    for (index, doc) in docs.into_iter().enumerate() {
+        push_object(doc, file, index + 1, &mut objects)?;
+    }
+    Ok(objects)
+}
+
+fn push_object(
+    doc: Value,
+    file: &str,
+    document: usize,
+    out: &mut Vec<Object>,
+) -> Result<(), ManifestError> {
+    let not_object = |message: String| ManifestError::NotAnObject {
+        file: file.to_string(),
+        document,
+        message,
+    };
+    match doc {
+        Value::Null => Ok(()),
+        Value::Object(ref map) => {
+            let api_version = map
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let kind = map.get("kind").and_then(Value::as_str).unwrap_or_default();
+            if api_version.is_empty() || kind.is_empty() {
+                return Err(not_object(
+                    "not a Kubernetes object: apiVersion and kind are required".into(),
+                ));
+            }
+            if kind.ends_with("List") && map.get("items").is_some_and(Value::is_array) {
+                if let Some(Value::Array(items)) = map.get("items") {
+                    for item in items.clone() {
+                        push_object(item, file, document, out)?;
+                    }
+                }
+                return Ok(());
+            }
+            let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+            let generate_name = doc["metadata"]["generateName"].as_str().unwrap_or_default();
+            if name.is_empty() {
+                let hint = if generate_name.is_empty() {
+                    ""
+                } else {
+                    " (generateName cannot be applied declaratively)"
+                };
+                return Err(not_object(format!("{kind} has no metadata.name{hint}")));
+            }
+            out.push(Object(doc));
+            Ok(())
+        }
+        other => Err(not_object(format!(
+            "not a Kubernetes object: expected a mapping, found {}",
+            json_type(&other)
+        ))),
+    }
+}
+
+/// Read every manifest under `dir`, recursively, in path order.
+pub fn load_dir(dir: &Path) -> Result<Vec<Object>, ManifestError> {
+    if !dir.is_dir() {
+        return Err(ManifestError::NoDirectory {
+            path: dir.to_path_buf(),
+        });
+    }
+    let mut files = Vec::new();
+    collect_files(dir, &mut files)?;
+    files.sort();
+    let mut objects = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).map_err(|source| ManifestError::Read {
+            path: file.clone(),
+            source,
+        })?;
+        let shown = file
+            .strip_prefix(dir)
+            .unwrap_or(&file)
+            .display()
+            .to_string();
+        objects.extend(parse_documents(&text, &shown)?);
+    }
+    Ok(objects)
+}
+
+fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ManifestError> {
+    let entries = std::fs::read_dir(dir).map_err(|source| ManifestError::Read {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    for entry in entries {
+        let entry = entry.map_err(|source| ManifestError::Read {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let path = entry.path();
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') {
+            continue;
+        }
+        let file_type = entry.file_type().map_err(|source| ManifestError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        if file_type.is_dir() {
+            collect_files(&path, out)?;
+        } else if is_manifest_file(&name) {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// YAML and JSON files, except kustomize's own configuration.
+fn is_manifest_file(name: &str) -> bool {
+    let manifest = name.ends_with(".yaml") || name.ends_with(".yml") || name.ends_with(".json");
+    let kustomization = matches!(
+        name,
+        "kustomization.yaml" | "kustomization.yml" | "Kustomization"
+    );
+    manifest && !kustomization
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or_default().trim().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multi_document_files_with_empty_documents_and_lists() {
+        let text = "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\n---\n\
+apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Secret\n  metadata: {name: s}\n";
+        let objects = parse_documents(text, "x.yaml").unwrap();
+        let names: Vec<&str> = objects.iter().map(|o| o.name()).collect();
+        assert_eq!(names, ["a", "s"]);
+    }
+
+    #[test]
+    fn yaml_scalars_mean_what_they_mean_to_kubectl() {
+        let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  volumes:\n  - name: v\n    \
+secret: {secretName: s, defaultMode: 0644}\n";
+        let objects = parse_documents(text, "pod.yaml").unwrap();
+        assert_eq!(
+            objects[0].0["spec"]["volumes"][0]["secret"]["defaultMode"],
+            420
+        );
+    }
+
+    #[test]
+    fn a_parse_error_names_the_file_and_line() {
+        let text = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  k: [unclosed\n";
+        let err = parse_documents(text, "app/config.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("app/config.yaml: line "), "{err}");
+        let ManifestError::Parse { line, .. } = parse_documents(text, "f").unwrap_err() else {
+            panic!("not a parse error")
+        };
+        assert!(line >= 6, "line {line}");
+    }
+
+    #[test]
+    fn a_document_without_kind_is_named() {
+        let err = parse_documents(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\nfoo: bar\n",
+            "f.yaml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            err,
+            "f.yaml: document 2: not a Kubernetes object: apiVersion and kind are required"
+        );
+    }
+
+    #[test]
+    fn a_directory_is_read_recursively_in_path_order_ignoring_other_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("b/nested")).unwrap();
+        std::fs::write(
+            root.join("b/nested/z.yml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: z}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("a.json"),
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"j"}}"#,
+        )
+        .unwrap();
+        std::fs::write(root.join("README.md"), "# not yaml: [").unwrap();
+        std::fs::write(root.join("kustomization.yaml"), "resources: []\n").unwrap();
+        std::fs::write(root.join(".hidden.yaml"), "broken: [").unwrap();
+        let objects = load_dir(root).unwrap();
+        let names: Vec<&str> = objects.iter().map(|o| o.name()).collect();
+        assert_eq!(names, ["j", "z"]);
+    }
+}

@@ -1,0 +1,109 @@
+//! A rendered Kubernetes object: JSON with the accessors convoy needs (identity, wave).
+//!
+//! Objects stay as JSON from render to apply: convoy must send exactly what the source says
+//! (SSA owns what it sends), so they are never round-tripped through typed structs.
+
+use serde_json::Value;
+
+use crate::engine::api::{ObjectKey, annotations};
+
+/// One object of a render.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Object(pub Value);
+
+impl Object {
+    pub fn api_version(&self) -> &str {
+        self.0["apiVersion"].as_str().unwrap_or_default()
+    }
+
+    pub fn kind(&self) -> &str {
+        self.0["kind"].as_str().unwrap_or_default()
+    }
+
+    /// The API group: the part of apiVersion before `/`, empty for the core group.
+    pub fn group(&self) -> &str {
+        match self.api_version().split_once('/') {
+            Some((group, _)) => group,
+            None => "",
+        }
+    }
+
+    pub fn version(&self) -> &str {
+        match self.api_version().split_once('/') {
+            Some((_, version)) => version,
+            None => self.api_version(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.0["metadata"]["name"].as_str().unwrap_or_default()
+    }
+
+    pub fn namespace(&self) -> Option<&str> {
+        self.0["metadata"]["namespace"]
+            .as_str()
+            .filter(|s| !s.is_empty())
+    }
+
+    /// The inventory key (namespace empty for cluster-scoped or not-yet-namespaced objects).
+    pub fn key(&self) -> ObjectKey {
+        ObjectKey {
+            group: self.group().to_string(),
+            kind: self.kind().to_string(),
+            namespace: self.namespace().unwrap_or_default().to_string(),
+            name: self.name().to_string(),
+        }
+    }
+
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.0["metadata"]["annotations"][key].as_str()
+    }
+
+    pub fn labels(&self) -> Option<&serde_json::Map<String, Value>> {
+        self.0["metadata"]["labels"].as_object()
+    }
+
+    /// The sync wave: the integer annotation `convoy.kumodo.io/sync-wave`, default 0.
+    pub fn wave(&self) -> Result<i32, String> {
+        match self.annotation(annotations::SYNC_WAVE) {
+            None => Ok(0),
+            Some(raw) => raw.trim().parse().map_err(|_| {
+                format!(
+                    "{}: annotation {} must be an integer, not {raw:?}",
+                    self.key(),
+                    annotations::SYNC_WAVE
+                )
+            }),
+        }
+    }
+
+    /// Set `metadata.namespace`.
+    pub fn set_namespace(&mut self, namespace: &str) {
+        if let Some(meta) = self.metadata_mut() {
+            meta.insert("namespace".into(), Value::String(namespace.to_string()));
+        }
+    }
+
+    /// `metadata`, created if missing. `None` only when the object is not a JSON object.
+    pub fn metadata_mut(&mut self) -> Option<&mut serde_json::Map<String, Value>> {
+        let obj = self.0.as_object_mut()?;
+        let meta = obj
+            .entry("metadata")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if !meta.is_object() {
+            *meta = Value::Object(Default::default());
+        }
+        meta.as_object_mut()
+    }
+
+    /// Whether this is a Secret, whose values must never reach a log or a diff.
+    pub fn is_secret(&self) -> bool {
+        self.group().is_empty() && self.kind() == "Secret"
+    }
+}
+
+impl std::fmt::Display for Object {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.key().fmt(f)
+    }
+}

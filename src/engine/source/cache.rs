@@ -1,0 +1,246 @@
+//! The content-addressed source cache on disk.
+//!
+//! Layout under the root (default `$CONVOY_CACHE_DIR` or `~/.cache/convoy`):
+//! - `artifacts/<sha256>/` — an unpacked artifact, named by the digest of its content;
+//! - `revisions/<sha256 of an immutable revision key>` — the digest a revision unpacked to,
+//!   so a commit, chart version or OCI digest seen before needs no network;
+//! - `git/<sha256 of the URL>/` — bare mirrors that Git fetches into;
+//! - `tmp/` — staging directories, renamed into `artifacts/` once complete, so a reader never
+//!   sees half an artifact.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// Why the cache could not be used.
+#[derive(Debug, thiserror::Error)]
+#[error("source cache: cannot {action} {}", path.display())]
+pub struct CacheError {
+    pub action: &'static str,
+    pub path: PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// The cache root.
+#[derive(Debug, Clone)]
+pub struct Cache {
+    root: PathBuf,
+}
+
+impl Cache {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    /// `$CONVOY_CACHE_DIR`, else `$XDG_CACHE_HOME/convoy`, else `~/.cache/convoy`.
+    pub fn default_root() -> PathBuf {
+        if let Some(dir) = std::env::var_os("CONVOY_CACHE_DIR") {
+            return PathBuf::from(dir);
+        }
+        if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
+            return PathBuf::from(dir).join("convoy");
+        }
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
+        home.join(".cache").join("convoy")
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where the artifact with `digest` (`sha256:<hex>`) lives.
+    pub fn artifact_dir(&self, digest: &str) -> PathBuf {
+        self.root
+            .join("artifacts")
+            .join(digest.trim_start_matches("sha256:"))
+    }
+
+    /// The bare Git mirror for `url`.
+    pub fn git_mirror(&self, url: &str) -> PathBuf {
+        self.root
+            .join("git")
+            .join(&sha256_hex(url.as_bytes())[..32])
+    }
+
+    /// The digest an immutable revision unpacked to, if it is still in the cache.
+    pub fn lookup(&self, revision_key: &str) -> Option<String> {
+        let path = self.revision_path(revision_key);
+        let digest = std::fs::read_to_string(path).ok()?;
+        let digest = digest.trim().to_string();
+        self.artifact_dir(&digest).is_dir().then_some(digest)
+    }
+
+    /// A fresh staging directory under `tmp/`.
+    pub fn staging(&self) -> Result<tempfile::TempDir, CacheError> {
+        let tmp = self.root.join("tmp");
+        std::fs::create_dir_all(&tmp).map_err(|source| CacheError {
+            action: "create",
+            path: tmp.clone(),
+            source,
+        })?;
+        tempfile::Builder::new()
+            .prefix("stage-")
+            .tempdir_in(&tmp)
+            .map_err(|source| CacheError {
+                action: "create a staging directory in",
+                path: tmp,
+                source,
+            })
+    }
+
+    /// Move a complete staging directory into `artifacts/<digest of its content>` and record
+    /// `revision_key` (when immutable) → digest. Returns the digest.
+    pub fn install(
+        &self,
+        staging: tempfile::TempDir,
+        revision_key: Option<&str>,
+    ) -> Result<String, CacheError> {
+        let digest = tree_digest(staging.path()).map_err(|source| CacheError {
+            action: "hash",
+            path: staging.path().to_path_buf(),
+            source,
+        })?;
+        let target = self.artifact_dir(&digest);
+        if !target.is_dir() {
+            let parent = self.root.join("artifacts");
+            std::fs::create_dir_all(&parent).map_err(|source| CacheError {
+                action: "create",
+                path: parent,
+                source,
+            })?;
+            let staged = staging.keep();
+            if let Err(source) = std::fs::rename(&staged, &target) {
+                // Another process installed the same content first: keep theirs.
+                let _ = std::fs::remove_dir_all(&staged);
+                if !target.is_dir() {
+                    return Err(CacheError {
+                        action: "install",
+                        path: target,
+                        source,
+                    });
+                }
+            }
+        }
+        if let Some(key) = revision_key {
+            let path = self.revision_path(key);
+            if let Some(parent) = path.parent() {
+                let _ = std::fs::create_dir_all(parent);
+            }
+            std::fs::write(&path, &digest).map_err(|source| CacheError {
+                action: "write",
+                path,
+                source,
+            })?;
+        }
+        Ok(digest)
+    }
+
+    fn revision_path(&self, key: &str) -> PathBuf {
+        self.root.join("revisions").join(sha256_hex(key.as_bytes()))
+    }
+}
+
+/// `sha256:<hex>` over a directory tree: every entry's relative path, type, executable bit
+/// and content (or link target), in path order. Equal trees give equal digests.
+pub fn tree_digest(root: &Path) -> std::io::Result<String> {
+    let mut entries = Vec::new();
+    collect(root, root, &mut entries)?;
+    entries.sort();
+    let mut hasher = Sha256::new();
+    for relative in entries {
+        let path = root.join(&relative);
+        let meta = std::fs::symlink_metadata(&path)?;
+        hasher.update(relative.as_bytes());
+        hasher.update([0]);
+        if meta.file_type().is_symlink() {
+            hasher.update(b"L");
+            hasher.update(std::fs::read_link(&path)?.to_string_lossy().as_bytes());
+        } else if meta.is_dir() {
+            hasher.update(b"D");
+        } else {
+            use std::os::unix::fs::PermissionsExt;
+            hasher.update(if meta.permissions().mode() & 0o111 != 0 {
+                b"X"
+            } else {
+                b"F"
+            });
+            hasher.update(meta.len().to_be_bytes());
+            let mut file = std::fs::File::open(&path)?;
+            let mut buf = [0u8; 64 * 1024];
+            loop {
+                let n = file.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                hasher.update(&buf[..n]);
+            }
+        }
+        hasher.update([0]);
+    }
+    Ok(format!("sha256:{}", hex::encode(hasher.finalize())))
+}
+
+fn collect(root: &Path, dir: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        let relative = path
+            .strip_prefix(root)
+            .unwrap_or(&path)
+            .to_string_lossy()
+            .into_owned();
+        let file_type = entry.file_type()?;
+        out.push(relative);
+        if file_type.is_dir() {
+            collect(root, &path, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// Lowercase hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_trees_give_equal_digests_and_any_change_differs() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        for d in [a.path(), b.path()] {
+            std::fs::create_dir(d.join("sub")).unwrap();
+            std::fs::write(d.join("sub/x.yaml"), "x: 1\n").unwrap();
+            std::fs::write(d.join("y.yaml"), "y: 2\n").unwrap();
+        }
+        assert_eq!(
+            tree_digest(a.path()).unwrap(),
+            tree_digest(b.path()).unwrap()
+        );
+        std::fs::write(b.path().join("y.yaml"), "y: 3\n").unwrap();
+        assert_ne!(
+            tree_digest(a.path()).unwrap(),
+            tree_digest(b.path()).unwrap()
+        );
+    }
+
+    #[test]
+    fn installed_artifacts_are_found_by_revision() {
+        let root = tempfile::tempdir().unwrap();
+        let cache = Cache::new(root.path());
+        let staging = cache.staging().unwrap();
+        std::fs::write(staging.path().join("a.yaml"), "a: 1\n").unwrap();
+        let digest = cache.install(staging, Some("git:file:///x@abc")).unwrap();
+        assert!(digest.starts_with("sha256:"));
+        assert_eq!(cache.lookup("git:file:///x@abc"), Some(digest.clone()));
+        assert!(cache.artifact_dir(&digest).join("a.yaml").is_file());
+        assert_eq!(cache.lookup("git:file:///x@def"), None);
+    }
+}

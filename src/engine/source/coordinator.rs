@@ -1,0 +1,107 @@
+//! `coordinator::ensure`: resolve a source request to an immutable artifact in the cache,
+//! fetching at most once for concurrent identical requests.
+//!
+//! Spec: reconcile-flow.txt stageRender step 1. Many Releases often share one source (a
+//! monorepo, one chart repository); when they reconcile together, the first caller fetches
+//! and the others wait for it and take its result.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::cache::Cache;
+use super::{Artifact, Credentials, SourceError, SourceRequest, git, helm_repo, oci};
+
+type Slot = Arc<tokio::sync::Mutex<Option<(Instant, Artifact)>>>;
+
+/// Fetches sources into one cache, de-duplicating concurrent fetches.
+pub struct Coordinator {
+    cache: Cache,
+    slots: Mutex<HashMap<String, Slot>>,
+    fetches: AtomicU64,
+}
+
+impl Coordinator {
+    pub fn new(cache: Cache) -> Self {
+        Self {
+            cache,
+            slots: Mutex::new(HashMap::new()),
+            fetches: AtomicU64::new(0),
+        }
+    }
+
+    pub fn cache(&self) -> &Cache {
+        &self.cache
+    }
+
+    /// How many fetches actually ran (for tests and metrics).
+    pub fn fetch_count(&self) -> u64 {
+        self.fetches.load(Ordering::Relaxed)
+    }
+
+    /// Resolve `request` to an artifact. A caller that waited while an identical request was
+    /// fetched takes that result instead of fetching again.
+    pub async fn ensure(
+        &self,
+        request: &SourceRequest,
+        credentials: Option<&Credentials>,
+    ) -> Result<Artifact, SourceError> {
+        let asked = Instant::now();
+        let slot = self.slot(&request.key());
+        let mut result_slot = slot.lock().await;
+        if let Some((finished, artifact)) = result_slot.as_ref()
+            && *finished >= asked
+        {
+            return Ok(artifact.clone());
+        }
+        // Requests for different revisions of one Git repository share its mirror.
+        let mirror = match request {
+            SourceRequest::Git { url, .. } => Some(self.slot(&format!("mirror:{url}"))),
+            _ => None,
+        };
+        let _mirror_guard = match &mirror {
+            Some(m) => Some(m.lock().await),
+            None => None,
+        };
+        self.fetches.fetch_add(1, Ordering::Relaxed);
+        let result = match request {
+            SourceRequest::Git { url, reference } => {
+                git::fetch(&self.cache, url, reference, credentials).await
+            }
+            SourceRequest::Helm {
+                url,
+                chart,
+                version,
+            } => helm_repo::fetch(&self.cache, url, chart, version.as_deref(), credentials).await,
+            SourceRequest::Oci {
+                url,
+                tag,
+                digest,
+                insecure,
+            } => {
+                oci::fetch(
+                    &self.cache,
+                    url,
+                    tag.as_deref(),
+                    digest.as_deref(),
+                    *insecure,
+                    credentials,
+                )
+                .await
+            }
+        };
+        if let Ok(artifact) = &result {
+            *result_slot = Some((Instant::now(), artifact.clone()));
+        }
+        result
+    }
+
+    fn slot(&self, key: &str) -> Slot {
+        let mut slots = match self.slots.lock() {
+            Ok(s) => s,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        slots.entry(key.to_string()).or_default().clone()
+    }
+}

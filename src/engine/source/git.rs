@@ -1,0 +1,293 @@
+//! Git sources through the `git` program: fetch into a bare mirror, export a commit with
+//! `git archive` into the cache.
+//!
+//! Works over `file://`, `git://`, `http(s)://` and `ssh://`. Credentials never appear on a
+//! command line: HTTP auth goes through `GIT_CONFIG_*` environment variables, SSH keys through
+//! a temporary file named in `GIT_SSH_COMMAND`. Git is never allowed to prompt.
+
+use std::path::Path;
+use std::process::Stdio;
+
+use base64::Engine;
+use tokio::process::Command;
+
+use super::archive;
+use super::cache::Cache;
+use super::{Artifact, Credentials, GitReference, SourceError};
+use crate::engine::tools::Tool;
+
+/// Fetch `reference` of `url` and unpack it into the cache.
+pub async fn fetch(
+    cache: &Cache,
+    url: &str,
+    reference: &GitReference,
+    credentials: Option<&Credentials>,
+) -> Result<Artifact, SourceError> {
+    let git = Tool::Git.locate()?;
+    // A full commit id that was unpacked before needs no network at all.
+    if let GitReference::Commit(sha) = reference
+        && is_full_sha(sha)
+        && let Some(digest) = cache.lookup(&revision_key(url, sha))
+    {
+        return Ok(Artifact {
+            revision: format!("sha1:{sha}"),
+            path: cache.artifact_dir(&digest),
+            digest,
+            url: url.to_string(),
+        });
+    }
+
+    let mirror = cache.git_mirror(url);
+    let auth = GitAuth::new(credentials, cache)?;
+    let runner = Runner {
+        git: &git,
+        mirror: &mirror,
+        url,
+        auth: &auth,
+    };
+    if !mirror.join("HEAD").is_file() {
+        std::fs::create_dir_all(&mirror).map_err(|e| {
+            SourceError::not_ready(url, format!("cannot create {}: {e}", mirror.display()))
+        })?;
+        runner.run(&["init", "--bare", "--quiet", "."]).await?;
+    }
+
+    let (sha, label) = match reference {
+        GitReference::Head => {
+            runner.fetch(&["HEAD"]).await?;
+            (runner.rev_parse("FETCH_HEAD^{commit}").await?, None)
+        }
+        GitReference::Branch(branch) => {
+            runner
+                .fetch(&[&format!("+refs/heads/{branch}:refs/heads/{branch}")])
+                .await?;
+            (
+                runner
+                    .rev_parse(&format!("refs/heads/{branch}^{{commit}}"))
+                    .await?,
+                Some(branch.as_str()),
+            )
+        }
+        GitReference::Tag(tag) => {
+            runner
+                .fetch(&[&format!("+refs/tags/{tag}:refs/tags/{tag}")])
+                .await?;
+            (
+                runner
+                    .rev_parse(&format!("refs/tags/{tag}^{{commit}}"))
+                    .await?,
+                Some(tag.as_str()),
+            )
+        }
+        GitReference::Commit(sha) => {
+            let wanted = format!("{sha}^{{commit}}");
+            if runner.rev_parse(&wanted).await.is_err() {
+                // Servers may refuse to serve an arbitrary commit; all branches and tags
+                // are the portable way to get it.
+                let direct = if is_full_sha(sha) {
+                    runner.fetch(&[sha]).await.is_ok()
+                } else {
+                    false
+                };
+                if !direct {
+                    runner
+                        .fetch(&["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"])
+                        .await?;
+                }
+            }
+            let resolved = runner
+                .rev_parse(&wanted)
+                .await
+                .map_err(|_| SourceError::not_ready(url, format!("commit {sha} not found")))?;
+            (resolved, None)
+        }
+    };
+    let revision = match label {
+        Some(label) => format!("{label}@sha1:{sha}"),
+        None => format!("sha1:{sha}"),
+    };
+
+    let key = revision_key(url, &sha);
+    if let Some(digest) = cache.lookup(&key) {
+        return Ok(Artifact {
+            revision,
+            path: cache.artifact_dir(&digest),
+            digest,
+            url: url.to_string(),
+        });
+    }
+    let tar = runner.output(&["archive", "--format=tar", &sha]).await?;
+    let staging = cache.staging()?;
+    archive::unpack_tar(tar.as_slice(), staging.path()).map_err(|source| SourceError::Archive {
+        url: url.to_string(),
+        source,
+    })?;
+    let digest = cache.install(staging, Some(&key))?;
+    Ok(Artifact {
+        revision,
+        path: cache.artifact_dir(&digest),
+        digest,
+        url: url.to_string(),
+    })
+}
+
+fn revision_key(url: &str, sha: &str) -> String {
+    format!("git:{url}@{sha}")
+}
+
+fn is_full_sha(s: &str) -> bool {
+    (s.len() == 40 || s.len() == 64) && s.chars().all(|c| c.is_ascii_hexdigit())
+}
+
+/// Environment that carries credentials to git without a command line or a prompt.
+struct GitAuth {
+    env: Vec<(String, String)>,
+    /// Keeps the SSH key and known_hosts files alive while git runs.
+    _files: Option<tempfile::TempDir>,
+}
+
+impl GitAuth {
+    fn new(credentials: Option<&Credentials>, cache: &Cache) -> Result<Self, SourceError> {
+        let mut env = vec![
+            ("GIT_TERMINAL_PROMPT".to_string(), "0".to_string()),
+            ("GCM_INTERACTIVE".to_string(), "never".to_string()),
+            ("GIT_ASKPASS".to_string(), "true".to_string()),
+            ("SSH_ASKPASS".to_string(), "true".to_string()),
+        ];
+        let mut config: Vec<(String, String)> = vec![("credential.helper".into(), String::new())];
+        let mut files = None;
+        if let Some(c) = credentials {
+            if let Some(token) = &c.bearer_token {
+                config.push((
+                    "http.extraHeader".into(),
+                    format!("Authorization: Bearer {token}"),
+                ));
+            } else if c.username.is_some() || c.password.is_some() {
+                let pair = format!(
+                    "{}:{}",
+                    c.username.as_deref().unwrap_or("git"),
+                    c.password.as_deref().unwrap_or_default()
+                );
+                let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
+                config.push((
+                    "http.extraHeader".into(),
+                    format!("Authorization: Basic {encoded}"),
+                ));
+            }
+            if let Some(identity) = &c.identity {
+                let dir = cache.staging()?;
+                let key = dir.path().join("identity");
+                write_private(&key, identity)?;
+                let mut ssh = format!(
+                    "ssh -i '{}' -o IdentitiesOnly=yes -o BatchMode=yes",
+                    key.display()
+                );
+                match &c.known_hosts {
+                    Some(hosts) => {
+                        let file = dir.path().join("known_hosts");
+                        write_private(&file, hosts)?;
+                        ssh.push_str(&format!(
+                            " -o UserKnownHostsFile='{}' -o StrictHostKeyChecking=yes",
+                            file.display()
+                        ));
+                    }
+                    None => ssh.push_str(" -o StrictHostKeyChecking=accept-new"),
+                }
+                env.push(("GIT_SSH_COMMAND".into(), ssh));
+                files = Some(dir);
+            }
+        }
+        env.push(("GIT_CONFIG_COUNT".into(), config.len().to_string()));
+        for (i, (k, v)) in config.into_iter().enumerate() {
+            env.push((format!("GIT_CONFIG_KEY_{i}"), k));
+            env.push((format!("GIT_CONFIG_VALUE_{i}"), v));
+        }
+        Ok(Self { env, _files: files })
+    }
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> Result<(), SourceError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut data = bytes.to_vec();
+    if !data.ends_with(b"\n") {
+        data.push(b'\n');
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| f.write_all(&data))
+        .map_err(|e| SourceError::not_ready("ssh", format!("cannot write the SSH key file: {e}")))
+}
+
+struct Runner<'a> {
+    git: &'a Path,
+    mirror: &'a Path,
+    url: &'a str,
+    auth: &'a GitAuth,
+}
+
+impl Runner<'_> {
+    async fn fetch(&self, refspecs: &[&str]) -> Result<(), SourceError> {
+        let mut args = vec![
+            "fetch",
+            "--quiet",
+            "--force",
+            "--no-tags",
+            "--no-write-fetch-head",
+            self.url,
+        ];
+        if refspecs == ["HEAD"] {
+            // FETCH_HEAD is how git names what `HEAD` of a remote resolved to.
+            args.retain(|a| *a != "--no-write-fetch-head");
+        }
+        args.extend_from_slice(refspecs);
+        self.run(&args).await.map(|_| ())
+    }
+
+    async fn rev_parse(&self, rev: &str) -> Result<String, SourceError> {
+        let out = self
+            .output(&["rev-parse", "--verify", "--quiet", rev])
+            .await?;
+        Ok(String::from_utf8_lossy(&out).trim().to_string())
+    }
+
+    async fn run(&self, args: &[&str]) -> Result<Vec<u8>, SourceError> {
+        self.output(args).await
+    }
+
+    async fn output(&self, args: &[&str]) -> Result<Vec<u8>, SourceError> {
+        let out = Command::new(self.git)
+            .arg("-C")
+            .arg(self.mirror)
+            .args(args)
+            .envs(self.auth.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output()
+            .await
+            .map_err(|e| SourceError::not_ready(self.url, format!("cannot run git: {e}")))?;
+        if out.status.success() {
+            return Ok(out.stdout);
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let message: Vec<&str> = stderr
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .take(3)
+            .collect();
+        let message = if message.is_empty() {
+            format!(
+                "git {} failed ({})",
+                args.first().unwrap_or(&""),
+                out.status
+            )
+        } else {
+            message.join("; ")
+        };
+        Err(SourceError::not_ready(self.url, message))
+    }
+}

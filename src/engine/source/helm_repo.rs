@@ -1,0 +1,328 @@
+//! Helm chart repositories over HTTP: `index.yaml`, then the chart archive.
+//!
+//! Version selection follows Helm: an exact version, or a range in Helm's (Masterminds)
+//! syntax — `^1.2`, `~1.2.3`, `>=1.0 <2.0`, `1.2.x`, `1.0 - 1.4`, `a || b` — taking the
+//! highest version that satisfies it; pre-releases only when the range names one.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use super::archive;
+use super::cache::Cache;
+use super::{Artifact, Credentials, SourceError};
+
+#[derive(Debug, Deserialize)]
+struct Index {
+    #[serde(default)]
+    entries: BTreeMap<String, Vec<ChartVersion>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct ChartVersion {
+    version: String,
+    #[serde(default)]
+    urls: Vec<String>,
+    #[serde(default)]
+    digest: Option<String>,
+}
+
+/// Fetch `chart` at `version` (exact, range, or newest stable) from the repository at `url`.
+pub async fn fetch(
+    cache: &Cache,
+    url: &str,
+    chart: &str,
+    version: Option<&str>,
+    credentials: Option<&Credentials>,
+) -> Result<Artifact, SourceError> {
+    let base = url.trim_end_matches('/');
+    let client = crate::engine::http::client().map_err(|e| SourceError::not_ready(url, e))?;
+    let index_url = format!("{base}/index.yaml");
+    let body = get(&client, &index_url, credentials).await?;
+    let text = String::from_utf8_lossy(&body);
+    let index: Index = serde_saphyr::from_str(&text).map_err(|e| {
+        SourceError::not_ready(
+            url,
+            format!("index.yaml is not a Helm repository index: {e}"),
+        )
+    })?;
+    let versions = index.entries.get(chart).ok_or_else(|| {
+        SourceError::not_ready(
+            url,
+            format!("chart {chart:?} is not in the repository index"),
+        )
+    })?;
+    let chosen = select_version(versions.iter().map(|v| v.version.as_str()), version)
+        .map_err(|e| SourceError::not_ready(url, format!("chart {chart}: {e}")))?;
+    let entry = versions
+        .iter()
+        .find(|v| v.version == chosen)
+        .ok_or_else(|| {
+            SourceError::not_ready(
+                url,
+                format!("chart {chart} {chosen} vanished from the index"),
+            )
+        })?;
+
+    let key = format!(
+        "helm:{base}#{chart}@{}#{}",
+        entry.version,
+        entry.digest.as_deref().unwrap_or("")
+    );
+    if let Some(digest) = cache.lookup(&key) {
+        return Ok(Artifact {
+            revision: entry.version.clone(),
+            path: cache.artifact_dir(&digest),
+            digest,
+            url: url.to_string(),
+        });
+    }
+    let chart_url = entry.urls.first().ok_or_else(|| {
+        SourceError::not_ready(url, format!("chart {chart} {chosen} has no download URL"))
+    })?;
+    let chart_url = if chart_url.contains("://") {
+        chart_url.clone()
+    } else {
+        format!("{base}/{}", chart_url.trim_start_matches("./"))
+    };
+    let archive_bytes = get(&client, &chart_url, credentials).await?;
+    if let Some(expected) = &entry.digest {
+        let actual = hex::encode(Sha256::digest(&archive_bytes));
+        if !expected.eq_ignore_ascii_case(actual.trim_start_matches("sha256:")) {
+            return Err(SourceError::not_ready(
+                url,
+                format!(
+                    "chart {chart} {chosen}: digest mismatch (index says {expected}, got {actual})"
+                ),
+            ));
+        }
+    }
+    let staging = cache.staging()?;
+    archive::unpack_tar_gz(archive_bytes.as_slice(), staging.path()).map_err(|source| {
+        SourceError::Archive {
+            url: chart_url.clone(),
+            source,
+        }
+    })?;
+    let digest = cache.install(staging, Some(&key))?;
+    Ok(Artifact {
+        revision: entry.version.clone(),
+        path: cache.artifact_dir(&digest),
+        digest,
+        url: url.to_string(),
+    })
+}
+
+async fn get(
+    client: &reqwest::Client,
+    url: &str,
+    credentials: Option<&Credentials>,
+) -> Result<Vec<u8>, SourceError> {
+    let mut request = client.get(url);
+    if let Some(c) = credentials {
+        if let Some(token) = &c.bearer_token {
+            request = request.bearer_auth(token);
+        } else if let Some(user) = &c.username {
+            request = request.basic_auth(user, c.password.as_ref());
+        }
+    }
+    let response = request
+        .send()
+        .await
+        .map_err(|e| SourceError::not_ready(url, crate::engine::http::describe(&e)))?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(SourceError::not_ready(url, format!("HTTP {status}")));
+    }
+    let bytes = response
+        .bytes()
+        .await
+        .map_err(|e| SourceError::not_ready(url, crate::engine::http::describe(&e)))?;
+    Ok(bytes.to_vec())
+}
+
+/// Pick the highest version of `available` that satisfies `constraint` (Helm's rules).
+pub fn select_version<'a>(
+    available: impl Iterator<Item = &'a str>,
+    constraint: Option<&str>,
+) -> Result<String, String> {
+    let constraint = constraint.map(str::trim).filter(|c| !c.is_empty());
+    let matcher = match constraint {
+        Some(c) => Some(Constraint::parse(c)?),
+        None => None,
+    };
+    let mut best: Option<(semver::Version, &str)> = None;
+    for raw in available {
+        let Some(version) = parse_version(raw) else {
+            continue;
+        };
+        let ok = match &matcher {
+            Some(m) => m.matches(&version),
+            None => version.pre.is_empty(),
+        };
+        if ok && best.as_ref().is_none_or(|(b, _)| version > *b) {
+            best = Some((version, raw));
+        }
+    }
+    best.map(|(_, raw)| raw.to_string())
+        .ok_or_else(|| match constraint {
+            Some(c) => format!("no version satisfies {c:?}"),
+            None => "no stable version".to_string(),
+        })
+}
+
+fn parse_version(raw: &str) -> Option<semver::Version> {
+    let v = raw.trim().trim_start_matches('v');
+    semver::Version::parse(v).ok().or_else(|| {
+        // Helm accepts `1.2` as `1.2.0`.
+        let parts: Vec<&str> = v.split('.').collect();
+        match parts.len() {
+            1 => semver::Version::parse(&format!("{v}.0.0")).ok(),
+            2 => semver::Version::parse(&format!("{v}.0")).ok(),
+            _ => None,
+        }
+    })
+}
+
+/// A Helm version constraint: alternatives (`||`) of conjunctions.
+struct Constraint {
+    alternatives: Vec<Conjunction>,
+}
+
+struct Conjunction {
+    requirement: Option<semver::VersionReq>,
+    excluded: Vec<semver::Version>,
+}
+
+impl Constraint {
+    fn parse(text: &str) -> Result<Self, String> {
+        let mut alternatives = Vec::new();
+        for alternative in text.split("||") {
+            alternatives.push(Conjunction::parse(alternative.trim(), text)?);
+        }
+        Ok(Self { alternatives })
+    }
+
+    fn matches(&self, version: &semver::Version) -> bool {
+        self.alternatives.iter().any(|c| c.matches(version))
+    }
+}
+
+impl Conjunction {
+    fn parse(text: &str, whole: &str) -> Result<Self, String> {
+        let invalid = || format!("invalid version constraint {whole:?}");
+        // Hyphen ranges: `1.2 - 1.4.5` means `>=1.2, <=1.4.5`.
+        let text = match text.split_once(" - ") {
+            Some((low, high)) => format!(">={}, <={}", low.trim(), high.trim()),
+            None => text.to_string(),
+        };
+        // Join operators separated from their version by spaces (`>= 1.2`).
+        let mut tokens: Vec<String> = Vec::new();
+        for token in text.split([',', ' ']).filter(|t| !t.is_empty()) {
+            match tokens.last_mut() {
+                Some(last) if last.chars().all(|c| "<>=!~^".contains(c)) => last.push_str(token),
+                _ => tokens.push(token.to_string()),
+            }
+        }
+        let mut comparators = Vec::new();
+        let mut excluded = Vec::new();
+        for token in tokens {
+            let token = token.replace('X', "x");
+            if let Some(v) = token.strip_prefix("!=") {
+                excluded.push(parse_version(v).ok_or_else(invalid)?);
+                continue;
+            }
+            let has_op = token.starts_with(['<', '>', '=', '~', '^']);
+            let wildcard = token.contains(['x', '*']);
+            let token = token
+                .replacen("=v", "=", 1)
+                .replacen("^v", "^", 1)
+                .replacen("~v", "~", 1);
+            let token = token.strip_prefix('v').map(str::to_string).unwrap_or(token);
+            if has_op || wildcard {
+                comparators.push(token);
+            } else {
+                // A bare version is an exact match in Helm (unlike Cargo's caret default).
+                comparators.push(format!("={token}"));
+            }
+        }
+        let requirement = if comparators.is_empty() {
+            None
+        } else {
+            Some(semver::VersionReq::parse(&comparators.join(", ")).map_err(|_| invalid())?)
+        };
+        Ok(Self {
+            requirement,
+            excluded,
+        })
+    }
+
+    fn matches(&self, version: &semver::Version) -> bool {
+        self.requirement.as_ref().is_none_or(|r| r.matches(version))
+            && !self.excluded.contains(version)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const AVAILABLE: &[&str] = &[
+        "1.0.0",
+        "1.2.0",
+        "1.2.5",
+        "1.10.0",
+        "2.0.0-rc.1",
+        "2.0.0",
+        "2.1.0",
+        "v3.0.0-beta.1",
+    ];
+
+    fn pick(constraint: Option<&str>) -> Result<String, String> {
+        select_version(AVAILABLE.iter().copied(), constraint)
+    }
+
+    #[test]
+    fn no_constraint_takes_the_newest_stable_version() {
+        assert_eq!(pick(None).unwrap(), "2.1.0");
+    }
+
+    #[test]
+    fn an_exact_version_is_exact() {
+        assert_eq!(pick(Some("1.2.0")).unwrap(), "1.2.0");
+        assert_eq!(pick(Some("2.0.0-rc.1")).unwrap(), "2.0.0-rc.1");
+        assert!(pick(Some("1.3.0")).is_err());
+    }
+
+    #[test]
+    fn ranges_follow_helm_ordering() {
+        assert_eq!(
+            pick(Some("^1.2")).unwrap(),
+            "1.10.0",
+            "1.10 sorts above 1.2"
+        );
+        assert_eq!(pick(Some("~1.2.0")).unwrap(), "1.2.5");
+        assert_eq!(pick(Some(">=1.0.0 <2.0.0")).unwrap(), "1.10.0");
+        assert_eq!(pick(Some(">= 1.0, < 2.0")).unwrap(), "1.10.0");
+        assert_eq!(pick(Some("1.2.x")).unwrap(), "1.2.5");
+        assert_eq!(pick(Some("1.0 - 1.2.3")).unwrap(), "1.2.0");
+        assert_eq!(pick(Some("~1.2.0 || ^2.0")).unwrap(), "2.1.0");
+        assert_eq!(pick(Some(">=1.2, !=1.10.0, <2")).unwrap(), "1.2.5");
+    }
+
+    #[test]
+    fn pre_releases_only_when_the_range_names_one() {
+        assert_eq!(pick(Some(">=2.0.0-rc.0 <2.0.0")).unwrap(), "2.0.0-rc.1");
+        assert_eq!(pick(Some(">=3.0.0-beta.0")).unwrap(), "v3.0.0-beta.1");
+        assert!(pick(Some("^3")).is_err());
+    }
+
+    #[test]
+    fn a_bad_constraint_is_named() {
+        assert_eq!(
+            pick(Some(">=banana")).unwrap_err(),
+            "invalid version constraint \">=banana\""
+        );
+    }
+}

@@ -1,0 +1,165 @@
+//! Sources: fetch Git, Helm repository and OCI content into the content-addressed cache.
+//!
+//! Spec: reconcile-flow.txt stageRender step 1 ("Fetch. coordinator.Ensure resolves and
+//! fetches the source. An error is transient. A result that is not ready stops the reconcile
+//! with reason Unsupported"); DESIGN.md sections 1 and 3.
+
+pub mod archive;
+pub mod cache;
+pub mod coordinator;
+pub mod git;
+pub mod helm_repo;
+pub mod oci;
+
+use std::path::PathBuf;
+
+pub use cache::Cache;
+pub use coordinator::Coordinator;
+
+/// What to fetch, fully resolved from a Release and its source object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceRequest {
+    Git {
+        url: String,
+        reference: GitReference,
+    },
+    Helm {
+        url: String,
+        chart: String,
+        /// An exact version, a semver range, or `None` for the newest stable version.
+        version: Option<String>,
+    },
+    Oci {
+        /// `oci://host[:port]/repository`.
+        url: String,
+        tag: Option<String>,
+        digest: Option<String>,
+        insecure: bool,
+    },
+}
+
+/// A Git revision to check out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GitReference {
+    /// The remote's default branch.
+    Head,
+    Branch(String),
+    Tag(String),
+    Commit(String),
+}
+
+impl SourceRequest {
+    /// A string naming this request; equal requests de-duplicate in the coordinator.
+    pub fn key(&self) -> String {
+        match self {
+            SourceRequest::Git { url, reference } => format!("git:{url}#{reference:?}"),
+            SourceRequest::Helm {
+                url,
+                chart,
+                version,
+            } => {
+                format!("helm:{url}#{chart}@{}", version.as_deref().unwrap_or("*"))
+            }
+            SourceRequest::Oci {
+                url, tag, digest, ..
+            } => format!(
+                "oci:{url}#{}",
+                digest.as_deref().or(tag.as_deref()).unwrap_or("latest")
+            ),
+        }
+    }
+
+    /// The URL, for messages and `status.lastAttempted.resolvedSource.url`.
+    pub fn url(&self) -> &str {
+        match self {
+            SourceRequest::Git { url, .. }
+            | SourceRequest::Helm { url, .. }
+            | SourceRequest::Oci { url, .. } => url,
+        }
+    }
+}
+
+/// Credentials read from a source's Secret. `Debug` never shows a value.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Credentials {
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub bearer_token: Option<String>,
+    /// An SSH private key (PEM/OpenSSH).
+    pub identity: Option<Vec<u8>>,
+    pub known_hosts: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = |set: bool| if set { "<redacted>" } else { "<unset>" };
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &shown(self.password.is_some()))
+            .field("bearer_token", &shown(self.bearer_token.is_some()))
+            .field("identity", &shown(self.identity.is_some()))
+            .field("known_hosts", &shown(self.known_hosts.is_some()))
+            .finish()
+    }
+}
+
+impl Credentials {
+    /// From a Secret's data: `username`/`password`, `bearerToken`, `identity`/`known_hosts`.
+    pub fn from_secret_data(data: &std::collections::BTreeMap<String, Vec<u8>>) -> Self {
+        let text = |k: &str| data.get(k).map(|v| String::from_utf8_lossy(v).into_owned());
+        Self {
+            username: text("username"),
+            password: text("password"),
+            bearer_token: text("bearerToken"),
+            identity: data.get("identity").cloned(),
+            known_hosts: data.get("known_hosts").cloned(),
+        }
+    }
+}
+
+/// A fetched, immutable artifact in the cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Artifact {
+    /// What was fetched: `main@sha1:<commit>`, a chart version, `tag@sha256:<digest>`.
+    pub revision: String,
+    /// `sha256:<hex>` of the unpacked content.
+    pub digest: String,
+    /// The unpacked content.
+    pub path: PathBuf,
+    pub url: String,
+}
+
+/// Why a source could not be fetched.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// A transient failure (network, auth, missing revision): retried (`SourceNotReady`).
+    #[error("cannot fetch {url}: {message}")]
+    NotReady { url: String, message: String },
+    /// The request uses something convoy does not implement (`Unsupported`, not retried).
+    #[error("{0}")]
+    Unsupported(String),
+    #[error(transparent)]
+    Cache(#[from] cache::CacheError),
+    #[error("cannot unpack {url}")]
+    Archive {
+        url: String,
+        #[source]
+        source: archive::ArchiveError,
+    },
+    #[error(transparent)]
+    ToolMissing(#[from] crate::engine::tools::ToolMissing),
+}
+
+impl SourceError {
+    pub(crate) fn not_ready(url: &str, message: impl Into<String>) -> Self {
+        SourceError::NotReady {
+            url: url.to_string(),
+            message: message.into(),
+        }
+    }
+
+    /// Whether this is a configuration problem (`Unsupported`) rather than a fetch error.
+    pub fn is_unsupported(&self) -> bool {
+        matches!(self, SourceError::Unsupported(_))
+    }
+}
