@@ -36,9 +36,31 @@ Register-ArgumentCompleter -Native -CommandName 'convoy' -ScriptBlock {
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('render', 'render', [CompletionResultType]::ParameterValue, 'Render a Release: print its objects in apply order and its renderRef')
             [CompletionResult]::new('install', 'install', [CompletionResultType]::ParameterValue, 'Install convoy''s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print shell completions')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'convoy;render' {
+            [CompletionResult]::new('-f', '-f', [CompletionResultType]::ParameterName, 'Read the Release, its source objects and value layers from these files instead of the cluster')
+            [CompletionResult]::new('--filename', '--filename', [CompletionResultType]::ParameterName, 'Read the Release, its source objects and value layers from these files instead of the cluster')
+            [CompletionResult]::new('--source-dir', '--source-dir', [CompletionResultType]::ParameterName, 'Use this local directory as the source''s root (spec.source.path applies inside it)')
+            [CompletionResult]::new('--cache-dir', '--cache-dir', [CompletionResultType]::ParameterName, 'Where fetched sources are cached (default: $CONVOY_CACHE_DIR or ~/.cache/convoy)')
+            [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)')
+            [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The kubeconfig context to use')
+            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Namespace of the Release (default: the context''s namespace)')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace of the Release (default: the context''s namespace)')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('--ref-only', '--ref-only', [CompletionResultType]::ParameterName, 'Print only the renderRef')
+            [CompletionResult]::new('--no-color', '--no-color', [CompletionResultType]::ParameterName, 'Never color the output (color is only used on a terminal anyway)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More logs on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More logs on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             break
         }
         'convoy;install' {
@@ -77,9 +99,13 @@ Register-ArgumentCompleter -Native -CommandName 'convoy' -ScriptBlock {
             break
         }
         'convoy;help' {
+            [CompletionResult]::new('render', 'render', [CompletionResultType]::ParameterValue, 'Render a Release: print its objects in apply order and its renderRef')
             [CompletionResult]::new('install', 'install', [CompletionResultType]::ParameterValue, 'Install convoy''s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print shell completions')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'convoy;help;render' {
             break
         }
         'convoy;help;install' {

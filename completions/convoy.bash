@@ -25,6 +25,9 @@ _convoy() {
             convoy,install)
                 cmd="convoy__subcmd__install"
                 ;;
+            convoy,render)
+                cmd="convoy__subcmd__render"
+                ;;
             convoy__subcmd__help,completions)
                 cmd="convoy__subcmd__help__subcmd__completions"
                 ;;
@@ -34,6 +37,9 @@ _convoy() {
             convoy__subcmd__help,install)
                 cmd="convoy__subcmd__help__subcmd__install"
                 ;;
+            convoy__subcmd__help,render)
+                cmd="convoy__subcmd__help__subcmd__render"
+                ;;
             *)
                 ;;
         esac
@@ -41,7 +47,7 @@ _convoy() {
 
     case "${cmd}" in
         convoy)
-            opts="-n -o -v -q -h -V --kubeconfig --context --namespace --output --no-color --verbose --quiet --help --version install completions help"
+            opts="-n -o -v -q -h -V --kubeconfig --context --namespace --output --no-color --verbose --quiet --help --version render install completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -117,7 +123,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__help)
-            opts="install completions help"
+            opts="render install completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -172,6 +178,20 @@ _convoy() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        convoy__subcmd__help__subcmd__render)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         convoy__subcmd__install)
             opts="-n -o -v -q -h --crds-only --dry-run --timeout --kubeconfig --context --namespace --output --no-color --verbose --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -180,6 +200,60 @@ _convoy() {
             fi
             case "${prev}" in
                 --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kubeconfig)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --context)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        convoy__subcmd__render)
+            opts="-f -n -o -v -q -h --filename --source-dir --ref-only --cache-dir --kubeconfig --context --namespace --output --no-color --verbose --quiet --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --filename)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -f)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --source-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cache-dir)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -33,9 +33,30 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand --help 'Print help (see more with ''--help'')'
             cand -V 'Print version'
             cand --version 'Print version'
+            cand render 'Render a Release: print its objects in apply order and its renderRef'
             cand install 'Install convoy''s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)'
             cand completions 'Print shell completions'
             cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'convoy;render'= {
+            cand -f 'Read the Release, its source objects and value layers from these files instead of the cluster'
+            cand --filename 'Read the Release, its source objects and value layers from these files instead of the cluster'
+            cand --source-dir 'Use this local directory as the source''s root (spec.source.path applies inside it)'
+            cand --cache-dir 'Where fetched sources are cached (default: $CONVOY_CACHE_DIR or ~/.cache/convoy)'
+            cand --kubeconfig 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)'
+            cand --context 'The kubeconfig context to use'
+            cand -n 'Namespace of the Release (default: the context''s namespace)'
+            cand --namespace 'Namespace of the Release (default: the context''s namespace)'
+            cand -o 'Output format'
+            cand --output 'Output format'
+            cand --ref-only 'Print only the renderRef'
+            cand --no-color 'Never color the output (color is only used on a terminal anyway)'
+            cand -v 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors on stderr'
+            cand --quiet 'Only errors on stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
         }
         &'convoy;install'= {
             cand --timeout 'How long to wait for the CRDs to become Established'
@@ -71,9 +92,12 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand --help 'Print help (see more with ''--help'')'
         }
         &'convoy;help'= {
+            cand render 'Render a Release: print its objects in apply order and its renderRef'
             cand install 'Install convoy''s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)'
             cand completions 'Print shell completions'
             cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'convoy;help;render'= {
         }
         &'convoy;help;install'= {
         }

@@ -36,9 +36,25 @@ complete -c convoy -n "__fish_convoy_needs_command" -s v -l verbose -d 'More log
 complete -c convoy -n "__fish_convoy_needs_command" -s q -l quiet -d 'Only errors on stderr'
 complete -c convoy -n "__fish_convoy_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c convoy -n "__fish_convoy_needs_command" -s V -l version -d 'Print version'
+complete -c convoy -n "__fish_convoy_needs_command" -f -a "render" -d 'Render a Release: print its objects in apply order and its renderRef'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "install" -d 'Install convoy\'s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "completions" -d 'Print shell completions'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c convoy -n "__fish_convoy_using_subcommand render" -s f -l filename -d 'Read the Release, its source objects and value layers from these files instead of the cluster' -r -F
+complete -c convoy -n "__fish_convoy_using_subcommand render" -l source-dir -d 'Use this local directory as the source\'s root (spec.source.path applies inside it)' -r -F
+complete -c convoy -n "__fish_convoy_using_subcommand render" -l cache-dir -d 'Where fetched sources are cached (default: $CONVOY_CACHE_DIR or ~/.cache/convoy)' -r -F
+complete -c convoy -n "__fish_convoy_using_subcommand render" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
+complete -c convoy -n "__fish_convoy_using_subcommand render" -l context -d 'The kubeconfig context to use' -r
+complete -c convoy -n "__fish_convoy_using_subcommand render" -s n -l namespace -d 'Namespace of the Release (default: the context\'s namespace)' -r
+complete -c convoy -n "__fish_convoy_using_subcommand render" -s o -l output -d 'Output format' -r -f -a "table\t''
+yaml\t''
+json\t''
+diff\t'Only for `convoy diff`'"
+complete -c convoy -n "__fish_convoy_using_subcommand render" -l ref-only -d 'Print only the renderRef'
+complete -c convoy -n "__fish_convoy_using_subcommand render" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
+complete -c convoy -n "__fish_convoy_using_subcommand render" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+complete -c convoy -n "__fish_convoy_using_subcommand render" -s q -l quiet -d 'Only errors on stderr'
+complete -c convoy -n "__fish_convoy_using_subcommand render" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l timeout -d 'How long to wait for the CRDs to become Established' -r
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l context -d 'The kubeconfig context to use' -r
@@ -64,6 +80,7 @@ complete -c convoy -n "__fish_convoy_using_subcommand completions" -l no-color -
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -s q -l quiet -d 'Only errors on stderr'
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from install completions help" -f -a "install" -d 'Install convoy\'s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from install completions help" -f -a "completions" -d 'Print shell completions'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from install completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render install completions help" -f -a "render" -d 'Render a Release: print its objects in apply order and its renderRef'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render install completions help" -f -a "install" -d 'Install convoy\'s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render install completions help" -f -a "completions" -d 'Print shell completions'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render install completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

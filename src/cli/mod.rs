@@ -7,6 +7,7 @@ pub mod commands;
 pub mod exit;
 pub mod generate;
 pub mod output;
+pub mod release_input;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -76,6 +77,7 @@ impl GlobalArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    Render(commands::render::RenderArgs),
     Install(commands::install::InstallArgs),
     Completions(commands::completions::CompletionsArgs),
 }
@@ -114,6 +116,7 @@ pub fn main() -> ExitCode {
 /// Run one parsed command.
 pub async fn run(cli: Cli, printer: &mut Printer) -> CommandResult {
     match cli.command {
+        Command::Render(args) => commands::render::run(&cli.global, args, printer).await,
         Command::Install(args) => commands::install::run(&cli.global, args, printer).await,
         Command::Completions(args) => commands::completions::run(args, printer),
     }
@@ -130,8 +133,9 @@ fn init_logging(global: &GlobalArgs) {
             _ => "trace",
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("CONVOY_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("convoy={level},warn")));
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CONVOY_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!("convoy={level},warn,kube_client=off"))
+    });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -49,3 +49,76 @@ impl Printer {
         self.out.flush()
     }
 }
+
+/// Kubernetes objects as multi-document YAML, keys in the order people read them
+/// (`apiVersion`, `kind`, `metadata` first; then alphabetical).
+pub fn yaml_documents<'a>(
+    objects: impl IntoIterator<Item = &'a serde_json::Value>,
+) -> Result<String, String> {
+    let mut out = String::new();
+    for object in objects {
+        out.push_str("---\n");
+        let text =
+            serde_saphyr::to_string(&Ordered(object, Level::Top)).map_err(|e| e.to_string())?;
+        out.push_str(&text);
+        if !text.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    Ok(out)
+}
+
+/// One value as YAML with the same key order.
+pub fn yaml_value(value: &serde_json::Value) -> Result<String, String> {
+    serde_saphyr::to_string(&Ordered(value, Level::Top)).map_err(|e| e.to_string())
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Level {
+    Top,
+    Metadata,
+    Other,
+}
+
+struct Ordered<'a>(&'a serde_json::Value, Level);
+
+impl serde::Serialize for Ordered<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        use serde_json::Value;
+        match self.0 {
+            Value::Object(map) => {
+                let first: &[&str] = match self.1 {
+                    Level::Top => &["apiVersion", "kind", "metadata"],
+                    Level::Metadata => &["name", "namespace", "labels", "annotations"],
+                    Level::Other => &[],
+                };
+                let mut m = serializer.serialize_map(Some(map.len()))?;
+                for key in first {
+                    if let Some(v) = map.get(*key) {
+                        let level = if self.1 == Level::Top && *key == "metadata" {
+                            Level::Metadata
+                        } else {
+                            Level::Other
+                        };
+                        m.serialize_entry(key, &Ordered(v, level))?;
+                    }
+                }
+                for (k, v) in map {
+                    if !first.contains(&k.as_str()) {
+                        m.serialize_entry(k, &Ordered(v, Level::Other))?;
+                    }
+                }
+                m.end()
+            }
+            Value::Array(items) => {
+                let mut s = serializer.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    s.serialize_element(&Ordered(item, Level::Other))?;
+                }
+                s.end()
+            }
+            other => other.serialize(serializer),
+        }
+    }
+}

@@ -4,11 +4,13 @@
 //! so produce the same objects, inventory and status (DESIGN.md, introduction).
 
 pub mod api;
+pub mod cluster;
 pub mod connect;
 pub mod duration;
 pub mod http;
 pub mod install;
 pub mod inventory;
+pub mod objects;
 pub mod render;
 pub mod source;
 pub mod ssa;

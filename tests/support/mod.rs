@@ -6,6 +6,8 @@
 //! missing binary is a loud failure that says how to build it, never a skipped test.
 #![allow(dead_code)]
 
+pub mod servers;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;

@@ -16,7 +16,8 @@ use super::object::Object;
 /// Why a manifest could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    #[error("{file}: line {line}: {message}")]
+    /// `message` starts with the location (`line 6 column 9: …`).
+    #[error("{file}: {message}")]
     Parse {
         file: String,
         line: u64,
@@ -47,20 +48,105 @@ pub fn yaml_options() -> serde_saphyr::Options {
 
 /// Parse YAML (or JSON, which is YAML) text holding zero or more Kubernetes objects.
 /// `file` names the text in errors.
+///
+/// Large texts (a chart's `helm template` output) are split at their `---` document markers
+/// and the pieces parsed on several threads: parsing is most of convoy's own cost in a render.
 pub fn parse_documents(text: &str, file: &str) -> Result<Vec<Object>, ManifestError> {
-    let docs: Vec<Value> =
-        serde_saphyr::from_multiple_with_options(text, yaml_options()).map_err(|e| {
-            ManifestError::Parse {
-                file: file.to_string(),
-                line: e.location().map(|l| l.line()).unwrap_or(0),
-                message: first_line(&e.to_string()),
-            }
-        })?;
+    let chunks = split_documents(text);
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(8);
+    let parsed: Vec<Result<Vec<(usize, Value)>, ManifestError>> =
+        if text.len() < 64 * 1024 || threads < 2 {
+            vec![parse_chunks(&chunks, file)]
+        } else {
+            let per_thread = chunks.len().div_ceil(threads);
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = chunks
+                    .chunks(per_thread.max(1))
+                    .map(|part| scope.spawn(move || parse_chunks(part, file)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|_| Ok(Vec::new())))
+                    .collect()
+            })
+        };
     let mut objects = Vec::new();
-    for (index, doc) in docs.into_iter().enumerate() {
-        push_object(doc, file, index + 1, &mut objects)?;
+    for part in parsed {
+        for (document, value) in part? {
+            push_object(value, file, document, &mut objects)?;
+        }
     }
     Ok(objects)
+}
+
+/// One YAML document of a text: its number (from 1), first line (from 1) and text.
+struct Chunk<'a> {
+    document: usize,
+    first_line: u64,
+    text: &'a str,
+}
+
+/// Split at lines that are document markers (`---` at column 0). Per the YAML spec such a
+/// line ends any scalar, so the pieces parse exactly as the whole would.
+fn split_documents(text: &str) -> Vec<Chunk<'_>> {
+    let mut chunks = Vec::new();
+    let mut start = 0;
+    let mut start_line = 1u64;
+    let mut offset = 0;
+    for (line_no, line) in (1u64..).zip(text.split_inclusive('\n')) {
+        let bare = line.trim_end_matches(['\n', '\r']);
+        let marker = bare == "---" || bare.starts_with("--- ") || bare.starts_with("---\t");
+        if marker && offset > start {
+            chunks.push((start, offset, start_line));
+            start = offset;
+            start_line = line_no;
+        }
+        offset += line.len();
+    }
+    chunks.push((start, text.len(), start_line));
+    chunks
+        .into_iter()
+        .enumerate()
+        .map(|(i, (s, e, l))| Chunk {
+            document: i + 1,
+            first_line: l,
+            text: &text[s..e],
+        })
+        .collect()
+}
+
+fn parse_chunks(chunks: &[Chunk<'_>], file: &str) -> Result<Vec<(usize, Value)>, ManifestError> {
+    let mut out = Vec::new();
+    for chunk in chunks {
+        let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(chunk.text, yaml_options())
+            .map_err(|e| {
+                let location = e.location();
+                // `Location` counts from 1; a missing one means the chunk's first line.
+                let line = location.as_ref().map(|l| l.line()).unwrap_or(1) + chunk.first_line - 1;
+                let column = location.as_ref().map(|l| l.column()).unwrap_or(0);
+                let text = first_line(&e.to_string());
+                let text = text.strip_prefix("error: ").unwrap_or(&text);
+                // Drop the parser's own (chunk-relative) location; ours is absolute.
+                let text = match text.strip_prefix("line ") {
+                    Some(rest) => rest.split_once(": ").map(|(_, m)| m).unwrap_or(rest),
+                    None => text,
+                };
+                ManifestError::Parse {
+                    file: file.to_string(),
+                    line,
+                    message: if column > 0 {
+                        format!("line {line} column {column}: {text}")
+                    } else {
+                        format!("line {line}: {text}")
+                    },
+                }
+            })?;
+        out.extend(docs.into_iter().map(|d| (chunk.document, d)));
+    }
+    Ok(out)
 }
 
 fn push_object(
@@ -230,6 +316,23 @@ secret: {secretName: s, defaultMode: 0644}\n";
             panic!("not a parse error")
         };
         assert!(line >= 6, "line {line}");
+    }
+
+    #[test]
+    fn a_large_text_parses_in_pieces_with_absolute_line_numbers() {
+        let mut text = String::new();
+        for i in 0..2000 {
+            text.push_str(&format!("---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{i}}}\ndata: {{k: \"{i}\"}}\n"));
+        }
+        let objects = parse_documents(&text, "big.yaml").unwrap();
+        assert_eq!(objects.len(), 2000);
+        assert_eq!(objects[1999].name(), "cm-1999");
+        // Break document 1500 (its data line is line 1499 * 5 + 5).
+        let broken = text.replacen("data: {k: \"1499\"}", "data: {k: [}", 1);
+        let err = parse_documents(&broken, "big.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("big.yaml: line 7500 column"), "{err}");
     }
 
     #[test]

@@ -3,9 +3,18 @@
 //!
 //! Spec: reconcile-flow.txt stageRender steps 3–6.
 
+pub mod error;
+pub mod helm;
+pub mod kustomize;
 pub mod manifests;
+pub mod mutations;
 pub mod object;
 pub mod order;
+pub mod release;
 pub mod render_ref;
+pub mod values;
 
+pub use error::RenderError;
+pub use helm::ClusterInfo;
 pub use object::Object;
+pub use release::{Fetched, RenderContext, Rendered, fetch_source, render_fetched, render_release};

@@ -1,0 +1,160 @@
+//! Reading the objects a render depends on (source objects, value-layer ConfigMaps and
+//! Secrets, Clusters) either from a cluster or from local files.
+//!
+//! The same render code runs in the daemon (reading the API server) and in `convoy render -f`
+//! (reading the files the user passed), so "what you preview locally is what the daemon does"
+//! holds for the inputs too.
+
+use std::path::Path;
+
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::engine::render::manifests::{ManifestError, parse_documents};
+
+/// Why an object could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("cannot read {kind} {namespace}/{name}")]
+    Api {
+        kind: String,
+        namespace: String,
+        name: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    #[error("{kind} {namespace}/{name} in the local files is not valid")]
+    Invalid {
+        kind: String,
+        namespace: String,
+        name: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl ReadError {
+    /// Whether the API server could not be reached (as opposed to an answer).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, ReadError::Api { source, .. } if crate::engine::connect::is_unreachable(source))
+    }
+}
+
+/// Where a render's inputs come from.
+#[derive(Clone)]
+pub enum ObjectReader {
+    /// An API server.
+    Cluster(Client),
+    /// Objects from local files (`convoy render -f`).
+    Local(LocalObjects),
+}
+
+impl ObjectReader {
+    /// Read the namespaced object `name` of kind `K` in `namespace`; `None` when absent.
+    pub async fn get<K>(&self, namespace: &str, name: &str) -> Result<Option<K>, ReadError>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        match self {
+            ObjectReader::Cluster(client) => {
+                let api: Api<K> = Api::namespaced(client.clone(), namespace);
+                api.get_opt(name).await.map_err(|source| ReadError::Api {
+                    kind: K::kind(&()).into_owned(),
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                    source: Box::new(source),
+                })
+            }
+            ObjectReader::Local(local) => local.get::<K>(namespace, name),
+        }
+    }
+
+    /// The client, when reading from a cluster.
+    pub fn client(&self) -> Option<&Client> {
+        match self {
+            ObjectReader::Cluster(client) => Some(client),
+            ObjectReader::Local(_) => None,
+        }
+    }
+}
+
+/// Objects parsed from local files. An object without a namespace belongs to whichever
+/// namespace is asked for, as `kubectl apply -f` would put it in the current one.
+#[derive(Debug, Clone, Default)]
+pub struct LocalObjects {
+    objects: Vec<Value>,
+}
+
+impl LocalObjects {
+    pub fn new(objects: Vec<Value>) -> Self {
+        Self { objects }
+    }
+
+    /// Parse every document of the given files.
+    pub fn from_files(paths: &[impl AsRef<Path>]) -> Result<Self, LocalFileError> {
+        let mut objects = Vec::new();
+        for path in paths {
+            let path = path.as_ref();
+            let text = std::fs::read_to_string(path).map_err(|source| LocalFileError::Read {
+                path: path.display().to_string(),
+                source,
+            })?;
+            let parsed = parse_documents(&text, &path.display().to_string())?;
+            objects.extend(parsed.into_iter().map(|o| o.0));
+        }
+        Ok(Self { objects })
+    }
+
+    /// All objects of kind `K`.
+    pub fn all<K: Resource<DynamicType = ()>>(&self) -> impl Iterator<Item = &Value> {
+        let api_version = K::api_version(&()).into_owned();
+        let kind = K::kind(&()).into_owned();
+        self.objects
+            .iter()
+            .filter(move |o| o["apiVersion"] == api_version.as_str() && o["kind"] == kind.as_str())
+    }
+
+    fn get<K>(&self, namespace: &str, name: &str) -> Result<Option<K>, ReadError>
+    where
+        K: Resource<DynamicType = ()> + DeserializeOwned,
+    {
+        let found = self.all::<K>().find(|o| {
+            o["metadata"]["name"] == name
+                && o["metadata"]["namespace"]
+                    .as_str()
+                    .is_none_or(|ns| ns.is_empty() || ns == namespace)
+        });
+        match found {
+            None => Ok(None),
+            Some(value) => {
+                let mut value = value.clone();
+                value["metadata"]["namespace"] = Value::String(namespace.to_string());
+                serde_json::from_value(value)
+                    .map(Some)
+                    .map_err(|source| ReadError::Invalid {
+                        kind: K::kind(&()).into_owned(),
+                        namespace: namespace.to_string(),
+                        name: name.to_string(),
+                        source,
+                    })
+            }
+        }
+    }
+}
+
+/// Why local files could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalFileError {
+    #[error("cannot read {path}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Parse(#[from] ManifestError),
+}

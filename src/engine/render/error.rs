@@ -1,0 +1,84 @@
+//! Render errors, each with the `failure.stage` and `Applied` reason it maps to
+//! (status-and-conditions.txt, "Where a reconcile can stop").
+
+use crate::engine::api::{failure_stages, reasons};
+use crate::engine::render::manifests::ManifestError;
+use crate::engine::render::values::ValuesError;
+use crate::engine::source::SourceError;
+use crate::engine::source::resolve::ResolveError;
+use crate::engine::tools::ToolMissing;
+
+/// Why a Release could not be rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// The source object or its Secret could not be read or is not usable.
+    #[error("resolve the source")]
+    SourceObject(#[source] ResolveError),
+    /// Fetching the source failed.
+    #[error("fetch {kind} {namespace}/{name}")]
+    Fetch {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+        #[source]
+        source: Box<SourceError>,
+    },
+    #[error("read Helm values")]
+    Values(#[source] ValuesError),
+    /// A feature convoy does not implement.
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("read manifests")]
+    Manifests(#[source] ManifestError),
+    #[error(transparent)]
+    ToolMissing(#[from] ToolMissing),
+    #[error("{0}")]
+    Tool(String),
+    #[error("helm template failed: {0}")]
+    Helm(String),
+    #[error("kustomize build failed: {0}")]
+    Kustomize(String),
+    #[error("mutation {name:?} failed: {message}")]
+    Mutation { name: String, message: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl RenderError {
+    /// `status.lastAttempted.failure.stage`.
+    pub fn stage(&self) -> &'static str {
+        match self {
+            RenderError::SourceObject(_) | RenderError::Fetch { .. } => {
+                failure_stages::SOURCE_RESOLUTION
+            }
+            _ => failure_stages::RENDERING,
+        }
+    }
+
+    /// The `Applied` reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            RenderError::SourceObject(e) if e.is_unsupported() => reasons::UNSUPPORTED,
+            RenderError::Fetch { source, .. } if source.is_unsupported() => reasons::UNSUPPORTED,
+            RenderError::SourceObject(_) | RenderError::Fetch { .. } => reasons::SOURCE_NOT_READY,
+            RenderError::Values(_) => reasons::VALUES_NOT_READY,
+            RenderError::Unsupported(_) => reasons::UNSUPPORTED,
+            _ => reasons::DEPLOY_FAILED,
+        }
+    }
+
+    /// Whether the error is a configuration problem that a retry cannot fix.
+    pub fn is_unsupported(&self) -> bool {
+        self.reason() == reasons::UNSUPPORTED
+    }
+
+    /// Whether a cluster or a source could not be reached (the CLI exits 3; otherwise 4).
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            RenderError::SourceObject(ResolveError::Read(e)) => e.is_unreachable(),
+            RenderError::Fetch { source, .. } => matches!(**source, SourceError::NotReady { .. }),
+            RenderError::Values(e) => e.unreachable,
+            _ => false,
+        }
+    }
+}

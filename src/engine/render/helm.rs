@@ -1,0 +1,204 @@
+//! Helm content through `helm template`, the renderer Helm users already trust.
+//!
+//! Spec: reconcile-flow.txt stageRender step 4 ("Render"); DESIGN.md section 3. The release
+//! name and namespace are passed; the merged user values go in one values file (removed
+//! afterwards: it may hold Secret values); the target cluster's version and API versions are
+//! passed when known so `Capabilities` checks in charts see the real cluster.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use serde_json::Value;
+use tokio::process::Command;
+
+use super::error::RenderError;
+use super::manifests::parse_documents;
+use super::object::Object;
+use crate::engine::tools::Tool;
+
+/// What a render knows about the target cluster.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterInfo {
+    /// `gitVersion`, such as `v1.36.3`.
+    pub kube_version: Option<String>,
+    /// `group/version` and `group/version/Kind` strings, as Helm's `--api-versions` takes.
+    pub api_versions: Vec<String>,
+    /// Scope of every kind the cluster serves: `(group, kind)` → namespaced.
+    pub scopes: std::collections::BTreeMap<(String, String), bool>,
+}
+
+impl ClusterInfo {
+    /// Ask a cluster for its version and API resources.
+    pub async fn discover(client: &kube::Client) -> Result<Self, kube::Error> {
+        let version = client.apiserver_version().await?;
+        let mut api_versions = Vec::new();
+        let mut scopes = std::collections::BTreeMap::new();
+        let groups = client.list_api_groups().await?;
+        let core = client.list_core_api_versions().await?;
+        let mut group_versions: Vec<String> = core.versions.clone();
+        for group in groups.groups {
+            for v in group.versions {
+                group_versions.push(v.group_version);
+            }
+        }
+        for gv in group_versions {
+            api_versions.push(gv.clone());
+            let resources = if gv == "v1" {
+                client.list_core_api_resources("v1").await
+            } else {
+                client.list_api_group_resources(&gv).await
+            };
+            let group = gv
+                .split_once('/')
+                .map(|(g, _)| g.to_string())
+                .unwrap_or_default();
+            for r in resources.map(|l| l.resources).unwrap_or_default() {
+                if !r.name.contains('/') {
+                    api_versions.push(format!("{gv}/{}", r.kind));
+                    scopes.insert((group.clone(), r.kind.clone()), r.namespaced);
+                }
+            }
+        }
+        api_versions.sort();
+        api_versions.dedup();
+        Ok(Self {
+            kube_version: Some(version.git_version),
+            api_versions,
+            scopes,
+        })
+    }
+}
+
+/// Find the chart directory in an artifact: `path` itself when it holds a Chart.yaml, else
+/// its single subdirectory that does (chart archives unpack to `<name>/`).
+pub fn chart_dir(root: &Path, chart: Option<&str>) -> Result<PathBuf, RenderError> {
+    if root.join("Chart.yaml").is_file() {
+        return Ok(root.to_path_buf());
+    }
+    if let Some(name) = chart
+        && root.join(name).join("Chart.yaml").is_file()
+    {
+        return Ok(root.join(name));
+    }
+    let mut charts = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(root) {
+        for entry in entries.flatten() {
+            if entry.path().join("Chart.yaml").is_file() {
+                charts.push(entry.path());
+            }
+        }
+    }
+    match charts.len() {
+        1 => Ok(charts.remove(0)),
+        _ => Err(RenderError::Invalid(format!(
+            "no Helm chart (Chart.yaml) at {}",
+            root.display()
+        ))),
+    }
+}
+
+/// Run `helm template` and parse what it prints.
+pub async fn template(
+    chart: &Path,
+    release_name: &str,
+    namespace: &str,
+    values: &Value,
+    cluster: Option<&ClusterInfo>,
+) -> Result<Vec<Object>, RenderError> {
+    let helm = Tool::Helm.locate()?;
+    let scratch = tempfile::tempdir()
+        .map_err(|e| RenderError::Tool(format!("cannot create a temporary directory: {e}")))?;
+    let values_file = scratch.path().join("values.json");
+    write_private(
+        &values_file,
+        &serde_json::to_vec(values).unwrap_or_default(),
+    )
+    .map_err(|e| RenderError::Tool(format!("cannot write the values file: {e}")))?;
+    let mut cmd = Command::new(&helm);
+    cmd.arg("template")
+        .arg(release_name)
+        .arg(chart)
+        .arg("--namespace")
+        .arg(namespace)
+        .arg("--values")
+        .arg(&values_file)
+        .arg("--include-crds")
+        .arg("--skip-tests");
+    if let Some(info) = cluster {
+        if let Some(version) = &info.kube_version {
+            cmd.arg("--kube-version").arg(version);
+        }
+        if !info.api_versions.is_empty() {
+            cmd.arg("--api-versions").arg(info.api_versions.join(","));
+        }
+    }
+    // Keep the user's helm configuration (repositories, plugins) out of a template run.
+    for (var, sub) in [
+        ("HELM_CONFIG_HOME", "config"),
+        ("HELM_CACHE_HOME", "cache"),
+        ("HELM_DATA_HOME", "data"),
+    ] {
+        cmd.env(var, scratch.path().join(sub));
+    }
+    let out = cmd
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| RenderError::Tool(format!("cannot run {}: {e}", helm.display())))?;
+    if !out.status.success() {
+        return Err(RenderError::Helm(tool_message(
+            &out.stderr,
+            &[&values_file, chart],
+        )));
+    }
+    tracing::debug!(bytes = out.stdout.len(), "helm template finished");
+    let text = String::from_utf8_lossy(&out.stdout);
+    parse_documents(&text, "helm template output").map_err(RenderError::Manifests)
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?
+        .write_all(bytes)
+}
+
+/// A tool's error output as one message: its `Error:` lines, with temporary and cache paths
+/// shortened so messages are stable and short.
+pub fn tool_message(stderr: &[u8], paths: &[&Path]) -> String {
+    let mut text = String::from_utf8_lossy(stderr).into_owned();
+    for path in paths {
+        text = text.replace(
+            &path.display().to_string(),
+            &path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        );
+    }
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let errors: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.starts_with("Error"))
+        .collect();
+    let chosen = if errors.is_empty() { lines } else { errors };
+    chosen
+        .iter()
+        .take(5)
+        .map(|l| {
+            l.trim_start_matches("Error: ")
+                .trim_start_matches("error: ")
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}

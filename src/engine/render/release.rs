@@ -1,0 +1,246 @@
+//! Rendering a Release: fetch its source, render its content, mutate, compute the renderRef.
+//!
+//! Spec: reconcile-flow.txt stageRender steps 1 and 3–6. The steps are two functions so the
+//! reconcile can put the Cluster step (step 2) between them and record what it found before
+//! a later step stopped it: [`fetch_source`] (step 1) and [`render_fetched`] (steps 3–6).
+
+use std::path::{Path, PathBuf};
+
+use super::error::RenderError;
+use super::helm::{self, ClusterInfo};
+use super::mutations::{apply_mutations, is_known_cluster_scoped};
+use super::object::Object;
+use super::order::sort_for_apply;
+use super::render_ref::render_ref;
+use super::values::resolve_value_layers;
+use super::{kustomize, manifests};
+use crate::engine::api::{ContentType, DependencyMode, Release, ResolvedSource, SourceKind};
+use crate::engine::objects::ObjectReader;
+use crate::engine::source::archive::safe_relative;
+use crate::engine::source::cache::tree_digest;
+use crate::engine::source::resolve::release_request;
+use crate::engine::source::{Artifact, Coordinator};
+
+/// What a render reads from.
+pub struct RenderContext<'a> {
+    pub reader: &'a ObjectReader,
+    pub coordinator: &'a Coordinator,
+    /// A local directory that replaces the source's root (`--source-dir`); `spec.source.path`
+    /// still applies inside it.
+    pub source_dir: Option<&'a Path>,
+    /// The target cluster, when known: Helm capabilities and object scopes.
+    pub cluster: Option<&'a ClusterInfo>,
+}
+
+/// A fetched source.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    pub artifact: Artifact,
+    pub resolved_source: ResolvedSource,
+}
+
+/// A finished render.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    /// Mutated objects in apply order.
+    pub objects: Vec<Object>,
+    pub render_ref: String,
+    pub resolved_mutations: Vec<String>,
+}
+
+/// stageRender step 1: resolve and fetch the source.
+pub async fn fetch_source(
+    ctx: &RenderContext<'_>,
+    release: &Release,
+) -> Result<Fetched, RenderError> {
+    let namespace = release.metadata.namespace.clone().unwrap_or_default();
+    let source = &release.spec.source;
+    if let Some(dir) = ctx.source_dir {
+        let digest = tree_digest(dir).map_err(|e| {
+            RenderError::Invalid(format!("cannot read --source-dir {}: {e}", dir.display()))
+        })?;
+        return Ok(Fetched {
+            artifact: Artifact {
+                revision: "local".into(),
+                digest: digest.clone(),
+                path: dir.to_path_buf(),
+                url: format!("file://{}", dir.display()),
+            },
+            resolved_source: ResolvedSource {
+                kind: source.kind.as_str().to_string(),
+                name: source.name.clone(),
+                url: Some(format!("file://{}", dir.display())),
+                revision: Some("local".into()),
+                digest: Some(digest),
+            },
+        });
+    }
+    let resolved = release_request(ctx.reader, release)
+        .await
+        .map_err(RenderError::SourceObject)?;
+    let artifact = ctx
+        .coordinator
+        .ensure(&resolved.request, resolved.credentials.as_ref())
+        .await
+        .map_err(|source| RenderError::Fetch {
+            kind: resolved.kind.as_str(),
+            namespace: namespace.clone(),
+            name: resolved.name.clone(),
+            source: Box::new(source),
+        })?;
+    Ok(Fetched {
+        resolved_source: ResolvedSource {
+            kind: resolved.kind.as_str().to_string(),
+            name: resolved.name.clone(),
+            url: Some(artifact.url.clone()),
+            revision: Some(artifact.revision.clone()),
+            digest: Some(artifact.digest.clone()),
+        },
+        artifact,
+    })
+}
+
+/// stageRender steps 3–6: values, render, mutations, renderRef.
+pub async fn render_fetched(
+    ctx: &RenderContext<'_>,
+    release: &Release,
+    fetched: &Fetched,
+) -> Result<Rendered, RenderError> {
+    let release_namespace = release.metadata.namespace.clone().unwrap_or_default();
+    let release_name = release.metadata.name.clone().unwrap_or_default();
+    let content = &release.spec.content;
+    let root = content_root(&fetched.artifact.path, release.spec.source.path.as_deref())?;
+    let started = std::time::Instant::now();
+
+    let mut objects = match content.content_type {
+        ContentType::Jsonnet => {
+            return Err(RenderError::Unsupported(
+                "content type jsonnet is not supported: render it to manifests, or use kustomize or helm".into(),
+            ));
+        }
+        ContentType::Manifests => manifests::load_dir(&root).map_err(RenderError::Manifests)?,
+        ContentType::Kustomize => kustomize::build(&root).await?,
+        ContentType::Helm => {
+            let helm_spec = content.helm.clone().unwrap_or_default();
+            if helm_spec.dependency_mode == Some(DependencyMode::Resolve) {
+                return Err(RenderError::Unsupported(
+                    "helm.dependencyMode: resolve is not supported: vendor the dependencies in the chart's charts/ directory (helm dependency build) and use dependencyMode: none".into(),
+                ));
+            }
+            let values = resolve_value_layers(release, ctx.reader, ctx.coordinator)
+                .await
+                .map_err(RenderError::Values)?;
+            let chart_name = match release.spec.source.kind {
+                SourceKind::HelmRegistry => release.spec.source.chart.as_deref(),
+                _ => None,
+            };
+            let chart = helm::chart_dir(&root, chart_name)?;
+            let name = helm_spec.release_name.as_deref().unwrap_or(&release_name);
+            let namespace = release
+                .spec
+                .target_namespace
+                .as_deref()
+                .unwrap_or(&release_namespace);
+            helm::template(&chart, name, namespace, &values, ctx.cluster).await?
+        }
+    };
+
+    tracing::debug!(
+        objects = objects.len(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "rendered content"
+    );
+    let resolved_mutations = apply_mutations(&mut objects, &release.spec.mutations)?;
+    if let Some(target) = &release.spec.target_namespace {
+        default_namespace(&mut objects, target, ctx.cluster);
+    }
+    validate(&objects)?;
+    sort_for_apply(&mut objects);
+    let render_ref = render_ref(&objects);
+    tracing::debug!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "mutated, ordered and hashed"
+    );
+    Ok(Rendered {
+        objects,
+        render_ref,
+        resolved_mutations,
+    })
+}
+
+/// Fetch and render in one go (`convoy render`).
+pub async fn render_release(
+    ctx: &RenderContext<'_>,
+    release: &Release,
+) -> Result<(Fetched, Rendered), RenderError> {
+    let fetched = fetch_source(ctx, release).await?;
+    let rendered = render_fetched(ctx, release, &fetched).await?;
+    Ok((fetched, rendered))
+}
+
+/// The directory to render: the artifact root joined with `spec.source.path`, which may not
+/// leave the artifact.
+fn content_root(artifact: &Path, path: Option<&str>) -> Result<PathBuf, RenderError> {
+    let Some(path) = path.filter(|p| !p.is_empty()) else {
+        return Ok(artifact.to_path_buf());
+    };
+    let relative = safe_relative(Path::new(path))
+        .map_err(|why| RenderError::Invalid(format!("spec.source.path {path:?} {why}")))?;
+    let root = artifact.join(relative);
+    if !root.exists() {
+        return Err(RenderError::Invalid(format!(
+            "spec.source.path {path:?} does not exist in the source"
+        )));
+    }
+    Ok(root)
+}
+
+/// `spec.targetNamespace`: the namespace of namespaced objects that name none. Scope comes
+/// from the cluster when known, else from the CRDs in the render and the well-known
+/// cluster-scoped kinds; other kinds are taken as namespaced.
+fn default_namespace(objects: &mut [Object], target: &str, cluster: Option<&ClusterInfo>) {
+    let rendered_crds: Vec<(String, String, bool)> = objects
+        .iter()
+        .filter(|o| o.kind() == "CustomResourceDefinition")
+        .map(|o| {
+            let spec = &o.0["spec"];
+            (
+                spec["group"].as_str().unwrap_or_default().to_string(),
+                spec["names"]["kind"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                spec["scope"].as_str() != Some("Cluster"),
+            )
+        })
+        .collect();
+    for object in objects.iter_mut() {
+        if object.namespace().is_some() {
+            continue;
+        }
+        let key = (object.group().to_string(), object.kind().to_string());
+        let namespaced = rendered_crds
+            .iter()
+            .find(|(g, k, _)| *g == key.0 && *k == key.1)
+            .map(|(_, _, n)| *n)
+            .or_else(|| cluster.and_then(|c| c.scopes.get(&key).copied()))
+            .unwrap_or(!is_known_cluster_scoped(object.kind()));
+        if namespaced {
+            object.set_namespace(target);
+        }
+    }
+}
+
+/// Reject renders that cannot be applied as one set: a bad wave annotation, an object twice.
+fn validate(objects: &[Object]) -> Result<(), RenderError> {
+    let mut seen = std::collections::BTreeSet::new();
+    for object in objects {
+        object.wave().map_err(RenderError::Invalid)?;
+        if !seen.insert(object.key()) {
+            return Err(RenderError::Invalid(format!(
+                "{object} is rendered more than once"
+            )));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,237 @@
+//! From a Release's `spec.source` (and its source object and Secret) to a [`SourceRequest`].
+//!
+//! Spec: status-and-conditions.txt, rows "Fetch the source: error / not supported". A Git
+//! `semver` ref, a missing required field or an unknown URL scheme is `Unsupported`; a missing
+//! source object or Secret is a transient `SourceNotReady` (it may be created in a moment).
+
+use k8s_openapi::api::core::v1::Secret;
+
+use super::{Credentials, GitReference, SourceRequest};
+use crate::engine::api::{
+    GitRef, GitRepository, HelmRegistry, LocalObjectRef, OCIRegistry, Release, SourceKind,
+};
+use crate::engine::objects::{ObjectReader, ReadError};
+
+/// Why a source could not be resolved.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error("{kind} {namespace}/{name} not found")]
+    NotFound {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+    },
+    #[error("{0}")]
+    Unsupported(String),
+    #[error(transparent)]
+    Read(#[from] ReadError),
+}
+
+impl ResolveError {
+    pub fn is_unsupported(&self) -> bool {
+        matches!(self, ResolveError::Unsupported(_))
+    }
+}
+
+/// A request ready for the coordinator.
+#[derive(Debug, Clone)]
+pub struct ResolvedRequest {
+    pub request: SourceRequest,
+    pub credentials: Option<Credentials>,
+    pub kind: SourceKind,
+    pub name: String,
+}
+
+/// Resolve the source of `release`.
+pub async fn release_request(
+    reader: &ObjectReader,
+    release: &Release,
+) -> Result<ResolvedRequest, ResolveError> {
+    let namespace = release.metadata.namespace.clone().unwrap_or_default();
+    let source = &release.spec.source;
+    match source.kind {
+        SourceKind::GitRepository => {
+            git_request(reader, &namespace, &source.name, source.git_ref.as_ref()).await
+        }
+        SourceKind::HelmRegistry => {
+            let registry: HelmRegistry = reader
+                .get(&namespace, &source.name)
+                .await?
+                .ok_or_else(|| not_found("HelmRegistry", &namespace, &source.name))?;
+            let chart = source.chart.clone().ok_or_else(|| {
+                ResolveError::Unsupported(format!(
+                    "Release {namespace}/{}: spec.source.chart is required for a HelmRegistry source",
+                    release.metadata.name.as_deref().unwrap_or_default()
+                ))
+            })?;
+            let credentials =
+                credentials(reader, &namespace, registry.spec.secret_ref.as_ref()).await?;
+            Ok(ResolvedRequest {
+                request: SourceRequest::Helm {
+                    url: registry.spec.url.clone(),
+                    chart,
+                    version: source.version.clone(),
+                },
+                credentials,
+                kind: SourceKind::HelmRegistry,
+                name: source.name.clone(),
+            })
+        }
+        SourceKind::OciRegistry => {
+            let registry: OCIRegistry = reader
+                .get(&namespace, &source.name)
+                .await?
+                .ok_or_else(|| not_found("OCIRegistry", &namespace, &source.name))?;
+            if !registry.spec.url.starts_with("oci://") {
+                return Err(ResolveError::Unsupported(format!(
+                    "OCIRegistry {namespace}/{}: url {:?} must start with oci://",
+                    source.name, registry.spec.url
+                )));
+            }
+            let credentials =
+                credentials(reader, &namespace, registry.spec.secret_ref.as_ref()).await?;
+            Ok(ResolvedRequest {
+                request: SourceRequest::Oci {
+                    url: registry.spec.url.clone(),
+                    tag: source.tag.clone(),
+                    digest: source.digest.clone(),
+                    insecure: registry.spec.insecure,
+                },
+                credentials,
+                kind: SourceKind::OciRegistry,
+                name: source.name.clone(),
+            })
+        }
+    }
+}
+
+/// Resolve a GitRepository, with an optional ref overriding its own.
+pub async fn git_request(
+    reader: &ObjectReader,
+    namespace: &str,
+    name: &str,
+    override_ref: Option<&GitRef>,
+) -> Result<ResolvedRequest, ResolveError> {
+    let repo: GitRepository = reader
+        .get(namespace, name)
+        .await?
+        .ok_or_else(|| not_found("GitRepository", namespace, name))?;
+    let reference = git_reference(override_ref.or(repo.spec.git_ref.as_ref())).map_err(|why| {
+        ResolveError::Unsupported(format!("GitRepository {namespace}/{name}: {why}"))
+    })?;
+    let url = repo.spec.url.clone();
+    let scheme_ok = ["file://", "git://", "http://", "https://", "ssh://"]
+        .iter()
+        .any(|s| url.starts_with(s))
+        || (url.contains('@') && url.contains(':') && !url.contains("://"));
+    if !scheme_ok {
+        return Err(ResolveError::Unsupported(format!(
+            "GitRepository {namespace}/{name}: url {url:?} has an unsupported scheme (use file://, git://, http(s):// or ssh://)"
+        )));
+    }
+    let credentials = credentials(reader, namespace, repo.spec.secret_ref.as_ref()).await?;
+    Ok(ResolvedRequest {
+        request: SourceRequest::Git { url, reference },
+        credentials,
+        kind: SourceKind::GitRepository,
+        name: name.to_string(),
+    })
+}
+
+/// A Git ref as a reference to fetch. `semver` is not supported.
+pub fn git_reference(git_ref: Option<&GitRef>) -> Result<GitReference, String> {
+    let Some(r) = git_ref else {
+        return Ok(GitReference::Head);
+    };
+    if let Some(range) = &r.semver {
+        return Err(format!(
+            "ref.semver {range:?} is not supported: name a branch, tag or commit"
+        ));
+    }
+    let set = [r.branch.is_some(), r.tag.is_some(), r.commit.is_some()]
+        .iter()
+        .filter(|s| **s)
+        .count();
+    if set > 1 {
+        return Err("ref names more than one of branch, tag and commit".to_string());
+    }
+    Ok(match (&r.branch, &r.tag, &r.commit) {
+        (Some(b), _, _) => GitReference::Branch(b.clone()),
+        (_, Some(t), _) => GitReference::Tag(t.clone()),
+        (_, _, Some(c)) => GitReference::Commit(c.clone()),
+        _ => GitReference::Head,
+    })
+}
+
+async fn credentials(
+    reader: &ObjectReader,
+    namespace: &str,
+    secret_ref: Option<&LocalObjectRef>,
+) -> Result<Option<Credentials>, ResolveError> {
+    let Some(secret_ref) = secret_ref else {
+        return Ok(None);
+    };
+    let secret: Secret = reader
+        .get(namespace, &secret_ref.name)
+        .await?
+        .ok_or_else(|| not_found("Secret", namespace, &secret_ref.name))?;
+    Ok(Some(Credentials::from_secret_data(&secret_data(&secret))))
+}
+
+/// A Secret's values, from `data` and `stringData` (local files may use either).
+pub fn secret_data(secret: &Secret) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut out: std::collections::BTreeMap<String, Vec<u8>> = secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect();
+    for (k, v) in secret.string_data.iter().flatten() {
+        out.insert(k.clone(), v.clone().into_bytes());
+    }
+    out
+}
+
+fn not_found(kind: &'static str, namespace: &str, name: &str) -> ResolveError {
+    ResolveError::NotFound {
+        kind,
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_semver_ref_is_unsupported() {
+        let r = GitRef {
+            semver: Some(">=1.0".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            git_reference(Some(&r)).unwrap_err(),
+            "ref.semver \">=1.0\" is not supported: name a branch, tag or commit"
+        );
+    }
+
+    #[test]
+    fn refs_map_to_references() {
+        assert_eq!(git_reference(None), Ok(GitReference::Head));
+        let branch = GitRef {
+            branch: Some("main".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            git_reference(Some(&branch)),
+            Ok(GitReference::Branch("main".into()))
+        );
+        let two = GitRef {
+            branch: Some("main".into()),
+            tag: Some("v1".into()),
+            ..Default::default()
+        };
+        assert!(git_reference(Some(&two)).is_err());
+    }
+}

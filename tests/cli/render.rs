@@ -1,0 +1,368 @@
+//! `convoy render`: the examples, output formats, and each error a user can hit.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::support::{TestEnv, convoy_bin, path_with_testenv, repo_root, servers::GitRepo};
+
+/// Run convoy in the repository root with the testenv tools on PATH; (code, stdout, stderr).
+fn convoy_in_repo(args: &[&str], path: Option<&str>) -> (i32, String, String) {
+    let cache = tempfile::tempdir().unwrap();
+    let out = Command::new(convoy_bin())
+        .current_dir(repo_root())
+        .args(args)
+        .env(
+            "PATH",
+            path.map(str::to_string).unwrap_or_else(path_with_testenv),
+        )
+        .env("CONVOY_CACHE_DIR", cache.path())
+        .env_remove("CONVOY_HELM")
+        .env_remove("CONVOY_KUSTOMIZE")
+        .env_remove("KUBECONFIG")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn render_example(name: &str) -> (String, String) {
+    let release = format!("examples/{name}/release.yaml");
+    let source = format!("examples/{name}");
+    let (code, stdout, stderr) =
+        convoy_in_repo(&["render", "-f", &release, "--source-dir", &source], None);
+    assert_eq!(code, 0, "{stderr}");
+    (stdout, stderr)
+}
+
+#[test]
+fn the_waves_example_renders_in_apply_order() {
+    let (stdout, stderr) = render_example("waves");
+    insta::assert_snapshot!("render_waves", stdout);
+    insta::assert_snapshot!(stderr, @"renderRef: e906ab87d860c3b621dfb348971e2a56e077ad7ea80575fff41c2e3fbfca8dd0");
+}
+
+#[test]
+fn the_kustomize_example_renders_through_kustomize() {
+    let (stdout, _) = render_example("kustomize");
+    insta::assert_snapshot!("render_kustomize", stdout);
+}
+
+#[test]
+fn the_helm_example_merges_its_value_layers() {
+    let (stdout, _) = render_example("helm");
+    insta::assert_snapshot!("render_helm", stdout);
+    assert!(stdout.contains("replicas: 3"), "inline values win");
+    assert!(
+        stdout.contains("hello from the ConfigMap layer"),
+        "the ConfigMap layer beats chart defaults"
+    );
+    assert!(
+        stdout.contains("memory: 128Mi") && stdout.contains("cpu: 100m"),
+        "maps merge"
+    );
+}
+
+#[test]
+fn ref_only_prints_the_same_ref_alone() {
+    let (code, stdout, stderr) = convoy_in_repo(
+        &[
+            "render",
+            "-f",
+            "examples/waves/release.yaml",
+            "--source-dir",
+            "examples/waves",
+            "--ref-only",
+        ],
+        None,
+    );
+    assert_eq!(code, 0);
+    assert_eq!(stderr, "");
+    assert_eq!(
+        stdout,
+        "e906ab87d860c3b621dfb348971e2a56e077ad7ea80575fff41c2e3fbfca8dd0\n"
+    );
+}
+
+#[test]
+fn json_output_is_a_list_in_apply_order() {
+    let (code, stdout, _) = convoy_in_repo(
+        &[
+            "render",
+            "-f",
+            "examples/waves/release.yaml",
+            "--source-dir",
+            "examples/waves",
+            "-o",
+            "json",
+        ],
+        None,
+    );
+    assert_eq!(code, 0);
+    let list: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let kinds: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["ConfigMap", "Service", "Deployment"]);
+}
+
+/// Write a Release (and a GitRepository at `url`) into `dir`; return the file.
+fn release_file(dir: &Path, url: &str, spec_extra: &str) -> String {
+    let path = dir.join("release.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: source.convoy.kumodo.io/v1alpha1\nkind: GitRepository\nmetadata: {{name: repo}}\nspec: {{url: \"{url}\"}}\n---\n\
+apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\nmetadata: {{name: web, namespace: apps}}\nspec:\n  source:\n    kind: GitRepository\n    name: repo\n{spec_extra}"
+        ),
+    )
+    .unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn a_missing_helm_binary_says_what_to_install() {
+    let (code, stdout, stderr) = convoy_in_repo(
+        &[
+            "render",
+            "-f",
+            "examples/helm/release.yaml",
+            "--source-dir",
+            "examples/helm",
+        ],
+        Some("/usr/bin:/bin"),
+    );
+    assert_eq!(code, 4);
+    assert_eq!(stdout, "");
+    insta::assert_snapshot!(stderr, @"error: render Release default/greeter (step Rendering, reason DeployFailed): `helm` was not found (looked at $CONVOY_HELM and on PATH): install helm v3.14+ or v4 (https://helm.sh/docs/intro/install/, or `scripts/testenv build`) or set $CONVOY_HELM");
+}
+
+#[test]
+fn jsonnet_content_is_unsupported() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = release_file(
+        dir.path(),
+        "file:///nowhere",
+        "  content: {type: jsonnet}\n",
+    );
+    let (code, _, stderr) = convoy_in_repo(
+        &[
+            "render",
+            "-f",
+            &file,
+            "--source-dir",
+            dir.path().to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(code, 4);
+    insta::assert_snapshot!(stderr, @"error: render Release apps/web (step Rendering, reason Unsupported): content type jsonnet is not supported: render it to manifests, or use kustomize or helm");
+}
+
+#[test]
+fn a_semver_git_ref_is_unsupported() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = release_file(
+        dir.path(),
+        "file:///nowhere",
+        "    ref: {semver: \">=1.0.0\"}\n",
+    );
+    let (code, _, stderr) = convoy_in_repo(&["render", "-f", &file], None);
+    assert_eq!(code, 4);
+    insta::assert_snapshot!(stderr, @r#"error: render Release apps/web (step SourceResolution, reason Unsupported): resolve the source: GitRepository apps/repo: ref.semver ">=1.0.0" is not supported: name a branch, tag or commit"#);
+}
+
+#[test]
+fn helm_dependency_resolution_is_unsupported() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = release_file(
+        dir.path(),
+        "file:///nowhere",
+        "  content: {type: helm, helm: {dependencyMode: resolve}}\n",
+    );
+    let (code, _, stderr) = convoy_in_repo(
+        &["render", "-f", &file, "--source-dir", "examples/helm"],
+        None,
+    );
+    assert_eq!(code, 4);
+    assert!(
+        stderr.contains(
+            "(step Rendering, reason Unsupported): helm.dependencyMode: resolve is not supported"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_yaml_error_names_the_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("app")).unwrap();
+    std::fs::write(
+        dir.path().join("app/ok.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ok}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("app/broken.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: broken\ndata:\n  key: [unclosed\n",
+    )
+    .unwrap();
+    let file = release_file(dir.path(), "file:///nowhere", "    path: app\n");
+    let (code, _, stderr) = convoy_in_repo(
+        &[
+            "render",
+            "-f",
+            &file,
+            "--source-dir",
+            dir.path().to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(code, 4);
+    let first = stderr.lines().next().unwrap();
+    assert!(
+        first.starts_with("error: render Release apps/web (step Rendering, reason DeployFailed): read manifests: broken.yaml: line 6"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_missing_values_layer_is_values_not_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = release_file(
+        dir.path(),
+        "file:///nowhere",
+        "    path: chart\n  content:\n    type: helm\n    helm: {valuesFrom: [{kind: ConfigMap, name: absent}]}\n",
+    );
+    let (code, _, stderr) = convoy_in_repo(
+        &["render", "-f", &file, "--source-dir", "examples/helm"],
+        None,
+    );
+    assert_eq!(code, 4);
+    insta::assert_snapshot!(stderr, @"error: render Release apps/web (step Rendering, reason ValuesNotReady): read Helm values: values layer 1 (ConfigMap apps/absent key values.yaml): not found");
+}
+
+#[test]
+fn an_unreachable_source_exits_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}/no-such-repo.git", dir.path().display());
+    let file = release_file(dir.path(), &url, "");
+    let (code, _, stderr) = convoy_in_repo(&["render", "-f", &file], None);
+    assert_eq!(code, 3, "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "error: render Release apps/web (step SourceResolution, reason SourceNotReady): fetch GitRepository apps/repo: cannot fetch {url}"
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn files_without_a_release_are_invalid_input() {
+    let (code, _, stderr) =
+        convoy_in_repo(&["render", "-f", "examples/waves/app/config.yaml"], None);
+    assert_eq!(code, 4);
+    assert_eq!(stderr, "error: the files given with -f hold no Release\n");
+}
+
+#[tokio::test]
+async fn a_release_on_the_cluster_reads_its_value_layers_from_the_cluster() {
+    let env = TestEnv::new("render-cluster").await;
+    let repo = GitRepo::new();
+    let chart = std::fs::read_dir(repo_root().join("examples/helm/chart/templates")).unwrap();
+    let mut files: Vec<(String, String)> = vec![
+        (
+            "chart/Chart.yaml".into(),
+            std::fs::read_to_string(repo_root().join("examples/helm/chart/Chart.yaml")).unwrap(),
+        ),
+        (
+            "chart/values.yaml".into(),
+            std::fs::read_to_string(repo_root().join("examples/helm/chart/values.yaml")).unwrap(),
+        ),
+    ];
+    for entry in chart {
+        let entry = entry.unwrap();
+        files.push((
+            format!("chart/templates/{}", entry.file_name().to_string_lossy()),
+            std::fs::read_to_string(entry.path()).unwrap(),
+        ));
+    }
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    repo.commit(&refs, "chart");
+
+    let manifest = [
+        "apiVersion: source.convoy.kumodo.io/v1alpha1",
+        "kind: GitRepository",
+        "metadata: {name: charts}",
+        &format!(
+            "spec: {{url: \"{}\", ref: {{branch: main}}}}",
+            repo.file_url()
+        ),
+        "---",
+        "apiVersion: v1",
+        "kind: ConfigMap",
+        "metadata: {name: layer-one}",
+        "data:",
+        "  values.yaml: |",
+        "    greeting: from the cluster ConfigMap",
+        "    replicas: 2",
+        "---",
+        "apiVersion: v1",
+        "kind: Secret",
+        "metadata: {name: layer-two}",
+        "stringData:",
+        "  values.yaml: |",
+        "    replicas: 4",
+        "    apiKey: cluster-secret-value",
+        "---",
+        "apiVersion: core.convoy.kumodo.io/v1alpha1",
+        "kind: Release",
+        "metadata: {name: greeter}",
+        "spec:",
+        "  source: {kind: GitRepository, name: charts, path: chart}",
+        "  content:",
+        "    type: helm",
+        "    helm:",
+        "      valuesFrom:",
+        "      - {kind: ConfigMap, name: layer-one}",
+        "      - {kind: Secret, name: layer-two}",
+    ]
+    .join("\n");
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), manifest).unwrap();
+    let out = env.kubectl(&[
+        "apply",
+        "-n",
+        &env.namespace,
+        "-f",
+        file.path().to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let out = env.convoy(&["render", "greeter"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).replace(&env.namespace, "NAMESPACE");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("KUBE_VERSION: v1.36.3"),
+        "the target cluster's version reaches helm:\n{stdout}"
+    );
+    insta::assert_snapshot!("render_from_cluster", stdout);
+}

@@ -1,0 +1,190 @@
+use std::sync::Arc;
+
+use convoy::engine::source::{Credentials, GitReference, SourceError, SourceRequest};
+
+use crate::coordinator;
+use crate::support::servers::{GitRepo, git_daemon, http_server};
+
+fn git(url: &str, reference: GitReference) -> SourceRequest {
+    SourceRequest::Git {
+        url: url.to_string(),
+        reference,
+    }
+}
+
+fn read(artifact: &convoy::engine::source::Artifact, path: &str) -> String {
+    std::fs::read_to_string(artifact.path.join(path)).unwrap()
+}
+
+#[tokio::test]
+async fn a_branch_a_tag_and_a_commit_over_file_url() {
+    let repo = GitRepo::new();
+    let first = repo.commit(&[("app/cm.yaml", "v: 1\n")], "first");
+    repo.tag("v1.0.0");
+    let second = repo.commit(&[("app/cm.yaml", "v: 2\n")], "second");
+    let (_dir, coordinator) = coordinator();
+    let url = repo.file_url();
+
+    let main = coordinator
+        .ensure(&git(&url, GitReference::Branch("main".into())), None)
+        .await
+        .unwrap();
+    assert_eq!(read(&main, "app/cm.yaml"), "v: 2\n");
+    assert_eq!(main.revision, format!("main@sha1:{second}"));
+    assert!(main.digest.starts_with("sha256:"));
+
+    let tag = coordinator
+        .ensure(&git(&url, GitReference::Tag("v1.0.0".into())), None)
+        .await
+        .unwrap();
+    assert_eq!(read(&tag, "app/cm.yaml"), "v: 1\n");
+    assert_eq!(tag.revision, format!("v1.0.0@sha1:{first}"));
+
+    let commit = coordinator
+        .ensure(&git(&url, GitReference::Commit(first.clone())), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        commit.digest, tag.digest,
+        "content-addressed: same tree, same artifact"
+    );
+    assert_eq!(commit.path, tag.path);
+
+    let head = coordinator
+        .ensure(&git(&url, GitReference::Head), None)
+        .await
+        .unwrap();
+    assert_eq!(head.revision, format!("sha1:{second}"));
+}
+
+#[tokio::test]
+async fn a_new_commit_on_the_branch_is_fetched() {
+    let repo = GitRepo::new();
+    repo.commit(&[("a.yaml", "v: 1\n")], "first");
+    let (_dir, coordinator) = coordinator();
+    let request = git(&repo.file_url(), GitReference::Branch("main".into()));
+    let before = coordinator.ensure(&request, None).await.unwrap();
+    let sha = repo.commit(&[("a.yaml", "v: 2\n")], "second");
+    let after = coordinator.ensure(&request, None).await.unwrap();
+    assert_ne!(before.digest, after.digest);
+    assert_eq!(after.revision, format!("main@sha1:{sha}"));
+}
+
+#[tokio::test]
+async fn over_a_local_git_daemon() {
+    let repo = GitRepo::new();
+    let sha = repo.commit(&[("a.yaml", "v: 1\n")], "first");
+    let daemon = git_daemon(repo.base());
+    let (_dir, coordinator) = coordinator();
+    let url = format!("git://127.0.0.1:{}/repo.git", daemon.port);
+    let artifact = coordinator
+        .ensure(&git(&url, GitReference::Branch("main".into())), None)
+        .await
+        .unwrap();
+    assert_eq!(artifact.revision, format!("main@sha1:{sha}"));
+    assert_eq!(read(&artifact, "a.yaml"), "v: 1\n");
+}
+
+#[tokio::test]
+async fn over_smart_http_with_basic_auth_from_credentials() {
+    let repo = GitRepo::new();
+    repo.commit(&[("a.yaml", "v: 1\n")], "first");
+    let server = http_server(repo.base(), Some("alice:s3cret"), true);
+    let url = format!("http://127.0.0.1:{}/repo.git", server.port);
+    let request = git(&url, GitReference::Branch("main".into()));
+
+    let (_dir, coordinator) = coordinator();
+    let err = coordinator.ensure(&request, None).await.unwrap_err();
+    assert!(matches!(err, SourceError::NotReady { .. }), "{err}");
+
+    let good = Credentials {
+        username: Some("alice".into()),
+        password: Some("s3cret".into()),
+        ..Default::default()
+    };
+    let artifact = coordinator.ensure(&request, Some(&good)).await.unwrap();
+    assert_eq!(read(&artifact, "a.yaml"), "v: 1\n");
+
+    let (_dir2, fresh) = crate::coordinator();
+    let wrong = Credentials {
+        username: Some("alice".into()),
+        password: Some("wrong".into()),
+        ..Default::default()
+    };
+    let err = fresh
+        .ensure(&request, Some(&wrong))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        !err.contains("wrong"),
+        "the password is not in the message: {err}"
+    );
+}
+
+#[tokio::test]
+async fn a_symlink_that_leaves_the_checkout_is_refused() {
+    let repo = GitRepo::new();
+    repo.commit(&[("a.yaml", "v: 1\n")], "first");
+    repo.commit_symlink("app/creds", "../../../../etc/passwd");
+    let (_dir, coordinator) = coordinator();
+    let err = coordinator
+        .ensure(
+            &git(&repo.file_url(), GitReference::Branch("main".into())),
+            None,
+        )
+        .await
+        .unwrap_err();
+    let message = format!("{:#}", anyhow::Error::new(err));
+    assert!(
+        message.contains("\"app/creds\" is a link that points outside"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_branch_is_a_transient_error_naming_the_url() {
+    let repo = GitRepo::new();
+    repo.commit(&[("a.yaml", "v: 1\n")], "first");
+    let (_dir, coordinator) = coordinator();
+    let err = coordinator
+        .ensure(
+            &git(&repo.file_url(), GitReference::Branch("nope".into())),
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SourceError::NotReady { .. }));
+    assert!(
+        err.to_string()
+            .starts_with(&format!("cannot fetch {}", repo.file_url())),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn concurrent_fetches_of_one_revision_are_deduplicated() {
+    let repo = GitRepo::new();
+    repo.commit(&[("a.yaml", "v: 1\n")], "first");
+    let (_dir, coordinator) = coordinator();
+    let coordinator = Arc::new(coordinator);
+    let request = git(&repo.file_url(), GitReference::Branch("main".into()));
+    let tasks: Vec<_> = (0..6)
+        .map(|_| {
+            let c = coordinator.clone();
+            let r = request.clone();
+            tokio::spawn(async move { c.ensure(&r, None).await.unwrap() })
+        })
+        .collect();
+    let mut digests = Vec::new();
+    for t in tasks {
+        digests.push(t.await.unwrap().digest);
+    }
+    digests.dedup();
+    assert_eq!(digests.len(), 1);
+    assert_eq!(
+        coordinator.fetch_count(),
+        1,
+        "six concurrent requests, one fetch"
+    );
+}

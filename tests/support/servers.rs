@@ -1,0 +1,258 @@
+//! Real local servers for source tests: Git repositories (file://, git daemon, smart HTTP with
+//! basic auth), a Helm chart repository over HTTP, and an OCI registry. Each server runs as a
+//! child process on a free loopback port and is killed when its handle drops.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{repo_root, testenv_bin};
+
+/// A server process; killed on drop.
+pub struct Server {
+    pub port: u16,
+    child: Child,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A free loopback port (bound then released; the server binds it right after).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_for_port(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not listen on port {port} within 20s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The Python HTTP server of `http_server.py`: static files, or Git smart HTTP with `git`.
+pub fn http_server(root: &Path, auth: Option<&str>, git: bool) -> Server {
+    let mut cmd = Command::new("python3");
+    cmd.arg(repo_root().join("tests/support/http_server.py"))
+        .arg("--root")
+        .arg(root)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    if let Some(auth) = auth {
+        cmd.arg("--auth").arg(auth);
+    }
+    if git {
+        cmd.arg("--git");
+    }
+    let mut child = cmd
+        .spawn()
+        .expect("python3 is required for the HTTP test server");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port: u16 = line
+        .trim()
+        .parse()
+        .expect("the HTTP test server prints its port");
+    Server { port, child }
+}
+
+/// `git daemon` exporting every repository under `base`.
+pub fn git_daemon(base: &Path) -> Server {
+    let port = free_port();
+    let child = Command::new("git")
+        .args([
+            "daemon",
+            "--reuseaddr",
+            "--export-all",
+            "--listen=127.0.0.1",
+        ])
+        .arg(format!("--port={port}"))
+        .arg(format!("--base-path={}", base.display()))
+        .arg(base)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("git daemon");
+    wait_for_port(port, "git daemon");
+    Server { port, child }
+}
+
+/// distribution's `registry` on loopback, storing under `dir`.
+pub fn registry(dir: &Path) -> Server {
+    let port = free_port();
+    let config = dir.join("registry.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
+http:\n  addr: 127.0.0.1:{port}\n",
+            dir.join("data").display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new(testenv_bin().join("registry"))
+        .arg("serve")
+        .arg(&config)
+        .env("OTEL_TRACES_EXPORTER", "none")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("registry (scripts/testenv build)");
+    wait_for_port(port, "registry");
+    Server { port, child }
+}
+
+/// A Git repository with a work tree and a bare remote beside it.
+pub struct GitRepo {
+    pub dir: tempfile::TempDir,
+}
+
+impl GitRepo {
+    /// An empty repository whose default branch is `main`.
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        run_git(
+            dir.path(),
+            &["init", "--bare", "--quiet", "-b", "main", "repo.git"],
+        );
+        run_git(dir.path(), &["init", "--quiet", "-b", "main", "work"]);
+        let work = dir.path().join("work");
+        run_git(&work, &["config", "user.email", "test@convoy.invalid"]);
+        run_git(&work, &["config", "user.name", "convoy tests"]);
+        run_git(&work, &["remote", "add", "origin", "../repo.git"]);
+        Self { dir }
+    }
+
+    pub fn work(&self) -> PathBuf {
+        self.dir.path().join("work")
+    }
+
+    /// The directory holding `repo.git` (a git daemon or HTTP base path).
+    pub fn base(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn file_url(&self) -> String {
+        format!("file://{}", self.dir.path().join("repo.git").display())
+    }
+
+    /// Write `files`, commit them on the current branch and push. Returns the commit id.
+    pub fn commit(&self, files: &[(&str, &str)], message: &str) -> String {
+        for (path, content) in files {
+            let full = self.work().join(path);
+            std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+            std::fs::write(full, content).unwrap();
+        }
+        run_git(&self.work(), &["add", "-A"]);
+        run_git(&self.work(), &["commit", "--quiet", "-m", message]);
+        let branch = git_output(&self.work(), &["rev-parse", "--abbrev-ref", "HEAD"]);
+        run_git(&self.work(), &["push", "--quiet", "origin", &branch]);
+        git_output(&self.work(), &["rev-parse", "HEAD"])
+    }
+
+    /// Commit a symlink (pointing wherever `target` says) and push.
+    pub fn commit_symlink(&self, path: &str, target: &str) -> String {
+        let full = self.work().join(path);
+        std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(target, &full).unwrap();
+        self.commit(&[], "symlink")
+    }
+
+    pub fn tag(&self, name: &str) {
+        run_git(&self.work(), &["tag", name]);
+        run_git(&self.work(), &["push", "--quiet", "origin", name]);
+    }
+
+    pub fn checkout_new_branch(&self, name: &str) {
+        run_git(&self.work(), &["checkout", "--quiet", "-b", name]);
+    }
+}
+
+pub fn run_git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+pub fn git_output(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Package the chart at `chart` into `repo` and (re)index the repository with `helm`.
+pub fn helm_package(chart: &Path, repo: &Path) {
+    let helm = testenv_bin().join("helm");
+    let out = Command::new(&helm)
+        .arg("package")
+        .arg(chart)
+        .arg("--destination")
+        .arg(repo)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "helm package: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(&helm)
+        .arg("repo")
+        .arg("index")
+        .arg(repo)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "helm repo index: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Write a minimal chart named `name` at `version` under `dir`; returns its directory.
+pub fn write_chart(dir: &Path, name: &str, version: &str) -> PathBuf {
+    let chart = dir.join(format!("{name}-{version}"));
+    std::fs::create_dir_all(chart.join("templates")).unwrap();
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        format!("apiVersion: v2\nname: {name}\nversion: {version}\n"),
+    )
+    .unwrap();
+    std::fs::write(chart.join("values.yaml"), "greeting: hello\n").unwrap();
+    std::fs::write(
+        chart.join("templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\ndata:\n  greeting: {{ .Values.greeting | quote }}\n  version: {{ .Chart.Version | quote }}\n",
+    )
+    .unwrap();
+    chart
+}
