@@ -3,6 +3,8 @@
 //! `cargo bench --bench render_ref`. Under `cargo test` (no `--bench` flag) it only checks that
 //! it runs on a few objects.
 
+#![allow(clippy::unwrap_used)]
+
 use std::time::Instant;
 
 use convoy::engine::render::Object;

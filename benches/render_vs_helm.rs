@@ -5,6 +5,8 @@
 //! `scripts/testenv build`: `PATH=$(scripts/testenv bin):$PATH cargo bench`). Under
 //! `cargo test` (no `--bench` flag) it does nothing.
 
+#![allow(clippy::unwrap_used)]
+
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
