@@ -37,6 +37,9 @@ Register-ArgumentCompleter -Native -CommandName 'convoy' -ScriptBlock {
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('render', 'render', [CompletionResultType]::ParameterValue, 'Render a Release: print its objects in apply order and its renderRef')
+            [CompletionResult]::new('sync', 'sync', [CompletionResultType]::ParameterValue, 'Sync a Release now: render, dry-run, apply in waves, prune, record, write the status')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Explain a Release: who wrote each condition and why, what was attempted and what runs')
+            [CompletionResult]::new('get', 'get', [CompletionResultType]::ParameterValue, 'List Releases with State, Applied, InSync, Healthy and Age')
             [CompletionResult]::new('install', 'install', [CompletionResultType]::ParameterValue, 'Install convoy''s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print shell completions')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
@@ -54,6 +57,64 @@ Register-ArgumentCompleter -Native -CommandName 'convoy' -ScriptBlock {
             [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format')
             [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format')
             [CompletionResult]::new('--ref-only', '--ref-only', [CompletionResultType]::ParameterName, 'Print only the renderRef')
+            [CompletionResult]::new('--no-color', '--no-color', [CompletionResultType]::ParameterName, 'Never color the output (color is only used on a terminal anyway)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More logs on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More logs on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
+        'convoy;sync' {
+            [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'How long --wait waits')
+            [CompletionResult]::new('--concurrency', '--concurrency', [CompletionResultType]::ParameterName, 'Requests in flight per apply step')
+            [CompletionResult]::new('--cache-dir', '--cache-dir', [CompletionResultType]::ParameterName, 'Where fetched sources are cached (default: $CONVOY_CACHE_DIR or ~/.cache/convoy)')
+            [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)')
+            [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The kubeconfig context to use')
+            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Namespace of the Release (default: the context''s namespace)')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace of the Release (default: the context''s namespace)')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('--force', '--force', [CompletionResultType]::ParameterName, 'A forced sync: skip the server-side dry-run gate')
+            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Do not ask for confirmation of --force')
+            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Do not ask for confirmation of --force')
+            [CompletionResult]::new('--request', '--request', [CompletionResultType]::ParameterName, 'Only write the /sync request for the daemon; do not reconcile here')
+            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'With --request: wait until the daemon handled the request')
+            [CompletionResult]::new('--no-color', '--no-color', [CompletionResultType]::ParameterName, 'Never color the output (color is only used on a terminal anyway)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More logs on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More logs on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
+        'convoy;status' {
+            [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)')
+            [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The kubeconfig context to use')
+            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Namespace of the Release (default: the context''s namespace)')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace of the Release (default: the context''s namespace)')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('--no-color', '--no-color', [CompletionResultType]::ParameterName, 'Never color the output (color is only used on a terminal anyway)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More logs on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More logs on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
+        'convoy;get' {
+            [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)')
+            [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The kubeconfig context to use')
+            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Namespace of the Release (default: the context''s namespace)')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace of the Release (default: the context''s namespace)')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('-A', '-A ', [CompletionResultType]::ParameterName, 'List Releases in every namespace')
+            [CompletionResult]::new('--all-namespaces', '--all-namespaces', [CompletionResultType]::ParameterName, 'List Releases in every namespace')
             [CompletionResult]::new('--no-color', '--no-color', [CompletionResultType]::ParameterName, 'Never color the output (color is only used on a terminal anyway)')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More logs on stderr (-v info, -vv debug, -vvv trace)')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More logs on stderr (-v info, -vv debug, -vvv trace)')
@@ -100,12 +161,24 @@ Register-ArgumentCompleter -Native -CommandName 'convoy' -ScriptBlock {
         }
         'convoy;help' {
             [CompletionResult]::new('render', 'render', [CompletionResultType]::ParameterValue, 'Render a Release: print its objects in apply order and its renderRef')
+            [CompletionResult]::new('sync', 'sync', [CompletionResultType]::ParameterValue, 'Sync a Release now: render, dry-run, apply in waves, prune, record, write the status')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Explain a Release: who wrote each condition and why, what was attempted and what runs')
+            [CompletionResult]::new('get', 'get', [CompletionResultType]::ParameterValue, 'List Releases with State, Applied, InSync, Healthy and Age')
             [CompletionResult]::new('install', 'install', [CompletionResultType]::ParameterValue, 'Install convoy''s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print shell completions')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
         'convoy;help;render' {
+            break
+        }
+        'convoy;help;sync' {
+            break
+        }
+        'convoy;help;status' {
+            break
+        }
+        'convoy;help;get' {
             break
         }
         'convoy;help;install' {

@@ -34,6 +34,9 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
             cand render 'Render a Release: print its objects in apply order and its renderRef'
+            cand sync 'Sync a Release now: render, dry-run, apply in waves, prune, record, write the status'
+            cand status 'Explain a Release: who wrote each condition and why, what was attempted and what runs'
+            cand get 'List Releases with State, Applied, InSync, Healthy and Age'
             cand install 'Install convoy''s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)'
             cand completions 'Print shell completions'
             cand help 'Print this message or the help of the given subcommand(s)'
@@ -50,6 +53,61 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand -o 'Output format'
             cand --output 'Output format'
             cand --ref-only 'Print only the renderRef'
+            cand --no-color 'Never color the output (color is only used on a terminal anyway)'
+            cand -v 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors on stderr'
+            cand --quiet 'Only errors on stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'convoy;sync'= {
+            cand --timeout 'How long --wait waits'
+            cand --concurrency 'Requests in flight per apply step'
+            cand --cache-dir 'Where fetched sources are cached (default: $CONVOY_CACHE_DIR or ~/.cache/convoy)'
+            cand --kubeconfig 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)'
+            cand --context 'The kubeconfig context to use'
+            cand -n 'Namespace of the Release (default: the context''s namespace)'
+            cand --namespace 'Namespace of the Release (default: the context''s namespace)'
+            cand -o 'Output format'
+            cand --output 'Output format'
+            cand --force 'A forced sync: skip the server-side dry-run gate'
+            cand -y 'Do not ask for confirmation of --force'
+            cand --yes 'Do not ask for confirmation of --force'
+            cand --request 'Only write the /sync request for the daemon; do not reconcile here'
+            cand --wait 'With --request: wait until the daemon handled the request'
+            cand --no-color 'Never color the output (color is only used on a terminal anyway)'
+            cand -v 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors on stderr'
+            cand --quiet 'Only errors on stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'convoy;status'= {
+            cand --kubeconfig 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)'
+            cand --context 'The kubeconfig context to use'
+            cand -n 'Namespace of the Release (default: the context''s namespace)'
+            cand --namespace 'Namespace of the Release (default: the context''s namespace)'
+            cand -o 'Output format'
+            cand --output 'Output format'
+            cand --no-color 'Never color the output (color is only used on a terminal anyway)'
+            cand -v 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors on stderr'
+            cand --quiet 'Only errors on stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'convoy;get'= {
+            cand --kubeconfig 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)'
+            cand --context 'The kubeconfig context to use'
+            cand -n 'Namespace of the Release (default: the context''s namespace)'
+            cand --namespace 'Namespace of the Release (default: the context''s namespace)'
+            cand -o 'Output format'
+            cand --output 'Output format'
+            cand -A 'List Releases in every namespace'
+            cand --all-namespaces 'List Releases in every namespace'
             cand --no-color 'Never color the output (color is only used on a terminal anyway)'
             cand -v 'More logs on stderr (-v info, -vv debug, -vvv trace)'
             cand --verbose 'More logs on stderr (-v info, -vv debug, -vvv trace)'
@@ -93,11 +151,20 @@ set edit:completion:arg-completer[convoy] = {|@words|
         }
         &'convoy;help'= {
             cand render 'Render a Release: print its objects in apply order and its renderRef'
+            cand sync 'Sync a Release now: render, dry-run, apply in waves, prune, record, write the status'
+            cand status 'Explain a Release: who wrote each condition and why, what was attempted and what runs'
+            cand get 'List Releases with State, Applied, InSync, Healthy and Age'
             cand install 'Install convoy''s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)'
             cand completions 'Print shell completions'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'convoy;help;render'= {
+        }
+        &'convoy;help;sync'= {
+        }
+        &'convoy;help;status'= {
+        }
+        &'convoy;help;get'= {
         }
         &'convoy;help;install'= {
         }

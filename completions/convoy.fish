@@ -37,6 +37,9 @@ complete -c convoy -n "__fish_convoy_needs_command" -s q -l quiet -d 'Only error
 complete -c convoy -n "__fish_convoy_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c convoy -n "__fish_convoy_needs_command" -s V -l version -d 'Print version'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "render" -d 'Render a Release: print its objects in apply order and its renderRef'
+complete -c convoy -n "__fish_convoy_needs_command" -f -a "sync" -d 'Sync a Release now: render, dry-run, apply in waves, prune, record, write the status'
+complete -c convoy -n "__fish_convoy_needs_command" -f -a "status" -d 'Explain a Release: who wrote each condition and why, what was attempted and what runs'
+complete -c convoy -n "__fish_convoy_needs_command" -f -a "get" -d 'List Releases with State, Applied, InSync, Healthy and Age'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "install" -d 'Install convoy\'s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "completions" -d 'Print shell completions'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
@@ -55,6 +58,47 @@ complete -c convoy -n "__fish_convoy_using_subcommand render" -l no-color -d 'Ne
 complete -c convoy -n "__fish_convoy_using_subcommand render" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand render" -s q -l quiet -d 'Only errors on stderr'
 complete -c convoy -n "__fish_convoy_using_subcommand render" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c convoy -n "__fish_convoy_using_subcommand sync" -l timeout -d 'How long --wait waits' -r
+complete -c convoy -n "__fish_convoy_using_subcommand sync" -l concurrency -d 'Requests in flight per apply step' -r
+complete -c convoy -n "__fish_convoy_using_subcommand sync" -l cache-dir -d 'Where fetched sources are cached (default: $CONVOY_CACHE_DIR or ~/.cache/convoy)' -r -F
+complete -c convoy -n "__fish_convoy_using_subcommand sync" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
+complete -c convoy -n "__fish_convoy_using_subcommand sync" -l context -d 'The kubeconfig context to use' -r
+complete -c convoy -n "__fish_convoy_using_subcommand sync" -s n -l namespace -d 'Namespace of the Release (default: the context\'s namespace)' -r
+complete -c convoy -n "__fish_convoy_using_subcommand sync" -s o -l output -d 'Output format' -r -f -a "table\t''
+yaml\t''
+json\t''
+diff\t'Only for `convoy diff`'"
+complete -c convoy -n "__fish_convoy_using_subcommand sync" -l force -d 'A forced sync: skip the server-side dry-run gate'
+complete -c convoy -n "__fish_convoy_using_subcommand sync" -s y -l yes -d 'Do not ask for confirmation of --force'
+complete -c convoy -n "__fish_convoy_using_subcommand sync" -l request -d 'Only write the /sync request for the daemon; do not reconcile here'
+complete -c convoy -n "__fish_convoy_using_subcommand sync" -l wait -d 'With --request: wait until the daemon handled the request'
+complete -c convoy -n "__fish_convoy_using_subcommand sync" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
+complete -c convoy -n "__fish_convoy_using_subcommand sync" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+complete -c convoy -n "__fish_convoy_using_subcommand sync" -s q -l quiet -d 'Only errors on stderr'
+complete -c convoy -n "__fish_convoy_using_subcommand sync" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c convoy -n "__fish_convoy_using_subcommand status" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
+complete -c convoy -n "__fish_convoy_using_subcommand status" -l context -d 'The kubeconfig context to use' -r
+complete -c convoy -n "__fish_convoy_using_subcommand status" -s n -l namespace -d 'Namespace of the Release (default: the context\'s namespace)' -r
+complete -c convoy -n "__fish_convoy_using_subcommand status" -s o -l output -d 'Output format' -r -f -a "table\t''
+yaml\t''
+json\t''
+diff\t'Only for `convoy diff`'"
+complete -c convoy -n "__fish_convoy_using_subcommand status" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
+complete -c convoy -n "__fish_convoy_using_subcommand status" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+complete -c convoy -n "__fish_convoy_using_subcommand status" -s q -l quiet -d 'Only errors on stderr'
+complete -c convoy -n "__fish_convoy_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c convoy -n "__fish_convoy_using_subcommand get" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
+complete -c convoy -n "__fish_convoy_using_subcommand get" -l context -d 'The kubeconfig context to use' -r
+complete -c convoy -n "__fish_convoy_using_subcommand get" -s n -l namespace -d 'Namespace of the Release (default: the context\'s namespace)' -r
+complete -c convoy -n "__fish_convoy_using_subcommand get" -s o -l output -d 'Output format' -r -f -a "table\t''
+yaml\t''
+json\t''
+diff\t'Only for `convoy diff`'"
+complete -c convoy -n "__fish_convoy_using_subcommand get" -s A -l all-namespaces -d 'List Releases in every namespace'
+complete -c convoy -n "__fish_convoy_using_subcommand get" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
+complete -c convoy -n "__fish_convoy_using_subcommand get" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+complete -c convoy -n "__fish_convoy_using_subcommand get" -s q -l quiet -d 'Only errors on stderr'
+complete -c convoy -n "__fish_convoy_using_subcommand get" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l timeout -d 'How long to wait for the CRDs to become Established' -r
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l context -d 'The kubeconfig context to use' -r
@@ -80,7 +124,10 @@ complete -c convoy -n "__fish_convoy_using_subcommand completions" -l no-color -
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -s q -l quiet -d 'Only errors on stderr'
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render install completions help" -f -a "render" -d 'Render a Release: print its objects in apply order and its renderRef'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render install completions help" -f -a "install" -d 'Install convoy\'s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render install completions help" -f -a "completions" -d 'Print shell completions'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render install completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render sync status get install completions help" -f -a "render" -d 'Render a Release: print its objects in apply order and its renderRef'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render sync status get install completions help" -f -a "sync" -d 'Sync a Release now: render, dry-run, apply in waves, prune, record, write the status'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render sync status get install completions help" -f -a "status" -d 'Explain a Release: who wrote each condition and why, what was attempted and what runs'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render sync status get install completions help" -f -a "get" -d 'List Releases with State, Applied, InSync, Healthy and Age'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render sync status get install completions help" -f -a "install" -d 'Install convoy\'s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render sync status get install completions help" -f -a "completions" -d 'Print shell completions'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render sync status get install completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -7,7 +7,9 @@ pub mod commands;
 pub mod exit;
 pub mod generate;
 pub mod output;
+pub mod progress;
 pub mod release_input;
+pub mod table;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -78,6 +80,9 @@ impl GlobalArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     Render(commands::render::RenderArgs),
+    Sync(commands::sync::SyncArgs),
+    Status(commands::status::StatusArgs),
+    Get(commands::get::GetArgs),
     Install(commands::install::InstallArgs),
     Completions(commands::completions::CompletionsArgs),
 }
@@ -117,6 +122,9 @@ pub fn main() -> ExitCode {
 pub async fn run(cli: Cli, printer: &mut Printer) -> CommandResult {
     match cli.command {
         Command::Render(args) => commands::render::run(&cli.global, args, printer).await,
+        Command::Sync(args) => commands::sync::run(&cli.global, args, printer).await,
+        Command::Status(args) => commands::status::run(&cli.global, args, printer).await,
+        Command::Get(args) => commands::get::run(&cli.global, args, printer).await,
         Command::Install(args) => commands::install::run(&cli.global, args, printer).await,
         Command::Completions(args) => commands::completions::run(args, printer),
     }

@@ -4,14 +4,19 @@
 //! so produce the same objects, inventory and status (DESIGN.md, introduction).
 
 pub mod api;
+pub mod apply;
 pub mod cluster;
 pub mod connect;
 pub mod duration;
+pub mod explain;
 pub mod http;
 pub mod install;
 pub mod inventory;
 pub mod objects;
+pub mod reconcile;
 pub mod render;
+pub mod requests;
 pub mod source;
 pub mod ssa;
+pub mod status;
 pub mod tools;

@@ -8,3 +8,4 @@ mod support;
 mod basics;
 mod generated;
 mod render;
+mod sync_status;

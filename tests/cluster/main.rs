@@ -9,4 +9,6 @@ mod support;
 mod api;
 mod inventory;
 mod kwok;
+mod remote;
 mod status;
+mod sync;

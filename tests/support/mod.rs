@@ -6,6 +6,7 @@
 //! missing binary is a loud failure that says how to build it, never a skipped test.
 #![allow(dead_code)]
 
+pub mod fixture;
 pub mod servers;
 
 use std::path::{Path, PathBuf};

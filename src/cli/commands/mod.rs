@@ -1,5 +1,8 @@
 //! One module per command: its clap arguments and a `run` that calls the engine.
 
 pub mod completions;
+pub mod get;
 pub mod install;
 pub mod render;
+pub mod status;
+pub mod sync;

@@ -1,0 +1,210 @@
+//! `convoy status`: explain a Release's status.
+
+use clap::Args;
+use kube::Api;
+
+use crate::cli::exit::{CliError, CommandResult, ExitStatus};
+use crate::cli::output::{OutputFormat, Printer, yaml_value};
+use crate::cli::table::plain;
+use crate::cli::{GlobalArgs, io_error};
+use crate::engine::api::{Attempt, Release};
+use crate::engine::connect::is_unreachable;
+use crate::engine::duration::human;
+use crate::engine::explain::explain;
+use crate::engine::render::render_ref::short;
+
+/// Explain a Release: who wrote each condition and why, what was attempted and what runs.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  convoy status web -n apps\n  convoy status web -n apps -o yaml   # the raw status"
+)]
+pub struct StatusArgs {
+    /// The Release's name.
+    pub name: String,
+}
+
+pub async fn run(global: &GlobalArgs, args: StatusArgs, printer: &mut Printer) -> CommandResult {
+    let release = fetch_release(global, &args.name).await?;
+    match printer.format {
+        OutputFormat::Json => {
+            let text = serde_json::to_string_pretty(&release.status)
+                .map_err(|e| CliError::new(ExitStatus::Invalid, e))?;
+            printer.line(&text).map_err(io_error)?;
+            return Ok(ExitStatus::Success);
+        }
+        OutputFormat::Yaml => {
+            let value = serde_json::to_value(&release.status)
+                .map_err(|e| CliError::new(ExitStatus::Invalid, e))?;
+            let text = yaml_value(&value)
+                .map_err(|e| CliError::new(ExitStatus::Invalid, anyhow::anyhow!(e)))?;
+            printer.print(&text).map_err(io_error)?;
+            return Ok(ExitStatus::Success);
+        }
+        _ => {}
+    }
+    let text = render_status(&release, jiff::Timestamp::now());
+    printer.print(&text).map_err(io_error)?;
+    Ok(if explain(&release, jiff::Timestamp::now()).good {
+        ExitStatus::Success
+    } else {
+        ExitStatus::No
+    })
+}
+
+/// Read a Release for a read-only command.
+pub async fn fetch_release(global: &GlobalArgs, name: &str) -> Result<Release, CliError> {
+    let conn = global.connect().await?;
+    let namespace = global
+        .namespace
+        .clone()
+        .unwrap_or_else(|| conn.default_namespace.clone());
+    let api: Api<Release> = Api::namespaced(conn.client.clone(), &namespace);
+    match api.get_opt(name).await {
+        Ok(Some(r)) => Ok(r),
+        Ok(None) => Err(CliError::new(
+            ExitStatus::Invalid,
+            anyhow::anyhow!("Release {namespace}/{name} not found"),
+        )),
+        Err(e) if is_unreachable(&e) => {
+            Err(CliError::new(ExitStatus::Unreachable, conn.unreachable(e)))
+        }
+        Err(e) => Err(CliError::new(
+            ExitStatus::Invalid,
+            anyhow::Error::new(e).context(format!("cannot read Release {namespace}/{name}")),
+        )),
+    }
+}
+
+/// The explanation as text (pure, for snapshot tests).
+pub fn render_status(release: &Release, now: jiff::Timestamp) -> String {
+    let explanation = explain(release, now);
+    let status = release.status.clone().unwrap_or_default();
+    let mut out = String::new();
+    out.push_str(&format!(
+        "Release {}/{} (generation {})\n\n",
+        release.metadata.namespace.as_deref().unwrap_or_default(),
+        release.metadata.name.as_deref().unwrap_or_default(),
+        release.metadata.generation.unwrap_or_default()
+    ));
+    if explanation.conditions.is_empty() {
+        out.push_str("No conditions yet: no reconcile has written this Release's status.\n");
+    } else {
+        let rows: Vec<Vec<String>> = explanation
+            .conditions
+            .iter()
+            .map(|c| {
+                let age = c
+                    .age_seconds
+                    .map(|s| human(std::time::Duration::from_secs(s.max(0) as u64)))
+                    .unwrap_or_else(|| "-".into());
+                let reason = if c.stale {
+                    format!("{} (stale generation)", c.reason)
+                } else {
+                    c.reason.clone()
+                };
+                vec![
+                    c.type_.clone(),
+                    c.status.clone(),
+                    reason,
+                    age,
+                    c.writer.clone(),
+                    c.message.clone(),
+                ]
+            })
+            .collect();
+        out.push_str(&plain(
+            &["condition", "status", "reason", "age", "writer", "message"],
+            &rows,
+        ));
+    }
+    out.push('\n');
+    out.push_str(&attempt_line(
+        "Last attempted ",
+        status.last_attempted.as_ref(),
+        now,
+    ));
+    out.push_str(&attempt_line(
+        "Last successful",
+        status.last_successful.as_ref(),
+        now,
+    ));
+    if let Some(h) = &status.last_healthy {
+        out.push_str(&format!(
+            "Last healthy     render {}\n",
+            short(&h.render_ref)
+        ));
+    }
+    if let Some(r) = &status.rollout {
+        out.push_str(&format!(
+            "Rollout          {} of render {}\n",
+            r.state.as_str(),
+            short(&r.render_ref)
+        ));
+    }
+    if let Some(p) = &status.pin {
+        out.push_str(&format!(
+            "Pinned to        render {}\n",
+            short(&p.render_ref)
+        ));
+    }
+    if !status.waves.is_empty() {
+        out.push('\n');
+        let rows: Vec<Vec<String>> = status
+            .waves
+            .iter()
+            .map(|w| {
+                vec![
+                    w.wave.to_string(),
+                    w.objects.to_string(),
+                    yes_no(w.applied),
+                    yes_no(w.healthy),
+                ]
+            })
+            .collect();
+        out.push_str(&plain(&["wave", "objects", "applied", "healthy"], &rows));
+    }
+    out.push_str(&format!("\nVerdict: {}\n", explanation.verdict));
+    out
+}
+
+fn yes_no(b: bool) -> String {
+    if b { "yes".into() } else { "no".into() }
+}
+
+fn attempt_line(label: &str, attempt: Option<&Attempt>, now: jiff::Timestamp) -> String {
+    let Some(a) = attempt else {
+        return format!("{label}  -\n");
+    };
+    let render = a.render_ref.as_deref().map(short).unwrap_or("-");
+    let when = a
+        .attempted_at
+        .as_ref()
+        .map(|t| {
+            format!(
+                " {} ago",
+                human(std::time::Duration::from_secs(
+                    (now.as_second() - t.0.as_second()).max(0) as u64
+                ))
+            )
+        })
+        .unwrap_or_default();
+    let phase = a
+        .phase
+        .map(|p| format!(" {p:?}"))
+        .unwrap_or_else(|| " (waiting)".into());
+    let failure = a
+        .failure
+        .as_ref()
+        .map(|f| format!(" at stage {}", f.stage))
+        .unwrap_or_default();
+    let source = a
+        .resolved_source
+        .as_ref()
+        .and_then(|s| {
+            s.revision
+                .as_ref()
+                .map(|r| format!(", source {} {} {r}", s.kind, s.name))
+        })
+        .unwrap_or_default();
+    format!("{label}  render {render}{phase}{failure}{when}{source}\n")
+}

@@ -1,0 +1,243 @@
+//! `convoy sync`: request a /sync and run one reconcile in-process with the daemon's field
+//! managers, or (`--request`) only write the request and optionally wait for the daemon.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use kube::Api;
+use kube::runtime::watcher;
+
+use crate::cli::exit::{CliError, CommandResult, ExitStatus};
+use crate::cli::output::Printer;
+use crate::cli::progress::SyncProgress;
+use crate::cli::{GlobalArgs, io_error};
+use crate::engine::api::{Release, field_managers, reasons};
+use crate::engine::connect::is_unreachable;
+use crate::engine::reconcile::{Context, ReconcileOutcome, sync_handler};
+use crate::engine::requests::{SyncRequest, request_sync};
+use crate::engine::source::{Cache, Coordinator};
+
+/// Sync a Release now: render, dry-run, apply in waves, prune, record, write the status.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+convoy sync web -n apps                      # one reconcile, here and now\n  \
+convoy sync web -n apps --force --yes        # skip the dry-run gate\n  \
+convoy sync web -n apps --request --wait     # ask the daemon and wait for its answer")]
+pub struct SyncArgs {
+    /// The Release's name.
+    pub name: String,
+    /// A forced sync: skip the server-side dry-run gate.
+    #[arg(long)]
+    pub force: bool,
+    /// Do not ask for confirmation of --force.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// Only write the /sync request for the daemon; do not reconcile here.
+    #[arg(long)]
+    pub request: bool,
+    /// With --request: wait until the daemon handled the request.
+    #[arg(long)]
+    pub wait: bool,
+    /// How long --wait waits.
+    #[arg(long, default_value = "5m", value_parser = crate::engine::duration::parse_duration)]
+    pub timeout: Duration,
+    /// Requests in flight per apply step.
+    #[arg(long, default_value_t = crate::engine::apply::DEFAULT_CONCURRENCY)]
+    pub concurrency: usize,
+    /// Where fetched sources are cached (default: $CONVOY_CACHE_DIR or ~/.cache/convoy).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+pub async fn run(global: &GlobalArgs, args: SyncArgs, printer: &mut Printer) -> CommandResult {
+    if args.force && !args.yes {
+        confirm_force(&args.name, printer.interactive)?;
+    }
+    let conn = global.connect().await?;
+    let namespace = global
+        .namespace
+        .clone()
+        .unwrap_or_else(|| conn.default_namespace.clone());
+    let api: Api<Release> = Api::namespaced(conn.client.clone(), &namespace);
+    let unreachable = |e: kube::Error| {
+        if is_unreachable(&e) {
+            CliError::new(ExitStatus::Unreachable, conn.unreachable(e))
+        } else {
+            CliError::new(
+                ExitStatus::Invalid,
+                anyhow::Error::new(e).context(format!(
+                    "cannot request a sync of Release {namespace}/{}",
+                    args.name
+                )),
+            )
+        }
+    };
+    let request = request_sync(&api, &args.name, args.force, field_managers::CLI)
+        .await
+        .map_err(unreachable)?;
+
+    if args.request {
+        printer
+            .line(&format!(
+                "sync of Release {namespace}/{} requested at {}",
+                args.name, request.sync_requested_at
+            ))
+            .map_err(io_error)?;
+        if !args.wait {
+            return Ok(ExitStatus::Success);
+        }
+        let release = wait_for_handling(&api, &args.name, &request, args.timeout).await?;
+        return report_status(&release, printer);
+    }
+
+    let release = api.get(&args.name).await.map_err(unreachable)?;
+    let cache = Cache::new(args.cache_dir.clone().unwrap_or_else(Cache::default_root));
+    let mut ctx = Context::new(conn.clone(), Arc::new(Coordinator::new(cache)));
+    ctx.concurrency = args.concurrency;
+    let progress = Arc::new(SyncProgress::new(printer.interactive));
+    ctx.progress = Some(progress.clone());
+    let result = sync_handler(&ctx, &release, 0).await;
+    progress.finish();
+    let result = result.map_err(|e| CliError::new(ExitStatus::No, e))?;
+    match result.outcome {
+        Some(outcome) => report_outcome(&namespace, &args.name, &outcome, printer),
+        None => {
+            printer
+                .line("the Release is being deleted; nothing to sync")
+                .map_err(io_error)?;
+            Ok(ExitStatus::No)
+        }
+    }
+}
+
+/// `--force` needs a yes: a prompt on a terminal, `--yes` without one.
+fn confirm_force(name: &str, interactive: bool) -> Result<(), CliError> {
+    if !interactive {
+        return Err(CliError::usage(
+            "--force skips the server-side dry run; pass --yes to confirm when not on a terminal",
+        ));
+    }
+    let confirmed = dialoguer::Confirm::new()
+        .with_prompt(format!(
+            "Force a sync of {name}, skipping the server-side dry run?"
+        ))
+        .default(false)
+        .interact()
+        .map_err(|e| CliError::new(ExitStatus::Usage, e))?;
+    if confirmed {
+        Ok(())
+    } else {
+        Err(CliError::usage("not confirmed"))
+    }
+}
+
+/// The exit status of an outcome (DESIGN.md section 4).
+pub fn exit_for(reason: &str, applied_status: &str) -> ExitStatus {
+    match reason {
+        reasons::SOURCE_NOT_READY | reasons::CLUSTER_NOT_READY => ExitStatus::Unreachable,
+        reasons::UNSUPPORTED => ExitStatus::Invalid,
+        _ if applied_status == "True" => ExitStatus::Success,
+        _ => ExitStatus::No,
+    }
+}
+
+fn report_outcome(
+    namespace: &str,
+    name: &str,
+    outcome: &ReconcileOutcome,
+    printer: &mut Printer,
+) -> CommandResult {
+    let stage = outcome
+        .attempt
+        .failure
+        .as_ref()
+        .map(|f| format!(" (stage {})", f.stage))
+        .unwrap_or_default();
+    printer
+        .line(&format!(
+            "Release {namespace}/{name}: {}{stage}: {}",
+            outcome.reason, outcome.message
+        ))
+        .map_err(io_error)?;
+    Ok(exit_for(outcome.reason, outcome.applied_status()))
+}
+
+fn report_status(release: &Release, printer: &mut Printer) -> CommandResult {
+    let status = release.status.clone().unwrap_or_default();
+    let Some(applied) = status.condition(crate::engine::api::condition_types::APPLIED) else {
+        printer
+            .line("the Release has not been reconciled")
+            .map_err(io_error)?;
+        return Ok(ExitStatus::No);
+    };
+    printer
+        .line(&format!(
+            "Applied={} {}: {}",
+            applied.status, applied.reason, applied.message
+        ))
+        .map_err(io_error)?;
+    Ok(exit_for(&applied.reason, &applied.status))
+}
+
+/// Watch the Release until a reconcile handled `request`: the handled markers in manual and
+/// forced syncs, or any attempt that started after the request.
+async fn wait_for_handling(
+    api: &Api<Release>,
+    name: &str,
+    request: &SyncRequest,
+    timeout: Duration,
+) -> Result<Release, CliError> {
+    use futures::StreamExt;
+    let requested: jiff::Timestamp = request.sync_requested_at.parse().map_err(|e| {
+        CliError::new(
+            ExitStatus::Invalid,
+            anyhow::anyhow!("bad request time: {e}"),
+        )
+    })?;
+    let handled = |r: &Release| {
+        let Some(s) = r.status.as_ref() else {
+            return false;
+        };
+        if let Some(force) = &request.force_requested_at {
+            return s.last_handled_force_sync_at.as_ref() == Some(force);
+        }
+        if s.last_handled_sync_at.as_ref() == Some(&request.sync_requested_at) {
+            return true;
+        }
+        s.last_attempted
+            .as_ref()
+            .and_then(|a| a.attempted_at.as_ref())
+            .is_some_and(|t| t.0.as_second() >= requested.as_second())
+    };
+    let stream = watcher::watch_object(api.clone(), name);
+    let wait = async {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(Some(release)) if handled(&release) => return Ok(release),
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    return Err(CliError::new(
+                        ExitStatus::No,
+                        anyhow::anyhow!("the Release was deleted"),
+                    ));
+                }
+                Err(e) => tracing::debug!("watch: {e}"),
+            }
+        }
+        Err(CliError::new(
+            ExitStatus::No,
+            anyhow::anyhow!("the watch ended"),
+        ))
+    };
+    tokio::select! {
+        r = wait => r,
+        _ = tokio::time::sleep(timeout) => Err(CliError::new(
+            ExitStatus::No,
+            anyhow::anyhow!("no reconcile handled the request within {}", crate::engine::duration::human(timeout)),
+        )),
+        _ = tokio::signal::ctrl_c() => Err(CliError::new(ExitStatus::No, anyhow::anyhow!("interrupted"))),
+    }
+}

@@ -1,0 +1,435 @@
+//! SSA apply, the dry-run gate and prune against one target cluster, all under the
+//! controller's field manager (`convoy-release`, forced).
+//!
+//! Spec: reconcile-flow.txt stageSync steps 1, 4 and 5. Requests run concurrently (bounded)
+//! on a client without client-side throttling.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use futures::{StreamExt, stream};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, DynamicObject, PropagationPolicy};
+use kube::{Api, Client};
+use serde_json::Value;
+
+use super::resources::{ResolveKindError, Resource, ResourceCache};
+use crate::engine::api::{ObjectKey, field_managers};
+use crate::engine::connect::is_unreachable;
+use crate::engine::render::Object;
+use crate::engine::ssa;
+
+/// Default number of requests in flight.
+pub const DEFAULT_CONCURRENCY: usize = 16;
+
+/// One object the server (or discovery) refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub key: ObjectKey,
+    pub message: String,
+}
+
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.key, self.message)
+    }
+}
+
+/// Why an apply step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The cluster could not be reached at all.
+    #[error("cannot reach the target cluster")]
+    Unreachable(#[source] Box<kube::Error>),
+    /// Some objects failed; `applied` holds those that went through.
+    #[error("{} of {} objects failed: {}", failures.len(), failures.len() + applied.len(), summary(failures))]
+    Failed {
+        applied: Vec<ObjectKey>,
+        failures: Vec<Rejection>,
+    },
+}
+
+fn summary(failures: &[Rejection]) -> String {
+    let shown: Vec<String> = failures.iter().take(3).map(|r| r.to_string()).collect();
+    let more = failures.len().saturating_sub(3);
+    if more > 0 {
+        format!("{}; and {more} more", shown.join("; "))
+    } else {
+        shown.join("; ")
+    }
+}
+
+/// What the dry-run gate found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DryRunReport {
+    pub rejections: Vec<Rejection>,
+}
+
+/// An inventory entry to delete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PruneTarget {
+    pub key: ObjectKey,
+    pub wave: i32,
+}
+
+/// What prune did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PruneReport {
+    pub deleted: Vec<ObjectKey>,
+    pub failures: Vec<Rejection>,
+}
+
+/// Applies objects to one cluster.
+pub struct Applier {
+    client: Client,
+    resources: ResourceCache,
+    concurrency: usize,
+}
+
+/// An object ready to send: where it goes and the body.
+struct Prepared {
+    key: ObjectKey,
+    resource: Resource,
+    namespace: Option<String>,
+    name: String,
+    body: Value,
+}
+
+impl Applier {
+    pub fn new(client: Client, concurrency: usize) -> Self {
+        Self {
+            resources: ResourceCache::new(client.clone()),
+            client,
+            concurrency: concurrency.max(1),
+        }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn resources(&self) -> &ResourceCache {
+        &self.resources
+    }
+
+    /// The key an object is recorded under on this cluster: cluster-scoped objects have no
+    /// namespace whatever the render says.
+    pub async fn effective_key(&self, object: &Object) -> Result<ObjectKey, ResolveKindError> {
+        let resource = self
+            .resources
+            .resolve(object.api_version(), object.kind())
+            .await?;
+        let mut key = object.key();
+        if !resource.namespaced {
+            key.namespace.clear();
+        }
+        Ok(key)
+    }
+
+    /// stageSync step 1, the dry-run gate: a server-side apply dry run of every object.
+    /// Objects whose namespace or CRD the render itself creates cannot be dry-run before it
+    /// exists, so their "not found" is not a rejection.
+    pub async fn dry_run_gate(&self, objects: &[Object]) -> Result<DryRunReport, ApplyError> {
+        let created_namespaces: BTreeSet<String> = objects
+            .iter()
+            .filter(|o| o.kind() == "Namespace" && o.group().is_empty())
+            .map(|o| o.name().to_string())
+            .collect();
+        let created_kinds: BTreeSet<(String, String)> = objects
+            .iter()
+            .filter(|o| o.kind() == "CustomResourceDefinition")
+            .map(|o| {
+                (
+                    o.0["spec"]["group"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    o.0["spec"]["names"]["kind"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                )
+            })
+            .collect();
+        let results: Vec<Result<Option<Rejection>, ApplyError>> = stream::iter(objects)
+            .map(|object| {
+                let created_namespaces = &created_namespaces;
+                let created_kinds = &created_kinds;
+                async move {
+                    let defined_here = created_kinds
+                        .contains(&(object.group().to_string(), object.kind().to_string()));
+                    let prepared = match self.prepare(object).await {
+                        Ok(p) => p,
+                        Err(_) if defined_here => return Ok(None),
+                        Err(rejection) => return Ok(Some(rejection)),
+                    };
+                    match self.send(&prepared, true).await {
+                        Ok(_) => Ok(None),
+                        Err(e) if is_unreachable(&e) => Err(ApplyError::Unreachable(Box::new(e))),
+                        Err(e) => {
+                            let namespace_created_here = prepared
+                                .namespace
+                                .as_ref()
+                                .is_some_and(|ns| created_namespaces.contains(ns))
+                                && is_not_found(&e);
+                            if namespace_created_here || defined_here {
+                                Ok(None)
+                            } else {
+                                Ok(Some(Rejection {
+                                    key: prepared.key.clone(),
+                                    message: api_message(&e),
+                                }))
+                            }
+                        }
+                    }
+                }
+            })
+            .buffer_unordered(self.concurrency)
+            .collect()
+            .await;
+        let mut report = DryRunReport::default();
+        for result in results {
+            if let Some(rejection) = result? {
+                report.rejections.push(rejection);
+            }
+        }
+        report.rejections.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(report)
+    }
+
+    /// Apply one wave. Namespaces and CRDs go first (and CRDs must be Established) so that
+    /// what lives in them can follow in the same wave.
+    pub async fn apply(&self, objects: &[Object]) -> Result<Vec<ObjectKey>, ApplyError> {
+        let (foundation, rest): (Vec<&Object>, Vec<&Object>) = objects
+            .iter()
+            .partition(|o| matches!(o.kind(), "Namespace" | "CustomResourceDefinition"));
+        let mut applied = Vec::new();
+        let mut failures = Vec::new();
+        self.apply_set(&foundation, &mut applied, &mut failures)
+            .await?;
+        let crds: Vec<&Object> = foundation
+            .iter()
+            .copied()
+            .filter(|o| o.kind() == "CustomResourceDefinition")
+            .collect();
+        if !crds.is_empty() {
+            self.await_crds(&crds).await;
+        }
+        self.apply_set(&rest, &mut applied, &mut failures).await?;
+        if failures.is_empty() {
+            Ok(applied)
+        } else {
+            failures.sort_by(|a, b| a.key.cmp(&b.key));
+            Err(ApplyError::Failed { applied, failures })
+        }
+    }
+
+    async fn apply_set(
+        &self,
+        objects: &[&Object],
+        applied: &mut Vec<ObjectKey>,
+        failures: &mut Vec<Rejection>,
+    ) -> Result<(), ApplyError> {
+        let results: Vec<Result<Result<ObjectKey, Rejection>, ApplyError>> = stream::iter(objects)
+            .map(|object| async move {
+                let prepared = match self.prepare(object).await {
+                    Ok(p) => p,
+                    Err(rejection) => return Ok(Err(rejection)),
+                };
+                match self.send(&prepared, false).await {
+                    Ok(_) => Ok(Ok(prepared.key)),
+                    Err(e) if is_unreachable(&e) => Err(ApplyError::Unreachable(Box::new(e))),
+                    Err(e) => Ok(Err(Rejection {
+                        key: prepared.key,
+                        message: api_message(&e),
+                    })),
+                }
+            })
+            .buffer_unordered(self.concurrency)
+            .collect()
+            .await;
+        for result in results {
+            match result? {
+                Ok(key) => applied.push(key),
+                Err(rejection) => failures.push(rejection),
+            }
+        }
+        Ok(())
+    }
+
+    /// Wait (bounded) until the CRDs are Established, then forget what discovery said about
+    /// their groups so the new kinds resolve.
+    async fn await_crds(&self, crds: &[&Object]) {
+        let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        for crd in crds {
+            let established = kube::runtime::wait::await_condition(
+                api.clone(),
+                crd.name(),
+                kube::runtime::wait::conditions::is_crd_established(),
+            );
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(30), established).await;
+            let group = crd.0["spec"]["group"].as_str().unwrap_or_default();
+            for version in crd.0["spec"]["versions"].as_array().into_iter().flatten() {
+                if let Some(v) = version["name"].as_str() {
+                    self.resources.forget(&format!("{group}/{v}"));
+                }
+            }
+        }
+    }
+
+    /// Server-side dry run of one object as the controller would apply it: what it would
+    /// become (the drift check uses this).
+    pub async fn dry_run_one(&self, object: &Object) -> Result<DynamicObject, Rejection> {
+        let prepared = self.prepare(object).await?;
+        self.send(&prepared, true).await.map_err(|e| Rejection {
+            key: prepared.key.clone(),
+            message: api_message(&e),
+        })
+    }
+
+    /// stageSync step 5: delete `targets`, later waves first. Objects already gone count as
+    /// deleted; kinds the cluster no longer serves have nothing left to delete.
+    pub async fn prune(&self, targets: &[PruneTarget]) -> Result<PruneReport, ApplyError> {
+        let mut by_wave: BTreeMap<i32, Vec<&PruneTarget>> = BTreeMap::new();
+        for t in targets {
+            by_wave.entry(t.wave).or_default().push(t);
+        }
+        let mut report = PruneReport::default();
+        for (_, mut wave) in by_wave.into_iter().rev() {
+            // Within a wave, dependents before what they live in (reverse apply order).
+            wave.sort_by_key(|t| {
+                std::cmp::Reverse(matches!(
+                    t.key.kind.as_str(),
+                    "Namespace" | "CustomResourceDefinition"
+                ))
+            });
+            let results: Vec<Result<Result<ObjectKey, Rejection>, ApplyError>> = stream::iter(wave)
+                .map(|target| async move { self.delete(&target.key).await })
+                .buffer_unordered(self.concurrency)
+                .collect()
+                .await;
+            for result in results {
+                match result? {
+                    Ok(key) => report.deleted.push(key),
+                    Err(rejection) => report.failures.push(rejection),
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    async fn delete(&self, key: &ObjectKey) -> Result<Result<ObjectKey, Rejection>, ApplyError> {
+        let resource = match self
+            .resources
+            .resolve_group_kind(&key.group, &key.kind)
+            .await
+        {
+            Ok(Some(r)) => r,
+            Ok(None) => return Ok(Ok(key.clone())),
+            Err(e) => {
+                return Ok(Err(Rejection {
+                    key: key.clone(),
+                    message: e.to_string(),
+                }));
+            }
+        };
+        let api: Api<DynamicObject> = if resource.namespaced {
+            Api::namespaced_with(self.client.clone(), &key.namespace, &resource.api)
+        } else {
+            Api::all_with(self.client.clone(), &resource.api)
+        };
+        let params = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            ..Default::default()
+        };
+        match api.delete(&key.name, &params).await {
+            Ok(_) => Ok(Ok(key.clone())),
+            Err(e) if is_not_found(&e) => Ok(Ok(key.clone())),
+            Err(e) if is_unreachable(&e) => Err(ApplyError::Unreachable(Box::new(e))),
+            Err(e) => Ok(Err(Rejection {
+                key: key.clone(),
+                message: api_message(&e),
+            })),
+        }
+    }
+
+    /// Resolve an object's resource and namespace, or say why it cannot be sent.
+    async fn prepare(&self, object: &Object) -> Result<Prepared, Rejection> {
+        let key = object.key();
+        let resource = self
+            .resources
+            .resolve(object.api_version(), object.kind())
+            .await
+            .map_err(|e| Rejection {
+                key: key.clone(),
+                message: e.to_string(),
+            })?;
+        let mut body = object.0.clone();
+        let mut key = key;
+        let namespace = if resource.namespaced {
+            match object.namespace() {
+                Some(ns) => Some(ns.to_string()),
+                None => {
+                    return Err(Rejection {
+                        key,
+                        message: "is namespaced but names no namespace, and the Release has no targetNamespace".into(),
+                    });
+                }
+            }
+        } else {
+            if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.remove("namespace");
+            }
+            key.namespace.clear();
+            None
+        };
+        Ok(Prepared {
+            name: object.name().to_string(),
+            key,
+            resource,
+            namespace,
+            body,
+        })
+    }
+
+    async fn send(&self, prepared: &Prepared, dry_run: bool) -> Result<DynamicObject, kube::Error> {
+        let api: Api<DynamicObject> = match &prepared.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &prepared.resource.api),
+            None => Api::all_with(self.client.clone(), &prepared.resource.api),
+        };
+        if dry_run {
+            ssa::dry_run(
+                &api,
+                &prepared.name,
+                field_managers::CONTROLLER,
+                &prepared.body,
+            )
+            .await
+        } else {
+            ssa::apply(
+                &api,
+                &prepared.name,
+                field_managers::CONTROLLER,
+                &prepared.body,
+            )
+            .await
+        }
+    }
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// The server's message for an API error, without kube's wrapping.
+pub fn api_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) => {
+            if status.message.is_empty() {
+                format!("{} ({})", status.reason, status.code)
+            } else {
+                status.message.clone()
+            }
+        }
+        other => crate::engine::http::describe(other),
+    }
+}

@@ -1,0 +1,222 @@
+//! Status assembly: the new status from the cached status and the outcome.
+//!
+//! Spec: reconcile-flow.txt "Status assembly" steps 1–10 (step 11, the write, is in
+//! `sync_handler`). Pure: tests feed it outcomes and read the status it builds.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::ReconcileState;
+use super::outcome::ReconcileOutcome;
+use crate::engine::api::{
+    LastHealthy, LifecycleStatus, PinStatus, Release, ReleaseStatus, RetentionPolicy, RolloutState,
+    SyncMode, annotations, condition_types, reasons,
+};
+use crate::engine::status::{condition, remove_condition, set_condition};
+
+/// Default `retentionPolicy.maxHistory`.
+pub const DEFAULT_MAX_HISTORY: i32 = 10;
+
+/// The lifecycle rollup (step 10): `status.lifecycle` and the `LifecycleSucceeded`
+/// condition's status, reason and message. `None` when the Release has no hooks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LifecycleRollup {
+    pub lifecycle: LifecycleStatus,
+    pub status: &'static str,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// Build the new status (steps 1–10).
+pub fn assemble_status(
+    release: &Release,
+    cached: &ReleaseStatus,
+    outcome: &ReconcileOutcome,
+    state: &ReconcileState,
+    lifecycle: Option<LifecycleRollup>,
+) -> ReleaseStatus {
+    let mut status = cached.clone();
+    let generation = release.metadata.generation;
+    let now = &state.now;
+    compute_status(&mut status, outcome, generation, now);
+    status.pin = pin_status(release);
+    status.last_attempted = Some(outcome.attempt.clone());
+    if outcome.applied_render {
+        status.last_successful = Some(outcome.attempt.clone());
+    }
+    if state.mode == SyncMode::Manual
+        && outcome.applied_render
+        && let Some(request) = &state.pending_sync
+    {
+        status.last_handled_sync_at = Some(request.clone());
+    }
+    if let Some(waves) = &outcome.waves {
+        status.waves = waves.clone();
+    }
+    status.resolved_retention_policy = Some(resolved_retention_status(release));
+    advance_last_healthy(&mut status, cached, outcome, now);
+    if let Some(request) = &state.pending_force {
+        status.last_handled_force_sync_at = Some(request.clone());
+    }
+    rollout_status(&mut status, release, outcome, generation, now);
+    match lifecycle {
+        Some(rollup) => {
+            status.lifecycle = Some(rollup.lifecycle);
+            set_condition(
+                &mut status.conditions,
+                condition(
+                    condition_types::LIFECYCLE_SUCCEEDED,
+                    rollup.status,
+                    rollup.reason,
+                    rollup.message,
+                    generation,
+                ),
+                now,
+            );
+        }
+        None => {
+            status.lifecycle = None;
+            remove_condition(&mut status.conditions, condition_types::LIFECYCLE_SUCCEEDED);
+        }
+    }
+    status
+}
+
+/// Step 1: `Applied` from the outcome, and `observedGeneration`.
+fn compute_status(
+    status: &mut ReleaseStatus,
+    outcome: &ReconcileOutcome,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    status.observed_generation = generation;
+    set_condition(
+        &mut status.conditions,
+        condition(
+            condition_types::APPLIED,
+            outcome.applied_status(),
+            outcome.reason,
+            outcome.message.clone(),
+            generation,
+        ),
+        now,
+    );
+}
+
+/// Step 2: `status.pin` from the pin annotation; absent when not pinned.
+pub fn pin_status(release: &Release) -> Option<PinStatus> {
+    release
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(annotations::PIN))
+        .map(|p| p.trim())
+        .filter(|p| !p.is_empty())
+        .map(|p| PinStatus {
+            render_ref: p.to_string(),
+        })
+}
+
+/// Step 6: the retention policy in effect.
+pub fn resolved_retention_status(release: &Release) -> RetentionPolicy {
+    RetentionPolicy {
+        max_history: Some(
+            release
+                .spec
+                .retention_policy
+                .as_ref()
+                .and_then(|r| r.max_history)
+                .unwrap_or(DEFAULT_MAX_HISTORY),
+        ),
+    }
+}
+
+/// Step 7: `lastHealthy` advances when the verdict for the attempted render is healthy. The
+/// cached Healthy condition speaks for the render of the cached `lastAttempted` (the health
+/// loop only says Healthy when every entry carries that render), so it counts only when this
+/// attempt is that same render and it is the one running.
+fn advance_last_healthy(
+    status: &mut ReleaseStatus,
+    cached: &ReleaseStatus,
+    outcome: &ReconcileOutcome,
+    now: &Time,
+) {
+    let Some(render) = outcome.attempt.render_ref.as_deref() else {
+        return;
+    };
+    let healthy = cached.condition(condition_types::HEALTHY).is_some_and(|c| {
+        c.status == "True"
+            && (c.reason == reasons::healthy::HEALTHY
+                || c.reason == reasons::healthy::NOT_CONFIGURED)
+    });
+    let verdict_is_for_this_render = cached
+        .last_attempted
+        .as_ref()
+        .and_then(|a| a.render_ref.as_deref())
+        == Some(render);
+    let running = status
+        .last_successful
+        .as_ref()
+        .and_then(|a| a.render_ref.as_deref())
+        == Some(render);
+    if !(healthy && verdict_is_for_this_render && running) {
+        return;
+    }
+    if status
+        .last_healthy
+        .as_ref()
+        .is_some_and(|h| h.render_ref == render)
+    {
+        return;
+    }
+    status.last_healthy = Some(LastHealthy {
+        render_ref: render.to_string(),
+        resolved_source: outcome.attempt.resolved_source.clone(),
+        healthy_at: Some(now.clone()),
+    });
+}
+
+/// Step 9: `status.rollout` and `RolloutSucceeded` (reason = the rollout state).
+fn rollout_status(
+    status: &mut ReleaseStatus,
+    release: &Release,
+    outcome: &ReconcileOutcome,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    if release.spec.failure_policy.is_none() {
+        status.rollout = None;
+        remove_condition(&mut status.conditions, condition_types::ROLLOUT_SUCCEEDED);
+        return;
+    }
+    if let Some(rollout) = &outcome.rollout {
+        status.rollout = Some(rollout.clone());
+    }
+    match &status.rollout {
+        Some(rollout) => {
+            let condition_status = match rollout.state {
+                RolloutState::Succeeded => "True",
+                RolloutState::Progressing => "Unknown",
+                RolloutState::Failed | RolloutState::RolledBack => "False",
+            };
+            let message = rollout.message.clone().unwrap_or_else(|| {
+                format!(
+                    "rollout of render {} is {}",
+                    crate::engine::render::render_ref::short(&rollout.render_ref),
+                    rollout.state.as_str()
+                )
+            });
+            set_condition(
+                &mut status.conditions,
+                condition(
+                    condition_types::ROLLOUT_SUCCEEDED,
+                    condition_status,
+                    rollout.state.as_str(),
+                    message,
+                    generation,
+                ),
+                now,
+            );
+        }
+        None => remove_condition(&mut status.conditions, condition_types::ROLLOUT_SUCCEEDED),
+    }
+}

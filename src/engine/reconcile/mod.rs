@@ -1,0 +1,330 @@
+//! The Release controller's reconcile, shared by `convoy sync` and `convoy daemon`.
+//!
+//! Spec: reconcile-flow.txt (syncHandler, finalize, reconcile stages, status assembly,
+//! requeue rules). `sync_handler` runs the steps in the spec's order; `reconcile` runs the
+//! stages, each of which can stop the pipeline with a [`ReconcileOutcome`].
+
+pub mod assemble;
+pub mod finalize;
+pub mod outcome;
+pub mod requeue;
+pub mod stages;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{Api, ResourceExt};
+
+pub use outcome::ReconcileOutcome;
+pub use requeue::Requeue;
+
+use crate::engine::api::{FINALIZER, Release, ReleaseStatus, SyncMode, annotations};
+use crate::engine::apply::Applier;
+use crate::engine::cluster::Target;
+use crate::engine::connect::Connection;
+use crate::engine::inventory::InventoryHandle;
+use crate::engine::render::ClusterInfo;
+use crate::engine::source::Coordinator;
+use crate::engine::status::{now, status_changed, write_owned_status};
+
+/// Whether this process owns a Release's shard (DESIGN.md "Sharding").
+pub trait ShardGate: Send + Sync {
+    fn owns(&self, release: &Release) -> bool;
+}
+
+/// The gate of a process that owns every shard: the CLI, and a daemon without sharding.
+pub struct OwnsEveryShard;
+
+impl ShardGate for OwnsEveryShard {
+    fn owns(&self, _: &Release) -> bool {
+        true
+    }
+}
+
+/// What a reconcile reports while it works (the CLI draws progress from it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProgressEvent {
+    Rendered { render_ref: String, objects: usize },
+    DryRunPassed { objects: usize },
+    WaveStarted { wave: i32, objects: usize },
+    WaveApplied { wave: i32, objects: usize },
+    Pruned { objects: usize },
+}
+
+/// Receives [`ProgressEvent`]s.
+pub trait Progress: Send + Sync {
+    fn event(&self, event: ProgressEvent);
+}
+
+/// What every reconcile shares: the home cluster, the source cache, caches per target.
+pub struct Context {
+    /// The cluster the Releases live in.
+    pub home: Connection,
+    pub coordinator: Arc<Coordinator>,
+    pub shard: Arc<dyn ShardGate>,
+    /// Requests in flight per apply, dry run and prune.
+    pub concurrency: usize,
+    pub progress: Option<Arc<dyn Progress>>,
+    cluster_info: Mutex<HashMap<String, (Instant, ClusterInfo)>>,
+    appliers: Mutex<HashMap<String, Arc<Applier>>>,
+}
+
+/// How long a target's discovery answers (version, API versions, scopes) are reused.
+const CLUSTER_INFO_TTL: Duration = Duration::from_secs(600);
+
+impl Context {
+    pub fn new(home: Connection, coordinator: Arc<Coordinator>) -> Self {
+        Self {
+            home,
+            coordinator,
+            shard: Arc::new(OwnsEveryShard),
+            concurrency: crate::engine::apply::DEFAULT_CONCURRENCY,
+            progress: None,
+            cluster_info: Mutex::new(HashMap::new()),
+            appliers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn report(&self, event: ProgressEvent) {
+        if let Some(p) = &self.progress {
+            p.event(event);
+        }
+    }
+
+    /// The applier for a target, reused across reconciles (its discovery cache with it).
+    pub fn applier(&self, target: &Target) -> Arc<Applier> {
+        let mut appliers = lock(&self.appliers);
+        appliers
+            .entry(target.conn.server.clone())
+            .or_insert_with(|| Arc::new(Applier::new(target.conn.client.clone(), self.concurrency)))
+            .clone()
+    }
+
+    /// The target's version and APIs for Helm, cached; `None` if discovery fails.
+    pub async fn cluster_info(&self, target: &Target) -> Option<ClusterInfo> {
+        if let Some((at, info)) = lock(&self.cluster_info).get(&target.conn.server)
+            && at.elapsed() < CLUSTER_INFO_TTL
+        {
+            return Some(info.clone());
+        }
+        match ClusterInfo::discover(&target.conn.client).await {
+            Ok(info) => {
+                lock(&self.cluster_info)
+                    .insert(target.conn.server.clone(), (Instant::now(), info.clone()));
+                Some(info)
+            }
+            Err(e) => {
+                tracing::warn!(server = %target.conn.server, "discovery failed, rendering without cluster capabilities: {e}");
+                None
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// `newReconcileState`: the attempt time, the sync mode, and the pending /sync requests.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReconcileState {
+    pub now: Time,
+    pub mode: SyncMode,
+    /// The /sync request (annotation value) not handled yet.
+    pub pending_sync: Option<String>,
+    /// The forced /sync request not handled yet.
+    pub pending_force: Option<String>,
+}
+
+/// Read the attempt's state from the Release and its cached status.
+pub fn new_reconcile_state(release: &Release, status: &ReleaseStatus, now: Time) -> ReconcileState {
+    let annotation = |key: &str| {
+        release
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .filter(|v| !v.is_empty())
+            .cloned()
+    };
+    let pending_sync = annotation(annotations::SYNC_REQUESTED_AT)
+        .filter(|v| status.last_handled_sync_at.as_ref() != Some(v));
+    let pending_force = annotation(annotations::FORCE_SYNC_REQUESTED_AT)
+        .filter(|v| status.last_handled_force_sync_at.as_ref() != Some(v));
+    ReconcileState {
+        now,
+        mode: release
+            .spec
+            .sync_policy
+            .as_ref()
+            .map(|p| p.mode)
+            .unwrap_or_default(),
+        pending_sync,
+        pending_force,
+    }
+}
+
+/// Run the stages of one reconcile.
+pub async fn reconcile(
+    ctx: &Context,
+    release: &Release,
+    status: &ReleaseStatus,
+    state: &ReconcileState,
+) -> ReconcileOutcome {
+    let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release);
+    let rendered = match stages::stage_render(ctx, release, state).await {
+        Ok(r) => r,
+        Err(outcome) => return *outcome,
+    };
+    let plan = stages::plan_rollout(release, status, &rendered, state);
+    if let Some(hold) = stages::stage_gates(ctx, release, status, state, &rendered).await {
+        return hold;
+    }
+    let mut outcome = stages::stage_sync(ctx, release, state, &rendered, &inventory).await;
+    if outcome.rollout.is_none() {
+        outcome.rollout = plan.rollout;
+    }
+    if outcome.is_syncing_failure() {
+        stages::run_sync_failed_hooks(ctx, release, &rendered).await;
+    }
+    outcome
+}
+
+/// What `sync_handler` did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HandlerResult {
+    /// `None` when the handler did not reconcile (not our shard, or a deletion).
+    pub outcome: Option<ReconcileOutcome>,
+    /// The status after this pass (written or unchanged).
+    pub status: Option<ReleaseStatus>,
+    /// Whether the status was written (it differed from the cached one).
+    pub wrote_status: bool,
+    pub requeue: Requeue,
+    /// An error to log and count as a failure (the reconcile's own, such as ClusterNotReady).
+    pub error: Option<String>,
+}
+
+/// Errors `sync_handler` returns to the work queue for a retry.
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    #[error("cannot write the status of Release {release}")]
+    StatusWrite {
+        release: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    #[error("cannot update the finalizer of Release {release}")]
+    Finalizer {
+        release: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    #[error("cannot finalize Release {release}: {message}")]
+    Finalize { release: String, message: String },
+    #[error("cannot roll up the lifecycle hooks of Release {release}: {message}")]
+    Rollup { release: String, message: String },
+}
+
+/// `syncHandler`: one pass over a Release, in the spec's order. `failures` counts the
+/// consecutive failed passes before this one (for the backoff).
+pub async fn sync_handler(
+    ctx: &Context,
+    release: &Release,
+    failures: u32,
+) -> Result<HandlerResult, HandlerError> {
+    let name = format!(
+        "{}/{}",
+        release.namespace().unwrap_or_default(),
+        release.name_any()
+    );
+    // Step 2: the shard gate. Not ours: do nothing, not even finalize.
+    if !ctx.shard.owns(release) {
+        return Ok(HandlerResult {
+            outcome: None,
+            status: None,
+            wrote_status: false,
+            requeue: Requeue::Never,
+            error: None,
+        });
+    }
+    // Step 3: deletion.
+    if release.metadata.deletion_timestamp.is_some() {
+        let requeue = finalize::finalize(ctx, release).await?;
+        return Ok(HandlerResult {
+            outcome: None,
+            status: None,
+            wrote_status: false,
+            requeue,
+            error: None,
+        });
+    }
+    // Step 4: the finalizer.
+    let release =
+        ensure_finalizer(ctx, release)
+            .await
+            .map_err(|source| HandlerError::Finalizer {
+                release: name.clone(),
+                source: Box::new(source),
+            })?;
+    // Step 5: reconcile.
+    let cached = release.status.clone().unwrap_or_default();
+    let state = new_reconcile_state(&release, &cached, now());
+    let outcome = reconcile(ctx, &release, &cached, &state).await;
+    // Step 6: status assembly and write.
+    let rollup = stages::apply_lifecycle_rollup(ctx, &release)
+        .await
+        .map_err(|message| HandlerError::Rollup {
+            release: name.clone(),
+            message,
+        })?;
+    let mut status = assemble::assemble_status(&release, &cached, &outcome, &state, rollup);
+    let changed = status_changed(&cached, &status);
+    if changed {
+        status.reconciled_at = Some(state.now.clone());
+        let api: Api<Release> = Api::namespaced(
+            ctx.home.client.clone(),
+            &release.namespace().unwrap_or_default(),
+        );
+        write_owned_status(&api, &release.name_any(), &status)
+            .await
+            .map_err(|source| HandlerError::StatusWrite {
+                release: name.clone(),
+                source: Box::new(source),
+            })?;
+    }
+    // Step 7: the next reconcile.
+    let failures = if outcome.retry { failures + 1 } else { 0 };
+    let requeue = requeue::requeue_for(&release, &outcome, failures);
+    let error = outcome.error.clone();
+    Ok(HandlerResult {
+        outcome: Some(outcome),
+        status: Some(status),
+        wrote_status: changed,
+        requeue,
+        error,
+    })
+}
+
+/// `ensureFinalizer`: add the prune finalizer with an Update of the full object if missing.
+pub async fn ensure_finalizer(ctx: &Context, release: &Release) -> Result<Release, kube::Error> {
+    if release.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(release.clone());
+    }
+    let api: Api<Release> = Api::namespaced(
+        ctx.home.client.clone(),
+        &release.namespace().unwrap_or_default(),
+    );
+    let mut updated = release.clone();
+    updated
+        .metadata
+        .finalizers
+        .get_or_insert_with(Vec::new)
+        .push(FINALIZER.to_string());
+    api.replace(&release.name_any(), &Default::default(), &updated)
+        .await
+}

@@ -1,0 +1,182 @@
+//! Requeue rules: when the next reconcile of a Release happens.
+//!
+//! Spec: reconcile-flow.txt "Requeue rules"; DESIGN.md "Backoff". Pure functions, so the
+//! daemon's work queue and the tests agree on every delay.
+
+use std::time::Duration;
+
+use crate::engine::api::{Release, RetryBackoff, RolloutState};
+use crate::engine::duration::parse_duration;
+
+use super::outcome::ReconcileOutcome;
+
+/// The longest backoff when `retryBackoff.max` is not set.
+pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(1000);
+/// A Progressing rollout is looked at again at least this often.
+pub const PROGRESSING_RECHECK: Duration = Duration::from_secs(10);
+
+/// What the work queue does next with a Release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Requeue {
+    /// Reconcile again after this delay.
+    After(Duration),
+    /// A transient failure without `retryBackoff`: the work queue's own rate limit decides.
+    RateLimited,
+    /// Only events and the informer resync start the next reconcile.
+    Never,
+}
+
+/// `backoffDelay = initial × factor^(n−1)`, capped by `max` (default 1000 s); `n` is the
+/// consecutive failure count (from 1).
+pub fn backoff_delay(backoff: &RetryBackoff, failures: u32) -> Duration {
+    let initial = parse_duration(&backoff.initial).unwrap_or(Duration::from_secs(1));
+    let factor = backoff.factor.unwrap_or(2).max(1) as f64;
+    let max = backoff
+        .max
+        .as_deref()
+        .and_then(|m| parse_duration(m).ok())
+        .unwrap_or(DEFAULT_BACKOFF_MAX);
+    let n = failures.max(1) - 1;
+    let secs = initial.as_secs_f64() * factor.powi(n.min(64) as i32);
+    if !secs.is_finite() || secs >= max.as_secs_f64() {
+        max
+    } else {
+        Duration::from_secs_f64(secs)
+    }
+}
+
+/// The requeue for `outcome`, after `failures` consecutive failures (counting this one).
+pub fn requeue_for(release: &Release, outcome: &ReconcileOutcome, failures: u32) -> Requeue {
+    let policy = release.spec.sync_policy.as_ref();
+    if outcome.retry {
+        return match policy.and_then(|p| p.retry_backoff.as_ref()) {
+            Some(backoff) => Requeue::After(backoff_delay(backoff, failures)),
+            None => Requeue::RateLimited,
+        };
+    }
+    let interval = policy
+        .and_then(|p| p.interval.as_deref())
+        .and_then(|i| parse_duration(i).ok())
+        .unwrap_or(Duration::ZERO);
+    let progressing = outcome
+        .rollout
+        .as_ref()
+        .is_some_and(|r| r.state == RolloutState::Progressing);
+    let delay = if progressing {
+        if interval.is_zero() {
+            PROGRESSING_RECHECK
+        } else {
+            interval.min(PROGRESSING_RECHECK)
+        }
+    } else {
+        interval
+    };
+    if delay.is_zero() {
+        Requeue::Never
+    } else {
+        Requeue::After(delay)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::api::{Attempt, RolloutStatus, reasons};
+    use serde_json::json;
+
+    fn backoff(initial: &str, factor: Option<u32>, max: Option<&str>) -> RetryBackoff {
+        RetryBackoff {
+            initial: initial.into(),
+            factor,
+            max: max.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_from_initial_and_caps_at_max() {
+        let b = backoff("5s", None, None);
+        let delays: Vec<u64> = (1..=5).map(|n| backoff_delay(&b, n).as_secs()).collect();
+        assert_eq!(delays, [5, 10, 20, 40, 80]);
+        assert_eq!(backoff_delay(&b, 40), DEFAULT_BACKOFF_MAX);
+        let capped = backoff("10s", Some(3), Some("60s"));
+        let delays: Vec<u64> = (1..=4)
+            .map(|n| backoff_delay(&capped, n).as_secs())
+            .collect();
+        assert_eq!(delays, [10, 30, 60, 60]);
+    }
+
+    fn release(policy: serde_json::Value) -> Release {
+        serde_json::from_value(json!({
+            "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+            "metadata": {"name": "web", "namespace": "apps"},
+            "spec": {"source": {"kind": "GitRepository", "name": "repo"}, "syncPolicy": policy},
+        }))
+        .unwrap()
+    }
+
+    fn outcome(retry: bool, progressing: bool) -> ReconcileOutcome {
+        let mut o = if retry {
+            ReconcileOutcome::failed(
+                reasons::DEPLOY_FAILED,
+                "Syncing",
+                "x",
+                Attempt::default(),
+                true,
+            )
+        } else {
+            ReconcileOutcome::applied(Attempt::default(), "", vec![])
+        };
+        if progressing {
+            o.rollout = Some(RolloutStatus {
+                render_ref: "r".into(),
+                state: RolloutState::Progressing,
+                started_at: None,
+                finished_at: None,
+                message: None,
+            });
+        }
+        o
+    }
+
+    #[test]
+    fn transient_failures_back_off_or_fall_to_the_queue() {
+        let with = release(json!({"retryBackoff": {"initial": "2s"}}));
+        assert_eq!(
+            requeue_for(&with, &outcome(true, false), 3),
+            Requeue::After(Duration::from_secs(8))
+        );
+        let without = release(json!({}));
+        assert_eq!(
+            requeue_for(&without, &outcome(true, false), 3),
+            Requeue::RateLimited
+        );
+    }
+
+    #[test]
+    fn success_waits_the_interval_and_progressing_at_most_ten_seconds() {
+        let r = release(json!({"interval": "5m"}));
+        assert_eq!(
+            requeue_for(&r, &outcome(false, false), 0),
+            Requeue::After(Duration::from_secs(300))
+        );
+        assert_eq!(
+            requeue_for(&r, &outcome(false, true), 0),
+            Requeue::After(PROGRESSING_RECHECK)
+        );
+        let short = release(json!({"interval": "3s"}));
+        assert_eq!(
+            requeue_for(&short, &outcome(false, true), 0),
+            Requeue::After(Duration::from_secs(3))
+        );
+    }
+
+    #[test]
+    fn no_interval_means_no_requeue() {
+        let r = release(json!({}));
+        assert_eq!(requeue_for(&r, &outcome(false, false), 0), Requeue::Never);
+        assert_eq!(
+            requeue_for(&r, &outcome(false, true), 0),
+            Requeue::After(PROGRESSING_RECHECK)
+        );
+    }
+}

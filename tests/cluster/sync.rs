@@ -1,0 +1,553 @@
+//! The Release controller's reconcile against the real API server.
+
+use std::time::Duration;
+
+use convoy::engine::api::{ReleaseInventory, field_managers, reasons};
+use convoy::engine::ssa;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::json;
+
+use crate::support::fixture::{Fixture, config_map, deployment};
+use crate::support::owners_of;
+
+#[tokio::test]
+async fn the_first_sync_applies_the_render_as_convoy_release() {
+    let f = Fixture::new(
+        "sync-first",
+        &[
+            ("cm.yaml", &config_map("settings", 0, "one")),
+            ("deploy.yaml", &deployment("api", 1, 1)),
+        ],
+        json!({}),
+    )
+    .await;
+    let result = f.sync().await;
+    let outcome = result.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+    assert!(result.wrote_status);
+
+    let cm = f
+        .config_map("settings")
+        .await
+        .expect("the ConfigMap is applied");
+    assert_eq!(cm["data"]["value"], "one");
+    let data_owner = owners_of(&cm, &["f:data", "f:value"]);
+    assert_eq!(data_owner, ["convoy-release"]);
+    let entry = cm["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["manager"] == "convoy-release")
+        .unwrap();
+    assert_eq!(entry["operation"], "Apply");
+
+    let release = f.release().await;
+    let status = release.status.unwrap();
+    let applied = status.condition("Applied").unwrap();
+    assert_eq!(
+        (applied.status.as_str(), applied.reason.as_str()),
+        ("True", "Applied")
+    );
+    assert_eq!(applied.observed_generation, release.metadata.generation);
+    let attempted = status.last_attempted.unwrap();
+    assert_eq!(
+        attempted.phase,
+        Some(convoy::engine::api::AttemptPhase::Succeeded)
+    );
+    assert_eq!(
+        status.last_successful.unwrap().render_ref,
+        attempted.render_ref
+    );
+    assert!(
+        attempted
+            .resolved_source
+            .unwrap()
+            .revision
+            .unwrap()
+            .starts_with("main@sha1:")
+    );
+    assert_eq!(status.waves.len(), 2);
+    assert!(
+        release
+            .metadata
+            .finalizers
+            .unwrap()
+            .contains(&convoy::engine::api::FINALIZER.to_string())
+    );
+
+    let inventories: Api<ReleaseInventory> =
+        Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let inventory = inventories.get("web").await.unwrap();
+    let mut entries: Vec<(String, String, Option<i32>)> = inventory
+        .spec
+        .inventory
+        .iter()
+        .map(|e| (e.kind.clone(), e.name.clone(), e.wave))
+        .collect();
+    entries.sort();
+    assert_eq!(
+        entries,
+        [
+            ("ConfigMap".into(), "settings".into(), Some(0)),
+            ("Deployment".into(), "api".into(), Some(1))
+        ]
+    );
+}
+
+#[tokio::test]
+async fn an_object_dropped_from_the_render_is_pruned_but_a_lookalike_is_not() {
+    let f = Fixture::new(
+        "sync-prune",
+        &[
+            ("a.yaml", &config_map("keep", 0, "1")),
+            ("b.yaml", &config_map("drop", 1, "1")),
+        ],
+        json!({}),
+    )
+    .await;
+    assert_eq!(f.sync().await.outcome.unwrap().reason, reasons::APPLIED);
+    // Someone else's ConfigMap with the same labels, never in the render.
+    let cms: Api<ConfigMap> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let lookalike: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "lookalike", "labels": {"app": "demo"}}}),
+    )
+    .unwrap();
+    cms.create(&PostParams::default(), &lookalike)
+        .await
+        .unwrap();
+
+    f.commit(&[("a.yaml", &config_map("keep", 0, "2"))]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+    assert!(outcome.message.contains("1 pruned"), "{}", outcome.message);
+    assert!(
+        f.config_map("drop").await.is_none(),
+        "the dropped object is pruned"
+    );
+    assert!(
+        f.config_map("lookalike").await.is_some(),
+        "nothing outside the inventory is pruned"
+    );
+    assert_eq!(f.config_map("keep").await.unwrap()["data"]["value"], "2");
+    let inventories: Api<ReleaseInventory> =
+        Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let names: Vec<String> = inventories
+        .get("web")
+        .await
+        .unwrap()
+        .spec
+        .inventory
+        .iter()
+        .map(|e| e.name.clone())
+        .collect();
+    assert_eq!(names, ["keep"]);
+}
+
+#[tokio::test]
+async fn a_server_rejected_object_stops_the_sync_before_anything_is_applied() {
+    let bad =
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: Not_A_Valid_Name\ndata: {a: b}\n";
+    let f = Fixture::new(
+        "sync-unappliable",
+        &[
+            ("good.yaml", &config_map("good", 0, "1")),
+            ("bad.yaml", bad),
+        ],
+        json!({}),
+    )
+    .await;
+    let result = f.sync().await;
+    let outcome = result.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::UNAPPLIABLE);
+    assert!(
+        outcome.message.contains("ConfigMap/"),
+        "the object is named: {}",
+        outcome.message
+    );
+    assert!(
+        outcome.message.contains("Not_A_Valid_Name"),
+        "{}",
+        outcome.message
+    );
+    assert!(!outcome.retry, "a rejection is not retried with backoff");
+    assert_eq!(result.error, None, "no error is returned");
+    assert!(f.config_map("good").await.is_none(), "nothing is applied");
+    let status = f.release().await.status.unwrap();
+    let failure = status.last_attempted.clone().unwrap().failure.unwrap();
+    assert_eq!(failure.stage, "Syncing");
+    assert_eq!(status.condition("Applied").unwrap().status, "False");
+}
+
+#[tokio::test]
+async fn a_forced_sync_skips_the_dry_run_gate() {
+    let bad =
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: Not_A_Valid_Name\ndata: {a: b}\n";
+    let f = Fixture::new(
+        "sync-force",
+        &[
+            ("good.yaml", &config_map("good", 0, "1")),
+            ("bad.yaml", bad),
+        ],
+        json!({}),
+    )
+    .await;
+    f.annotate(json!({
+        "convoy.kumodo.io/sync-requested-at": "2026-01-01T00:00:00Z",
+        "convoy.kumodo.io/force-sync-requested-at": "2026-01-01T00:00:00Z",
+    }))
+    .await;
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(
+        outcome.reason,
+        reasons::DEPLOY_FAILED,
+        "the apply ran and failed on the bad object: {}",
+        outcome.message
+    );
+    assert!(
+        f.config_map("good").await.is_some(),
+        "without the gate, the good object was applied"
+    );
+    let status = f.release().await.status.unwrap();
+    assert_eq!(
+        status.last_handled_force_sync_at.as_deref(),
+        Some("2026-01-01T00:00:00Z")
+    );
+}
+
+#[tokio::test]
+async fn manual_mode_waits_for_a_sync_request() {
+    let f = Fixture::new(
+        "sync-manual",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({"syncPolicy": {"mode": "Manual"}}),
+    )
+    .await;
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::WAITING_FOR_SYNC);
+    assert!(f.config_map("a").await.is_none());
+    let status = f.release().await.status.unwrap();
+    assert_eq!(
+        status.last_attempted.as_ref().unwrap().phase,
+        None,
+        "a hold has no phase"
+    );
+    assert_eq!(status.last_handled_sync_at, None);
+
+    f.annotate(json!({"convoy.kumodo.io/sync-requested-at": "2026-01-01T00:00:01Z"}))
+        .await;
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+    assert!(f.config_map("a").await.is_some());
+    let status = f.release().await.status.unwrap();
+    assert_eq!(
+        status.last_handled_sync_at.as_deref(),
+        Some("2026-01-01T00:00:01Z")
+    );
+
+    // The request is handled: the next pass holds with Applied (render unchanged).
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::APPLIED);
+    assert_eq!(outcome.applied_status(), "True");
+    assert!(!outcome.applied_render);
+}
+
+#[tokio::test]
+async fn a_failed_manual_sync_does_not_mark_the_request_handled() {
+    let bad = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: Bad_Name\n";
+    let f = Fixture::new(
+        "sync-manual-fail",
+        &[("a.yaml", bad)],
+        json!({"syncPolicy": {"mode": "Manual"}}),
+    )
+    .await;
+    f.annotate(json!({"convoy.kumodo.io/sync-requested-at": "2026-01-01T00:00:01Z"}))
+        .await;
+    assert_eq!(f.sync().await.outcome.unwrap().reason, reasons::UNAPPLIABLE);
+    assert_eq!(f.release().await.status.unwrap().last_handled_sync_at, None);
+}
+
+#[tokio::test]
+async fn waves_are_applied_in_order() {
+    let f = Fixture::new(
+        "sync-waves",
+        &[
+            ("z.yaml", &config_map("first", -1, "1")),
+            ("y.yaml", &deployment("second", 0, 1)),
+            ("x.yaml", &config_map("third", 5, "1")),
+        ],
+        json!({}),
+    )
+    .await;
+    // Watch creations in the namespace while the sync runs; start syncing once both watches
+    // have listed.
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let cms: Api<ConfigMap> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let deployments: Api<Deployment> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let (w1, ready1) = record_creations(cms, order.clone());
+    let (w2, ready2) = record_creations(deployments, order.clone());
+    ready1.await.unwrap();
+    ready2.await.unwrap();
+    assert_eq!(f.sync().await.outcome.unwrap().reason, reasons::APPLIED);
+    crate::support::eventually("three creations", Duration::from_secs(10), || {
+        let order = order.clone();
+        async move { (order.lock().unwrap().len() >= 3).then_some(()) }
+    })
+    .await;
+    w1.abort();
+    w2.abort();
+    let seen: Vec<String> = order.lock().unwrap().iter().take(3).cloned().collect();
+    assert_eq!(seen, ["first", "second", "third"]);
+}
+
+#[tokio::test]
+async fn conditions_of_other_writers_survive_controller_writes() {
+    let f = Fixture::new(
+        "sync-owners",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({}),
+    )
+    .await;
+    f.sync().await;
+    let api = f.releases();
+    let patch = |t: &str, reason: &str| {
+        json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release", "metadata": {"name": "web"},
+               "status": {"conditions": [{"type": t, "status": "True", "reason": reason, "message": "",
+                                          "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}]}})
+    };
+    ssa::apply_status(
+        &api,
+        "web",
+        field_managers::OBSERVE,
+        &patch("InSync", "InSync"),
+    )
+    .await
+    .unwrap();
+    ssa::apply_status(
+        &api,
+        "web",
+        field_managers::HEALTH,
+        &patch("Healthy", "Healthy"),
+    )
+    .await
+    .unwrap();
+    f.commit(&[("a.yaml", &config_map("a", 0, "2"))]);
+    let result = f.sync().await;
+    assert!(result.wrote_status);
+    let release = f.release().await;
+    let status = release.status.clone().unwrap();
+    assert_eq!(status.condition("InSync").unwrap().reason, "InSync");
+    assert_eq!(status.condition("Healthy").unwrap().reason, "Healthy");
+    let object = serde_json::to_value(&release).unwrap();
+    let owner = |t: &str| {
+        owners_of(
+            &object,
+            &[
+                "f:status",
+                "f:conditions",
+                &format!("k:{{\"type\":\"{t}\"}}"),
+                "f:status",
+            ],
+        )
+    };
+    assert_eq!(owner("Applied"), ["convoy-release"]);
+    assert_eq!(owner("InSync"), ["convoy-observe"]);
+    assert_eq!(owner("Healthy"), ["convoy-health"]);
+}
+
+#[tokio::test]
+async fn an_unchanged_status_is_not_written() {
+    let f = Fixture::new(
+        "sync-quiet",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({}),
+    )
+    .await;
+    assert!(f.sync().await.wrote_status);
+    let before = f.release().await;
+    let second = f.sync().await;
+    assert_eq!(second.outcome.unwrap().reason, reasons::APPLIED);
+    assert!(!second.wrote_status);
+    let after = f.release().await;
+    assert_eq!(
+        after.metadata.resource_version,
+        before.metadata.resource_version
+    );
+    assert_eq!(
+        after.status.unwrap().reconciled_at,
+        before.status.unwrap().reconciled_at,
+        "reconciledAt changes only on a write"
+    );
+}
+
+#[tokio::test]
+async fn a_pin_shows_in_status_and_an_unpin_clears_it() {
+    let f = Fixture::new(
+        "sync-pin",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({}),
+    )
+    .await;
+    f.sync().await;
+    f.annotate(json!({"convoy.kumodo.io/pin": "0123456789ab"}))
+        .await;
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::PINNED);
+    assert_eq!(
+        f.release().await.status.unwrap().pin.unwrap().render_ref,
+        "0123456789ab"
+    );
+    f.annotate(json!({"convoy.kumodo.io/pin": null})).await;
+    assert_eq!(f.sync().await.outcome.unwrap().reason, reasons::APPLIED);
+    assert_eq!(
+        f.release().await.status.unwrap().pin,
+        None,
+        "the unpin cleared status.pin"
+    );
+}
+
+#[tokio::test]
+async fn unknown_kinds_and_namespaceless_objects_fail_the_dry_run_and_keep_the_inventory() {
+    let f = Fixture::new(
+        "sync-bad-input",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({}),
+    )
+    .await;
+    assert_eq!(f.sync().await.outcome.unwrap().reason, reasons::APPLIED);
+    let widget = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n";
+    let nokind = "apiVersion: v1\nkind: Gizmo\nmetadata: {name: g}\n";
+    f.commit(&[
+        ("a.yaml", &config_map("a", 0, "2")),
+        ("w.yaml", widget),
+        ("g.yaml", nokind),
+    ]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::UNAPPLIABLE);
+    assert!(
+        outcome.message.contains("Widget.example.com/"),
+        "{}",
+        outcome.message
+    );
+    assert!(outcome.message.contains("Gizmo/"), "{}", outcome.message);
+    assert_eq!(
+        f.config_map("a").await.unwrap()["data"]["value"],
+        "1",
+        "nothing applied"
+    );
+    let inventories: Api<ReleaseInventory> =
+        Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let inventory = inventories.get("web").await.unwrap();
+    assert_eq!(
+        inventory.spec.inventory.len(),
+        1,
+        "the previous inventory is intact"
+    );
+
+    // Without targetNamespace a namespaced object without a namespace cannot be applied.
+    f.commit(&[("a.yaml", &config_map("a", 0, "3"))]);
+    f.patch_spec(json!({"targetNamespace": null})).await;
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::UNAPPLIABLE);
+    assert!(
+        outcome
+            .message
+            .contains("ConfigMap/a: is namespaced but names no namespace"),
+        "{}",
+        outcome.message
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_release_prunes_and_removes_the_finalizer() {
+    let f = Fixture::new(
+        "sync-delete",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({}),
+    )
+    .await;
+    f.sync().await;
+    assert!(f.config_map("a").await.is_some());
+    f.releases()
+        .delete("web", &Default::default())
+        .await
+        .unwrap();
+    let release = f.release().await;
+    assert!(
+        release.metadata.deletion_timestamp.is_some(),
+        "the finalizer holds the Release"
+    );
+    let result = convoy::engine::reconcile::sync_handler(&f.ctx, &release, 0)
+        .await
+        .unwrap();
+    assert_eq!(result.outcome, None);
+    assert!(f.config_map("a").await.is_none(), "pruned");
+    assert!(
+        f.releases().get_opt("web").await.unwrap().is_none(),
+        "the finalizer is gone, so is the Release"
+    );
+    let inventories: Api<ReleaseInventory> =
+        Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    assert!(inventories.get_opt("web").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn keep_workloads_leaves_the_objects_when_the_release_goes() {
+    let f = Fixture::new(
+        "sync-keep",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({"deletionPolicy": {"keepWorkloads": true}}),
+    )
+    .await;
+    f.sync().await;
+    f.releases()
+        .delete("web", &Default::default())
+        .await
+        .unwrap();
+    let release = f.release().await;
+    convoy::engine::reconcile::sync_handler(&f.ctx, &release, 0)
+        .await
+        .unwrap();
+    assert!(f.releases().get_opt("web").await.unwrap().is_none());
+    assert!(f.config_map("a").await.is_some(), "kept");
+}
+
+/// Record the names of objects created after the initial list; the receiver fires once the
+/// watch has listed.
+fn record_creations<K>(
+    api: Api<K>,
+    order: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) -> (
+    tokio::task::JoinHandle<()>,
+    tokio::sync::oneshot::Receiver<()>,
+)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let handle = tokio::spawn(async move {
+        let mut tx = Some(tx);
+        let mut stream = std::pin::pin!(kube::runtime::watcher(api, Default::default()));
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(kube::runtime::watcher::Event::InitDone) => {
+                    if let Some(tx) = tx.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                Ok(kube::runtime::watcher::Event::Apply(object)) => {
+                    let name = object.meta().name.clone().unwrap_or_default();
+                    let mut order = order.lock().unwrap();
+                    if !order.contains(&name) {
+                        order.push(name);
+                    }
+                }
+                _ => {}
+            }
+        }
+    });
+    (handle, rx)
+}

@@ -1,0 +1,165 @@
+//! A Release backed by a local Git repository, in a test namespace, synced by the engine.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use convoy::engine::api::Release;
+use convoy::engine::connect::{Connection, KubeconfigSource};
+use convoy::engine::reconcile::{Context, HandlerResult, sync_handler};
+use convoy::engine::source::{Cache, Coordinator};
+use kube::Api;
+use serde_json::{Value, json};
+
+use super::TestEnv;
+use super::servers::GitRepo;
+
+pub struct Fixture {
+    pub env: TestEnv,
+    pub repo: GitRepo,
+    pub ctx: Context,
+    pub name: String,
+    _cache: tempfile::TempDir,
+}
+
+/// A ConfigMap manifest in `wave`.
+pub fn config_map(name: &str, wave: i32, data: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  labels: {{app: demo}}\n  annotations:\n    convoy.kumodo.io/sync-wave: \"{wave}\"\ndata:\n  value: \"{data}\"\n"
+    )
+}
+
+/// A Deployment manifest of `replicas` in `wave`.
+pub fn deployment(name: &str, wave: i32, replicas: i32) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\n  annotations:\n    convoy.kumodo.io/sync-wave: \"{wave}\"\nspec:\n  replicas: {replicas}\n  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n      containers:\n      - name: app\n        image: nginx:1.27\n"
+    )
+}
+
+impl Fixture {
+    /// A namespace, a Git repository holding `files` under `app/`, a GitRepository and a
+    /// Release `web` (targetNamespace: the test namespace) with `spec_extra` merged in.
+    pub async fn new(test: &str, files: &[(&str, &str)], spec_extra: Value) -> Self {
+        let env = TestEnv::new(test).await;
+        let repo = GitRepo::new();
+        let files: Vec<(String, &str)> = files
+            .iter()
+            .map(|(p, c)| (format!("app/{p}"), *c))
+            .collect();
+        let refs: Vec<(&str, &str)> = files.iter().map(|(p, c)| (p.as_str(), *c)).collect();
+        repo.commit(&refs, "initial");
+        let conn = Connection::from_source(&KubeconfigSource {
+            path: Some(env.kubeconfig.clone()),
+            context: None,
+        })
+        .await
+        .unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        let ctx = Context::new(conn, Arc::new(Coordinator::new(Cache::new(cache.path()))));
+        let fixture = Self {
+            env,
+            repo,
+            ctx,
+            name: "web".into(),
+            _cache: cache,
+        };
+        fixture
+            .kubectl_apply(&json!({
+                "apiVersion": "source.convoy.kumodo.io/v1alpha1", "kind": "GitRepository",
+                "metadata": {"name": "repo", "namespace": fixture.env.namespace},
+                "spec": {"url": fixture.repo.file_url(), "ref": {"branch": "main"}},
+            }))
+            .await;
+        let mut spec = json!({
+            "source": {"kind": "GitRepository", "name": "repo", "path": "app"},
+            "targetNamespace": fixture.env.namespace,
+        });
+        json_patch::merge(&mut spec, &spec_extra);
+        fixture
+            .kubectl_apply(&json!({
+                "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+                "metadata": {"name": "web", "namespace": fixture.env.namespace},
+                "spec": spec,
+            }))
+            .await;
+        fixture
+    }
+
+    /// Create or update an object with SSA as a test user (`test-user`).
+    pub async fn kubectl_apply(&self, object: &Value) {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), serde_json::to_string(object).unwrap()).unwrap();
+        let out = self.env.kubectl(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=test-user",
+            "-f",
+            file.path().to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    pub fn releases(&self) -> Api<Release> {
+        Api::namespaced(self.env.client.clone(), &self.env.namespace)
+    }
+
+    pub async fn release(&self) -> Release {
+        self.releases().get(&self.name).await.unwrap()
+    }
+
+    /// One pass of the controller's sync handler over the live Release.
+    pub async fn sync(&self) -> HandlerResult {
+        let release = self.release().await;
+        sync_handler(&self.ctx, &release, 0).await.unwrap()
+    }
+
+    /// Commit new `files` under `app/` (replacing the directory's content).
+    pub fn commit(&self, files: &[(&str, &str)]) -> String {
+        let app = self.repo.work().join("app");
+        let _ = std::fs::remove_dir_all(&app);
+        let files: Vec<(String, &str)> = files
+            .iter()
+            .map(|(p, c)| (format!("app/{p}"), *c))
+            .collect();
+        let refs: Vec<(&str, &str)> = files.iter().map(|(p, c)| (p.as_str(), *c)).collect();
+        self.repo.commit(&refs, "change")
+    }
+
+    /// Merge `patch` into the Release spec.
+    pub async fn patch_spec(&self, patch: Value) {
+        let api = self.releases();
+        let params = kube::api::PatchParams::default();
+        api.patch(
+            &self.name,
+            &params,
+            &kube::api::Patch::Merge(json!({"spec": patch})),
+        )
+        .await
+        .unwrap();
+    }
+
+    /// Set annotations on the Release (merge patch; `null` removes).
+    pub async fn annotate(&self, annotations: Value) {
+        let api = self.releases();
+        api.patch(
+            &self.name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": annotations}})),
+        )
+        .await
+        .unwrap();
+    }
+
+    pub async fn config_map(&self, name: &str) -> Option<Value> {
+        let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
+            Api::namespaced(self.env.client.clone(), &self.env.namespace);
+        api.get_opt(name)
+            .await
+            .unwrap()
+            .map(|c| serde_json::to_value(c).unwrap())
+    }
+}
