@@ -53,6 +53,20 @@ pub struct Member {
     pub key: ObjectKey,
     pub render_ref: String,
     pub wave: i32,
+    /// The applied object's digest (`render_ref::object_digest`), when known.
+    pub digest: Option<String>,
+}
+
+impl Member {
+    /// The member an inventory entry records.
+    pub fn from_entry(entry: &InventoryEntry) -> Self {
+        Self {
+            key: entry.key(),
+            render_ref: entry.render_ref.clone().unwrap_or_default(),
+            wave: entry.wave.unwrap_or(0),
+            digest: entry.digest.clone(),
+        }
+    }
 }
 
 /// What the controller records for an armed hook.
@@ -158,6 +172,9 @@ impl InventoryHandle {
                 let mut e = key_fields(&m.key);
                 e.insert("renderRef".into(), json!(m.render_ref));
                 e.insert("wave".into(), json!(m.wave));
+                if let Some(d) = &m.digest {
+                    e.insert("digest".into(), json!(d));
+                }
                 Value::Object(e)
             })
             .collect();

@@ -25,6 +25,7 @@ fn member(key: &ObjectKey, render_ref: &str, wave: i32) -> Member {
         key: key.clone(),
         render_ref: render_ref.into(),
         wave,
+        digest: None,
     }
 }
 

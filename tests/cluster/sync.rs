@@ -551,3 +551,39 @@ where
     });
     (handle, rx)
 }
+
+#[tokio::test]
+async fn a_resync_sends_only_what_changed_on_either_side() {
+    let f = Fixture::new(
+        "sync-unchanged",
+        &[
+            ("a.yaml", &config_map("a", 0, "1")),
+            ("b.yaml", &config_map("b", 0, "1")),
+        ],
+        json!({}),
+    )
+    .await;
+    f.sync().await;
+    let before = f.config_map("b").await.unwrap();
+    // Another manager changes a value the render sets.
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "a", "namespace": f.env.namespace}, "data": {"value": "tampered"}}))
+        .await;
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::APPLIED);
+    assert_eq!(
+        f.config_map("a").await.unwrap()["data"]["value"],
+        "1",
+        "the drift is put back"
+    );
+    let after = f.config_map("b").await.unwrap();
+    assert_eq!(
+        after["metadata"]["resourceVersion"], before["metadata"]["resourceVersion"],
+        "the unchanged object was not touched"
+    );
+    // A deleted object is re-created.
+    let cms: Api<ConfigMap> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    cms.delete("b", &Default::default()).await.unwrap();
+    f.sync().await;
+    assert!(f.config_map("b").await.is_some());
+}

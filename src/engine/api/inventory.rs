@@ -56,6 +56,10 @@ pub struct InventoryEntry {
     pub render_ref: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wave: Option<i32>,
+    /// Digest of the object as the controller last applied it (deviation: not in the spec's
+    /// entry; it lets a re-sync skip objects that are unchanged on both sides).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
     // --- convoy-health-inventory (the health loop)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<HealthState>,

@@ -276,6 +276,90 @@ impl Applier {
         }
     }
 
+    /// Which objects need applying. An object can be skipped when it was applied before as
+    /// it is now (`applied_digests` holds what the inventory recorded) and the live object
+    /// still holds every value it sets: then an apply would change nothing. One LIST per kind
+    /// and namespace finds the live objects; if that fails, every object counts as changed.
+    pub async fn changed(
+        &self,
+        objects: &[Object],
+        applied_digests: &std::collections::HashMap<ObjectKey, String>,
+    ) -> Vec<bool> {
+        let mut prepared = Vec::with_capacity(objects.len());
+        for object in objects {
+            prepared.push(self.prepare(object).await.ok());
+        }
+        // Only objects applied before with the same digest are candidates.
+        let candidates: Vec<Option<&Prepared>> = prepared
+            .iter()
+            .zip(objects)
+            .map(|(p, o)| {
+                p.as_ref().filter(|p| {
+                    applied_digests
+                        .get(&p.key)
+                        .is_some_and(|d| *d == crate::engine::render::render_ref::object_digest(o))
+                })
+            })
+            .collect();
+        let mut groups: BTreeMap<(String, String, Option<String>), &Prepared> = BTreeMap::new();
+        for p in candidates.iter().flatten() {
+            groups
+                .entry((
+                    p.resource.api.api_version.clone(),
+                    p.resource.api.kind.clone(),
+                    p.namespace.clone(),
+                ))
+                .or_insert(p);
+        }
+        let lists: Vec<Option<BTreeMap<String, Value>>> = stream::iter(groups.values())
+            .map(|p| async move {
+                let api: Api<DynamicObject> = match &p.namespace {
+                    Some(ns) => Api::namespaced_with(self.client.clone(), ns, &p.resource.api),
+                    None => Api::all_with(self.client.clone(), &p.resource.api),
+                };
+                let list = api.list(&Default::default()).await.ok()?;
+                let by_name: BTreeMap<String, Value> = list
+                    .items
+                    .into_iter()
+                    .filter_map(|o| {
+                        let name = o.metadata.name.clone()?;
+                        Some((name, serde_json::to_value(o).ok()?))
+                    })
+                    .collect();
+                Some(by_name)
+            })
+            .buffered(self.concurrency)
+            .collect()
+            .await;
+        let live: BTreeMap<(String, String, Option<String>), BTreeMap<String, Value>> = groups
+            .keys()
+            .cloned()
+            .zip(lists)
+            .filter_map(|(k, l)| l.map(|l| (k, l)))
+            .collect();
+        candidates
+            .iter()
+            .map(|candidate| {
+                let Some(p) = candidate else { return true };
+                let group = (
+                    p.resource.api.api_version.clone(),
+                    p.resource.api.kind.clone(),
+                    p.namespace.clone(),
+                );
+                let Some(object) = live.get(&group).and_then(|objects| objects.get(&p.name)) else {
+                    return true;
+                };
+                // List items carry no apiVersion and kind; the LIST itself was for them.
+                let mut desired = p.body.clone();
+                if let Some(map) = desired.as_object_mut() {
+                    map.remove("apiVersion");
+                    map.remove("kind");
+                }
+                !holds(object, &desired)
+            })
+            .collect()
+    }
+
     /// Server-side dry run of one object as the controller would apply it: what it would
     /// become (the drift check uses this).
     pub async fn dry_run_one(&self, object: &Object) -> Result<DynamicObject, Rejection> {
@@ -416,6 +500,33 @@ impl Applier {
     }
 }
 
+/// Whether `live` holds every value `desired` sets (maps: every key; lists: same length,
+/// item by item; numbers by value). Defaults and other managers' fields in `live` do not
+/// matter; an empty or null desired value matches an absent one.
+pub fn holds(live: &Value, desired: &Value) -> bool {
+    match (desired, live) {
+        (Value::Object(d), Value::Object(l)) => d.iter().all(|(k, dv)| match l.get(k) {
+            Some(lv) => holds(lv, dv),
+            None => is_empty(dv),
+        }),
+        (Value::Array(d), Value::Array(l)) => {
+            d.len() == l.len() && d.iter().zip(l).all(|(dv, lv)| holds(lv, dv))
+        }
+        (Value::Number(a), Value::Number(b)) => a == b || a.as_f64() == b.as_f64(),
+        (d, Value::Null) => is_empty(d),
+        (d, l) => d == l,
+    }
+}
+
+fn is_empty(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Object(m) => m.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        _ => false,
+    }
+}
+
 fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
@@ -431,5 +542,49 @@ pub fn api_message(e: &kube::Error) -> String {
             }
         }
         other => crate::engine::http::describe(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holds;
+    use serde_json::json;
+
+    #[test]
+    fn live_objects_hold_what_was_applied_despite_defaults() {
+        let desired = json!({"spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "a", "image": "x:1"}]}}}, "metadata": {"labels": {"app": "a"}}});
+        let live = json!({"spec": {"replicas": 2, "strategy": {"type": "RollingUpdate"},
+            "template": {"spec": {"containers": [{"name": "a", "image": "x:1", "imagePullPolicy": "IfNotPresent"}]}}},
+            "metadata": {"labels": {"app": "a", "other": "b"}, "uid": "u"}, "status": {}});
+        assert!(holds(&live, &desired));
+    }
+
+    #[test]
+    fn a_changed_value_a_removed_field_or_an_extra_item_is_not_held() {
+        let desired = json!({"data": {"a": "1"}, "spec": {"ports": [{"port": 80}]}});
+        assert!(!holds(
+            &json!({"data": {"a": "2"}, "spec": {"ports": [{"port": 80}]}}),
+            &desired
+        ));
+        assert!(!holds(
+            &json!({"data": {}, "spec": {"ports": [{"port": 80}]}}),
+            &desired
+        ));
+        assert!(!holds(
+            &json!({"data": {"a": "1"}, "spec": {"ports": [{"port": 80}, {"port": 81}]}}),
+            &desired
+        ));
+        assert!(holds(
+            &json!({"data": {"a": "1"}, "spec": {"ports": [{"port": 80.0}]}}),
+            &desired
+        ));
+    }
+
+    #[test]
+    fn empty_desired_values_match_absent_ones() {
+        assert!(holds(
+            &json!({"metadata": {}}),
+            &json!({"metadata": {"annotations": {}}, "data": null})
+        ));
     }
 }

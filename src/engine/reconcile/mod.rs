@@ -274,7 +274,13 @@ pub async fn sync_handler(
     // Step 5: reconcile.
     let cached = release.status.clone().unwrap_or_default();
     let state = new_reconcile_state(&release, &cached, now());
+    let started = std::time::Instant::now();
     let outcome = reconcile(ctx, &release, &cached, &state).await;
+    tracing::debug!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        reason = outcome.reason,
+        "reconciled"
+    );
     // Step 6: status assembly and write.
     let rollup = stages::apply_lifecycle_rollup(ctx, &release)
         .await
@@ -297,6 +303,11 @@ pub async fn sync_handler(
                 source: Box::new(source),
             })?;
     }
+    tracing::debug!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        changed,
+        "status assembled"
+    );
     // Step 7: the next reconcile.
     let failures = if outcome.retry { failures + 1 } else { 0 };
     let requeue = requeue::requeue_for(&release, &outcome, failures);

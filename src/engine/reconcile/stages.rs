@@ -3,7 +3,7 @@
 //! Spec: reconcile-flow.txt "reconcile" (stages 1–6). Each stage either hands its result to
 //! the next or stops the pipeline with a [`ReconcileOutcome`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use kube::ResourceExt;
 
@@ -20,7 +20,8 @@ use crate::engine::cluster::{Target, resolve_target};
 use crate::engine::explain::count;
 use crate::engine::inventory::{InventoryHandle, Member, members};
 use crate::engine::objects::ObjectReader;
-use crate::engine::render::render_ref::short;
+use crate::engine::render::Object;
+use crate::engine::render::render_ref::{object_digest, short};
 use crate::engine::render::{RenderContext, RenderError, Rendered, fetch_source, render_fetched};
 
 /// What stageRender hands on.
@@ -82,6 +83,7 @@ pub async fn stage_render(
     attempt.resolved_cluster = Some(target.resolved.clone());
     // Steps 3–6.
     let info = ctx.cluster_info(&target).await;
+    tracing::debug!("target cluster resolved and discovered");
     render_ctx.cluster = info.as_ref();
     let rendered = render_fetched(&render_ctx, release, &fetched)
         .await
@@ -195,6 +197,11 @@ pub async fn stage_gates(
 }
 
 /// Stage 5, stageSync: dry-run gate, waves with inventory updates, prune, inventory.
+///
+/// Objects that were applied before exactly as rendered now and still hold every value on
+/// the cluster are not sent again (an apply would change nothing); everything else goes
+/// through the gate and the waves. A re-sync of an unchanged render therefore costs a few
+/// LIST requests instead of two requests per object.
 pub async fn stage_sync(
     ctx: &Context,
     release: &Release,
@@ -206,6 +213,7 @@ pub async fn stage_sync(
     let render_ref = render.rendered.render_ref.clone();
     let objects = &render.rendered.objects;
     let applier = ctx.applier(&render.target);
+    let started = std::time::Instant::now();
     let syncing_failed = |reason, message: String, retry| {
         ReconcileOutcome::failed(
             reason,
@@ -216,9 +224,42 @@ pub async fn stage_sync(
         )
     };
 
+    let previous = match inventory.get().await {
+        Ok(inv) => inv,
+        Err(e) => {
+            return syncing_failed(
+                reasons::DEPLOY_FAILED,
+                format!("{:#}", anyhow::Error::new(e)),
+                true,
+            );
+        }
+    };
+    let previous_members: Vec<Member> = previous
+        .as_ref()
+        .map(|inv| members(inv).into_iter().map(Member::from_entry).collect())
+        .unwrap_or_default();
+    let applied_digests: HashMap<ObjectKey, String> = previous_members
+        .iter()
+        .filter_map(|m| m.digest.clone().map(|d| (m.key.clone(), d)))
+        .collect();
+    let changed = applier.changed(objects, &applied_digests).await;
+    let to_send: Vec<Object> = objects
+        .iter()
+        .zip(&changed)
+        .filter(|(_, c)| **c)
+        .map(|(o, _)| o.clone())
+        .collect();
+    let to_send_keys: BTreeSet<ObjectKey> = to_send.iter().map(Object::key).collect();
+    tracing::debug!(
+        changed = to_send.len(),
+        unchanged = objects.len() - to_send.len(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "compared with the cluster"
+    );
+
     // Step 1: the dry-run gate (skipped by a forced sync).
-    if state.pending_force.is_none() {
-        match applier.dry_run_gate(objects).await {
+    if state.pending_force.is_none() && !to_send.is_empty() {
+        match applier.dry_run_gate(&to_send).await {
             Ok(report) if !report.rejections.is_empty() => {
                 let total = report.rejections.len();
                 let shown: Vec<String> = report
@@ -235,16 +276,22 @@ pub async fn stage_sync(
                 return syncing_failed(
                     reasons::UNAPPLIABLE,
                     format!(
-                        "the dry run rejected {total} of {} objects, nothing was applied: {}{more}",
-                        objects.len(),
+                        "the dry run rejected {total} of {}, nothing was applied: {}{more}",
+                        count(objects.len(), "object"),
                         shown.join("; ")
                     ),
                     false,
                 );
             }
-            Ok(_) => ctx.report(ProgressEvent::DryRunPassed {
-                objects: objects.len(),
-            }),
+            Ok(_) => {
+                tracing::debug!(
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "dry-run gate passed"
+                );
+                ctx.report(ProgressEvent::DryRunPassed {
+                    objects: to_send.len(),
+                });
+            }
             Err(e) => {
                 return syncing_failed(
                     reasons::DEPLOY_FAILED,
@@ -257,42 +304,23 @@ pub async fn stage_sync(
     // Step 2 (persistRender) and step 3 (preSync hooks) arrive with the render store and
     // lifecycle hooks.
 
-    let previous = match inventory.get().await {
-        Ok(inv) => inv,
-        Err(e) => {
-            return syncing_failed(
-                reasons::DEPLOY_FAILED,
-                format!("{:#}", anyhow::Error::new(e)),
-                true,
-            );
-        }
-    };
-    let previous_members: Vec<Member> = previous
-        .as_ref()
-        .map(|inv| {
-            members(inv)
-                .into_iter()
-                .map(|e| Member {
-                    key: e.key(),
-                    render_ref: e.render_ref.clone().unwrap_or_default(),
-                    wave: e.wave.unwrap_or(0),
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-
     // Step 4: the waves, each followed by a Put of everything applied so far.
     let mut applied: Vec<Member> = Vec::new();
     let mut wave_status: Vec<WaveStatus> = Vec::new();
+    let mut last_put: Vec<Member> = previous_members.clone();
     for (wave, wave_objects) in waves::group(objects) {
         // A wave with waves.waitForHealth waits for the previous wave's health here
         // (waveHealthGate, with progressive delivery).
+        let sending: Vec<Object> = wave_objects
+            .iter()
+            .filter(|o| to_send_keys.contains(&o.key()))
+            .cloned()
+            .collect();
         ctx.report(ProgressEvent::WaveStarted {
             wave,
-            objects: wave_objects.len(),
+            objects: sending.len(),
         });
-        let result = applier.apply(&wave_objects).await;
-        let (keys, failure) = match result {
+        let (keys, failure) = match applier.apply(&sending).await {
             Ok(keys) => (keys, None),
             Err(ApplyError::Failed {
                 applied: keys,
@@ -309,12 +337,33 @@ pub async fn stage_sync(
                 Some(format!("wave {wave}: {:#}", anyhow::Error::new(e))),
             ),
         };
-        applied.extend(keys.into_iter().map(|key| Member {
-            key,
-            render_ref: render_ref.clone(),
-            wave,
-        }));
-        let put = inventory.put(&union(&previous_members, &applied)).await;
+        // Unchanged objects of the wave are members too, recorded with this render.
+        let applied_now: BTreeSet<&ObjectKey> = keys.iter().collect();
+        let mut wave_members: Vec<Member> = Vec::new();
+        for object in &wave_objects {
+            let sent = to_send_keys.contains(&object.key());
+            let key = match applier.effective_key(object).await {
+                Ok(k) => k,
+                Err(_) => object.key(),
+            };
+            if sent && !applied_now.contains(&key) {
+                continue;
+            }
+            wave_members.push(Member {
+                key,
+                render_ref: render_ref.clone(),
+                wave,
+                digest: Some(object_digest(object)),
+            });
+        }
+        applied.extend(wave_members);
+        let next = union(&previous_members, &applied);
+        let put = if same_members(&next, &last_put) {
+            Ok(())
+        } else {
+            inventory.put(&next).await.map(|_| ())
+        };
+        last_put = next;
         if let Some(message) = failure {
             return syncing_failed(reasons::DEPLOY_FAILED, message, true).with_waves(wave_status);
         }
@@ -332,9 +381,14 @@ pub async fn stage_sync(
             applied: true,
             healthy: false,
         });
+        tracing::debug!(
+            wave,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "wave applied"
+        );
         ctx.report(ProgressEvent::WaveApplied {
             wave,
-            objects: wave_objects.len(),
+            objects: sending.len(),
         });
     }
 
@@ -348,7 +402,7 @@ pub async fn stage_sync(
             wave: m.wave,
         })
         .collect();
-    let (mut final_members, prune_failure) = if targets.is_empty() {
+    let (final_members, prune_failure) = if targets.is_empty() {
         (applied.clone(), None)
     } else {
         match applier.prune(&targets).await {
@@ -391,18 +445,38 @@ pub async fn stage_sync(
             }
         }
     };
-    final_members.sort_by(|a, b| a.key.cmp(&b.key));
+    tracing::debug!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "waves and prune done"
+    );
 
     // Step 6: the inventory is exactly what is on the cluster now.
-    let written = match inventory.put(&final_members).await {
-        Ok(inv) => inv,
-        Err(e) => {
-            return syncing_failed(
-                reasons::DEPLOY_FAILED,
-                format!("{:#}", anyhow::Error::new(e)),
-                true,
-            )
-            .with_waves(wave_status);
+    let written = if same_members(&final_members, &previous_members) {
+        previous.clone().unwrap_or_default()
+    } else if same_members(&final_members, &last_put) {
+        match inventory.get().await {
+            Ok(Some(inv)) => inv,
+            Ok(None) => Default::default(),
+            Err(e) => {
+                return syncing_failed(
+                    reasons::DEPLOY_FAILED,
+                    format!("{:#}", anyhow::Error::new(e)),
+                    true,
+                )
+                .with_waves(wave_status);
+            }
+        }
+    } else {
+        match inventory.put(&final_members).await {
+            Ok(inv) => inv,
+            Err(e) => {
+                return syncing_failed(
+                    reasons::DEPLOY_FAILED,
+                    format!("{:#}", anyhow::Error::new(e)),
+                    true,
+                )
+                .with_waves(wave_status);
+            }
         }
     };
     mark_healthy_waves(&mut wave_status, &written, &render_ref);
@@ -412,20 +486,34 @@ pub async fn stage_sync(
     // Steps 7–9 (postSync hooks, history, GC) arrive with lifecycle hooks and the store.
     let _ = release;
     let pruned = targets.len();
-    let message = if pruned > 0 {
-        format!(
-            "render {} applied: {}, {pruned} pruned",
-            short(&render_ref),
-            count(objects.len(), "object")
-        )
-    } else {
-        format!(
-            "render {} applied: {}",
-            short(&render_ref),
-            count(objects.len(), "object")
+    // The message stays the same for an unchanged render (however much had to be re-sent),
+    // so a steady Release's status does not change.
+    let mut message = format!(
+        "render {} applied: {}",
+        short(&render_ref),
+        count(objects.len(), "object")
+    );
+    if pruned > 0 {
+        message.push_str(&format!(", {pruned} pruned"));
+    }
+    ReconcileOutcome::applied(attempt, message, wave_status)
+}
+
+/// Whether two member lists record the same thing (order aside).
+fn same_members(a: &[Member], b: &[Member]) -> bool {
+    let key = |m: &Member| {
+        (
+            m.key.clone(),
+            m.render_ref.clone(),
+            m.wave,
+            m.digest.clone(),
         )
     };
-    ReconcileOutcome::applied(attempt, message, wave_status)
+    let mut a: Vec<_> = a.iter().map(key).collect();
+    let mut b: Vec<_> = b.iter().map(key).collect();
+    a.sort();
+    b.sort();
+    a == b
 }
 
 /// The previous members not applied again, plus everything applied so far.

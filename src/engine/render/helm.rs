@@ -41,18 +41,26 @@ impl ClusterInfo {
                 group_versions.push(v.group_version);
             }
         }
-        for gv in group_versions {
-            api_versions.push(gv.clone());
+        // One request per group-version, all at once: discovery is on every cold render's path.
+        let lists = futures::future::join_all(group_versions.iter().map(|gv| async move {
             let resources = if gv == "v1" {
                 client.list_core_api_resources("v1").await
             } else {
-                client.list_api_group_resources(&gv).await
+                client.list_api_group_resources(gv).await
             };
+            (
+                gv.clone(),
+                resources.map(|l| l.resources).unwrap_or_default(),
+            )
+        }))
+        .await;
+        for (gv, resources) in lists {
+            api_versions.push(gv.clone());
             let group = gv
                 .split_once('/')
                 .map(|(g, _)| g.to_string())
                 .unwrap_or_default();
-            for r in resources.map(|l| l.resources).unwrap_or_default() {
+            for r in resources {
                 if !r.name.contains('/') {
                     api_versions.push(format!("{gv}/{}", r.kind));
                     scopes.insert((group.clone(), r.kind.clone()), r.namespaced);

@@ -211,18 +211,44 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Object>, ManifestError> {
     let mut files = Vec::new();
     collect_files(dir, &mut files)?;
     files.sort();
-    let mut objects = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(&file).map_err(|source| ManifestError::Read {
+    let mut texts = Vec::with_capacity(files.len());
+    for file in &files {
+        let text = std::fs::read_to_string(file).map_err(|source| ManifestError::Read {
             path: file.clone(),
             source,
         })?;
-        let shown = file
-            .strip_prefix(dir)
-            .unwrap_or(&file)
-            .display()
-            .to_string();
-        objects.extend(parse_documents(&text, &shown)?);
+        let shown = file.strip_prefix(dir).unwrap_or(file).display().to_string();
+        texts.push((shown, text));
+    }
+    // Many small files parse in parallel, like one large text does.
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(8);
+    let parse_all = |part: &[(String, String)]| -> Result<Vec<Object>, ManifestError> {
+        let mut objects = Vec::new();
+        for (shown, text) in part {
+            objects.extend(parse_documents(text, shown)?);
+        }
+        Ok(objects)
+    };
+    if texts.len() < 64 || threads < 2 {
+        return parse_all(&texts);
+    }
+    let per_thread = texts.len().div_ceil(threads);
+    let parts: Vec<Result<Vec<Object>, ManifestError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = texts
+            .chunks(per_thread)
+            .map(|part| scope.spawn(move || parse_all(part)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Ok(Vec::new())))
+            .collect()
+    });
+    let mut objects = Vec::new();
+    for part in parts {
+        objects.extend(part?);
     }
     Ok(objects)
 }

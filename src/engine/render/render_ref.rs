@@ -25,6 +25,13 @@ pub fn render_ref(objects: &[Object]) -> String {
     hex::encode(hasher.finalize())
 }
 
+/// A digest of one object (canonical JSON, 32 hex characters): what the inventory records
+/// to know whether an object changed since it was applied.
+pub fn object_digest(object: &Object) -> String {
+    let canonical = serde_json::to_vec(&object.0).unwrap_or_default();
+    hex::encode(&Sha256::digest(&canonical)[..16])
+}
+
 /// The short form shown to people (like a short Git commit).
 pub fn short(render_ref: &str) -> &str {
     render_ref.get(..12).unwrap_or(render_ref)
