@@ -8,7 +8,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[allow(dead_code)]
 #[path = "../tests/support/mod.rs"]
 mod support;
 
