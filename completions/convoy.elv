@@ -34,6 +34,7 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
             cand render 'Render a Release: print its objects in apply order and its renderRef'
+            cand diff 'Show what a sync would change: a diff per object, drift named by field manager'
             cand sync 'Sync a Release now: render, dry-run, apply in waves, prune, record, write the status'
             cand status 'Explain a Release: who wrote each condition and why, what was attempted and what runs'
             cand get 'List Releases with State, Applied, InSync, Healthy and Age'
@@ -53,6 +54,28 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand -o 'Output format'
             cand --output 'Output format'
             cand --ref-only 'Print only the renderRef'
+            cand --no-color 'Never color the output (color is only used on a terminal anyway)'
+            cand -v 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors on stderr'
+            cand --quiet 'Only errors on stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'convoy;diff'= {
+            cand -f 'Read the Release, its sources and value layers from these files'
+            cand --filename 'Read the Release, its sources and value layers from these files'
+            cand --source-dir 'Use this local directory as the source''s root'
+            cand --concurrency 'Dry runs in flight'
+            cand -U 'Lines of context around each change (like diff -U)'
+            cand --unified 'Lines of context around each change (like diff -U)'
+            cand --cache-dir 'Where fetched sources are cached (default: $CONVOY_CACHE_DIR or ~/.cache/convoy)'
+            cand --kubeconfig 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)'
+            cand --context 'The kubeconfig context to use'
+            cand -n 'Namespace of the Release (default: the context''s namespace)'
+            cand --namespace 'Namespace of the Release (default: the context''s namespace)'
+            cand -o 'Output format'
+            cand --output 'Output format'
             cand --no-color 'Never color the output (color is only used on a terminal anyway)'
             cand -v 'More logs on stderr (-v info, -vv debug, -vvv trace)'
             cand --verbose 'More logs on stderr (-v info, -vv debug, -vvv trace)'
@@ -151,6 +174,7 @@ set edit:completion:arg-completer[convoy] = {|@words|
         }
         &'convoy;help'= {
             cand render 'Render a Release: print its objects in apply order and its renderRef'
+            cand diff 'Show what a sync would change: a diff per object, drift named by field manager'
             cand sync 'Sync a Release now: render, dry-run, apply in waves, prune, record, write the status'
             cand status 'Explain a Release: who wrote each condition and why, what was attempted and what runs'
             cand get 'List Releases with State, Applied, InSync, Healthy and Age'
@@ -159,6 +183,8 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'convoy;help;render'= {
+        }
+        &'convoy;help;diff'= {
         }
         &'convoy;help;sync'= {
         }

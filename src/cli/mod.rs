@@ -80,6 +80,7 @@ impl GlobalArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     Render(commands::render::RenderArgs),
+    Diff(commands::diff::DiffArgs),
     Sync(commands::sync::SyncArgs),
     Status(commands::status::StatusArgs),
     Get(commands::get::GetArgs),
@@ -122,6 +123,7 @@ pub fn main() -> ExitCode {
 pub async fn run(cli: Cli, printer: &mut Printer) -> CommandResult {
     match cli.command {
         Command::Render(args) => commands::render::run(&cli.global, args, printer).await,
+        Command::Diff(args) => commands::diff::run(&cli.global, args, printer).await,
         Command::Sync(args) => commands::sync::run(&cli.global, args, printer).await,
         Command::Status(args) => commands::status::run(&cli.global, args, printer).await,
         Command::Get(args) => commands::get::run(&cli.global, args, printer).await,
@@ -157,4 +159,13 @@ pub fn io_error(e: std::io::Error) -> CliError {
         ExitStatus::Invalid,
         anyhow::Error::new(e).context("cannot write output"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_command_definitions_are_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
 }

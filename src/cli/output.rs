@@ -24,10 +24,12 @@ pub struct Printer {
 }
 
 impl Printer {
-    /// The real stdout. Color only on a terminal, and never with `--no-color` or `NO_COLOR`.
+    /// The real stdout. Color only on a terminal (or with `CLICOLOR_FORCE=1`), and never with
+    /// `--no-color` or `NO_COLOR`.
     pub fn stdout(format: OutputFormat, no_color: bool) -> Self {
         let tty = std::io::stdout().is_terminal();
-        let color = tty && !no_color && std::env::var_os("NO_COLOR").is_none();
+        let forced = std::env::var("CLICOLOR_FORCE").is_ok_and(|v| !v.is_empty() && v != "0");
+        let color = (tty || forced) && !no_color && std::env::var_os("NO_COLOR").is_none();
         Self {
             out: Box::new(std::io::stdout()),
             color,

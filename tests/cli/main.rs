@@ -6,6 +6,7 @@
 mod support;
 
 mod basics;
+mod diff;
 mod generated;
 mod render;
 mod sync_status;

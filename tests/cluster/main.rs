@@ -7,6 +7,7 @@
 mod support;
 
 mod api;
+mod drift;
 mod inventory;
 mod kwok;
 mod remote;

@@ -278,8 +278,8 @@ impl Applier {
 
     /// Which objects need applying. An object can be skipped when it was applied before as
     /// it is now (`applied_digests` holds what the inventory recorded) and the live object
-    /// still holds every value it sets: then an apply would change nothing. One LIST per kind
-    /// and namespace finds the live objects; if that fails, every object counts as changed.
+    /// still holds every value it sets: then an apply would change nothing. If the live
+    /// objects cannot be listed, every object counts as changed.
     pub async fn changed(
         &self,
         objects: &[Object],
@@ -287,87 +287,134 @@ impl Applier {
     ) -> Vec<bool> {
         let mut prepared = Vec::with_capacity(objects.len());
         for object in objects {
-            prepared.push(self.prepare(object).await.ok());
+            let candidate = match self.prepare(object).await {
+                Ok(p)
+                    if applied_digests.get(&p.key)
+                        == Some(&crate::engine::render::render_ref::object_digest(object)) =>
+                {
+                    Some(p)
+                }
+                _ => None,
+            };
+            prepared.push(candidate);
         }
-        // Only objects applied before with the same digest are candidates.
-        let candidates: Vec<Option<&Prepared>> = prepared
+        let live = match self.list_live(prepared.iter().flatten()).await {
+            Ok(live) => live,
+            Err(_) => return vec![true; objects.len()],
+        };
+        prepared
             .iter()
-            .zip(objects)
-            .map(|(p, o)| {
-                p.as_ref().filter(|p| {
-                    applied_digests
-                        .get(&p.key)
-                        .is_some_and(|d| *d == crate::engine::render::render_ref::object_digest(o))
-                })
+            .map(|candidate| {
+                let Some(p) = candidate else { return true };
+                let Some(object) = live.get(&p.key) else {
+                    return true;
+                };
+                !holds(object, &without_type(&p.body))
             })
-            .collect();
-        let mut groups: BTreeMap<(String, String, Option<String>), &Prepared> = BTreeMap::new();
-        for p in candidates.iter().flatten() {
+            .collect()
+    }
+
+    /// The live objects the cluster holds for `objects`, by (effective) key: one LIST per kind
+    /// and namespace, falling back to GETs for a kind that cannot be listed.
+    pub async fn live_objects(
+        &self,
+        objects: &[Object],
+    ) -> Result<std::collections::HashMap<ObjectKey, Value>, ApplyError> {
+        let mut prepared = Vec::with_capacity(objects.len());
+        for object in objects {
+            if let Ok(p) = self.prepare(object).await {
+                prepared.push(p);
+            }
+        }
+        self.list_live(prepared.iter()).await
+    }
+
+    async fn list_live<'a>(
+        &self,
+        prepared: impl Iterator<Item = &'a Prepared>,
+    ) -> Result<std::collections::HashMap<ObjectKey, Value>, ApplyError> {
+        type Group = (String, String, Option<String>);
+        let mut groups: BTreeMap<Group, Vec<&Prepared>> = BTreeMap::new();
+        for p in prepared {
             groups
                 .entry((
                     p.resource.api.api_version.clone(),
                     p.resource.api.kind.clone(),
                     p.namespace.clone(),
                 ))
-                .or_insert(p);
+                .or_default()
+                .push(p);
         }
-        let lists: Vec<Option<BTreeMap<String, Value>>> = stream::iter(groups.values())
-            .map(|p| async move {
-                let api: Api<DynamicObject> = match &p.namespace {
-                    Some(ns) => Api::namespaced_with(self.client.clone(), ns, &p.resource.api),
-                    None => Api::all_with(self.client.clone(), &p.resource.api),
-                };
-                let list = api.list(&Default::default()).await.ok()?;
-                let by_name: BTreeMap<String, Value> = list
-                    .items
-                    .into_iter()
-                    .filter_map(|o| {
-                        let name = o.metadata.name.clone()?;
-                        Some((name, serde_json::to_value(o).ok()?))
-                    })
-                    .collect();
-                Some(by_name)
-            })
-            .buffered(self.concurrency)
-            .collect()
-            .await;
-        let live: BTreeMap<(String, String, Option<String>), BTreeMap<String, Value>> = groups
-            .keys()
-            .cloned()
-            .zip(lists)
-            .filter_map(|(k, l)| l.map(|l| (k, l)))
-            .collect();
-        candidates
-            .iter()
-            .map(|candidate| {
-                let Some(p) = candidate else { return true };
-                let group = (
-                    p.resource.api.api_version.clone(),
-                    p.resource.api.kind.clone(),
-                    p.namespace.clone(),
-                );
-                let Some(object) = live.get(&group).and_then(|objects| objects.get(&p.name)) else {
-                    return true;
-                };
-                // List items carry no apiVersion and kind; the LIST itself was for them.
-                let mut desired = p.body.clone();
-                if let Some(map) = desired.as_object_mut() {
-                    map.remove("apiVersion");
-                    map.remove("kind");
-                }
-                !holds(object, &desired)
-            })
-            .collect()
+        let results: Vec<Result<Vec<(ObjectKey, Value)>, ApplyError>> =
+            stream::iter(groups.values())
+                .map(|members| async move {
+                    let first = members[0];
+                    let api: Api<DynamicObject> = match &first.namespace {
+                        Some(ns) => {
+                            Api::namespaced_with(self.client.clone(), ns, &first.resource.api)
+                        }
+                        None => Api::all_with(self.client.clone(), &first.resource.api),
+                    };
+                    let wanted: BTreeMap<&str, &ObjectKey> =
+                        members.iter().map(|p| (p.name.as_str(), &p.key)).collect();
+                    match api.list(&Default::default()).await {
+                        Ok(list) => Ok(list
+                            .items
+                            .into_iter()
+                            .filter_map(|o| {
+                                let key = (*wanted.get(o.metadata.name.as_deref()?)?).clone();
+                                Some((key, serde_json::to_value(o).ok()?))
+                            })
+                            .collect()),
+                        Err(e) if is_unreachable(&e) => Err(ApplyError::Unreachable(Box::new(e))),
+                        Err(_) => {
+                            let mut found = Vec::new();
+                            for p in members {
+                                match api.get_opt(&p.name).await {
+                                    Ok(Some(o)) => {
+                                        if let Ok(v) = serde_json::to_value(o) {
+                                            found.push((p.key.clone(), v));
+                                        }
+                                    }
+                                    Ok(None) => {}
+                                    Err(e) if is_unreachable(&e) => {
+                                        return Err(ApplyError::Unreachable(Box::new(e)));
+                                    }
+                                    Err(_) => {}
+                                }
+                            }
+                            Ok(found)
+                        }
+                    }
+                })
+                .buffer_unordered(self.concurrency)
+                .collect()
+                .await;
+        let mut live = std::collections::HashMap::new();
+        for r in results {
+            live.extend(r?);
+        }
+        Ok(live)
     }
 
     /// Server-side dry run of one object as the controller would apply it: what it would
-    /// become (the drift check uses this).
-    pub async fn dry_run_one(&self, object: &Object) -> Result<DynamicObject, Rejection> {
-        let prepared = self.prepare(object).await?;
-        self.send(&prepared, true).await.map_err(|e| Rejection {
-            key: prepared.key.clone(),
-            message: api_message(&e),
-        })
+    /// become (the drift check uses this), or the server's refusal.
+    pub async fn dry_run_one(
+        &self,
+        object: &Object,
+    ) -> Result<Result<DynamicObject, Rejection>, ApplyError> {
+        let prepared = match self.prepare(object).await {
+            Ok(p) => p,
+            Err(rejection) => return Ok(Err(rejection)),
+        };
+        match self.send(&prepared, true).await {
+            Ok(dry) => Ok(Ok(dry)),
+            Err(e) if is_unreachable(&e) => Err(ApplyError::Unreachable(Box::new(e))),
+            Err(e) => Ok(Err(Rejection {
+                key: prepared.key.clone(),
+                message: api_message(&e),
+            })),
+        }
     }
 
     /// stageSync step 5: delete `targets`, later waves first. Objects already gone count as
@@ -498,6 +545,16 @@ impl Applier {
             .await
         }
     }
+}
+
+/// `desired` without apiVersion and kind (list items carry neither; the LIST was for them).
+fn without_type(desired: &Value) -> Value {
+    let mut d = desired.clone();
+    if let Some(map) = d.as_object_mut() {
+        map.remove("apiVersion");
+        map.remove("kind");
+    }
+    d
 }
 
 /// Whether `live` holds every value `desired` sets (maps: every key; lists: same length,

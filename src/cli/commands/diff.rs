@@ -1,0 +1,243 @@
+//! `convoy diff`: what a sync would change on the cluster, from server-side dry runs under
+//! the controller's field manager, each change labelled render change or drift.
+
+use std::path::PathBuf;
+
+use anstyle::{AnsiColor, Style};
+use clap::Args;
+
+use crate::cli::commands::render::render_failure;
+use crate::cli::exit::{CliError, CommandResult, ExitStatus};
+use crate::cli::output::{OutputFormat, Printer};
+use crate::cli::release_input::load;
+use crate::cli::table::plain;
+use crate::cli::{GlobalArgs, io_error};
+use crate::engine::apply::Applier;
+use crate::engine::cluster::resolve_target;
+use crate::engine::drift::text::{Tag, hunks};
+use crate::engine::drift::{Action, DiffReport, diff_objects};
+use crate::engine::inventory::InventoryHandle;
+use crate::engine::render::{ClusterInfo, RenderContext, render_release};
+use crate::engine::source::{Cache, Coordinator};
+
+/// Show what a sync would change: a diff per object, drift named by field manager.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+convoy diff web -n apps                                   # the Release on the cluster\n  \
+convoy diff -f release.yaml --source-dir ./checkout       # a local change, before you push\n  \
+convoy diff web -n apps -o json | jq .summary\n\n\
+Exit status: 0 when nothing would change, 1 when something would, 3 when the cluster or source\n\
+cannot be reached, 4 when the Release cannot be rendered.")]
+pub struct DiffArgs {
+    /// The Release's name (optional with -f when the files hold one Release).
+    pub name: Option<String>,
+    /// Read the Release, its sources and value layers from these files.
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Use this local directory as the source's root.
+    #[arg(long, value_name = "DIR")]
+    pub source_dir: Option<PathBuf>,
+    /// Dry runs in flight.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: usize,
+    /// Lines of context around each change (like diff -U).
+    #[arg(
+        short = 'U',
+        long = "unified",
+        value_name = "LINES",
+        default_value_t = 3
+    )]
+    pub unified: usize,
+    /// Where fetched sources are cached (default: $CONVOY_CACHE_DIR or ~/.cache/convoy).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> CommandResult {
+    let input = load(global, args.name.as_deref(), &args.files).await?;
+    let home = match &input.home {
+        Some(h) => h.clone(),
+        None => global.connect().await?,
+    };
+    let target = resolve_target(&home, &input.release).await.map_err(|e| {
+        CliError::new(
+            ExitStatus::Unreachable,
+            anyhow::Error::new(e).context("resolve the target cluster"),
+        )
+    })?;
+    let cluster = ClusterInfo::discover(&target.conn.client).await.ok();
+    let coordinator = Coordinator::new(Cache::new(
+        args.cache_dir.clone().unwrap_or_else(Cache::default_root),
+    ));
+    let ctx = RenderContext {
+        reader: &input.reader,
+        coordinator: &coordinator,
+        source_dir: args.source_dir.as_deref(),
+        cluster: cluster.as_ref(),
+    };
+    let (_, rendered) = render_release(&ctx, &input.release)
+        .await
+        .map_err(|e| render_failure(&input, e))?;
+    let inventory = match &input.home {
+        Some(h) => InventoryHandle::for_release(h.client.clone(), &input.release)
+            .get()
+            .await
+            .ok()
+            .flatten(),
+        None => None,
+    };
+    let applier = Applier::new(target.conn.client.clone(), args.concurrency);
+    let report = diff_objects(
+        &applier,
+        &rendered.objects,
+        inventory.as_ref(),
+        args.concurrency,
+    )
+    .await
+    .map_err(|e| {
+        CliError::new(
+            ExitStatus::Unreachable,
+            anyhow::Error::new(e).context(format!("diff against {}", target.conn.server)),
+        )
+    })?;
+
+    match printer.format {
+        OutputFormat::Json => {
+            let value = serde_json::json!({
+                "renderRef": rendered.render_ref,
+                "summary": report.summary(),
+                "objects": report.objects,
+                "rejections": serde_json::to_value(&report).map(|v| v["rejections"].clone()).unwrap_or_default(),
+            });
+            let text = serde_json::to_string_pretty(&value)
+                .map_err(|e| CliError::new(ExitStatus::Invalid, e))?;
+            printer.line(&text).map_err(io_error)?;
+        }
+        _ => {
+            let text = render_report(&report, printer.color, args.unified);
+            printer.print(&text).map_err(io_error)?;
+        }
+    }
+    Ok(if report.in_sync() {
+        ExitStatus::Success
+    } else {
+        ExitStatus::No
+    })
+}
+
+fn paint(color: bool, style: Style, text: &str) -> String {
+    if color {
+        format!("{}{text}{}", style.render(), style.render_reset())
+    } else {
+        text.to_string()
+    }
+}
+
+/// The diff as text: one section per object that would change, then the summary.
+pub fn render_report(report: &DiffReport, color: bool, context: usize) -> String {
+    let red = AnsiColor::Red.on_default();
+    let green = AnsiColor::Green.on_default();
+    let cyan = AnsiColor::Cyan.on_default();
+    let yellow = AnsiColor::Yellow.on_default();
+    let bold = Style::new().bold();
+    let mut out = String::new();
+    for object in &report.objects {
+        let (mark, style) = match object.action {
+            Action::Unchanged => continue,
+            Action::Create => ("+", green),
+            Action::Prune => ("-", red),
+            Action::Change => ("~", yellow),
+        };
+        out.push_str(&paint(
+            color,
+            style.bold(),
+            &format!("{mark} {} ({})", object.key, object.describe()),
+        ));
+        out.push('\n');
+        if object.secret && object.action == Action::Change {
+            for change in &object.changes {
+                let show = |v: &Option<serde_json::Value>| {
+                    v.as_ref()
+                        .map(|v| {
+                            v.as_str()
+                                .map(str::to_string)
+                                .unwrap_or_else(|| v.to_string())
+                        })
+                        .unwrap_or_else(|| "(none)".into())
+                };
+                out.push_str(&format!(
+                    "  {}: {} -> {} ({})\n",
+                    crate::engine::drift::fields::path_string(&change.path),
+                    show(&change.live),
+                    show(&change.desired),
+                    change.cause
+                ));
+            }
+        }
+        for hunk in hunks(
+            object.live.as_ref(),
+            object.desired.as_ref(),
+            &object.changes,
+            context,
+        ) {
+            out.push_str(&paint(
+                color,
+                cyan,
+                &format!("  {} {}", hunk.header, hunk.labels.join("; ")),
+            ));
+            out.push('\n');
+            for (tag, line) in hunk.lines {
+                let text = match tag {
+                    Tag::Context => format!("   {line}"),
+                    Tag::Removed => paint(color, red, &format!("  -{line}")),
+                    Tag::Added => paint(color, green, &format!("  +{line}")),
+                };
+                out.push_str(&text);
+                out.push('\n');
+            }
+        }
+    }
+    for rejection in &report.rejections {
+        out.push_str(&paint(
+            color,
+            red.bold(),
+            &format!("! {} (rejected by the dry run)", rejection.key),
+        ));
+        out.push('\n');
+        out.push_str(&format!("  {}\n", rejection.message));
+    }
+    if !out.is_empty() {
+        out.push('\n');
+    }
+    let s = report.summary();
+    let row = vec![
+        s.create.to_string(),
+        s.change.to_string(),
+        s.prune.to_string(),
+        s.unchanged.to_string(),
+        s.drifted.to_string(),
+        s.rejected.to_string(),
+    ];
+    let table = plain(
+        &[
+            "to create",
+            "to change",
+            "to prune",
+            "unchanged",
+            "drifted",
+            "rejected",
+        ],
+        &[row],
+    );
+    out.push_str(&paint(
+        color,
+        bold,
+        table.lines().next().unwrap_or_default(),
+    ));
+    out.push('\n');
+    for line in table.lines().skip(1) {
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}

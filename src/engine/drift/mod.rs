@@ -1,0 +1,541 @@
+//! Drift: what an apply would change on the cluster, and the observer's drift loop that
+//! writes `InSync`.
+//!
+//! Spec: reconcile-flow.txt "Drift loop"; status-ownership.txt "Target clusters" (the drift
+//! check dry-runs under the apply's field manager, so it shows exactly what a real apply
+//! would change); status-and-conditions.txt (InSync). DESIGN.md section 6: every change is
+//! classified, and Secrets are diffed by key and digest only.
+
+pub mod fields;
+pub mod text;
+
+use std::collections::BTreeSet;
+
+use futures::{StreamExt, stream};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{Api, ResourceExt};
+use serde_json::Value;
+
+use self::fields::{
+    FieldChange, field_changes, managed_fields, normalize, redact_changes, redact_secret,
+};
+use crate::engine::api::{
+    Condition, ObjectKey, Release, ReleaseInventory, SyncMode, condition_types, field_managers,
+    reasons,
+};
+use crate::engine::apply::{Applier, ApplyError, Rejection};
+use crate::engine::cluster::Target;
+use crate::engine::explain::count;
+use crate::engine::inventory::{InventoryHandle, members};
+use crate::engine::reconcile::{Context, ReconcileOutcome, Requeue, new_reconcile_state, stages};
+use crate::engine::render::Object;
+use crate::engine::requests::request_sync;
+use crate::engine::ssa;
+use crate::engine::status::{condition, condition_unchanged, now};
+
+/// What an apply would do to one object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Action {
+    Create,
+    Change,
+    Prune,
+    Unchanged,
+}
+
+/// The difference for one object. Values are normalized (no server noise) and, for Secrets,
+/// redacted.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectDiff {
+    #[serde(serialize_with = "serialize_key")]
+    pub key: ObjectKey,
+    pub action: Action,
+    pub changes: Vec<FieldChange>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub live: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub desired: Option<Value>,
+    pub secret: bool,
+}
+
+fn serialize_key<S: serde::Serializer>(key: &ObjectKey, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&key.to_string())
+}
+
+impl ObjectDiff {
+    /// Managers that drifted fields of this object.
+    pub fn drift_managers(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .changes
+            .iter()
+            .filter_map(|c| match &c.cause {
+                fields::Cause::Drift { managers } => Some(managers.clone()),
+                fields::Cause::Render => None,
+            })
+            .flatten()
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// "render change", "drift by X", or both.
+    pub fn describe(&self) -> String {
+        match self.action {
+            Action::Create => "to create".into(),
+            Action::Prune => "to prune".into(),
+            Action::Unchanged => "unchanged".into(),
+            Action::Change => {
+                let drift = self.drift_managers();
+                let render = self
+                    .changes
+                    .iter()
+                    .any(|c| c.cause == fields::Cause::Render);
+                match (render, drift.is_empty()) {
+                    (true, true) => "render change".into(),
+                    (false, false) => format!("drift by {}", drift.join(", ")),
+                    (true, false) => format!("render change; drift by {}", drift.join(", ")),
+                    (false, true) => "changed".into(),
+                }
+            }
+        }
+    }
+}
+
+/// The differences between a render and a cluster.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiffReport {
+    pub objects: Vec<ObjectDiff>,
+    /// Objects the server refused in the dry run, with its message.
+    #[serde(serialize_with = "serialize_rejections")]
+    pub rejections: Vec<Rejection>,
+}
+
+fn serialize_rejections<S: serde::Serializer>(r: &[Rejection], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeSeq;
+    let mut seq = s.serialize_seq(Some(r.len()))?;
+    for x in r {
+        seq.serialize_element(
+            &serde_json::json!({"object": x.key.to_string(), "message": x.message}),
+        )?;
+    }
+    seq.end()
+}
+
+/// Counts for the summary table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Summary {
+    pub create: usize,
+    pub change: usize,
+    pub prune: usize,
+    pub unchanged: usize,
+    pub drifted: usize,
+    pub rejected: usize,
+}
+
+impl DiffReport {
+    pub fn summary(&self) -> Summary {
+        let mut s = Summary {
+            rejected: self.rejections.len(),
+            ..Default::default()
+        };
+        for o in &self.objects {
+            match o.action {
+                Action::Create => s.create += 1,
+                Action::Change => s.change += 1,
+                Action::Prune => s.prune += 1,
+                Action::Unchanged => s.unchanged += 1,
+            }
+            if !o.drift_managers().is_empty() {
+                s.drifted += 1;
+            }
+        }
+        s
+    }
+
+    /// Nothing would change and nothing was refused.
+    pub fn in_sync(&self) -> bool {
+        self.rejections.is_empty() && self.objects.iter().all(|o| o.action == Action::Unchanged)
+    }
+}
+
+/// One object's dry run: its key, and the result or the server's refusal.
+type DryRun = (ObjectKey, Result<Value, Rejection>);
+
+/// `diffObjects`: read each live object and dry-run the desired one under the controller's
+/// field manager (forced, as the apply is), concurrently; inventory members no longer
+/// desired are "to prune". A rejected dry run is reported for its object; the others go on.
+pub async fn diff_objects(
+    applier: &Applier,
+    desired: &[Object],
+    inventory: Option<&ReleaseInventory>,
+    concurrency: usize,
+) -> Result<DiffReport, ApplyError> {
+    let live = applier.live_objects(desired).await?;
+    let results: Vec<Result<DryRun, ApplyError>> = stream::iter(desired)
+        .map(|object| async move {
+            let key = applier
+                .effective_key(object)
+                .await
+                .unwrap_or_else(|_| object.key());
+            match applier.dry_run_one(object).await? {
+                Ok(dry) => Ok((key, Ok(serde_json::to_value(dry).unwrap_or(Value::Null)))),
+                Err(rejection) => Ok((key, Err(rejection))),
+            }
+        })
+        .buffered(concurrency.max(1))
+        .collect()
+        .await;
+    let mut report = DiffReport::default();
+    let mut desired_keys = BTreeSet::new();
+    for (object, result) in desired.iter().zip(results) {
+        let (key, dry) = result?;
+        desired_keys.insert(key.clone());
+        let dry = match dry {
+            Ok(d) => d,
+            Err(rejection) => {
+                report.rejections.push(rejection);
+                continue;
+            }
+        };
+        let keep_status = object.0.get("status").is_some();
+        let secret = object.is_secret();
+        let desired_norm = normalize(&dry, keep_status);
+        let Some(live_obj) = live.get(&key) else {
+            report.objects.push(ObjectDiff {
+                key,
+                action: Action::Create,
+                changes: Vec::new(),
+                live: None,
+                desired: Some(if secret {
+                    redact_secret(&desired_norm)
+                } else {
+                    desired_norm
+                }),
+                secret,
+            });
+            continue;
+        };
+        let mut live_norm = normalize(live_obj, keep_status);
+        // A LIST item has no apiVersion/kind; the dry run has both.
+        for k in ["apiVersion", "kind"] {
+            if let (Some(map), Some(v)) = (live_norm.as_object_mut(), desired_norm.get(k)) {
+                map.entry(k).or_insert_with(|| v.clone());
+            }
+        }
+        let mut changes = field_changes(
+            &live_norm,
+            &desired_norm,
+            &managed_fields(live_obj),
+            &managed_fields(&dry),
+        );
+        let (live_shown, desired_shown) = if secret {
+            let (l, d) = (redact_secret(&live_norm), redact_secret(&desired_norm));
+            redact_changes(&mut changes, &l, &d);
+            (l, d)
+        } else {
+            (live_norm, desired_norm)
+        };
+        let action = if changes.is_empty() {
+            Action::Unchanged
+        } else {
+            Action::Change
+        };
+        report.objects.push(ObjectDiff {
+            key,
+            action,
+            changes,
+            live: Some(live_shown),
+            desired: Some(desired_shown),
+            secret,
+        });
+    }
+    if let Some(inventory) = inventory {
+        for entry in members(inventory) {
+            let key = entry.key();
+            if !desired_keys.contains(&key) {
+                report.objects.push(ObjectDiff {
+                    secret: key.kind == "Secret" && key.group.is_empty(),
+                    key,
+                    action: Action::Prune,
+                    changes: Vec::new(),
+                    live: None,
+                    desired: None,
+                });
+            }
+        }
+    }
+    report.objects.sort_by(|a, b| a.key.cmp(&b.key));
+    report.rejections.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(report)
+}
+
+/// What the drift check decided about InSync.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    InSync {
+        objects: usize,
+    },
+    OutOfSync {
+        message: String,
+    },
+    /// The drift could not be determined.
+    Unknown {
+        message: String,
+    },
+}
+
+/// The InSync condition for a verdict.
+pub fn in_sync_condition(verdict: &Verdict, generation: Option<i64>) -> Condition {
+    match verdict {
+        Verdict::InSync { objects } => condition(
+            condition_types::IN_SYNC,
+            "True",
+            reasons::in_sync::IN_SYNC,
+            format!("{} match the render", count(*objects, "object")),
+            generation,
+        ),
+        Verdict::OutOfSync { message } => condition(
+            condition_types::IN_SYNC,
+            "False",
+            reasons::in_sync::OUT_OF_SYNC,
+            message.clone(),
+            generation,
+        ),
+        Verdict::Unknown { message } => condition(
+            condition_types::IN_SYNC,
+            "Unknown",
+            reasons::in_sync::UNKNOWN,
+            message.clone(),
+            generation,
+        ),
+    }
+}
+
+/// The verdict for a report: which objects differ (the first few, and how many).
+pub fn verdict(report: &DiffReport) -> Verdict {
+    if report.in_sync() {
+        return Verdict::InSync {
+            objects: report.objects.len(),
+        };
+    }
+    let s = report.summary();
+    let changed: Vec<String> = report
+        .objects
+        .iter()
+        .filter(|o| o.action == Action::Change)
+        .map(|o| format!("{} ({})", o.key, o.describe()))
+        .collect();
+    let mut parts = Vec::new();
+    if !changed.is_empty() {
+        let shown = changed
+            .iter()
+            .take(3)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        let more = if changed.len() > 3 {
+            format!(" and {} more", changed.len() - 3)
+        } else {
+            String::new()
+        };
+        parts.push(format!(
+            "{} differ: {shown}{more}",
+            count(changed.len(), "object")
+        ));
+    }
+    if s.create > 0 {
+        parts.push(format!("{} to create", s.create));
+    }
+    if s.prune > 0 {
+        parts.push(format!("{} to prune", s.prune));
+    }
+    if s.rejected > 0 {
+        parts.push(format!("{} rejected by the dry run", s.rejected));
+    }
+    Verdict::OutOfSync {
+        message: parts.join("; "),
+    }
+}
+
+/// `writeInSync`: write InSync under `convoy-observe`, unless status, reason, message and
+/// observedGeneration are unchanged; lastTransitionTime stays while the status stays.
+/// Returns whether it wrote.
+pub async fn write_in_sync(
+    api: &Api<Release>,
+    release: &Release,
+    mut new: Condition,
+    at: Time,
+) -> Result<bool, kube::Error> {
+    let old = release
+        .status
+        .as_ref()
+        .and_then(|s| s.condition(condition_types::IN_SYNC));
+    if condition_unchanged(old, &new) {
+        return Ok(false);
+    }
+    new.last_transition_time = match old {
+        Some(o) if o.status == new.status => o.last_transition_time.clone().or(Some(at)),
+        _ => Some(at),
+    };
+    let patch = serde_json::json!({
+        "apiVersion": "core.convoy.kumodo.io/v1alpha1",
+        "kind": "Release",
+        "metadata": {"name": release.name_any()},
+        "status": {"conditions": [new]},
+    });
+    ssa::apply_status(api, &release.name_any(), field_managers::OBSERVE, &patch).await?;
+    Ok(true)
+}
+
+/// The desired objects and where they go.
+pub struct Desired {
+    pub objects: Vec<Object>,
+    pub render_ref: String,
+    pub target: Target,
+}
+
+/// `renderDesired`: the render an apply would use now. A pin and a RolledBack rollout read
+/// the render store, which arrives with progressive delivery; until then the source is
+/// rendered with its mutations (a pin then makes the render unavailable, as for the
+/// controller).
+pub async fn render_desired(
+    ctx: &Context,
+    release: &Release,
+) -> Result<Desired, Box<ReconcileOutcome>> {
+    let status = release.status.clone().unwrap_or_default();
+    let state = new_reconcile_state(release, &status, now());
+    let stage = stages::stage_render(ctx, release, &state).await?;
+    Ok(Desired {
+        objects: stage.rendered.objects,
+        render_ref: stage.rendered.render_ref,
+        target: stage.target,
+    })
+}
+
+/// What one pass of the drift loop did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DriftPass {
+    pub verdict: Verdict,
+    pub report: Option<DiffReport>,
+    pub wrote: bool,
+    pub requested_sync: bool,
+    pub requeue: Requeue,
+}
+
+/// Errors the drift loop returns to the work queue (only writes fail a pass).
+#[derive(Debug, thiserror::Error)]
+pub enum DriftError {
+    #[error("cannot write InSync of Release {release}")]
+    Write {
+        release: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    #[error("cannot request a sync of Release {release}")]
+    Request {
+        release: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+}
+
+/// The drift loop's syncHandler: render, diff, write InSync, request a sync on drift in
+/// automatic mode, requeue after the interval. Returns `None` for a Release being deleted or
+/// on another shard.
+pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<DriftPass>, DriftError> {
+    if release.metadata.deletion_timestamp.is_some() || !ctx.shard.owns(release) {
+        return Ok(None);
+    }
+    let name = format!(
+        "{}/{}",
+        release.namespace().unwrap_or_default(),
+        release.name_any()
+    );
+    let (verdict, report) = match render_desired(ctx, release).await {
+        Err(outcome) => (
+            Verdict::Unknown {
+                message: format!("cannot render: {}: {}", outcome.reason, outcome.message),
+            },
+            None,
+        ),
+        Ok(desired) => {
+            let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release)
+                .get()
+                .await
+                .ok()
+                .flatten();
+            let applier = ctx.applier(&desired.target);
+            match diff_objects(
+                &applier,
+                &desired.objects,
+                inventory.as_ref(),
+                ctx.concurrency,
+            )
+            .await
+            {
+                Ok(report) => (verdict(&report), Some(report)),
+                Err(e) => (
+                    Verdict::Unknown {
+                        message: format!(
+                            "cannot compare with the cluster: {:#}",
+                            anyhow::Error::new(e)
+                        ),
+                    },
+                    None,
+                ),
+            }
+        }
+    };
+    let api: Api<Release> = Api::namespaced(
+        ctx.home.client.clone(),
+        &release.namespace().unwrap_or_default(),
+    );
+    let condition = in_sync_condition(&verdict, release.metadata.generation);
+    let wrote = write_in_sync(&api, release, condition, now())
+        .await
+        .map_err(|source| DriftError::Write {
+            release: name.clone(),
+            source: Box::new(source),
+        })?;
+    let automatic = release
+        .spec
+        .sync_policy
+        .as_ref()
+        .map(|p| p.mode)
+        .unwrap_or_default()
+        == SyncMode::Automatic;
+    let requested_sync = if automatic && matches!(verdict, Verdict::OutOfSync { .. }) {
+        request_sync(&api, &release.name_any(), false, field_managers::OBSERVE)
+            .await
+            .map_err(|source| DriftError::Request {
+                release: name,
+                source: Box::new(source),
+            })?;
+        true
+    } else {
+        false
+    };
+    Ok(Some(DriftPass {
+        verdict,
+        report,
+        wrote,
+        requested_sync,
+        requeue: schedule_recheck(release),
+    }))
+}
+
+/// `scheduleRecheck`: the next pass after `syncPolicy.interval`, if set.
+pub fn schedule_recheck(release: &Release) -> Requeue {
+    release
+        .spec
+        .sync_policy
+        .as_ref()
+        .and_then(|p| p.interval.as_deref())
+        .and_then(|i| crate::engine::duration::parse_duration(i).ok())
+        .filter(|d| !d.is_zero())
+        .map(Requeue::After)
+        .unwrap_or(Requeue::Never)
+}

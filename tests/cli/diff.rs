@@ -1,0 +1,172 @@
+//! `convoy diff` against the real control plane: labels, colors, Secrets, exit codes.
+
+use base64::Engine;
+use serde_json::json;
+
+use crate::support::fixture::{Fixture, config_map};
+use crate::support::{convoy_bin, path_with_testenv, unreachable_kubeconfig};
+
+fn settings(namespace: &str) -> insta::Settings {
+    let mut s = insta::Settings::clone_current();
+    s.add_filter(&regex::escape(namespace), "NAMESPACE");
+    s.add_filter(r"sha256:[0-9a-f]{8}", "sha256:DIGEST");
+    s
+}
+
+fn out(o: std::process::Output) -> (i32, String, String) {
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn secret(password: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\nstringData:\n  password: {password}\n  user: app\n"
+    )
+}
+
+#[tokio::test]
+async fn no_change_exits_0_with_only_the_summary() {
+    let f = Fixture::new(
+        "diff-clean",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({}),
+    )
+    .await;
+    f.sync().await;
+    let (code, stdout, stderr) = out(f.env.convoy(&["diff", "web"]));
+    assert_eq!(code, 0, "{stderr}");
+    insta::assert_snapshot!(stdout, @r"
+    TO CREATE   TO CHANGE   TO PRUNE   UNCHANGED   DRIFTED   REJECTED
+    0           0           0          1           0         0
+    ");
+}
+
+#[tokio::test]
+async fn drift_and_render_changes_are_labelled_with_and_without_color() {
+    let f = Fixture::new(
+        "diff-labels",
+        &[
+            ("a.yaml", &config_map("a", 0, "1")),
+            ("b.yaml", &config_map("b", 0, "1")),
+        ],
+        json!({"syncPolicy": {"mode": "Manual"}}),
+    )
+    .await;
+    f.annotate(json!({"convoy.kumodo.io/sync-requested-at": "2026-01-01T00:00:00Z"}))
+        .await;
+    f.sync().await;
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "a", "namespace": f.env.namespace}, "data": {"value": "tampered"}}))
+        .await;
+    f.commit(&[
+        ("a.yaml", &config_map("a", 0, "1")),
+        ("b.yaml", &config_map("b", 0, "2")),
+        ("c.yaml", &config_map("c", 1, "new")),
+    ]);
+    let (code, plain, _) = out(f.env.convoy(&["diff", "web"]));
+    assert_eq!(code, 1, "something would change");
+    let colored = std::process::Command::new(convoy_bin())
+        .args([
+            "--kubeconfig",
+            f.env.kubeconfig.to_str().unwrap(),
+            "-n",
+            &f.env.namespace,
+            "diff",
+            "web",
+        ])
+        .env("PATH", path_with_testenv())
+        .env("CLICOLOR_FORCE", "1")
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap();
+    let colored = String::from_utf8_lossy(&colored.stdout).into_owned();
+    assert!(
+        colored.contains("\u{1b}[31m") && colored.contains("\u{1b}[32m"),
+        "red and green on a forced terminal"
+    );
+    settings(&f.env.namespace).bind(|| {
+        insta::assert_snapshot!("diff_labels_plain", plain);
+        insta::assert_snapshot!("diff_labels_color", colored);
+    });
+}
+
+#[tokio::test]
+async fn secrets_are_diffed_by_key_and_digest_never_by_value() {
+    let f = Fixture::new(
+        "diff-secret",
+        &[("s.yaml", &secret("s3cret-one"))],
+        json!({}),
+    )
+    .await;
+    f.sync().await;
+    f.commit(&[("s.yaml", &secret("s3cret-two"))]);
+    let (code, text, _) = out(f.env.convoy(&["diff", "web"]));
+    let (_, json_out, _) = out(f.env.convoy(&["diff", "web", "-o", "json"]));
+    assert_eq!(code, 1);
+    for value in ["s3cret-one", "s3cret-two"] {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(value);
+        for output in [&text, &json_out] {
+            assert!(
+                !output.contains(value),
+                "plaintext {value} leaked:\n{output}"
+            );
+            assert!(
+                !output.contains(&b64),
+                "base64 of {value} leaked:\n{output}"
+            );
+        }
+    }
+    assert!(text.contains("data.password: sha256:"), "{text}");
+    assert!(
+        !text.contains("data.user:"),
+        "an unchanged key is not listed as a change"
+    );
+    settings(&f.env.namespace).bind(|| insta::assert_snapshot!("diff_secret", text));
+}
+
+#[tokio::test]
+async fn an_unreachable_cluster_exits_3_and_a_render_error_exits_4() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = unreachable_kubeconfig(dir.path());
+    let release = dir.path().join("r.yaml");
+    std::fs::write(
+        &release,
+        "apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\nmetadata: {name: web}\nspec:\n  source: {kind: GitRepository, name: x}\n  content: {type: jsonnet}\n",
+    )
+    .unwrap();
+    let run = |kc: &str| {
+        out(std::process::Command::new(convoy_bin())
+            .args([
+                "--kubeconfig",
+                kc,
+                "diff",
+                "-f",
+                release.to_str().unwrap(),
+                "--source-dir",
+                dir.path().to_str().unwrap(),
+            ])
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap())
+    };
+    let (code, _, stderr) = run(kubeconfig.to_str().unwrap());
+    assert_eq!(code, 3, "{stderr}");
+    assert!(stderr.contains("127.0.0.1:9"), "{stderr}");
+
+    let f = Fixture::new(
+        "diff-render-error",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({}),
+    )
+    .await;
+    let (code, _, stderr) = run(f.env.kubeconfig.to_str().unwrap());
+    assert_eq!(code, 4, "{stderr}");
+    assert!(
+        stderr
+            .starts_with("error: render Release default/web (step Rendering, reason Unsupported)"),
+        "{stderr}"
+    );
+}
