@@ -144,7 +144,7 @@ async fn automatic_mode_requests_a_sync_on_drift() {
     .await;
     f.sync().await;
     assert!(
-        f.release()
+        !f.release()
             .await
             .metadata
             .annotations
