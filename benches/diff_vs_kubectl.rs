@@ -29,9 +29,15 @@ fn manifests(dir: &Path, namespace: &str, changed: bool) -> Vec<Object> {
     let mut objects = Vec::new();
     for i in 0..OBJECTS {
         // Every tenth object is a ConfigMap whose value changes.
-        let value = if changed && i % 10 == 0 { "changed" } else { "original" };
+        let value = if changed && i % 10 == 0 {
+            "changed"
+        } else {
+            "original"
+        };
         let text = match i % 10 {
-            0..=3 => format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg-{i}\ndata:\n  value: {value}\n"),
+            0..=3 => format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg-{i}\ndata:\n  value: {value}\n"
+            ),
             4..=6 => format!(
                 "apiVersion: v1\nkind: Service\nmetadata:\n  name: svc-{i}\nspec:\n  selector: {{app: app-{i}}}\n  ports:\n  - port: 80\n"
             ),
@@ -69,8 +75,19 @@ async fn main() {
     let work = tempfile::tempdir().unwrap();
     let kubectl_dir = work.path().join("kubectl");
     manifests(&kubectl_dir, &kube_env.namespace, false);
-    let out = kube_env.kubectl(&["apply", "--server-side", "-n", &kube_env.namespace, "-f", kubectl_dir.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = kube_env.kubectl(&[
+        "apply",
+        "--server-side",
+        "-n",
+        &kube_env.namespace,
+        "-f",
+        kubectl_dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // convoy's Release, synced from the original files, then the change committed.
     let repo = GitRepo::new();
@@ -88,15 +105,36 @@ apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\nmetadata: {{name: ben
     );
     let release_file = work.path().join("release.yaml");
     std::fs::write(&release_file, release).unwrap();
-    assert!(convoy_env.kubectl(&["apply", "-n", &convoy_env.namespace, "-f", release_file.to_str().unwrap()]).status.success());
+    assert!(
+        convoy_env
+            .kubectl(&[
+                "apply",
+                "-n",
+                &convoy_env.namespace,
+                "-f",
+                release_file.to_str().unwrap()
+            ])
+            .status
+            .success()
+    );
     let cache = work.path().join("cache");
     let convoy = |args: &[&str]| {
         let mut c = Command::new(support::convoy_bin());
-        c.arg("--kubeconfig").arg(&convoy_env.kubeconfig).args(["-n", &convoy_env.namespace]).args(args).env("CONVOY_CACHE_DIR", &cache);
+        c.arg("--kubeconfig")
+            .arg(&convoy_env.kubeconfig)
+            .args(["-n", &convoy_env.namespace])
+            .args(args)
+            .env("CONVOY_CACHE_DIR", &cache);
         c
     };
-    let out = convoy(&["sync", "bench", "--concurrency", "32"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = convoy(&["sync", "bench", "--concurrency", "32"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     commit(true);
     let changed_objects = manifests(&kubectl_dir, &kube_env.namespace, true);
 
@@ -132,7 +170,15 @@ apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\nmetadata: {{name: ben
         .unwrap()
         .iter()
         .filter(|o| o["action"] == "change")
-        .map(|o| o["key"].as_str().unwrap().rsplit('/').next().unwrap().to_string())
+        .map(|o| {
+            o["key"]
+                .as_str()
+                .unwrap()
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .to_string()
+        })
         .collect();
     let kubectl_changed: BTreeSet<String> = kubectl_out
         .lines()
@@ -142,11 +188,31 @@ apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\nmetadata: {{name: ben
         .collect();
 
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    println!("diff_vs_kubectl: {OBJECTS} objects, {} changed", OBJECTS / 10);
-    println!("  kubectl diff --server-side : {:>8.0} ms ({} objects reported)", ms(kubectl_time), kubectl_changed.len());
-    println!("  convoy diff                : {:>8.0} ms ({} objects reported)", ms(convoy_time), convoy_changed.len());
+    println!(
+        "diff_vs_kubectl: {OBJECTS} objects, {} changed",
+        OBJECTS / 10
+    );
+    println!(
+        "  kubectl diff --server-side : {:>8.0} ms ({} objects reported)",
+        ms(kubectl_time),
+        kubectl_changed.len()
+    );
+    println!(
+        "  convoy diff                : {:>8.0} ms ({} objects reported)",
+        ms(convoy_time),
+        convoy_changed.len()
+    );
     println!("  raw concurrent dry runs    : {:>8.0} ms", ms(probe_time));
-    println!("  kubectl/convoy             : {:>8.2}x (goal >= 5)", kubectl_time.as_secs_f64() / convoy_time.as_secs_f64());
-    println!("  convoy/probe               : {:>8.2}x (goal <= 1.5)", convoy_time.as_secs_f64() / probe_time.as_secs_f64());
-    println!("  same changed objects       : {}", convoy_changed == kubectl_changed);
+    println!(
+        "  kubectl/convoy             : {:>8.2}x (goal >= 5)",
+        kubectl_time.as_secs_f64() / convoy_time.as_secs_f64()
+    );
+    println!(
+        "  convoy/probe               : {:>8.2}x (goal <= 1.5)",
+        convoy_time.as_secs_f64() / probe_time.as_secs_f64()
+    );
+    println!(
+        "  same changed objects       : {}",
+        convoy_changed == kubectl_changed
+    );
 }

@@ -40,6 +40,7 @@ Register-ArgumentCompleter -Native -CommandName 'convoy' -ScriptBlock {
             [CompletionResult]::new('diff', 'diff', [CompletionResultType]::ParameterValue, 'Show what a sync would change: a diff per object, drift named by field manager')
             [CompletionResult]::new('sync', 'sync', [CompletionResultType]::ParameterValue, 'Sync a Release now: render, dry-run, apply in waves, prune, record, write the status')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Explain a Release: who wrote each condition and why, what was attempted and what runs')
+            [CompletionResult]::new('health', 'health', [CompletionResultType]::ParameterValue, 'Show the health of each object and hook of a Release')
             [CompletionResult]::new('get', 'get', [CompletionResultType]::ParameterValue, 'List Releases with State, Applied, InSync, Healthy and Age')
             [CompletionResult]::new('install', 'install', [CompletionResultType]::ParameterValue, 'Install convoy''s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print shell completions')
@@ -130,6 +131,24 @@ Register-ArgumentCompleter -Native -CommandName 'convoy' -ScriptBlock {
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             break
         }
+        'convoy;health' {
+            [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)')
+            [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The kubeconfig context to use')
+            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Namespace of the Release (default: the context''s namespace)')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace of the Release (default: the context''s namespace)')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('--watch', '--watch', [CompletionResultType]::ParameterName, 'Redraw on every change until every object is Healthy (or Ctrl-C)')
+            [CompletionResult]::new('--live', '--live', [CompletionResultType]::ParameterName, 'Assess now with the same rules as the health loop, writing nothing')
+            [CompletionResult]::new('--no-color', '--no-color', [CompletionResultType]::ParameterName, 'Never color the output (color is only used on a terminal anyway)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More logs on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More logs on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
         'convoy;get' {
             [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)')
             [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The kubeconfig context to use')
@@ -188,6 +207,7 @@ Register-ArgumentCompleter -Native -CommandName 'convoy' -ScriptBlock {
             [CompletionResult]::new('diff', 'diff', [CompletionResultType]::ParameterValue, 'Show what a sync would change: a diff per object, drift named by field manager')
             [CompletionResult]::new('sync', 'sync', [CompletionResultType]::ParameterValue, 'Sync a Release now: render, dry-run, apply in waves, prune, record, write the status')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Explain a Release: who wrote each condition and why, what was attempted and what runs')
+            [CompletionResult]::new('health', 'health', [CompletionResultType]::ParameterValue, 'Show the health of each object and hook of a Release')
             [CompletionResult]::new('get', 'get', [CompletionResultType]::ParameterValue, 'List Releases with State, Applied, InSync, Healthy and Age')
             [CompletionResult]::new('install', 'install', [CompletionResultType]::ParameterValue, 'Install convoy''s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print shell completions')
@@ -204,6 +224,9 @@ Register-ArgumentCompleter -Native -CommandName 'convoy' -ScriptBlock {
             break
         }
         'convoy;help;status' {
+            break
+        }
+        'convoy;help;health' {
             break
         }
         'convoy;help;get' {

@@ -25,6 +25,9 @@ _convoy() {
             convoy,get)
                 cmd="convoy__subcmd__get"
                 ;;
+            convoy,health)
+                cmd="convoy__subcmd__health"
+                ;;
             convoy,help)
                 cmd="convoy__subcmd__help"
                 ;;
@@ -49,6 +52,9 @@ _convoy() {
             convoy__subcmd__help,get)
                 cmd="convoy__subcmd__help__subcmd__get"
                 ;;
+            convoy__subcmd__help,health)
+                cmd="convoy__subcmd__help__subcmd__health"
+                ;;
             convoy__subcmd__help,help)
                 cmd="convoy__subcmd__help__subcmd__help"
                 ;;
@@ -71,7 +77,7 @@ _convoy() {
 
     case "${cmd}" in
         convoy)
-            opts="-n -o -v -q -h -V --kubeconfig --context --namespace --output --no-color --verbose --quiet --help --version render diff sync status get install completions help"
+            opts="-n -o -v -q -h -V --kubeconfig --context --namespace --output --no-color --verbose --quiet --help --version render diff sync status health get install completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -250,8 +256,46 @@ _convoy() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        convoy__subcmd__health)
+            opts="-n -o -v -q -h --watch --live --kubeconfig --context --namespace --output --no-color --verbose --quiet --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --kubeconfig)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --context)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         convoy__subcmd__help)
-            opts="render diff sync status get install completions help"
+            opts="render diff sync status health get install completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -293,6 +337,20 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__help__subcmd__get)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        convoy__subcmd__help__subcmd__health)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

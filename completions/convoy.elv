@@ -37,6 +37,7 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand diff 'Show what a sync would change: a diff per object, drift named by field manager'
             cand sync 'Sync a Release now: render, dry-run, apply in waves, prune, record, write the status'
             cand status 'Explain a Release: who wrote each condition and why, what was attempted and what runs'
+            cand health 'Show the health of each object and hook of a Release'
             cand get 'List Releases with State, Applied, InSync, Healthy and Age'
             cand install 'Install convoy''s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)'
             cand completions 'Print shell completions'
@@ -122,6 +123,23 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
         }
+        &'convoy;health'= {
+            cand --kubeconfig 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)'
+            cand --context 'The kubeconfig context to use'
+            cand -n 'Namespace of the Release (default: the context''s namespace)'
+            cand --namespace 'Namespace of the Release (default: the context''s namespace)'
+            cand -o 'Output format'
+            cand --output 'Output format'
+            cand --watch 'Redraw on every change until every object is Healthy (or Ctrl-C)'
+            cand --live 'Assess now with the same rules as the health loop, writing nothing'
+            cand --no-color 'Never color the output (color is only used on a terminal anyway)'
+            cand -v 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors on stderr'
+            cand --quiet 'Only errors on stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
         &'convoy;get'= {
             cand --kubeconfig 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)'
             cand --context 'The kubeconfig context to use'
@@ -177,6 +195,7 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand diff 'Show what a sync would change: a diff per object, drift named by field manager'
             cand sync 'Sync a Release now: render, dry-run, apply in waves, prune, record, write the status'
             cand status 'Explain a Release: who wrote each condition and why, what was attempted and what runs'
+            cand health 'Show the health of each object and hook of a Release'
             cand get 'List Releases with State, Applied, InSync, Healthy and Age'
             cand install 'Install convoy''s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)'
             cand completions 'Print shell completions'
@@ -189,6 +208,8 @@ set edit:completion:arg-completer[convoy] = {|@words|
         &'convoy;help;sync'= {
         }
         &'convoy;help;status'= {
+        }
+        &'convoy;help;health'= {
         }
         &'convoy;help;get'= {
         }

@@ -40,6 +40,7 @@ complete -c convoy -n "__fish_convoy_needs_command" -f -a "render" -d 'Render a 
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "diff" -d 'Show what a sync would change: a diff per object, drift named by field manager'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "sync" -d 'Sync a Release now: render, dry-run, apply in waves, prune, record, write the status'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "status" -d 'Explain a Release: who wrote each condition and why, what was attempted and what runs'
+complete -c convoy -n "__fish_convoy_needs_command" -f -a "health" -d 'Show the health of each object and hook of a Release'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "get" -d 'List Releases with State, Applied, InSync, Healthy and Age'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "install" -d 'Install convoy\'s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "completions" -d 'Print shell completions'
@@ -104,6 +105,19 @@ complete -c convoy -n "__fish_convoy_using_subcommand status" -l no-color -d 'Ne
 complete -c convoy -n "__fish_convoy_using_subcommand status" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand status" -s q -l quiet -d 'Only errors on stderr'
 complete -c convoy -n "__fish_convoy_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c convoy -n "__fish_convoy_using_subcommand health" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
+complete -c convoy -n "__fish_convoy_using_subcommand health" -l context -d 'The kubeconfig context to use' -r
+complete -c convoy -n "__fish_convoy_using_subcommand health" -s n -l namespace -d 'Namespace of the Release (default: the context\'s namespace)' -r
+complete -c convoy -n "__fish_convoy_using_subcommand health" -s o -l output -d 'Output format' -r -f -a "table\t''
+yaml\t''
+json\t''
+diff\t'Only for `convoy diff`'"
+complete -c convoy -n "__fish_convoy_using_subcommand health" -l watch -d 'Redraw on every change until every object is Healthy (or Ctrl-C)'
+complete -c convoy -n "__fish_convoy_using_subcommand health" -l live -d 'Assess now with the same rules as the health loop, writing nothing'
+complete -c convoy -n "__fish_convoy_using_subcommand health" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
+complete -c convoy -n "__fish_convoy_using_subcommand health" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+complete -c convoy -n "__fish_convoy_using_subcommand health" -s q -l quiet -d 'Only errors on stderr'
+complete -c convoy -n "__fish_convoy_using_subcommand health" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c convoy -n "__fish_convoy_using_subcommand get" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
 complete -c convoy -n "__fish_convoy_using_subcommand get" -l context -d 'The kubeconfig context to use' -r
 complete -c convoy -n "__fish_convoy_using_subcommand get" -s n -l namespace -d 'Namespace of the Release (default: the context\'s namespace)' -r
@@ -141,11 +155,12 @@ complete -c convoy -n "__fish_convoy_using_subcommand completions" -l no-color -
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -s q -l quiet -d 'Only errors on stderr'
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status get install completions help" -f -a "render" -d 'Render a Release: print its objects in apply order and its renderRef'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status get install completions help" -f -a "diff" -d 'Show what a sync would change: a diff per object, drift named by field manager'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status get install completions help" -f -a "sync" -d 'Sync a Release now: render, dry-run, apply in waves, prune, record, write the status'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status get install completions help" -f -a "status" -d 'Explain a Release: who wrote each condition and why, what was attempted and what runs'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status get install completions help" -f -a "get" -d 'List Releases with State, Applied, InSync, Healthy and Age'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status get install completions help" -f -a "install" -d 'Install convoy\'s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status get install completions help" -f -a "completions" -d 'Print shell completions'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status get install completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install completions help" -f -a "render" -d 'Render a Release: print its objects in apply order and its renderRef'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install completions help" -f -a "diff" -d 'Show what a sync would change: a diff per object, drift named by field manager'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install completions help" -f -a "sync" -d 'Sync a Release now: render, dry-run, apply in waves, prune, record, write the status'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install completions help" -f -a "status" -d 'Explain a Release: who wrote each condition and why, what was attempted and what runs'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install completions help" -f -a "health" -d 'Show the health of each object and hook of a Release'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install completions help" -f -a "get" -d 'List Releases with State, Applied, InSync, Healthy and Age'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install completions help" -f -a "install" -d 'Install convoy\'s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install completions help" -f -a "completions" -d 'Print shell completions'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -19,7 +19,7 @@ use super::ssa;
 pub enum InstallError {
     #[error(transparent)]
     Connect(#[from] ConnectError),
-    #[error("cannot apply CustomResourceDefinition {name}")]
+    #[error("cannot apply {name}")]
     Apply {
         name: String,
         #[source]
@@ -93,4 +93,29 @@ pub async fn install_crds(
         }
     }
     Ok(installed)
+}
+
+/// Apply the shipped health rules (a GlobalHealthRuleSet) with SSA under `convoy-install`.
+pub async fn install_default_rules(conn: &Connection) -> Result<String, InstallError> {
+    use crate::engine::api::GlobalHealthRuleSet;
+    let set = crate::engine::health::defaults::default_rule_set();
+    let name = set.name_any();
+    let api: Api<GlobalHealthRuleSet> = Api::all(conn.client.clone());
+    let patch = serde_json::to_value(&set).map_err(|source| InstallError::Serialize {
+        name: name.clone(),
+        source,
+    })?;
+    ssa::apply(&api, &name, field_managers::INSTALL, &patch)
+        .await
+        .map_err(|source| {
+            if is_unreachable(&source) {
+                InstallError::Connect(conn.unreachable(source))
+            } else {
+                InstallError::Apply {
+                    name: name.clone(),
+                    source,
+                }
+            }
+        })?;
+    Ok(name)
 }

@@ -10,6 +10,8 @@ pub mod connect;
 pub mod drift;
 pub mod duration;
 pub mod explain;
+pub mod health;
+pub mod hooks;
 pub mod http;
 pub mod install;
 pub mod inventory;

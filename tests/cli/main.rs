@@ -8,5 +8,6 @@ mod support;
 mod basics;
 mod diff;
 mod generated;
+mod health;
 mod render;
 mod sync_status;

@@ -8,6 +8,7 @@ mod support;
 
 mod api;
 mod drift;
+mod health;
 mod inventory;
 mod kwok;
 mod remote;

@@ -154,6 +154,21 @@ impl Fixture {
         .unwrap();
     }
 
+    /// Install convoy's default health rules (idempotent).
+    pub async fn install_default_rules(&self) {
+        convoy::engine::install::install_default_rules(&self.ctx.home)
+            .await
+            .unwrap();
+    }
+
+    /// The health assessment that selects the default rules, with `deadline`.
+    pub fn default_health(deadline: &str) -> Value {
+        json!({"healthAssessment": {
+            "globalRuleSetSelector": {"matchLabels": {"health.convoy.kumodo.io/defaults": "true"}},
+            "deadline": deadline,
+        }})
+    }
+
     pub async fn config_map(&self, name: &str) -> Option<Value> {
         let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
             Api::namespaced(self.env.client.clone(), &self.env.namespace);

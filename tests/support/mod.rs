@@ -65,7 +65,7 @@ pub fn control_plane() -> &'static ControlPlane {
             install_crds(&plane.kubeconfig);
             return plane;
         }
-        let plane = start_control_plane("main", true);
+        let plane = start_control_plane("main", &[]);
         install_crds(&plane.kubeconfig);
         plane
     })
@@ -74,10 +74,16 @@ pub fn control_plane() -> &'static ControlPlane {
 /// A second API server that stands in for a remote target Cluster (no kwok: objects only).
 pub fn remote_control_plane() -> &'static ControlPlane {
     static PLANE: OnceLock<ControlPlane> = OnceLock::new();
-    PLANE.get_or_init(|| start_control_plane("remote", false))
+    PLANE.get_or_init(|| start_control_plane("remote", &["--no-kwok"]))
 }
 
-fn start_control_plane(name: &str, kwok: bool) -> ControlPlane {
+/// An API server with no controllers at all: objects keep whatever status a test gives them.
+pub fn still_control_plane() -> &'static ControlPlane {
+    static PLANE: OnceLock<ControlPlane> = OnceLock::new();
+    PLANE.get_or_init(|| start_control_plane("still", &["--no-controllers"]))
+}
+
+fn start_control_plane(name: &str, flags: &[&str]) -> ControlPlane {
     testenv_bin();
     let dir = std::env::temp_dir().join(format!("convoy-test-{}-{}", std::process::id(), name));
     let _ = std::fs::remove_dir_all(&dir);
@@ -89,9 +95,7 @@ fn start_control_plane(name: &str, kwok: bool) -> ControlPlane {
         .arg(std::process::id().to_string())
         .arg("--name")
         .arg(name);
-    if !kwok {
-        cmd.arg("--no-kwok");
-    }
+    cmd.args(flags);
     let out = cmd.output().expect("cannot run scripts/testenv up");
     assert!(
         out.status.success(),

@@ -3,6 +3,7 @@
 pub mod completions;
 pub mod diff;
 pub mod get;
+pub mod health;
 pub mod install;
 pub mod render;
 pub mod status;

@@ -1,0 +1,246 @@
+//! `convoy health`: per-object health and hook states, as the health loop recorded them in the
+//! ReleaseInventory, or (`--live`) assessed now without writing anything.
+
+use std::sync::Arc;
+
+use clap::Args;
+use futures::StreamExt;
+use kube::Api;
+use kube::runtime::watcher;
+use serde_json::json;
+
+use crate::cli::commands::status::fetch_release;
+use crate::cli::exit::{CliError, CommandResult, ExitStatus};
+use crate::cli::output::{OutputFormat, Printer};
+use crate::cli::table::plain;
+use crate::cli::{GlobalArgs, io_error};
+use crate::engine::api::{HealthState, HookState, Release, ReleaseInventory, condition_types};
+use crate::engine::duration::human;
+use crate::engine::health::assess;
+use crate::engine::inventory::{EntryHealth, members};
+use crate::engine::reconcile::Context;
+use crate::engine::render::render_ref::short;
+use crate::engine::source::{Cache, Coordinator};
+
+/// Show the health of each object and hook of a Release.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+convoy health web -n apps\n  \
+convoy health web -n apps --watch      # redraw until everything is Healthy\n  \
+convoy health web -n apps --live       # assess now, write nothing")]
+pub struct HealthArgs {
+    /// The Release's name.
+    pub name: String,
+    /// Redraw on every change until every object is Healthy (or Ctrl-C).
+    #[arg(long, conflicts_with = "live")]
+    pub watch: bool,
+    /// Assess now with the same rules as the health loop, writing nothing.
+    #[arg(long)]
+    pub live: bool,
+}
+
+pub async fn run(global: &GlobalArgs, args: HealthArgs, printer: &mut Printer) -> CommandResult {
+    let release = fetch_release(global, &args.name).await?;
+    let conn = global.connect().await?;
+    let namespace = release.metadata.namespace.clone().unwrap_or_default();
+    let inventories: Api<ReleaseInventory> = Api::namespaced(conn.client.clone(), &namespace);
+
+    if args.live {
+        let ctx = Context::new(
+            conn.clone(),
+            Arc::new(Coordinator::new(Cache::new(Cache::default_root()))),
+        );
+        let assessment = assess(&ctx, &release, &crate::engine::status::now())
+            .await
+            .map_err(|e| CliError::new(ExitStatus::No, anyhow::Error::new(e).context("assess")))?;
+        let inventory = assessment.inventory.clone().unwrap_or_default();
+        let view = View::new(&release, &inventory, Some(&assessment.results));
+        return view.print(printer);
+    }
+
+    let inventory = inventories
+        .get_opt(&args.name)
+        .await
+        .map_err(|e| CliError::new(ExitStatus::Unreachable, conn.unreachable(e)))?
+        .unwrap_or_default();
+    let view = View::new(&release, &inventory, None);
+    if !args.watch || view.all_healthy() {
+        return view.print(printer);
+    }
+    view.print(printer)?;
+    let releases: Api<Release> = Api::namespaced(conn.client.clone(), &namespace);
+    let stream = watcher::watch_object(inventories, &args.name);
+    let mut stream = std::pin::pin!(stream);
+    loop {
+        tokio::select! {
+            event = stream.next() => {
+                let Some(Ok(Some(inventory))) = event else { continue };
+                let release = releases.get(&args.name).await.unwrap_or(release.clone());
+                let view = View::new(&release, &inventory, None);
+                if printer.interactive {
+                    eprint!("\x1b[2J\x1b[H");
+                } else {
+                    printer.line("").map_err(io_error)?;
+                }
+                let status = view.print(printer)?;
+                if view.all_healthy() {
+                    return Ok(status);
+                }
+            }
+            _ = tokio::signal::ctrl_c() => return Ok(ExitStatus::No),
+        }
+    }
+}
+
+/// What `convoy health` shows.
+struct View {
+    json: serde_json::Value,
+    text: String,
+    healthy: bool,
+}
+
+impl View {
+    fn new(release: &Release, inventory: &ReleaseInventory, live: Option<&[EntryHealth]>) -> Self {
+        let now = jiff::Timestamp::now();
+        let since = |t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
+            t.map(|t| {
+                human(std::time::Duration::from_secs(
+                    (now.as_second() - t.0.as_second()).max(0) as u64,
+                ))
+            })
+        };
+        let mut rows = Vec::new();
+        let mut objects = Vec::new();
+        let mut healthy = true;
+        for entry in members(inventory) {
+            let key = entry.key();
+            let (state, message, first, assessed) =
+                match live.and_then(|l| l.iter().find(|r| r.key == key)) {
+                    Some(r) => (
+                        Some(r.state),
+                        r.message.clone(),
+                        r.first_unhealthy.clone(),
+                        r.assessed_render_ref.clone(),
+                    ),
+                    None => (
+                        entry.state,
+                        entry.message.clone(),
+                        entry.first_unhealthy.clone(),
+                        entry.assessed_render_ref.clone(),
+                    ),
+                };
+            healthy &= state == Some(HealthState::Healthy);
+            let kind_name = if key.group.is_empty() {
+                format!("{}/{}", key.kind, key.name)
+            } else {
+                format!("{}.{}/{}", key.kind, key.group, key.name)
+            };
+            rows.push(vec![
+                kind_name.clone(),
+                entry.wave.unwrap_or(0).to_string(),
+                state
+                    .map(|s| s.as_str().to_string())
+                    .unwrap_or_else(|| "-".into()),
+                since(first.as_ref()).unwrap_or_else(|| "-".into()),
+                assessed.as_deref().map(short).unwrap_or("-").to_string(),
+                message.clone().unwrap_or_default(),
+            ]);
+            objects.push(json!({"object": key.to_string(), "namespace": key.namespace, "wave": entry.wave,
+                "state": state, "message": message, "firstUnhealthy": first, "assessedRenderRef": assessed}));
+        }
+        let mut text = String::new();
+        if rows.is_empty() {
+            text.push_str("No objects recorded yet: the Release has not been applied.\n");
+            healthy = false;
+        } else {
+            text.push_str(&plain(
+                &[
+                    "object",
+                    "wave",
+                    "state",
+                    "unhealthy for",
+                    "assessed render",
+                    "message",
+                ],
+                &rows,
+            ));
+        }
+        let mut hook_rows = Vec::new();
+        let mut hooks = Vec::new();
+        for h in &inventory.spec.hooks {
+            let duration = match (&h.created_at, &h.finished_at) {
+                (Some(c), Some(f)) if f.0 >= c.0 => human(std::time::Duration::from_secs(
+                    (f.0.as_second() - c.0.as_second()) as u64,
+                )),
+                (Some(c), _) => human(std::time::Duration::from_secs(
+                    (now.as_second() - c.0.as_second()).max(0) as u64,
+                )),
+                _ => "-".into(),
+            };
+            healthy &= h.state != Some(HookState::Failed) && h.state != Some(HookState::Running);
+            hook_rows.push(vec![
+                h.name.clone(),
+                h.phase.as_str().to_string(),
+                h.state
+                    .map(|s| s.as_str().to_string())
+                    .unwrap_or_else(|| "-".into()),
+                duration,
+                h.message.clone().unwrap_or_default(),
+            ]);
+            hooks.push(
+                json!({"name": h.name, "phase": h.phase, "state": h.state, "message": h.message,
+                "createdAt": h.created_at, "finishedAt": h.finished_at}),
+            );
+        }
+        if !hook_rows.is_empty() {
+            text.push('\n');
+            text.push_str(&plain(
+                &["hook", "phase", "state", "duration", "message"],
+                &hook_rows,
+            ));
+        }
+        let status = release.status.clone().unwrap_or_default();
+        let condition = status.condition(condition_types::HEALTHY).cloned();
+        text.push('\n');
+        match (&condition, live) {
+            (_, Some(_)) => text.push_str("Assessed live (nothing written).\n"),
+            (Some(c), None) => text.push_str(&format!(
+                "Healthy={} ({}): {}\n",
+                c.status, c.reason, c.message
+            )),
+            (None, None) => text.push_str("Healthy: not assessed yet.\n"),
+        }
+        if let Some(s) = &status.health_summary {
+            text.push_str(&format!(
+                "{} total: {} healthy, {} progressing, {} degraded, {} unknown\n",
+                s.total, s.healthy, s.progressing, s.degraded, s.unknown
+            ));
+        }
+        let json = json!({"objects": objects, "hooks": hooks, "healthy": condition, "summary": status.health_summary});
+        Self {
+            json,
+            text,
+            healthy,
+        }
+    }
+
+    fn all_healthy(&self) -> bool {
+        self.healthy
+    }
+
+    fn print(&self, printer: &mut Printer) -> CommandResult {
+        match printer.format {
+            OutputFormat::Json => {
+                let text = serde_json::to_string_pretty(&self.json)
+                    .map_err(|e| CliError::new(ExitStatus::Invalid, e))?;
+                printer.line(&text).map_err(io_error)?;
+            }
+            _ => printer.print(&self.text).map_err(io_error)?,
+        }
+        Ok(if self.healthy {
+            ExitStatus::Success
+        } else {
+            ExitStatus::No
+        })
+    }
+}

@@ -1,0 +1,228 @@
+//! `assess`: the health of every inventoried object, from the live objects and the rules.
+//!
+//! Spec: health-loop.txt "Assessment" steps 1–8 and "Per-entry evaluation". The assessment
+//! works on the inventory, not on the render: an object is assessed as soon as the controller
+//! records it after the apply of its wave.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures::{StreamExt, stream};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Api;
+use kube::api::DynamicObject;
+use serde_json::Value;
+
+use super::rules::{CollectError, Evaluation, Evaluator, RuleError, collect_rules};
+use super::state::derive_state;
+use crate::engine::api::{HealthState, HealthSummary, ObjectKey, Release, ReleaseInventory};
+use crate::engine::apply::Applier;
+use crate::engine::cluster::{ClusterError, Target, resolve_target};
+use crate::engine::duration::parse_duration;
+use crate::engine::inventory::{EntryHealth, InventoryHandle, members};
+use crate::engine::reconcile::Context;
+
+/// Why the assessment of a Release failed (Healthy=Unknown).
+#[derive(Debug, thiserror::Error)]
+pub enum AssessError {
+    #[error(transparent)]
+    Collect(#[from] CollectError),
+    #[error(transparent)]
+    Rule(#[from] RuleError),
+    #[error("cannot read the ReleaseInventory")]
+    Inventory(#[source] crate::engine::inventory::InventoryError),
+    #[error("target cluster")]
+    Cluster(#[source] ClusterError),
+    #[error("cannot resolve the kind of {key}: {message}")]
+    Discovery { key: String, message: String },
+    #[error("cannot read {key}")]
+    Read {
+        key: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+}
+
+/// The result of one assessment.
+#[derive(Debug, Clone, Default)]
+pub struct Assessment {
+    /// What to write per entry.
+    pub results: Vec<EntryHealth>,
+    /// An entry carried a render its assessment had not seen (`renderAdvanced`).
+    pub render_advanced: bool,
+    /// Each entry's state before this pass.
+    pub prior: HashMap<ObjectKey, Option<HealthState>>,
+    /// The inventory the assessment read (the writes' precondition).
+    pub inventory: Option<ReleaseInventory>,
+    /// Wave of each entry.
+    pub waves: HashMap<ObjectKey, i32>,
+    /// renderRef of each entry.
+    pub render_refs: HashMap<ObjectKey, String>,
+    pub target: Option<Target>,
+}
+
+impl Assessment {
+    /// Entry counts per state.
+    pub fn summary(&self) -> HealthSummary {
+        let mut s = HealthSummary {
+            total: self.results.len() as u32,
+            ..Default::default()
+        };
+        for r in &self.results {
+            match r.state {
+                HealthState::Healthy => s.healthy += 1,
+                HealthState::Progressing => s.progressing += 1,
+                HealthState::Degraded => s.degraded += 1,
+                HealthState::Unknown => s.unknown += 1,
+            }
+        }
+        s
+    }
+}
+
+/// `priorAndAnchors`: each entry's state and firstUnhealthy before this pass writes.
+pub fn prior_and_anchors(
+    inventory: &ReleaseInventory,
+) -> HashMap<ObjectKey, (Option<HealthState>, Option<Time>)> {
+    inventory
+        .spec
+        .inventory
+        .iter()
+        .map(|e| (e.key(), (e.state, e.first_unhealthy.clone())))
+        .collect()
+}
+
+/// `assess`, steps 1–7; the caller writes (step 8).
+pub async fn assess(
+    ctx: &Context,
+    release: &Release,
+    now: &Time,
+) -> Result<Assessment, AssessError> {
+    // Steps 1–2: rules.
+    let rules = collect_rules(&ctx.home.client, release).await?;
+    let evaluator = Evaluator::new(rules)?;
+    // Step 3: the inventory.
+    let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release)
+        .get()
+        .await
+        .map_err(AssessError::Inventory)?;
+    let Some(inventory) = inventory.filter(|i| !members(i).is_empty()) else {
+        return Ok(Assessment::default());
+    };
+    // Step 4: the target cluster.
+    let target = resolve_target(&ctx.home, release)
+        .await
+        .map_err(AssessError::Cluster)?;
+    // Step 5: prior states and anchors, read before anything is written.
+    let anchors = prior_and_anchors(&inventory);
+    let deadline = deadline_of(release);
+    let applier = ctx.applier(&target);
+    let entries = members(&inventory);
+    // Step 6: each entry.
+    let evaluated: Vec<Result<(ObjectKey, Evaluation), AssessError>> = stream::iter(entries.iter())
+        .map(|entry| {
+            let applier = &applier;
+            let evaluator = &evaluator;
+            async move {
+                let key = entry.key();
+                let evaluation = assess_item(applier, evaluator, &key).await?;
+                Ok((key, evaluation))
+            }
+        })
+        .buffered(ctx.concurrency.max(1))
+        .collect()
+        .await;
+    let mut assessment = Assessment {
+        inventory: Some(inventory.clone()),
+        target: Some(target),
+        ..Default::default()
+    };
+    for (entry, result) in entries.iter().zip(evaluated) {
+        let (key, evaluation) = result?;
+        let (prior_state, anchor) = anchors.get(&key).cloned().unwrap_or_default();
+        let derived = derive_state(&evaluation, anchor.as_ref(), now, deadline);
+        // Step 7: renderAdvanced.
+        if entry.render_ref.is_some() && entry.render_ref != entry.assessed_render_ref {
+            assessment.render_advanced = true;
+        }
+        assessment.prior.insert(key.clone(), prior_state);
+        assessment
+            .waves
+            .insert(key.clone(), entry.wave.unwrap_or(0));
+        assessment
+            .render_refs
+            .insert(key.clone(), entry.render_ref.clone().unwrap_or_default());
+        assessment.results.push(EntryHealth {
+            key,
+            state: derived.state,
+            message: derived.message,
+            first_unhealthy: derived.first_unhealthy,
+            assessed_render_ref: entry.render_ref.clone(),
+        });
+    }
+    Ok(assessment)
+}
+
+/// `assessItem`: read the object and judge it. A missing object fails ("not found"); a rule
+/// that cannot be evaluated on it is Unknown for this entry only; a rule that is broken fails
+/// the whole assessment.
+pub async fn assess_item(
+    applier: &Applier,
+    evaluator: &Evaluator,
+    key: &ObjectKey,
+) -> Result<Evaluation, AssessError> {
+    let live = read_object(applier, key).await?;
+    match live {
+        None => Ok(Evaluation::Fail {
+            message: format!("{key} not found"),
+        }),
+        Some(object) => Ok(evaluator.evaluate(&object)?),
+    }
+}
+
+/// The live object for an inventory key, or `None`.
+pub async fn read_object(applier: &Applier, key: &ObjectKey) -> Result<Option<Value>, AssessError> {
+    let read_err = |source: kube::Error| AssessError::Read {
+        key: key.to_string(),
+        source: Box::new(source),
+    };
+    let resource = match applier
+        .resources()
+        .resolve_group_kind(&key.group, &key.kind)
+        .await
+    {
+        Ok(Some(r)) => r,
+        Ok(None) => return Ok(None),
+        Err(e) => {
+            return Err(AssessError::Discovery {
+                key: key.to_string(),
+                message: e.to_string(),
+            });
+        }
+    };
+    let api: Api<DynamicObject> = if resource.namespaced {
+        Api::namespaced_with(applier.client().clone(), &key.namespace, &resource.api)
+    } else {
+        Api::all_with(applier.client().clone(), &resource.api)
+    };
+    let object = api.get_opt(&key.name).await.map_err(read_err)?;
+    Ok(object.and_then(|o| {
+        let mut v = serde_json::to_value(o).ok()?;
+        // GET answers carry apiVersion/kind; keep them for rule matching either way.
+        if v.get("apiVersion").is_none() {
+            v["apiVersion"] = Value::String(resource.api.api_version.clone());
+            v["kind"] = Value::String(resource.api.kind.clone());
+        }
+        Some(v)
+    }))
+}
+
+/// How long before a failing object is Degraded, if the Release says.
+pub fn deadline_of(release: &Release) -> Option<Duration> {
+    release
+        .spec
+        .health_assessment
+        .as_ref()
+        .and_then(|a| a.deadline.as_deref())
+        .and_then(|d| parse_duration(d).ok())
+}

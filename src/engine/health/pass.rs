@@ -1,0 +1,530 @@
+//! One pass of the health loop: poll hooks, assess, write, wake the controller on edges,
+//! schedule the next pass.
+//!
+//! Spec: health-loop.txt "One pass", "Writes", "Hook polling", "Wake the controller",
+//! "Re-check backoff", "Deletion".
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{Api, ResourceExt};
+
+use super::assess::{Assessment, assess};
+use super::state::progress_backoff;
+use crate::engine::api::{
+    Condition, HealthState, HealthSummary, HookState, Release, ReleaseInventory, condition_types,
+    field_managers, reasons,
+};
+use crate::engine::cluster::resolve_target;
+use crate::engine::explain::count;
+use crate::engine::hooks::{find_hook, needs_poll, poll_hook_workload, workload_namespace};
+use crate::engine::inventory::{HookResult, InventoryHandle};
+use crate::engine::reconcile::{Context, Requeue};
+use crate::engine::requests::request_sync;
+use crate::engine::ssa;
+use crate::engine::status::{condition, condition_unchanged, now};
+
+/// The loop's memory between passes: attempt counts per pending target, per Release. It is
+/// lost at a restart, as the spec says.
+#[derive(Default)]
+pub struct HealthMemory {
+    counts: Mutex<HashMap<String, HashMap<String, u32>>>,
+}
+
+/// Errors returned to the work queue (writes and /sync requests).
+#[derive(Debug, thiserror::Error)]
+pub enum HealthError {
+    #[error("cannot write the health of Release {release}")]
+    Status {
+        release: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    #[error("cannot write the ReleaseInventory health of Release {release}")]
+    Inventory {
+        release: String,
+        #[source]
+        source: crate::engine::inventory::InventoryError,
+    },
+    #[error("cannot request a sync of Release {release}")]
+    Request {
+        release: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+}
+
+/// What a pass did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HealthPass {
+    pub condition: Option<Condition>,
+    pub summary: Option<HealthSummary>,
+    pub wrote_health: bool,
+    pub wrote_inventory: bool,
+    /// The edges that fired: "wave complete", "render advanced", "hook batch complete".
+    pub edges: Vec<&'static str>,
+    pub requested_sync: bool,
+    pub requeue: Requeue,
+}
+
+/// The health loop's syncHandler.
+pub async fn health_pass(
+    ctx: &Context,
+    memory: &HealthMemory,
+    release: &Release,
+) -> Result<Option<HealthPass>, HealthError> {
+    if !ctx.shard.owns(release) {
+        return Ok(None);
+    }
+    let name = format!(
+        "{}/{}",
+        release.namespace().unwrap_or_default(),
+        release.name_any()
+    );
+    let at = now();
+    let handle = InventoryHandle::for_release(ctx.home.client.clone(), release);
+    let api: Api<Release> = Api::namespaced(
+        ctx.home.client.clone(),
+        &release.namespace().unwrap_or_default(),
+    );
+
+    // Step 4 (and the whole pass on deletion): poll the hooks.
+    let inventory = handle.get().await.ok().flatten();
+    let hooks = match &inventory {
+        Some(inv) => poll_hooks(ctx, release, inv, &at).await,
+        None => PolledHooks::default(),
+    };
+    let mut written_inventory = inventory.clone();
+    let mut wrote_inventory = false;
+    if let (Some(inv), true) = (&inventory, hooks.changed) {
+        match handle.write_hook_status(inv, &hooks.results).await {
+            Ok(Some(updated)) => {
+                written_inventory = Some(updated);
+                wrote_inventory = true;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(release = %name, "hook status write failed: {:#}", anyhow::Error::new(e))
+            }
+        }
+    }
+    let mut edges = Vec::new();
+    if hooks.newly_finished > 0 {
+        edges.push("hook batch complete");
+    }
+
+    if release.metadata.deletion_timestamp.is_some() {
+        let requested_sync = if edges.is_empty() {
+            false
+        } else {
+            wake(&api, release, &name).await?
+        };
+        let pending: Vec<String> = hooks.running.iter().map(|h| format!("hook:{h}")).collect();
+        let requeue = schedule_health_recheck(memory, release, &pending);
+        return Ok(Some(HealthPass {
+            condition: None,
+            summary: None,
+            wrote_health: false,
+            wrote_inventory,
+            edges,
+            requested_sync,
+            requeue,
+        }));
+    }
+
+    // Step 5: health.
+    let status = release.status.clone().unwrap_or_default();
+    let generation = release.metadata.generation;
+    let (new_condition, summary, assessment) = if release.spec.health_assessment.is_none() {
+        (
+            condition(
+                condition_types::HEALTHY,
+                "True",
+                reasons::healthy::NOT_CONFIGURED,
+                "the Release has no healthAssessment",
+                generation,
+            ),
+            Some(HealthSummary::default()),
+            None,
+        )
+    } else {
+        match assess(ctx, release, &at).await {
+            Err(e) => (
+                condition(
+                    condition_types::HEALTHY,
+                    "Unknown",
+                    reasons::healthy::UNKNOWN,
+                    format!("cannot assess: {:#}", anyhow::Error::new(e)),
+                    generation,
+                ),
+                status.health_summary.clone(),
+                None,
+            ),
+            Ok(mut assessment) => {
+                // Write against the freshest inventory this pass has (the hook write moved it).
+                if let (Some(current), Some(read)) = (&written_inventory, &assessment.inventory)
+                    && current.metadata.uid == read.metadata.uid
+                {
+                    assessment.inventory = Some(current.clone());
+                }
+                let (c, s) = healthy_condition(release, &assessment);
+                (c, Some(s), Some(assessment))
+            }
+        }
+    };
+
+    if let Some(assessment) = &assessment
+        && let Some(read) = &assessment.inventory
+    {
+        match handle
+            .write_inventory_health(read, &assessment.results)
+            .await
+        {
+            Ok(Some(_)) => wrote_inventory = true,
+            Ok(None) => {}
+            Err(source) => {
+                return Err(HealthError::Inventory {
+                    release: name.clone(),
+                    source,
+                });
+            }
+        }
+    }
+    let wrote_health = write_health(
+        &api,
+        release,
+        new_condition.clone(),
+        summary.clone(),
+        at.clone(),
+    )
+    .await
+    .map_err(|source| HealthError::Status {
+        release: name.clone(),
+        source: Box::new(source),
+    })?;
+
+    // Step 6: edges.
+    if let Some(assessment) = &assessment {
+        if frontier_wave_completed(assessment) {
+            edges.insert(0, "wave complete");
+        }
+        if assessment.render_advanced {
+            edges.push("render advanced");
+        }
+    }
+    let requested_sync = if edges.is_empty() {
+        false
+    } else {
+        wake(&api, release, &name).await?
+    };
+
+    // Step 7: the next pass.
+    let mut pending: Vec<String> = Vec::new();
+    if let Some(assessment) = &assessment {
+        pending.extend(
+            assessment
+                .results
+                .iter()
+                .filter(|r| r.state != HealthState::Healthy)
+                .map(|r| format!("object:{}", r.key)),
+        );
+    }
+    pending.extend(hooks.running.iter().map(|h| format!("hook:{h}")));
+    if new_condition.reason == reasons::healthy::PENDING {
+        pending.push("render-pending".into());
+    }
+    let requeue = schedule_health_recheck(memory, release, &pending);
+    Ok(Some(HealthPass {
+        condition: Some(new_condition),
+        summary,
+        wrote_health,
+        wrote_inventory,
+        edges,
+        requested_sync,
+        requeue,
+    }))
+}
+
+async fn wake(api: &Api<Release>, release: &Release, name: &str) -> Result<bool, HealthError> {
+    request_sync(api, &release.name_any(), false, field_managers::HEALTH)
+        .await
+        .map_err(|source| HealthError::Request {
+            release: name.to_string(),
+            source: Box::new(source),
+        })?;
+    Ok(true)
+}
+
+/// The Healthy condition and summary for an assessment. `renderCurrent` (every entry carries
+/// `lastAttempted`'s renderRef) decides between a verdict and Pending.
+pub fn healthy_condition(release: &Release, assessment: &Assessment) -> (Condition, HealthSummary) {
+    let generation = release.metadata.generation;
+    let summary = assessment.summary();
+    let status = release.status.clone().unwrap_or_default();
+    let attempted = status
+        .last_attempted
+        .as_ref()
+        .and_then(|a| a.render_ref.clone());
+    let render_current = match &attempted {
+        Some(r) => assessment.render_refs.values().all(|x| x == r),
+        None => false,
+    };
+    if !render_current || (assessment.results.is_empty() && status.last_successful.is_none()) {
+        let message = match attempted {
+            Some(r) => format!(
+                "render {} is not applied and assessed yet",
+                crate::engine::render::render_ref::short(&r)
+            ),
+            None => "no render has been applied yet".to_string(),
+        };
+        return (
+            condition(
+                condition_types::HEALTHY,
+                "Unknown",
+                reasons::healthy::PENDING,
+                message,
+                generation,
+            ),
+            summary,
+        );
+    }
+    let mut unhealthy: Vec<&crate::engine::inventory::EntryHealth> = assessment
+        .results
+        .iter()
+        .filter(|r| r.state != HealthState::Healthy)
+        .collect();
+    unhealthy.sort_by(|a, b| {
+        (a.state != HealthState::Degraded, &a.key).cmp(&(b.state != HealthState::Degraded, &b.key))
+    });
+    if unhealthy.is_empty() {
+        return (
+            condition(
+                condition_types::HEALTHY,
+                "True",
+                reasons::healthy::HEALTHY,
+                format!("{} healthy", count(summary.total as usize, "object")),
+                generation,
+            ),
+            summary,
+        );
+    }
+    let reason = if summary.degraded > 0 {
+        reasons::healthy::DEGRADED
+    } else {
+        reasons::healthy::PROGRESSING
+    };
+    let shown: Vec<String> = unhealthy
+        .iter()
+        .take(3)
+        .map(|r| match &r.message {
+            Some(m) => format!("{} is {} ({m})", r.key, r.state.as_str()),
+            None => format!("{} is {}", r.key, r.state.as_str()),
+        })
+        .collect();
+    let more = if unhealthy.len() > 3 {
+        format!("; and {} more", unhealthy.len() - 3)
+    } else {
+        String::new()
+    };
+    (
+        condition(
+            condition_types::HEALTHY,
+            "False",
+            reason,
+            format!("{}{more}", shown.join("; ")),
+            generation,
+        ),
+        summary,
+    )
+}
+
+/// `writeHealth`: Healthy and healthSummary under `convoy-health`; skipped when the condition
+/// (status, reason, message, observedGeneration) and the summary are unchanged.
+pub async fn write_health(
+    api: &Api<Release>,
+    release: &Release,
+    mut new: Condition,
+    summary: Option<HealthSummary>,
+    at: Time,
+) -> Result<bool, kube::Error> {
+    let status = release.status.clone().unwrap_or_default();
+    let old = status.condition(condition_types::HEALTHY);
+    let summary = summary.or(status.health_summary.clone());
+    if condition_unchanged(old, &new) && status.health_summary == summary {
+        return Ok(false);
+    }
+    new.last_transition_time = match old {
+        Some(o) if o.status == new.status => o.last_transition_time.clone().or(Some(at)),
+        _ => Some(at),
+    };
+    let mut body = serde_json::json!({"conditions": [new]});
+    if let Some(s) = summary {
+        body["healthSummary"] = serde_json::json!(s);
+    }
+    let patch = serde_json::json!({
+        "apiVersion": "core.convoy.kumodo.io/v1alpha1",
+        "kind": "Release",
+        "metadata": {"name": release.name_any()},
+        "status": body,
+    });
+    ssa::apply_status(api, &release.name_any(), field_managers::HEALTH, &patch).await?;
+    Ok(true)
+}
+
+/// `frontierWaveCompleted`: every entry of the highest wave is Healthy, and one or more of
+/// them was not Healthy before this pass.
+pub fn frontier_wave_completed(assessment: &Assessment) -> bool {
+    let Some(frontier) = assessment.waves.values().max().copied() else {
+        return false;
+    };
+    let in_frontier: Vec<_> = assessment
+        .results
+        .iter()
+        .filter(|r| assessment.waves.get(&r.key) == Some(&frontier))
+        .collect();
+    !in_frontier.is_empty()
+        && in_frontier.iter().all(|r| r.state == HealthState::Healthy)
+        && in_frontier
+            .iter()
+            .any(|r| assessment.prior.get(&r.key).copied().flatten() != Some(HealthState::Healthy))
+}
+
+/// `scheduleHealthRecheck`: every pending target's attempt count goes up (others are
+/// forgotten); the next pass comes after the shortest `progressBackoff` of them. With nothing
+/// pending, after `syncPolicy.interval` or only on events.
+pub fn schedule_health_recheck(
+    memory: &HealthMemory,
+    release: &Release,
+    pending: &[String],
+) -> Requeue {
+    let key = format!(
+        "{}/{}",
+        release.namespace().unwrap_or_default(),
+        release.name_any()
+    );
+    let interval = release
+        .spec
+        .sync_policy
+        .as_ref()
+        .and_then(|p| p.interval.as_deref())
+        .and_then(|i| crate::engine::duration::parse_duration(i).ok())
+        .filter(|d| !d.is_zero());
+    let mut all = match memory.counts.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    if pending.is_empty() {
+        all.remove(&key);
+        return interval.map(Requeue::After).unwrap_or(Requeue::Never);
+    }
+    let counts = all.entry(key).or_default();
+    let wanted: BTreeSet<&String> = pending.iter().collect();
+    counts.retain(|target, _| wanted.contains(target));
+    let mut shortest: Option<Duration> = None;
+    for target in pending {
+        let n = counts.entry(target.clone()).or_insert(0);
+        *n += 1;
+        let delay = progress_backoff(*n, interval, jitter());
+        shortest = Some(shortest.map_or(delay, |s| s.min(delay)));
+    }
+    shortest.map(Requeue::After).unwrap_or(Requeue::Never)
+}
+
+/// A cheap jitter in [0, 1) from the clock (no randomness crate for one number).
+fn jitter() -> f64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    f64::from(nanos % 1000) / 1000.0
+}
+
+/// What polling the hooks found.
+#[derive(Debug, Clone, Default)]
+pub struct PolledHooks {
+    /// Every hook entry that has a state after this pass (what `writeHookStatus` sends).
+    pub results: Vec<HookResult>,
+    /// Whether a polled state differs from what the inventory holds.
+    pub changed: bool,
+    /// Hooks that reached a terminal state in this pass.
+    pub newly_finished: usize,
+    /// `name/phase` of hooks still running.
+    pub running: Vec<String>,
+}
+
+/// `pollHooks`: poll each hook entry with a workload that has not finished (or was armed
+/// again), and collect the state of every entry that has one.
+pub async fn poll_hooks(
+    ctx: &Context,
+    release: &Release,
+    inventory: &ReleaseInventory,
+    at: &Time,
+) -> PolledHooks {
+    let mut out = PolledHooks::default();
+    let to_poll: Vec<_> = inventory
+        .spec
+        .hooks
+        .iter()
+        .filter(|h| needs_poll(h))
+        .collect();
+    let target = if to_poll.is_empty() {
+        None
+    } else {
+        match resolve_target(&ctx.home, release).await {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::warn!(release = %release.name_any(), "cannot poll hooks: {:#}", anyhow::Error::new(e));
+                None
+            }
+        }
+    };
+    let namespace = workload_namespace(release);
+    for entry in &inventory.spec.hooks {
+        let polled = match (&target, needs_poll(entry)) {
+            (Some(t), true) => {
+                let hook = find_hook(release, &entry.name, entry.phase);
+                match poll_hook_workload(&t.conn.client, &namespace, entry, hook, at).await {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        tracing::warn!(hook = %entry.name, "polling failed: {e}");
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        let (state, message, finished_at) = match polled {
+            Some(p) => {
+                let finished_at = p.state.is_terminal().then(|| at.clone());
+                if p.state.is_terminal() {
+                    out.newly_finished += 1;
+                }
+                if p.state == HookState::Running {
+                    out.running
+                        .push(format!("{}/{}", entry.name, entry.phase.as_str()));
+                }
+                let changed = entry.state != Some(p.state)
+                    || entry.message.as_deref() != Some(p.message.as_str());
+                out.changed |= changed || p.state.is_terminal();
+                (Some(p.state), Some(p.message), finished_at)
+            }
+            None => (
+                entry.state,
+                entry.message.clone(),
+                entry.finished_at.clone(),
+            ),
+        };
+        if let Some(state) = state {
+            out.results.push(HookResult {
+                name: entry.name.clone(),
+                phase: entry.phase,
+                state,
+                message,
+                finished_at,
+            });
+        }
+    }
+    out
+}

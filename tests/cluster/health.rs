@@ -1,0 +1,483 @@
+//! The health loop against the real control plane, with kwok moving pods along.
+
+use std::time::Duration;
+
+use convoy::engine::api::{HealthState, HookPhase, HookState, ReleaseInventory, reasons};
+use convoy::engine::health::{HealthMemory, health_pass};
+use convoy::engine::inventory::{HookMember, InventoryHandle};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use crate::support::fixture::{Fixture, config_map, deployment};
+use crate::support::{client_for, eventually, owners_of, still_control_plane};
+
+async fn inventory(f: &Fixture) -> ReleaseInventory {
+    let api: Api<ReleaseInventory> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    api.get("web").await.unwrap()
+}
+
+fn entry_state(inv: &ReleaseInventory, name: &str) -> Option<HealthState> {
+    inv.spec
+        .inventory
+        .iter()
+        .find(|e| e.name == name)
+        .and_then(|e| e.state)
+}
+
+#[tokio::test]
+async fn a_deployment_goes_progressing_then_healthy_as_kwok_readies_its_pods() {
+    // Paused, the Deployment gets no pods: Progressing, deterministically.
+    let paused = deployment("api", 0, 2).replace(
+        "spec:\n  replicas: 2",
+        "spec:\n  paused: true\n  replicas: 2",
+    );
+    let f = Fixture::new(
+        "health-deploy",
+        &[("d.yaml", &paused)],
+        Fixture::default_health("5m"),
+    )
+    .await;
+    f.install_default_rules().await;
+    f.sync().await;
+    let memory = HealthMemory::default();
+    let pass = health_pass(&f.ctx, &memory, &f.release().await)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        entry_state(&inventory(&f).await, "api"),
+        Some(HealthState::Progressing)
+    );
+    assert_eq!(
+        pass.condition.unwrap().reason,
+        reasons::healthy::PROGRESSING
+    );
+
+    // Resumed by the next render, kwok readies the pods.
+    f.commit(&[("d.yaml", &deployment("api", 0, 2))]);
+    f.sync().await;
+    let last = eventually(
+        "the Deployment to become Healthy",
+        Duration::from_secs(60),
+        || async {
+            let pass = health_pass(&f.ctx, &memory, &f.release().await)
+                .await
+                .unwrap()
+                .unwrap();
+            (entry_state(&inventory(&f).await, "api") == Some(HealthState::Healthy)).then_some(pass)
+        },
+    )
+    .await;
+    let condition = last.condition.unwrap();
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("True", "Healthy")
+    );
+    let release = f.release().await;
+    assert_eq!(
+        release
+            .status
+            .as_ref()
+            .unwrap()
+            .health_summary
+            .as_ref()
+            .unwrap()
+            .healthy,
+        1
+    );
+
+    // Each writer owns only its own fields.
+    let object = serde_json::to_value(&release).unwrap();
+    let healthy = [
+        "f:status",
+        "f:conditions",
+        "k:{\"type\":\"Healthy\"}",
+        "f:status",
+    ];
+    assert_eq!(owners_of(&object, &healthy), ["convoy-health"]);
+    assert_eq!(
+        owners_of(&object, &["f:status", "f:healthSummary"]),
+        ["convoy-health"]
+    );
+    let inv = serde_json::to_value(inventory(&f).await).unwrap();
+    let mut state_owners = Vec::new();
+    for mf in inv["metadata"]["managedFields"].as_array().unwrap() {
+        let fields = mf["fieldsV1"]["f:inventory"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        if fields.values().any(|e| e.get("f:state").is_some()) {
+            state_owners.push(mf["manager"].as_str().unwrap().to_string());
+        }
+    }
+    assert_eq!(state_owners, ["convoy-health-inventory"]);
+}
+
+#[tokio::test]
+async fn an_unschedulable_deployment_degrades_after_the_deadline_and_keeps_its_anchor() {
+    let stuck = deployment("stuck", 0, 1).replace(
+        "    spec:\n      containers:",
+        "    spec:\n      nodeSelector: {convoy-test: nowhere}\n      containers:",
+    );
+    let f = Fixture::new(
+        "health-degraded",
+        &[("d.yaml", &stuck)],
+        Fixture::default_health("2s"),
+    )
+    .await;
+    f.install_default_rules().await;
+    f.sync().await;
+    let memory = HealthMemory::default();
+    let first = health_pass(&f.ctx, &memory, &f.release().await)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        entry_state(&inventory(&f).await, "stuck"),
+        Some(HealthState::Progressing)
+    );
+    assert_eq!(
+        first.condition.unwrap().reason,
+        reasons::healthy::PROGRESSING
+    );
+    let anchor: Time = inventory(&f).await.spec.inventory[0]
+        .first_unhealthy
+        .clone()
+        .unwrap();
+
+    // A restarted loop (fresh memory) finds the anchor in the inventory.
+    let restarted = HealthMemory::default();
+    let degraded = eventually(
+        "Degraded after the 2s deadline",
+        Duration::from_secs(20),
+        || async {
+            let pass = health_pass(&f.ctx, &restarted, &f.release().await)
+                .await
+                .unwrap()
+                .unwrap();
+            (entry_state(&inventory(&f).await, "stuck") == Some(HealthState::Degraded))
+                .then_some(pass)
+        },
+    )
+    .await;
+    let condition = degraded.condition.unwrap();
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("False", "Degraded")
+    );
+    assert!(
+        condition.message.contains("Deployment.apps/"),
+        "{}",
+        condition.message
+    );
+    assert_eq!(
+        inventory(&f).await.spec.inventory[0].first_unhealthy,
+        Some(anchor),
+        "the anchor survived"
+    );
+}
+
+#[tokio::test]
+async fn a_cel_compile_error_makes_healthy_unknown_naming_the_rule() {
+    let f = Fixture::new(
+        "health-bad-rule",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({"healthAssessment": {"localRuleSetSelector": {"matchLabels": {"rules": "mine"}}}}),
+    )
+    .await;
+    f.kubectl_apply(&json!({"apiVersion": "health.convoy.kumodo.io/v1alpha1", "kind": "HealthRuleSet",
+        "metadata": {"name": "broken", "namespace": f.env.namespace, "labels": {"rules": "mine"}},
+        "spec": {"rules": [{"name": "half", "match": {"kind": "ConfigMap"}, "healthy": "object.data.value =="}]}}))
+    .await;
+    f.sync().await;
+    let pass = health_pass(&f.ctx, &HealthMemory::default(), &f.release().await)
+        .await
+        .unwrap()
+        .unwrap();
+    let condition = pass.condition.unwrap();
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("Unknown", "Unknown")
+    );
+    assert!(
+        condition.message.contains(&format!(
+            "health rule HealthRuleSet/{}/broken/half",
+            f.env.namespace
+        )),
+        "{}",
+        condition.message
+    );
+
+    // A rule that does not return a bool is rejected the same way.
+    f.kubectl_apply(
+        &json!({"apiVersion": "health.convoy.kumodo.io/v1alpha1", "kind": "HealthRuleSet",
+        "metadata": {"name": "broken", "namespace": f.env.namespace, "labels": {"rules": "mine"}},
+        "spec": {"rules": [{"name": "half", "match": {"kind": "ConfigMap"}, "healthy": "'yes'"}]}}),
+    )
+    .await;
+    let pass = health_pass(&f.ctx, &HealthMemory::default(), &f.release().await)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        pass.condition
+            .unwrap()
+            .message
+            .contains("healthy must return a bool")
+    );
+
+    // A rule that reads a missing field is Unknown for that entry only.
+    f.kubectl_apply(&json!({"apiVersion": "health.convoy.kumodo.io/v1alpha1", "kind": "HealthRuleSet",
+        "metadata": {"name": "broken", "namespace": f.env.namespace, "labels": {"rules": "mine"}},
+        "spec": {"rules": [{"name": "half", "match": {"kind": "ConfigMap"}, "healthy": "object.data.missing == 'x'"}]}}))
+    .await;
+    health_pass(&f.ctx, &HealthMemory::default(), &f.release().await)
+        .await
+        .unwrap()
+        .unwrap();
+    let inv = inventory(&f).await;
+    assert_eq!(entry_state(&inv, "a"), Some(HealthState::Unknown));
+    assert!(
+        inv.spec.inventory[0]
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("missing")
+    );
+}
+
+#[tokio::test]
+async fn a_scaled_deployment_is_not_healthy_before_its_generation_is_observed() {
+    // The target cluster has no controllers: the test plays the Deployment controller.
+    let still = still_control_plane();
+    let kubeconfig = std::fs::read_to_string(&still.kubeconfig).unwrap();
+    let ns_doc = "apiVersion: v1\nkind: Namespace\nmetadata: {name: gen-test}\n";
+    let d =
+        deployment("web", 0, 1).replace("  name: web\n", "  name: web\n  namespace: gen-test\n");
+    let mut spec = Fixture::default_health("5m");
+    spec["cluster"] = json!("still");
+    let f = Fixture::new(
+        "health-generation",
+        &[("ns.yaml", ns_doc), ("d.yaml", &d)],
+        spec,
+    )
+    .await;
+    f.install_default_rules().await;
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "still-kc", "namespace": f.env.namespace},
+        "stringData": {"kubeconfig": kubeconfig}}))
+    .await;
+    f.kubectl_apply(&json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "still", "namespace": f.env.namespace}, "spec": {"kubeconfigSecretRef": {"name": "still-kc"}}}))
+    .await;
+    f.sync().await;
+    let remote = client_for(&still.kubeconfig).await;
+    let deployments: Api<Deployment> = Api::namespaced(remote, "gen-test");
+    let observed = |generation: i64, replicas: i32| {
+        json!({"status": {"observedGeneration": generation, "replicas": replicas, "updatedReplicas": replicas,
+                          "availableReplicas": replicas, "readyReplicas": replicas}})
+    };
+    deployments
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(observed(1, 1)),
+        )
+        .await
+        .unwrap();
+    let memory = HealthMemory::default();
+    health_pass(&f.ctx, &memory, &f.release().await)
+        .await
+        .unwrap();
+    assert_eq!(
+        entry_state(&inventory(&f).await, "web"),
+        Some(HealthState::Healthy)
+    );
+
+    // Scale to 3: generation 2. Even a status that claims 3 ready replicas does not count
+    // while it speaks for generation 1.
+    deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    deployments
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(observed(1, 3)),
+        )
+        .await
+        .unwrap();
+    health_pass(&f.ctx, &memory, &f.release().await)
+        .await
+        .unwrap();
+    let inv = inventory(&f).await;
+    assert_eq!(entry_state(&inv, "web"), Some(HealthState::Progressing));
+    assert!(inv.spec.inventory.iter().any(|e| {
+        e.message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("observe generation 2")
+    }));
+    deployments
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(observed(2, 3)),
+        )
+        .await
+        .unwrap();
+    health_pass(&f.ctx, &memory, &f.release().await)
+        .await
+        .unwrap();
+    assert_eq!(
+        entry_state(&inventory(&f).await, "web"),
+        Some(HealthState::Healthy)
+    );
+}
+
+#[tokio::test]
+async fn hook_jobs_are_polled_to_succeeded_or_timed_out_without_clearing_each_other() {
+    let stuck_job = json!({"template": {"spec": {"restartPolicy": "Never", "nodeSelector": {"convoy-test": "nowhere"},
+        "containers": [{"name": "x", "image": "busybox"}]}}});
+    let ok_job = json!({"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "x", "image": "busybox"}]}}});
+    let f = Fixture::new(
+        "health-hooks",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({"lifecycle": {"hooks": [
+            {"name": "migrate", "phase": "preSync", "job": ok_job, "timeout": "5m"},
+            {"name": "warmup", "phase": "preSync", "job": stuck_job, "timeout": "1s"},
+        ]}}),
+    )
+    .await;
+    f.sync().await;
+    // Arm the two hooks by hand (the controller's PutHooks) with Jobs in the target namespace.
+    let jobs: Api<Job> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    for (name, spec) in [("web-migrate", ok_job), ("web-warmup", stuck_job)] {
+        let job: Job =
+            serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap();
+        jobs.create(&PostParams::default(), &job).await.unwrap();
+    }
+    let created = Time(jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap());
+    let handle = InventoryHandle::new(f.env.client.clone(), &f.env.namespace, "web");
+    let hook = |name: &str| HookMember {
+        name: name.into(),
+        phase: HookPhase::PreSync,
+        workload_name: format!("web-{name}"),
+        created_at: created.clone(),
+        render_ref: "r".into(),
+    };
+    handle
+        .put_hooks(&[hook("migrate"), hook("warmup")])
+        .await
+        .unwrap();
+
+    let memory = HealthMemory::default();
+    let pass = eventually("both hooks to finish", Duration::from_secs(60), || async {
+        let pass = health_pass(&f.ctx, &memory, &f.release().await)
+            .await
+            .unwrap()
+            .unwrap();
+        let inv = inventory(&f).await;
+        let done = inv.spec.hooks.iter().all(|h| h.finished_at.is_some());
+        done.then_some(pass)
+    })
+    .await;
+    let inv = inventory(&f).await;
+    let state = |n: &str| inv.spec.hooks.iter().find(|h| h.name == n).unwrap().clone();
+    assert_eq!(state("migrate").state, Some(HookState::Succeeded));
+    assert_eq!(state("warmup").state, Some(HookState::Failed));
+    assert!(state("warmup").message.unwrap().starts_with("timeout:"));
+    // The pass that finished the last hook woke the controller.
+    assert!(
+        pass.edges.contains(&"hook batch complete"),
+        "{:?}",
+        pass.edges
+    );
+    assert!(pass.requested_sync);
+    // Both hooks keep their controller fields and their health-loop fields.
+    for n in ["migrate", "warmup"] {
+        assert_eq!(
+            state(n).workload_name.as_deref(),
+            Some(format!("web-{n}").as_str())
+        );
+        assert!(state(n).finished_at.is_some());
+    }
+    let object = serde_json::to_value(&inv).unwrap();
+    for mf in object["metadata"]["managedFields"].as_array().unwrap() {
+        let hooks = mf["fieldsV1"]["f:hooks"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        for fields in hooks.values() {
+            if fields.get("f:state").is_some() {
+                assert_eq!(mf["manager"], "convoy-hook-status");
+            }
+            if fields.get("f:workloadName").is_some() {
+                assert_eq!(mf["manager"], "convoy-inventory-hooks");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn wave_completion_requests_a_sync_once_and_a_steady_pass_does_not() {
+    let f = Fixture::new(
+        "health-edges",
+        &[("a.yaml", &config_map("a", 0, "1")), ("b.yaml", &config_map("b", 1, "1"))],
+        json!({"syncPolicy": {"mode": "Manual"}, "healthAssessment": {"localRuleSetSelector": {"matchLabels": {"none": "x"}}}}),
+    )
+    .await;
+    f.annotate(json!({"convoy.kumodo.io/sync-requested-at": "2026-01-01T00:00:00Z"}))
+        .await;
+    f.sync().await;
+    let memory = HealthMemory::default();
+    let first = health_pass(&f.ctx, &memory, &f.release().await)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(first.edges.contains(&"wave complete"), "{:?}", first.edges);
+    assert!(first.requested_sync);
+    let requested =
+        f.release().await.metadata.annotations.unwrap()["convoy.kumodo.io/sync-requested-at"]
+            .clone();
+    assert_ne!(requested, "2026-01-01T00:00:00Z");
+    let steady = health_pass(&f.ctx, &memory, &f.release().await)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(steady.edges.is_empty(), "{:?}", steady.edges);
+    assert!(!steady.requested_sync);
+    assert!(!steady.wrote_health, "nothing changed, nothing written");
+    let again =
+        f.release().await.metadata.annotations.unwrap()["convoy.kumodo.io/sync-requested-at"]
+            .clone();
+    assert_eq!(again, requested);
+}
+
+#[tokio::test]
+async fn without_health_assessment_healthy_is_not_configured() {
+    let f = Fixture::new(
+        "health-none",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({}),
+    )
+    .await;
+    f.sync().await;
+    let pass = health_pass(&f.ctx, &HealthMemory::default(), &f.release().await)
+        .await
+        .unwrap()
+        .unwrap();
+    let condition = pass.condition.unwrap();
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("True", "NotConfigured")
+    );
+}
