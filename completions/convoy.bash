@@ -19,6 +19,9 @@ _convoy() {
             convoy,completions)
                 cmd="convoy__subcmd__completions"
                 ;;
+            convoy,daemon)
+                cmd="convoy__subcmd__daemon"
+                ;;
             convoy,diff)
                 cmd="convoy__subcmd__diff"
                 ;;
@@ -45,6 +48,9 @@ _convoy() {
                 ;;
             convoy__subcmd__help,completions)
                 cmd="convoy__subcmd__help__subcmd__completions"
+                ;;
+            convoy__subcmd__help,daemon)
+                cmd="convoy__subcmd__help__subcmd__daemon"
                 ;;
             convoy__subcmd__help,diff)
                 cmd="convoy__subcmd__help__subcmd__diff"
@@ -77,7 +83,7 @@ _convoy() {
 
     case "${cmd}" in
         convoy)
-            opts="-n -o -v -q -h -V --kubeconfig --context --namespace --output --no-color --verbose --quiet --help --version render diff sync status health get install completions help"
+            opts="-n -o -v -q -h -V --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help --version render diff sync status health get install daemon completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -107,6 +113,10 @@ _convoy() {
                     COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -115,7 +125,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__completions)
-            opts="-n -o -v -q -h --kubeconfig --context --namespace --output --no-color --verbose --quiet --help bash zsh fish powershell elvish"
+            opts="-n -o -v -q -h --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help bash zsh fish powershell elvish"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -145,6 +155,96 @@ _convoy() {
                     COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        convoy__subcmd__daemon)
+            opts="-n -o -v -q -h --role --shards --lease-namespace --identity --lease-duration --listen --workers --concurrency --cache-dir --watch-namespace --resync --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --role)
+                    COMPREPLY=($(compgen -W "controller observer all" -- "${cur}"))
+                    return 0
+                    ;;
+                --shards)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --lease-namespace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --identity)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --lease-duration)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --listen)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --workers)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --concurrency)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cache-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --watch-namespace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --resync)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kubeconfig)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --context)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -153,7 +253,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__diff)
-            opts="-f -U -n -o -v -q -h --filename --source-dir --concurrency --unified --cache-dir --kubeconfig --context --namespace --output --no-color --verbose --quiet --help"
+            opts="-f -U -n -o -v -q -h --filename --source-dir --concurrency --unified --cache-dir --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -211,6 +311,10 @@ _convoy() {
                     COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -219,7 +323,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__get)
-            opts="-A -n -o -v -q -h --all-namespaces --kubeconfig --context --namespace --output --no-color --verbose --quiet --help"
+            opts="-A -n -o -v -q -h --all-namespaces --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -247,6 +351,10 @@ _convoy() {
                     ;;
                 -o)
                     COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -257,7 +365,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__health)
-            opts="-n -o -v -q -h --watch --live --kubeconfig --context --namespace --output --no-color --verbose --quiet --help"
+            opts="-n -o -v -q -h --watch --live --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -287,6 +395,10 @@ _convoy() {
                     COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -295,7 +407,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__help)
-            opts="render diff sync status health get install completions help"
+            opts="render diff sync status health get install daemon completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -309,6 +421,20 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__help__subcmd__completions)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        convoy__subcmd__help__subcmd__daemon)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -435,12 +561,16 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__install)
-            opts="-n -o -v -q -h --crds-only --dry-run --timeout --kubeconfig --context --namespace --output --no-color --verbose --quiet --help"
+            opts="-n -o -v -q -h --crds-only --dry-run --image --timeout --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --image)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -469,6 +599,10 @@ _convoy() {
                     COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -477,7 +611,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__render)
-            opts="-f -n -o -v -q -h --filename --source-dir --ref-only --cache-dir --kubeconfig --context --namespace --output --no-color --verbose --quiet --help"
+            opts="-f -n -o -v -q -h --filename --source-dir --ref-only --cache-dir --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -523,6 +657,10 @@ _convoy() {
                     COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -531,7 +669,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__status)
-            opts="-n -o -v -q -h --kubeconfig --context --namespace --output --no-color --verbose --quiet --help"
+            opts="-n -o -v -q -h --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -561,6 +699,10 @@ _convoy() {
                     COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -569,7 +711,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__sync)
-            opts="-y -n -o -v -q -h --force --yes --request --wait --timeout --concurrency --cache-dir --kubeconfig --context --namespace --output --no-color --verbose --quiet --help"
+            opts="-y -n -o -v -q -h --force --yes --request --wait --timeout --concurrency --cache-dir --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -609,6 +751,10 @@ _convoy() {
                     ;;
                 -o)
                     COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
                 *)

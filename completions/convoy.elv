@@ -24,6 +24,7 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand --namespace 'Namespace of the Release (default: the context''s namespace)'
             cand -o 'Output format'
             cand --output 'Output format'
+            cand --log-format 'Log format on stderr'
             cand --no-color 'Never color the output (color is only used on a terminal anyway)'
             cand -v 'More logs on stderr (-v info, -vv debug, -vvv trace)'
             cand --verbose 'More logs on stderr (-v info, -vv debug, -vvv trace)'
@@ -39,7 +40,8 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand status 'Explain a Release: who wrote each condition and why, what was attempted and what runs'
             cand health 'Show the health of each object and hook of a Release'
             cand get 'List Releases with State, Applied, InSync, Healthy and Age'
-            cand install 'Install convoy''s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)'
+            cand install 'Install convoy: CRDs, RBAC, the default health rules and the daemon''s Deployments'
+            cand daemon 'Run convoy in a cluster: the Release controller and the observer''s drift and health loops'
             cand completions 'Print shell completions'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -54,6 +56,7 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand --namespace 'Namespace of the Release (default: the context''s namespace)'
             cand -o 'Output format'
             cand --output 'Output format'
+            cand --log-format 'Log format on stderr'
             cand --ref-only 'Print only the renderRef'
             cand --no-color 'Never color the output (color is only used on a terminal anyway)'
             cand -v 'More logs on stderr (-v info, -vv debug, -vvv trace)'
@@ -77,6 +80,7 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand --namespace 'Namespace of the Release (default: the context''s namespace)'
             cand -o 'Output format'
             cand --output 'Output format'
+            cand --log-format 'Log format on stderr'
             cand --no-color 'Never color the output (color is only used on a terminal anyway)'
             cand -v 'More logs on stderr (-v info, -vv debug, -vvv trace)'
             cand --verbose 'More logs on stderr (-v info, -vv debug, -vvv trace)'
@@ -95,6 +99,7 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand --namespace 'Namespace of the Release (default: the context''s namespace)'
             cand -o 'Output format'
             cand --output 'Output format'
+            cand --log-format 'Log format on stderr'
             cand --force 'A forced sync: skip the server-side dry-run gate'
             cand -y 'Do not ask for confirmation of --force'
             cand --yes 'Do not ask for confirmation of --force'
@@ -115,6 +120,7 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand --namespace 'Namespace of the Release (default: the context''s namespace)'
             cand -o 'Output format'
             cand --output 'Output format'
+            cand --log-format 'Log format on stderr'
             cand --no-color 'Never color the output (color is only used on a terminal anyway)'
             cand -v 'More logs on stderr (-v info, -vv debug, -vvv trace)'
             cand --verbose 'More logs on stderr (-v info, -vv debug, -vvv trace)'
@@ -130,6 +136,7 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand --namespace 'Namespace of the Release (default: the context''s namespace)'
             cand -o 'Output format'
             cand --output 'Output format'
+            cand --log-format 'Log format on stderr'
             cand --watch 'Redraw on every change until every object is Healthy (or Ctrl-C)'
             cand --live 'Assess now with the same rules as the health loop, writing nothing'
             cand --no-color 'Never color the output (color is only used on a terminal anyway)'
@@ -147,6 +154,7 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand --namespace 'Namespace of the Release (default: the context''s namespace)'
             cand -o 'Output format'
             cand --output 'Output format'
+            cand --log-format 'Log format on stderr'
             cand -A 'List Releases in every namespace'
             cand --all-namespaces 'List Releases in every namespace'
             cand --no-color 'Never color the output (color is only used on a terminal anyway)'
@@ -158,6 +166,7 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand --help 'Print help (see more with ''--help'')'
         }
         &'convoy;install'= {
+            cand --image 'Image of the daemon'
             cand --timeout 'How long to wait for the CRDs to become Established'
             cand --kubeconfig 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)'
             cand --context 'The kubeconfig context to use'
@@ -165,8 +174,36 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand --namespace 'Namespace of the Release (default: the context''s namespace)'
             cand -o 'Output format'
             cand --output 'Output format'
-            cand --crds-only 'Install only the CRDs. (The full install with RBAC and the daemon comes with `convoy daemon`.)'
+            cand --log-format 'Log format on stderr'
+            cand --crds-only 'Install only the CRDs (enough for `convoy sync` from a laptop)'
             cand --dry-run 'Print what would be installed instead of applying it'
+            cand --no-color 'Never color the output (color is only used on a terminal anyway)'
+            cand -v 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors on stderr'
+            cand --quiet 'Only errors on stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'convoy;daemon'= {
+            cand --role 'Which loops to run'
+            cand --shards 'Number of shards to split Clusters into (0: no sharding, this replica does everything)'
+            cand --lease-namespace 'Namespace of the shard Leases'
+            cand --identity 'This replica''s identity in the Leases (default: hostname and pid)'
+            cand --lease-duration 'How long a Lease lasts without renewal'
+            cand --listen 'Address of /healthz, /readyz and /metrics'
+            cand --workers 'Workers per loop'
+            cand --concurrency 'Requests in flight per apply, dry run and prune'
+            cand --cache-dir 'Where fetched sources are cached'
+            cand --watch-namespace 'Watch only these namespaces (comma-separated or repeated; default: all)'
+            cand --resync 'How often every Release is looked at again even without events'
+            cand --kubeconfig 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)'
+            cand --context 'The kubeconfig context to use'
+            cand -n 'Namespace of the Release (default: the context''s namespace)'
+            cand --namespace 'Namespace of the Release (default: the context''s namespace)'
+            cand -o 'Output format'
+            cand --output 'Output format'
+            cand --log-format 'Log format on stderr'
             cand --no-color 'Never color the output (color is only used on a terminal anyway)'
             cand -v 'More logs on stderr (-v info, -vv debug, -vvv trace)'
             cand --verbose 'More logs on stderr (-v info, -vv debug, -vvv trace)'
@@ -182,6 +219,7 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand --namespace 'Namespace of the Release (default: the context''s namespace)'
             cand -o 'Output format'
             cand --output 'Output format'
+            cand --log-format 'Log format on stderr'
             cand --no-color 'Never color the output (color is only used on a terminal anyway)'
             cand -v 'More logs on stderr (-v info, -vv debug, -vvv trace)'
             cand --verbose 'More logs on stderr (-v info, -vv debug, -vvv trace)'
@@ -197,7 +235,8 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand status 'Explain a Release: who wrote each condition and why, what was attempted and what runs'
             cand health 'Show the health of each object and hook of a Release'
             cand get 'List Releases with State, Applied, InSync, Healthy and Age'
-            cand install 'Install convoy''s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)'
+            cand install 'Install convoy: CRDs, RBAC, the default health rules and the daemon''s Deployments'
+            cand daemon 'Run convoy in a cluster: the Release controller and the observer''s drift and health loops'
             cand completions 'Print shell completions'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -214,6 +253,8 @@ set edit:completion:arg-completer[convoy] = {|@words|
         &'convoy;help;get'= {
         }
         &'convoy;help;install'= {
+        }
+        &'convoy;help;daemon'= {
         }
         &'convoy;help;completions'= {
         }

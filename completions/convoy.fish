@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_convoy_global_optspecs
-    string join \n kubeconfig= context= n/namespace= o/output= no-color v/verbose q/quiet h/help V/version
+    string join \n kubeconfig= context= n/namespace= o/output= no-color v/verbose q/quiet log-format= h/help V/version
 end
 
 function __fish_convoy_needs_command
@@ -31,6 +31,8 @@ complete -c convoy -n "__fish_convoy_needs_command" -s o -l output -d 'Output fo
 yaml\t''
 json\t''
 diff\t'Only for `convoy diff`'"
+complete -c convoy -n "__fish_convoy_needs_command" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
+json\t''"
 complete -c convoy -n "__fish_convoy_needs_command" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
 complete -c convoy -n "__fish_convoy_needs_command" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_needs_command" -s q -l quiet -d 'Only errors on stderr'
@@ -42,7 +44,8 @@ complete -c convoy -n "__fish_convoy_needs_command" -f -a "sync" -d 'Sync a Rele
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "status" -d 'Explain a Release: who wrote each condition and why, what was attempted and what runs'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "health" -d 'Show the health of each object and hook of a Release'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "get" -d 'List Releases with State, Applied, InSync, Healthy and Age'
-complete -c convoy -n "__fish_convoy_needs_command" -f -a "install" -d 'Install convoy\'s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)'
+complete -c convoy -n "__fish_convoy_needs_command" -f -a "install" -d 'Install convoy: CRDs, RBAC, the default health rules and the daemon\'s Deployments'
+complete -c convoy -n "__fish_convoy_needs_command" -f -a "daemon" -d 'Run convoy in a cluster: the Release controller and the observer\'s drift and health loops'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "completions" -d 'Print shell completions'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c convoy -n "__fish_convoy_using_subcommand render" -s f -l filename -d 'Read the Release, its source objects and value layers from these files instead of the cluster' -r -F
@@ -55,6 +58,8 @@ complete -c convoy -n "__fish_convoy_using_subcommand render" -s o -l output -d 
 yaml\t''
 json\t''
 diff\t'Only for `convoy diff`'"
+complete -c convoy -n "__fish_convoy_using_subcommand render" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
+json\t''"
 complete -c convoy -n "__fish_convoy_using_subcommand render" -l ref-only -d 'Print only the renderRef'
 complete -c convoy -n "__fish_convoy_using_subcommand render" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
 complete -c convoy -n "__fish_convoy_using_subcommand render" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
@@ -72,6 +77,8 @@ complete -c convoy -n "__fish_convoy_using_subcommand diff" -s o -l output -d 'O
 yaml\t''
 json\t''
 diff\t'Only for `convoy diff`'"
+complete -c convoy -n "__fish_convoy_using_subcommand diff" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
+json\t''"
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -s q -l quiet -d 'Only errors on stderr'
@@ -86,6 +93,8 @@ complete -c convoy -n "__fish_convoy_using_subcommand sync" -s o -l output -d 'O
 yaml\t''
 json\t''
 diff\t'Only for `convoy diff`'"
+complete -c convoy -n "__fish_convoy_using_subcommand sync" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
+json\t''"
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -l force -d 'A forced sync: skip the server-side dry-run gate'
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -s y -l yes -d 'Do not ask for confirmation of --force'
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -l request -d 'Only write the /sync request for the daemon; do not reconcile here'
@@ -101,6 +110,8 @@ complete -c convoy -n "__fish_convoy_using_subcommand status" -s o -l output -d 
 yaml\t''
 json\t''
 diff\t'Only for `convoy diff`'"
+complete -c convoy -n "__fish_convoy_using_subcommand status" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
+json\t''"
 complete -c convoy -n "__fish_convoy_using_subcommand status" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
 complete -c convoy -n "__fish_convoy_using_subcommand status" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand status" -s q -l quiet -d 'Only errors on stderr'
@@ -112,6 +123,8 @@ complete -c convoy -n "__fish_convoy_using_subcommand health" -s o -l output -d 
 yaml\t''
 json\t''
 diff\t'Only for `convoy diff`'"
+complete -c convoy -n "__fish_convoy_using_subcommand health" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
+json\t''"
 complete -c convoy -n "__fish_convoy_using_subcommand health" -l watch -d 'Redraw on every change until every object is Healthy (or Ctrl-C)'
 complete -c convoy -n "__fish_convoy_using_subcommand health" -l live -d 'Assess now with the same rules as the health loop, writing nothing'
 complete -c convoy -n "__fish_convoy_using_subcommand health" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
@@ -125,11 +138,14 @@ complete -c convoy -n "__fish_convoy_using_subcommand get" -s o -l output -d 'Ou
 yaml\t''
 json\t''
 diff\t'Only for `convoy diff`'"
+complete -c convoy -n "__fish_convoy_using_subcommand get" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
+json\t''"
 complete -c convoy -n "__fish_convoy_using_subcommand get" -s A -l all-namespaces -d 'List Releases in every namespace'
 complete -c convoy -n "__fish_convoy_using_subcommand get" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
 complete -c convoy -n "__fish_convoy_using_subcommand get" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand get" -s q -l quiet -d 'Only errors on stderr'
 complete -c convoy -n "__fish_convoy_using_subcommand get" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c convoy -n "__fish_convoy_using_subcommand install" -l image -d 'Image of the daemon' -r
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l timeout -d 'How long to wait for the CRDs to become Established' -r
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l context -d 'The kubeconfig context to use' -r
@@ -138,12 +154,40 @@ complete -c convoy -n "__fish_convoy_using_subcommand install" -s o -l output -d
 yaml\t''
 json\t''
 diff\t'Only for `convoy diff`'"
-complete -c convoy -n "__fish_convoy_using_subcommand install" -l crds-only -d 'Install only the CRDs. (The full install with RBAC and the daemon comes with `convoy daemon`.)'
+complete -c convoy -n "__fish_convoy_using_subcommand install" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
+json\t''"
+complete -c convoy -n "__fish_convoy_using_subcommand install" -l crds-only -d 'Install only the CRDs (enough for `convoy sync` from a laptop)'
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l dry-run -d 'Print what would be installed instead of applying it'
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
 complete -c convoy -n "__fish_convoy_using_subcommand install" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand install" -s q -l quiet -d 'Only errors on stderr'
 complete -c convoy -n "__fish_convoy_using_subcommand install" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l role -d 'Which loops to run' -r -f -a "controller\t'The Release controller and the Cluster and source controllers'
+observer\t'The drift loop and the health loop'
+all\t'Everything in one process'"
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l shards -d 'Number of shards to split Clusters into (0: no sharding, this replica does everything)' -r
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l lease-namespace -d 'Namespace of the shard Leases' -r
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l identity -d 'This replica\'s identity in the Leases (default: hostname and pid)' -r
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l lease-duration -d 'How long a Lease lasts without renewal' -r
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l listen -d 'Address of /healthz, /readyz and /metrics' -r
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l workers -d 'Workers per loop' -r
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l concurrency -d 'Requests in flight per apply, dry run and prune' -r
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l cache-dir -d 'Where fetched sources are cached' -r -F
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l watch-namespace -d 'Watch only these namespaces (comma-separated or repeated; default: all)' -r
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l resync -d 'How often every Release is looked at again even without events' -r
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l context -d 'The kubeconfig context to use' -r
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -s n -l namespace -d 'Namespace of the Release (default: the context\'s namespace)' -r
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -s o -l output -d 'Output format' -r -f -a "table\t''
+yaml\t''
+json\t''
+diff\t'Only for `convoy diff`'"
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
+json\t''"
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -s q -l quiet -d 'Only errors on stderr'
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -l context -d 'The kubeconfig context to use' -r
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -s n -l namespace -d 'Namespace of the Release (default: the context\'s namespace)' -r
@@ -151,16 +195,19 @@ complete -c convoy -n "__fish_convoy_using_subcommand completions" -s o -l outpu
 yaml\t''
 json\t''
 diff\t'Only for `convoy diff`'"
+complete -c convoy -n "__fish_convoy_using_subcommand completions" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
+json\t''"
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -s q -l quiet -d 'Only errors on stderr'
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install completions help" -f -a "render" -d 'Render a Release: print its objects in apply order and its renderRef'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install completions help" -f -a "diff" -d 'Show what a sync would change: a diff per object, drift named by field manager'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install completions help" -f -a "sync" -d 'Sync a Release now: render, dry-run, apply in waves, prune, record, write the status'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install completions help" -f -a "status" -d 'Explain a Release: who wrote each condition and why, what was attempted and what runs'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install completions help" -f -a "health" -d 'Show the health of each object and hook of a Release'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install completions help" -f -a "get" -d 'List Releases with State, Applied, InSync, Healthy and Age'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install completions help" -f -a "install" -d 'Install convoy\'s CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments)'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install completions help" -f -a "completions" -d 'Print shell completions'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install daemon completions help" -f -a "render" -d 'Render a Release: print its objects in apply order and its renderRef'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install daemon completions help" -f -a "diff" -d 'Show what a sync would change: a diff per object, drift named by field manager'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install daemon completions help" -f -a "sync" -d 'Sync a Release now: render, dry-run, apply in waves, prune, record, write the status'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install daemon completions help" -f -a "status" -d 'Explain a Release: who wrote each condition and why, what was attempted and what runs'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install daemon completions help" -f -a "health" -d 'Show the health of each object and hook of a Release'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install daemon completions help" -f -a "get" -d 'List Releases with State, Applied, InSync, Healthy and Age'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install daemon completions help" -f -a "install" -d 'Install convoy: CRDs, RBAC, the default health rules and the daemon\'s Deployments'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install daemon completions help" -f -a "daemon" -d 'Run convoy in a cluster: the Release controller and the observer\'s drift and health loops'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install daemon completions help" -f -a "completions" -d 'Print shell completions'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install daemon completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -62,6 +62,16 @@ pub struct GlobalArgs {
     /// Only errors on stderr.
     #[arg(short = 'q', long, global = true)]
     pub quiet: bool,
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 impl GlobalArgs {
@@ -86,6 +96,7 @@ pub enum Command {
     Health(commands::health::HealthArgs),
     Get(commands::get::GetArgs),
     Install(commands::install::InstallArgs),
+    Daemon(commands::daemon::DaemonArgs),
     Completions(commands::completions::CompletionsArgs),
 }
 
@@ -131,6 +142,7 @@ pub async fn run(cli: Cli, printer: &mut Printer) -> CommandResult {
         Command::Get(args) => commands::get::run(&cli.global, args, printer).await,
         Command::Install(args) => commands::install::run(&cli.global, args, printer).await,
         Command::Completions(args) => commands::completions::run(args, printer),
+        Command::Daemon(args) => commands::daemon::run_daemon(&cli.global, args).await,
     }
 }
 
@@ -148,11 +160,15 @@ fn init_logging(global: &GlobalArgs) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CONVOY_LOG").unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(format!("convoy={level},warn,kube_client=off"))
     });
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(!global.no_color && std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match global.log_format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder
+            .with_ansi(!global.no_color && std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+    };
 }
 
 /// Print an io error from writing output as a CLI error (a closed pipe is not a crash).

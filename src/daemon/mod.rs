@@ -1,5 +1,578 @@
-//! `convoy daemon`: the engine wired into kube-runtime controllers (the Release controller, the
-//! observer's drift and health loops, the source and Cluster controllers).
+//! `convoy daemon`: the engine wired into controllers — the Release controller, the observer's
+//! drift and health loops, the Cluster and source controllers — with sharding by Lease,
+//! health and metrics endpoints, and a graceful shutdown.
 //!
-//! Design: DESIGN.md sections 2–4. The loops arrive with their issues; the engine functions
-//! they call are the same ones the CLI calls.
+//! Design: DESIGN.md sections 2–4. The loops call the same engine functions the CLI calls;
+//! the spec's two processes (controller-manager and observer) are `--role controller` and
+//! `--role observer` of this one binary.
+
+pub mod enqueue;
+pub mod http;
+pub mod informer;
+pub mod metrics;
+pub mod passes;
+pub mod queue;
+pub mod shard;
+pub mod worker;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use kube::runtime::events::{Recorder, Reporter};
+use kube::{Api, Client, Config, ResourceExt};
+
+use self::enqueue::{
+    applied_or_healthy_changed, inventory_wakes_controller, inventory_wakes_observer,
+    should_enqueue_on_update,
+};
+use self::informer::{Handler, key_of};
+use self::metrics::{CountRequestsLayer, Metrics};
+use self::passes::Shared;
+use self::queue::WorkQueue;
+use self::shard::{HeldShards, LeaseConfig, cluster_key};
+use crate::engine::api::{
+    Cluster, GitRepository, HelmRegistry, OCIRegistry, Release, ReleaseInventory,
+};
+use crate::engine::connect::Connection;
+use crate::engine::health::HealthMemory;
+use crate::engine::reconcile::{Context, OwnsEveryShard, ShardGate};
+use crate::engine::source::{Cache as SourceCache, Coordinator};
+
+/// Which loops a process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The Release controller and the Cluster and source controllers.
+    Controller,
+    /// The drift loop and the health loop.
+    Observer,
+    All,
+}
+
+impl Role {
+    fn controller(self) -> bool {
+        matches!(self, Role::Controller | Role::All)
+    }
+    fn observer(self) -> bool {
+        matches!(self, Role::Observer | Role::All)
+    }
+}
+
+/// Everything `convoy daemon` is told.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    pub role: Role,
+    /// 0: no sharding (this process owns everything).
+    pub shards: u32,
+    pub lease_namespace: String,
+    pub identity: String,
+    pub lease_duration: Duration,
+    pub listen: SocketAddr,
+    pub workers: usize,
+    pub concurrency: usize,
+    pub cache_dir: PathBuf,
+    /// Every key of every loop is queued again this often (the informer resync).
+    pub resync: Duration,
+    /// Only these namespaces (all when empty).
+    pub namespaces: Vec<String>,
+}
+
+/// Why the daemon could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("cannot build the Kubernetes client")]
+    Client(#[source] kube::Error),
+    #[error("cannot listen on {addr}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Run until SIGTERM or Ctrl-C; then finish the passes in flight, release the Leases, return.
+pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), DaemonError> {
+    let metrics = Metrics::new();
+    let server = kube_config.cluster_url.to_string();
+    let default_namespace = kube_config.default_namespace.clone();
+    let client: Client = kube::client::ClientBuilder::try_from(kube_config)
+        .map_err(DaemonError::Client)?
+        .with_layer(&CountRequestsLayer(metrics.clone()))
+        .build();
+    let home = Connection {
+        client: client.clone(),
+        server,
+        default_namespace,
+    };
+    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+
+    let held = HeldShards::new(config.shards);
+    let gate: Arc<dyn ShardGate> = if config.shards == 0 {
+        Arc::new(OwnsEveryShard)
+    } else {
+        Arc::new(held.clone())
+    };
+    let coordinator = Arc::new(Coordinator::new(SourceCache::new(config.cache_dir.clone())));
+    let mut ctx = Context::new(home.clone(), coordinator);
+    ctx.shard = gate;
+    ctx.concurrency = config.concurrency;
+
+    let shared = Arc::new(Shared {
+        ctx: Arc::new(ctx),
+        releases: Arc::default(),
+        inventories: Arc::default(),
+        clusters: Arc::default(),
+        gits: Arc::default(),
+        helms: Arc::default(),
+        ocis: Arc::default(),
+        health_memory: HealthMemory::default(),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "convoy".into(),
+                instance: Some(config.identity.clone()),
+            },
+        ),
+        controller_queue: WorkQueue::new(),
+    });
+    let drift_queue = WorkQueue::new();
+    let health_queue = WorkQueue::new();
+    let cluster_queue = WorkQueue::new();
+    let git_queue = WorkQueue::new();
+    let helm_queue = WorkQueue::new();
+    let oci_queue = WorkQueue::new();
+
+    let mut tasks = Vec::new();
+    let mut workers = Vec::new();
+
+    // Releases: one informer, a handler per loop.
+    let mut release_handlers: Vec<Handler<Release>> = Vec::new();
+    if config.role.controller() {
+        let queue = shared.controller_queue.clone();
+        let shared_for_waves = shared.clone();
+        release_handlers.push(Box::new(move |old, new| {
+            let Some(new) = new else { return };
+            let key = key_of(new);
+            let deleting = new.metadata.deletion_timestamp.is_some()
+                && old.is_none_or(|o| o.metadata.deletion_timestamp.is_none());
+            match old {
+                None => queue.add(&key),
+                Some(old)
+                    if should_enqueue_on_update(&old.metadata, &new.metadata, true) || deleting =>
+                {
+                    queue.add(&key)
+                }
+                Some(_) => {}
+            }
+            // An Applied or Healthy change moves the next cluster wave on the same cluster.
+            if old
+                .is_some_and(|o| applied_or_healthy_changed(o.status.as_ref(), new.status.as_ref()))
+            {
+                let wave = new.spec.cluster_wave.as_ref().map(|w| w.wave).unwrap_or(0);
+                let cluster = cluster_key(new);
+                for other in shared_for_waves.releases.all() {
+                    let other_wave = other.spec.cluster_wave.as_ref().map(|w| w.wave);
+                    if cluster_key(&other) == cluster && other_wave.is_some_and(|w| w > wave) {
+                        queue.add(&key_of(other.as_ref()));
+                    }
+                }
+            }
+        }));
+    }
+    if config.role.observer() {
+        for queue in [drift_queue.clone(), health_queue.clone()] {
+            release_handlers.push(Box::new(move |old, new| {
+                let Some(new) = new else { return };
+                let key = key_of(new);
+                let deleting = new.metadata.deletion_timestamp.is_some()
+                    && old.is_none_or(|o| o.metadata.deletion_timestamp.is_none());
+                match old {
+                    None => queue.add(&key),
+                    Some(old)
+                        if should_enqueue_on_update(&old.metadata, &new.metadata, false)
+                            || deleting =>
+                    {
+                        queue.add(&key)
+                    }
+                    Some(_) => {}
+                }
+            }));
+        }
+    }
+    watch::<Release>(
+        &client,
+        &config.namespaces,
+        shared.releases.clone(),
+        release_handlers,
+        &shutdown_rx,
+        &mut tasks,
+    );
+
+    // ReleaseInventories: the controller's and the observer's handlers.
+    let mut inventory_handlers: Vec<Handler<ReleaseInventory>> = Vec::new();
+    if config.role.controller() {
+        let queue = shared.controller_queue.clone();
+        inventory_handlers.push(Box::new(move |old, new| {
+            let empty = ReleaseInventory::default();
+            let (key, wakes) = match (old, new) {
+                (old, Some(new)) => (
+                    key_of(new),
+                    inventory_wakes_controller(old.unwrap_or(&empty), new),
+                ),
+                (Some(old), None) => (key_of(old), false),
+                (None, None) => return,
+            };
+            if wakes {
+                queue.add(&key);
+            }
+        }));
+    }
+    if config.role.observer() {
+        // A controller write to the inventory means something was applied: both observer
+        // loops look again.
+        let (health, drift) = (health_queue.clone(), drift_queue.clone());
+        inventory_handlers.push(Box::new(move |old, new| {
+            let empty = ReleaseInventory::default();
+            if let Some(new) = new
+                && inventory_wakes_observer(old.unwrap_or(&empty), new)
+            {
+                health.add(&key_of(new));
+                drift.add(&key_of(new));
+            }
+        }));
+    }
+    watch::<ReleaseInventory>(
+        &client,
+        &config.namespaces,
+        shared.inventories.clone(),
+        inventory_handlers,
+        &shutdown_rx,
+        &mut tasks,
+    );
+
+    if config.role.controller() {
+        watch::<Cluster>(
+            &client,
+            &config.namespaces,
+            shared.clusters.clone(),
+            vec![generation_handler(cluster_queue.clone())],
+            &shutdown_rx,
+            &mut tasks,
+        );
+        watch::<GitRepository>(
+            &client,
+            &config.namespaces,
+            shared.gits.clone(),
+            vec![generation_handler(git_queue.clone())],
+            &shutdown_rx,
+            &mut tasks,
+        );
+        watch::<HelmRegistry>(
+            &client,
+            &config.namespaces,
+            shared.helms.clone(),
+            vec![generation_handler(helm_queue.clone())],
+            &shutdown_rx,
+            &mut tasks,
+        );
+        watch::<OCIRegistry>(
+            &client,
+            &config.namespaces,
+            shared.ocis.clone(),
+            vec![generation_handler(oci_queue.clone())],
+            &shutdown_rx,
+            &mut tasks,
+        );
+        let s = shared.clone();
+        workers.extend(worker::spawn(
+            "controller",
+            config.workers,
+            shared.controller_queue.clone(),
+            metrics.clone(),
+            move |k, f| passes::controller(s.clone(), k, f),
+        ));
+        let s = shared.clone();
+        workers.extend(worker::spawn(
+            "cluster",
+            2,
+            cluster_queue.clone(),
+            metrics.clone(),
+            move |k, f| passes::cluster(s.clone(), k, f),
+        ));
+        let s = shared.clone();
+        workers.extend(worker::spawn(
+            "git",
+            2,
+            git_queue.clone(),
+            metrics.clone(),
+            move |k, f| passes::git(s.clone(), k, f),
+        ));
+        let s = shared.clone();
+        workers.extend(worker::spawn(
+            "helm",
+            1,
+            helm_queue.clone(),
+            metrics.clone(),
+            move |k, f| passes::helm(s.clone(), k, f),
+        ));
+        let s = shared.clone();
+        workers.extend(worker::spawn(
+            "oci",
+            1,
+            oci_queue.clone(),
+            metrics.clone(),
+            move |k, f| passes::oci(s.clone(), k, f),
+        ));
+    }
+    if config.role.observer() {
+        let s = shared.clone();
+        workers.extend(worker::spawn(
+            "drift",
+            config.workers,
+            drift_queue.clone(),
+            metrics.clone(),
+            move |k, f| passes::drift(s.clone(), k, f),
+        ));
+        let s = shared.clone();
+        workers.extend(worker::spawn(
+            "health",
+            config.workers,
+            health_queue.clone(),
+            metrics.clone(),
+            move |k, f| passes::health(s.clone(), k, f),
+        ));
+    }
+
+    // Readiness: every informer this role needs has listed once.
+    let ready = Arc::new(AtomicBool::new(false));
+    {
+        let ready = ready.clone();
+        let shared = shared.clone();
+        let role = config.role;
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let synced = shared.releases.synced()
+                    && shared.inventories.synced()
+                    && (!role.controller()
+                        || (shared.clusters.synced()
+                            && shared.gits.synced()
+                            && shared.helms.synced()
+                            && shared.ocis.synced()));
+                if synced {
+                    ready.store(true, Ordering::Relaxed);
+                    tracing::info!("caches synced");
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }));
+    }
+
+    // The informer resync: every key of every loop again, now and then.
+    {
+        let queues: Vec<(WorkQueue, bool)> = vec![
+            (shared.controller_queue.clone(), config.role.controller()),
+            (drift_queue.clone(), config.role.observer()),
+            (health_queue.clone(), config.role.observer()),
+        ];
+        let shared = shared.clone();
+        let every = config.resync;
+        let mut stop = shutdown_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = stop.changed() => return,
+                }
+                for key in shared.releases.keys() {
+                    for (queue, on) in &queues {
+                        if *on {
+                            queue.add(&key);
+                        }
+                    }
+                }
+            }
+        }));
+    }
+
+    // Leases, when sharded; the shards held show in the metrics.
+    let lease_task = if config.shards > 0 {
+        let lease_config = LeaseConfig {
+            prefix: match config.role {
+                Role::Controller => "convoy-controller",
+                Role::Observer => "convoy-observer",
+                Role::All => "convoy-all",
+            }
+            .to_string(),
+            namespace: config.lease_namespace.clone(),
+            identity: config.identity.clone(),
+            duration: config.lease_duration,
+        };
+        let held_for_metrics = held.clone();
+        let metrics_for_leases = metrics.clone();
+        let mut stop = shutdown_rx.clone();
+        let queues = vec![
+            shared.controller_queue.clone(),
+            drift_queue.clone(),
+            health_queue.clone(),
+        ];
+        let shared_for_leases = shared.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut before = held_for_metrics.held();
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+                    _ = stop.changed() => return,
+                }
+                let now_held = held_for_metrics.held();
+                metrics_for_leases.set("convoy_shards_held", &[], now_held.len() as f64);
+                // A newly held shard: its Releases get a pass at once.
+                if now_held != before {
+                    for key in shared_for_leases.releases.keys() {
+                        for q in &queues {
+                            q.add(&key);
+                        }
+                    }
+                    before = now_held;
+                }
+            }
+        }));
+        Some(tokio::spawn(shard::run_leases(
+            client.clone(),
+            lease_config,
+            held.clone(),
+            shutdown_rx.clone(),
+        )))
+    } else {
+        None
+    };
+
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| DaemonError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+    tracing::info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving /healthz, /readyz, /metrics");
+    tasks.push(tokio::spawn(http::serve(
+        listener,
+        ready,
+        metrics.clone(),
+        shutdown_rx.clone(),
+    )));
+
+    wait_for_signal().await;
+    tracing::info!("shutting down: finishing the passes in flight");
+    let _ = shutdown_tx.send(true);
+    for queue in [
+        &shared.controller_queue,
+        &drift_queue,
+        &health_queue,
+        &cluster_queue,
+        &git_queue,
+        &helm_queue,
+        &oci_queue,
+    ] {
+        queue.shut_down();
+    }
+    for w in workers {
+        let _ = w.await;
+    }
+    if let Some(lease_task) = lease_task {
+        let _ = lease_task.await;
+    }
+    for t in tasks {
+        t.abort();
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Watch `K` in every namespace of `namespaces` (all namespaces when empty) into `cache`.
+fn watch<K>(
+    client: &Client,
+    namespaces: &[String],
+    cache: Arc<informer::Cache<K>>,
+    handlers: Vec<Handler<K>>,
+    shutdown: &tokio::sync::watch::Receiver<bool>,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let handlers = Arc::new(handlers);
+    if namespaces.is_empty() {
+        cache.add_watch();
+        tasks.push(tokio::spawn(informer::run(
+            Api::<K>::all(client.clone()),
+            None,
+            cache,
+            handlers,
+            shutdown.clone(),
+        )));
+        return;
+    }
+    for ns in namespaces {
+        cache.add_watch();
+        tasks.push(tokio::spawn(informer::run(
+            Api::<K>::namespaced(client.clone(), ns),
+            Some(ns.clone()),
+            cache.clone(),
+            handlers.clone(),
+            shutdown.clone(),
+        )));
+    }
+}
+
+/// Queue an object when it is new, on a resync, or when its spec changed.
+fn generation_handler<K: kube::Resource + Send + Sync + 'static>(queue: WorkQueue) -> Handler<K> {
+    Box::new(move |old, new| {
+        let Some(new) = new else { return };
+        match old {
+            None => queue.add(&key_of(new)),
+            Some(old) if should_enqueue_on_update(old.meta(), new.meta(), false) => {
+                queue.add(&key_of(new))
+            }
+            Some(_) => {}
+        }
+    })
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+/// The name a release is shown by in logs.
+pub fn release_name(release: &Release) -> String {
+    format!(
+        "{}/{}",
+        release.namespace().unwrap_or_default(),
+        release.name_any()
+    )
+}

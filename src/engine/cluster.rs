@@ -65,6 +65,13 @@ pub async fn resolve_target(home: &Connection, release: &Release) -> Result<Targ
             namespace: namespace.clone(),
             name: name.clone(),
         })?;
+    connect_cluster(home, &cluster).await
+}
+
+/// Connect to a `Cluster` (its kubeconfig Secret, or in-cluster) and probe it.
+pub async fn connect_cluster(home: &Connection, cluster: &Cluster) -> Result<Target, ClusterError> {
+    let namespace = cluster.metadata.namespace.clone().unwrap_or_default();
+    let name = cluster.metadata.name.clone().unwrap_or_default();
     let invalid = |message: String| ClusterError::Invalid {
         namespace: namespace.clone(),
         name: name.clone(),

@@ -68,6 +68,13 @@ impl std::fmt::Debug for Connection {
 impl Connection {
     /// Connect as a user's kubeconfig says. Makes no request yet.
     pub async fn from_source(source: &KubeconfigSource) -> Result<Self, ConnectError> {
+        Self::from_config(load_config(source).await?)
+    }
+}
+
+/// The client configuration a user's kubeconfig (or the environment) describes.
+pub async fn load_config(source: &KubeconfigSource) -> Result<Config, ConnectError> {
+    {
         let options = KubeConfigOptions {
             context: source.context.clone(),
             ..Default::default()
@@ -91,9 +98,11 @@ impl Connection {
                 .map_err(|source| ConnectError::Kubeconfig { path: None, source })?,
             None => Config::infer().await.map_err(ConnectError::Infer)?,
         };
-        Self::from_config(config)
+        Ok(config)
     }
+}
 
+impl Connection {
     /// Connect with a kubeconfig held in memory (a `Cluster`'s Secret).
     pub async fn from_kubeconfig_yaml(yaml: &str) -> Result<Self, ConnectError> {
         let kubeconfig = Kubeconfig::from_yaml(yaml)

@@ -223,6 +223,20 @@ impl InventoryHandle {
         if results.is_empty() {
             return Ok(None);
         }
+        // Nothing new to say: no write (a steady Release costs no writes).
+        let unchanged = results.len() == read.spec.inventory.len()
+            && results.iter().all(|r| {
+                read.spec.inventory.iter().any(|e| {
+                    e.key() == r.key
+                        && e.state == Some(r.state)
+                        && e.message == r.message
+                        && e.first_unhealthy == r.first_unhealthy
+                        && e.assessed_render_ref == r.assessed_render_ref
+                })
+            });
+        if unchanged {
+            return Ok(None);
+        }
         let entries: Vec<Value> = results
             .iter()
             .map(|r| {

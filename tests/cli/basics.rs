@@ -107,8 +107,31 @@ fn an_unknown_shell_is_a_usage_error() {
 }
 
 #[test]
-fn install_without_crds_only_is_a_usage_error_for_now() {
-    let (code, _, stderr) = convoy(&["install", "--dry-run"]);
-    assert_eq!(code, 2);
-    assert!(stderr.contains("--crds-only"), "{stderr}");
+fn a_full_install_dry_run_holds_rbac_rules_and_the_daemon() {
+    let (code, stdout, stderr) = convoy(&["install", "--dry-run"]);
+    assert_eq!(code, 0, "{stderr}");
+    let kinds: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("kind: "))
+        .collect();
+    for kind in [
+        "CustomResourceDefinition",
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "GlobalHealthRuleSet",
+        "Deployment",
+    ] {
+        assert!(kinds.contains(&kind), "{kind} missing from {kinds:?}");
+    }
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "Deployment").count(),
+        2,
+        "controller and observer"
+    );
+    assert!(
+        stdout.contains("- --role"),
+        "the Deployments run convoy daemon --role"
+    );
 }

@@ -1,51 +1,69 @@
-//! `convoy install`: put convoy's API into a cluster, or print it.
+//! `convoy install`: put convoy into a cluster (CRDs, RBAC, default health rules, the
+//! daemon), or print what it would put there.
 
 use std::time::Duration;
 
 use clap::Args;
 
 use crate::cli::exit::{CliError, CommandResult, ExitStatus};
-use crate::cli::output::{OutputFormat, Printer};
+use crate::cli::output::{OutputFormat, Printer, yaml_documents};
 use crate::cli::{GlobalArgs, io_error};
 use crate::engine::api;
-use crate::engine::install::{InstallError, install_crds};
+use crate::engine::install::{
+    InstallError, InstallOptions, apply_objects, install_crds, install_manifests,
+};
 
-/// Install convoy's CustomResourceDefinitions (and, with the daemon, its RBAC and Deployments).
+/// The image of a release build.
+pub const DEFAULT_IMAGE: &str = concat!("ghcr.io/kumodo/convoy:", env!("CARGO_PKG_VERSION"));
+
+/// Install convoy: CRDs, RBAC, the default health rules and the daemon's Deployments.
 #[derive(Debug, Args)]
-#[command(
-    after_help = "Examples:\n  convoy install --crds-only --dry-run > crds.yaml\n  \
-convoy install --crds-only --kubeconfig ~/.kube/config"
-)]
+#[command(after_help = "Examples:\n  \
+convoy install --dry-run > convoy.yaml                  # everything, as YAML\n  \
+convoy install --crds-only                              # just the API, for the CLI alone\n  \
+convoy install --image registry.local/convoy:dev -n convoy-system")]
 pub struct InstallArgs {
-    /// Install only the CRDs. (The full install with RBAC and the daemon comes with `convoy daemon`.)
+    /// Install only the CRDs (enough for `convoy sync` from a laptop).
     #[arg(long)]
     pub crds_only: bool,
     /// Print what would be installed instead of applying it.
     #[arg(long)]
     pub dry_run: bool,
+    /// Image of the daemon.
+    #[arg(long, default_value = DEFAULT_IMAGE)]
+    pub image: String,
     /// How long to wait for the CRDs to become Established.
     #[arg(long, default_value = "60s", value_parser = crate::engine::duration::parse_duration)]
     pub timeout: Duration,
 }
 
 pub async fn run(global: &GlobalArgs, args: InstallArgs, printer: &mut Printer) -> CommandResult {
-    if !args.crds_only {
-        return Err(CliError::usage(
-            "only `convoy install --crds-only` is available so far; the daemon install arrives with `convoy daemon`",
-        ));
-    }
+    let options = InstallOptions {
+        // `-n` names the daemon's namespace here; the CRDs are cluster-wide.
+        namespace: global
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "convoy-system".to_string()),
+        image: args.image.clone(),
+    };
+    let rest = if args.crds_only {
+        Vec::new()
+    } else {
+        install_manifests(&options)
+    };
     if args.dry_run {
-        print_crds(printer)?;
+        print_all(printer, &rest)?;
         return Ok(ExitStatus::Success);
     }
     let conn = global.connect().await?;
-    let installed = install_crds(&conn, args.timeout).await.map_err(|e| {
+    let failed = |e: InstallError| {
         let status = match &e {
             InstallError::Connect(_) => ExitStatus::Unreachable,
             _ => ExitStatus::Invalid,
         };
         CliError::new(status, e)
-    })?;
+    };
+    let installed = install_crds(&conn, args.timeout).await.map_err(failed)?;
     for crd in installed {
         printer
             .line(&format!(
@@ -54,30 +72,28 @@ pub async fn run(global: &GlobalArgs, args: InstallArgs, printer: &mut Printer) 
             ))
             .map_err(io_error)?;
     }
+    for name in apply_objects(&conn, &rest).await.map_err(failed)? {
+        printer.line(&format!("{name} applied")).map_err(io_error)?;
+    }
     Ok(ExitStatus::Success)
 }
 
-fn print_crds(printer: &mut Printer) -> Result<(), CliError> {
-    let crds = api::crds();
+fn print_all(printer: &mut Printer, rest: &[serde_json::Value]) -> Result<(), CliError> {
+    let mut all: Vec<serde_json::Value> = api::crds()
+        .into_iter()
+        .filter_map(|c| serde_json::to_value(c).ok())
+        .collect();
+    all.extend(rest.iter().cloned());
     let text = match printer.format {
         OutputFormat::Json => {
-            let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": crds});
+            let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": all});
             let mut s = serde_json::to_string_pretty(&list)
                 .map_err(|e| CliError::new(ExitStatus::Invalid, e))?;
             s.push('\n');
             s
         }
-        _ => {
-            let mut s = String::new();
-            for crd in &crds {
-                s.push_str("---\n");
-                s.push_str(
-                    &serde_saphyr::to_string(crd)
-                        .map_err(|e| CliError::new(ExitStatus::Invalid, e))?,
-                );
-            }
-            s
-        }
+        _ => yaml_documents(all.iter())
+            .map_err(|e| CliError::new(ExitStatus::Invalid, anyhow::anyhow!(e)))?,
     };
     printer.print(&text).map_err(io_error)
 }

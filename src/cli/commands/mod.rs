@@ -1,6 +1,7 @@
 //! One module per command: its clap arguments and a `run` that calls the engine.
 
 pub mod completions;
+pub mod daemon;
 pub mod diff;
 pub mod get;
 pub mod health;

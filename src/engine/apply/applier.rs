@@ -85,6 +85,13 @@ pub struct Applier {
     concurrency: usize,
 }
 
+/// One LIST of live objects: a kind in a namespace, and the names wanted from it.
+struct ListGroup {
+    resource: Resource,
+    namespace: Option<String>,
+    wanted: Vec<(String, ObjectKey)>,
+}
+
 /// An object ready to send: where it goes and the body.
 struct Prepared {
     key: ObjectKey,
@@ -150,42 +157,12 @@ impl Applier {
                 )
             })
             .collect();
-        let results: Vec<Result<Option<Rejection>, ApplyError>> = stream::iter(objects)
-            .map(|object| {
-                let created_namespaces = &created_namespaces;
-                let created_kinds = &created_kinds;
-                async move {
-                    let defined_here = created_kinds
-                        .contains(&(object.group().to_string(), object.kind().to_string()));
-                    let prepared = match self.prepare(object).await {
-                        Ok(p) => p,
-                        Err(_) if defined_here => return Ok(None),
-                        Err(rejection) => return Ok(Some(rejection)),
-                    };
-                    match self.send(&prepared, true).await {
-                        Ok(_) => Ok(None),
-                        Err(e) if is_unreachable(&e) => Err(ApplyError::Unreachable(Box::new(e))),
-                        Err(e) => {
-                            let namespace_created_here = prepared
-                                .namespace
-                                .as_ref()
-                                .is_some_and(|ns| created_namespaces.contains(ns))
-                                && is_not_found(&e);
-                            if namespace_created_here || defined_here {
-                                Ok(None)
-                            } else {
-                                Ok(Some(Rejection {
-                                    key: prepared.key.clone(),
-                                    message: api_message(&e),
-                                }))
-                            }
-                        }
-                    }
-                }
-            })
-            .buffer_unordered(self.concurrency)
-            .collect()
-            .await;
+        let results: Vec<Result<Option<Rejection>, ApplyError>> =
+            stream::iter(objects.iter().cloned())
+                .map(|object| self.gate_one(object, &created_namespaces, &created_kinds))
+                .buffer_unordered(self.concurrency)
+                .collect()
+                .await;
         let mut report = DryRunReport::default();
         for result in results {
             if let Some(rejection) = result? {
@@ -229,21 +206,9 @@ impl Applier {
         applied: &mut Vec<ObjectKey>,
         failures: &mut Vec<Rejection>,
     ) -> Result<(), ApplyError> {
-        let results: Vec<Result<Result<ObjectKey, Rejection>, ApplyError>> = stream::iter(objects)
-            .map(|object| async move {
-                let prepared = match self.prepare(object).await {
-                    Ok(p) => p,
-                    Err(rejection) => return Ok(Err(rejection)),
-                };
-                match self.send(&prepared, false).await {
-                    Ok(_) => Ok(Ok(prepared.key)),
-                    Err(e) if is_unreachable(&e) => Err(ApplyError::Unreachable(Box::new(e))),
-                    Err(e) => Ok(Err(Rejection {
-                        key: prepared.key,
-                        message: api_message(&e),
-                    })),
-                }
-            })
+        let owned: Vec<Object> = objects.iter().map(|o| (*o).clone()).collect();
+        let results: Vec<Result<Result<ObjectKey, Rejection>, ApplyError>> = stream::iter(owned)
+            .map(|object| self.apply_one(object))
             .buffer_unordered(self.concurrency)
             .collect()
             .await;
@@ -345,51 +310,23 @@ impl Applier {
                 .or_default()
                 .push(p);
         }
-        let results: Vec<Result<Vec<(ObjectKey, Value)>, ApplyError>> =
-            stream::iter(groups.values())
-                .map(|members| async move {
-                    let first = members[0];
-                    let api: Api<DynamicObject> = match &first.namespace {
-                        Some(ns) => {
-                            Api::namespaced_with(self.client.clone(), ns, &first.resource.api)
-                        }
-                        None => Api::all_with(self.client.clone(), &first.resource.api),
-                    };
-                    let wanted: BTreeMap<&str, &ObjectKey> =
-                        members.iter().map(|p| (p.name.as_str(), &p.key)).collect();
-                    match api.list(&Default::default()).await {
-                        Ok(list) => Ok(list
-                            .items
-                            .into_iter()
-                            .filter_map(|o| {
-                                let key = (*wanted.get(o.metadata.name.as_deref()?)?).clone();
-                                Some((key, serde_json::to_value(o).ok()?))
-                            })
-                            .collect()),
-                        Err(e) if is_unreachable(&e) => Err(ApplyError::Unreachable(Box::new(e))),
-                        Err(_) => {
-                            let mut found = Vec::new();
-                            for p in members {
-                                match api.get_opt(&p.name).await {
-                                    Ok(Some(o)) => {
-                                        if let Ok(v) = serde_json::to_value(o) {
-                                            found.push((p.key.clone(), v));
-                                        }
-                                    }
-                                    Ok(None) => {}
-                                    Err(e) if is_unreachable(&e) => {
-                                        return Err(ApplyError::Unreachable(Box::new(e)));
-                                    }
-                                    Err(_) => {}
-                                }
-                            }
-                            Ok(found)
-                        }
-                    }
-                })
-                .buffer_unordered(self.concurrency)
-                .collect()
-                .await;
+        // Owned per group, so the requests can run concurrently.
+        let owned: Vec<ListGroup> = groups
+            .into_values()
+            .map(|members| ListGroup {
+                resource: members[0].resource.clone(),
+                namespace: members[0].namespace.clone(),
+                wanted: members
+                    .iter()
+                    .map(|p| (p.name.clone(), p.key.clone()))
+                    .collect(),
+            })
+            .collect();
+        let results: Vec<Result<Vec<(ObjectKey, Value)>, ApplyError>> = stream::iter(owned)
+            .map(|group| self.list_group(group))
+            .buffer_unordered(self.concurrency)
+            .collect()
+            .await;
         let mut live = std::collections::HashMap::new();
         for r in results {
             live.extend(r?);
@@ -433,8 +370,9 @@ impl Applier {
                     "Namespace" | "CustomResourceDefinition"
                 ))
             });
-            let results: Vec<Result<Result<ObjectKey, Rejection>, ApplyError>> = stream::iter(wave)
-                .map(|target| async move { self.delete(&target.key).await })
+            let keys: Vec<ObjectKey> = wave.into_iter().map(|t| t.key.clone()).collect();
+            let results: Vec<Result<Result<ObjectKey, Rejection>, ApplyError>> = stream::iter(keys)
+                .map(|key| self.delete(key))
                 .buffer_unordered(self.concurrency)
                 .collect()
                 .await;
@@ -448,7 +386,96 @@ impl Applier {
         Ok(report)
     }
 
-    async fn delete(&self, key: &ObjectKey) -> Result<Result<ObjectKey, Rejection>, ApplyError> {
+    /// The dry-run gate for one object.
+    async fn gate_one(
+        &self,
+        object: Object,
+        created_namespaces: &BTreeSet<String>,
+        created_kinds: &BTreeSet<(String, String)>,
+    ) -> Result<Option<Rejection>, ApplyError> {
+        let defined_here =
+            created_kinds.contains(&(object.group().to_string(), object.kind().to_string()));
+        let prepared = match self.prepare(&object).await {
+            Ok(p) => p,
+            Err(_) if defined_here => return Ok(None),
+            Err(rejection) => return Ok(Some(rejection)),
+        };
+        match self.send(&prepared, true).await {
+            Ok(_) => Ok(None),
+            Err(e) if is_unreachable(&e) => Err(ApplyError::Unreachable(Box::new(e))),
+            Err(e) => {
+                let namespace_created_here = prepared
+                    .namespace
+                    .as_ref()
+                    .is_some_and(|ns| created_namespaces.contains(ns))
+                    && is_not_found(&e);
+                if namespace_created_here || defined_here {
+                    Ok(None)
+                } else {
+                    Ok(Some(Rejection {
+                        key: prepared.key.clone(),
+                        message: api_message(&e),
+                    }))
+                }
+            }
+        }
+    }
+
+    async fn apply_one(&self, object: Object) -> Result<Result<ObjectKey, Rejection>, ApplyError> {
+        let prepared = match self.prepare(&object).await {
+            Ok(p) => p,
+            Err(rejection) => return Ok(Err(rejection)),
+        };
+        match self.send(&prepared, false).await {
+            Ok(_) => Ok(Ok(prepared.key)),
+            Err(e) if is_unreachable(&e) => Err(ApplyError::Unreachable(Box::new(e))),
+            Err(e) => Ok(Err(Rejection {
+                key: prepared.key,
+                message: api_message(&e),
+            })),
+        }
+    }
+
+    async fn list_group(&self, group: ListGroup) -> Result<Vec<(ObjectKey, Value)>, ApplyError> {
+        let api: Api<DynamicObject> = match &group.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &group.resource.api),
+            None => Api::all_with(self.client.clone(), &group.resource.api),
+        };
+        let wanted: BTreeMap<&str, &ObjectKey> =
+            group.wanted.iter().map(|(n, k)| (n.as_str(), k)).collect();
+        match api.list(&Default::default()).await {
+            Ok(list) => Ok(list
+                .items
+                .into_iter()
+                .filter_map(|o| {
+                    let key = (*wanted.get(o.metadata.name.as_deref()?)?).clone();
+                    Some((key, serde_json::to_value(o).ok()?))
+                })
+                .collect()),
+            Err(e) if is_unreachable(&e) => Err(ApplyError::Unreachable(Box::new(e))),
+            Err(_) => {
+                let mut found = Vec::new();
+                for (name, key) in &group.wanted {
+                    match api.get_opt(name).await {
+                        Ok(Some(o)) => {
+                            if let Ok(v) = serde_json::to_value(o) {
+                                found.push((key.clone(), v));
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(e) if is_unreachable(&e) => {
+                            return Err(ApplyError::Unreachable(Box::new(e)));
+                        }
+                        Err(_) => {}
+                    }
+                }
+                Ok(found)
+            }
+        }
+    }
+
+    async fn delete(&self, key: ObjectKey) -> Result<Result<ObjectKey, Rejection>, ApplyError> {
+        let key = &key;
         let resource = match self
             .resources
             .resolve_group_kind(&key.group, &key.kind)

@@ -164,6 +164,18 @@ impl DiffReport {
 /// One object's dry run: its key, and the result or the server's refusal.
 type DryRun = (ObjectKey, Result<Value, Rejection>);
 
+/// One object's key and dry run.
+async fn dry_run(applier: &Applier, object: Object) -> Result<DryRun, ApplyError> {
+    let key = applier
+        .effective_key(&object)
+        .await
+        .unwrap_or_else(|_| object.key());
+    match applier.dry_run_one(&object).await? {
+        Ok(dry) => Ok((key, Ok(serde_json::to_value(dry).unwrap_or(Value::Null)))),
+        Err(rejection) => Ok((key, Err(rejection))),
+    }
+}
+
 /// `diffObjects`: read each live object and dry-run the desired one under the controller's
 /// field manager (forced, as the apply is), concurrently; inventory members no longer
 /// desired are "to prune". A rejected dry run is reported for its object; the others go on.
@@ -174,17 +186,8 @@ pub async fn diff_objects(
     concurrency: usize,
 ) -> Result<DiffReport, ApplyError> {
     let live = applier.live_objects(desired).await?;
-    let results: Vec<Result<DryRun, ApplyError>> = stream::iter(desired)
-        .map(|object| async move {
-            let key = applier
-                .effective_key(object)
-                .await
-                .unwrap_or_else(|_| object.key());
-            match applier.dry_run_one(object).await? {
-                Ok(dry) => Ok((key, Ok(serde_json::to_value(dry).unwrap_or(Value::Null)))),
-                Err(rejection) => Ok((key, Err(rejection))),
-            }
-        })
+    let results: Vec<Result<DryRun, ApplyError>> = stream::iter(desired.iter().cloned())
+        .map(|object| dry_run(applier, object))
         .buffered(concurrency.max(1))
         .collect()
         .await;
@@ -518,14 +521,24 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
     } else {
         false
     };
+    // Drift that was reported (and, in automatic mode, sent to the controller) is checked
+    // again soon, so InSync turns True once the controller put things back.
+    let requeue = match (&verdict, schedule_recheck(release)) {
+        (Verdict::OutOfSync { .. }, Requeue::After(d)) => Requeue::After(d.min(DRIFT_RECHECK)),
+        (Verdict::OutOfSync { .. }, _) => Requeue::After(DRIFT_RECHECK),
+        (_, requeue) => requeue,
+    };
     Ok(Some(DriftPass {
         verdict,
         report,
         wrote,
         requested_sync,
-        requeue: schedule_recheck(release),
+        requeue,
     }))
 }
+
+/// How soon drift is checked again while the Release is out of sync.
+pub const DRIFT_RECHECK: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// `scheduleRecheck`: the next pass after `syncPolicy.interval`, if set.
 pub fn schedule_recheck(release: &Release) -> Requeue {

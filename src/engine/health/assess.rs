@@ -119,16 +119,9 @@ pub async fn assess(
     let applier = ctx.applier(&target);
     let entries = members(&inventory);
     // Step 6: each entry.
-    let evaluated: Vec<Result<(ObjectKey, Evaluation), AssessError>> = stream::iter(entries.iter())
-        .map(|entry| {
-            let applier = &applier;
-            let evaluator = &evaluator;
-            async move {
-                let key = entry.key();
-                let evaluation = assess_item(applier, evaluator, &key).await?;
-                Ok((key, evaluation))
-            }
-        })
+    let keys: Vec<ObjectKey> = entries.iter().map(|e| e.key()).collect();
+    let evaluated: Vec<Result<(ObjectKey, Evaluation), AssessError>> = stream::iter(keys)
+        .map(|key| evaluate_key(&applier, &evaluator, key))
         .buffered(ctx.concurrency.max(1))
         .collect()
         .await;
@@ -161,6 +154,15 @@ pub async fn assess(
         });
     }
     Ok(assessment)
+}
+
+async fn evaluate_key(
+    applier: &Applier,
+    evaluator: &Evaluator,
+    key: ObjectKey,
+) -> Result<(ObjectKey, Evaluation), AssessError> {
+    let evaluation = assess_item(applier, evaluator, &key).await?;
+    Ok((key, evaluation))
 }
 
 /// `assessItem`: read the object and judge it. A missing object fails ("not found"); a rule

@@ -264,6 +264,22 @@ impl Conjunction {
     }
 }
 
+/// The digest (`sha256:<hex>`) of a repository's `index.yaml`: it changes when a chart
+/// version is added, which is when Releases of the repository should look again.
+pub async fn index_digest(
+    url: &str,
+    credentials: Option<&Credentials>,
+) -> Result<String, SourceError> {
+    let client = crate::engine::http::client().map_err(|e| SourceError::not_ready(url, e))?;
+    let body = get(
+        &client,
+        &format!("{}/index.yaml", url.trim_end_matches('/')),
+        credentials,
+    )
+    .await?;
+    Ok(format!("sha256:{}", hex::encode(Sha256::digest(&body))))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -148,3 +148,23 @@ pub fn reference(
         ),
     })
 }
+
+/// Whether the registry of `url` answers its API root (`/v2/`; 200 or 401 both mean it is
+/// there).
+pub async fn ping(url: &str, insecure: bool) -> Result<(), SourceError> {
+    let reference = reference(url, Some("latest"), None)?;
+    let scheme = if insecure { "http" } else { "https" };
+    let client = crate::engine::http::client().map_err(|e| SourceError::not_ready(url, e))?;
+    let response = client
+        .get(format!("{scheme}://{}/v2/", reference.registry()))
+        .send()
+        .await
+        .map_err(|e| SourceError::not_ready(url, crate::engine::http::describe(&e)))?;
+    match response.status().as_u16() {
+        200 | 401 => Ok(()),
+        code => Err(SourceError::not_ready(
+            url,
+            format!("the registry answered HTTP {code}"),
+        )),
+    }
+}

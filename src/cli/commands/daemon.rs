@@ -1,0 +1,104 @@
+//! `convoy daemon`: run the controller and observer loops.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use crate::cli::GlobalArgs;
+use crate::cli::exit::{CliError, CommandResult, ExitStatus};
+use crate::daemon::{DaemonConfig, Role, run};
+use crate::engine::connect::{KubeconfigSource, load_config};
+use crate::engine::source::Cache;
+
+/// Which loops to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RoleArg {
+    /// The Release controller and the Cluster and source controllers.
+    Controller,
+    /// The drift loop and the health loop.
+    Observer,
+    /// Everything in one process.
+    All,
+}
+
+/// Run convoy in a cluster: the Release controller and the observer's drift and health loops.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+convoy daemon                                   # every loop, one process\n  \
+convoy daemon --role controller --shards 2      # a sharded controller replica\n  \
+convoy daemon --role observer --listen 0.0.0.0:8081\n\n\
+Endpoints: /healthz, /readyz (once caches synced), /metrics (Prometheus).\n\
+SIGTERM or Ctrl-C: finish the passes in flight, release the Leases, exit 0.")]
+pub struct DaemonArgs {
+    /// Which loops to run.
+    #[arg(long, value_enum, default_value_t = RoleArg::All)]
+    pub role: RoleArg,
+    /// Number of shards to split Clusters into (0: no sharding, this replica does everything).
+    #[arg(long, default_value_t = 0)]
+    pub shards: u32,
+    /// Namespace of the shard Leases.
+    #[arg(long, default_value = "convoy-system", env = "POD_NAMESPACE")]
+    pub lease_namespace: String,
+    /// This replica's identity in the Leases (default: hostname and pid).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// How long a Lease lasts without renewal.
+    #[arg(long, default_value = "15s", value_parser = crate::engine::duration::parse_duration)]
+    pub lease_duration: Duration,
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+    /// Workers per loop.
+    #[arg(long, default_value_t = 4)]
+    pub workers: usize,
+    /// Requests in flight per apply, dry run and prune.
+    #[arg(long, default_value_t = crate::engine::apply::DEFAULT_CONCURRENCY)]
+    pub concurrency: usize,
+    /// Where fetched sources are cached.
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Watch only these namespaces (comma-separated or repeated; default: all).
+    #[arg(long = "watch-namespace", value_delimiter = ',')]
+    pub watch_namespaces: Vec<String>,
+    /// How often every Release is looked at again even without events.
+    #[arg(long, default_value = "10m", value_parser = crate::engine::duration::parse_duration)]
+    pub resync: Duration,
+}
+
+pub async fn run_daemon(global: &GlobalArgs, args: DaemonArgs) -> CommandResult {
+    let config = load_config(&KubeconfigSource {
+        path: global.kubeconfig.clone(),
+        context: global.context.clone(),
+    })
+    .await
+    .map_err(|e| CliError::new(ExitStatus::Unreachable, e))?;
+    let identity = args.identity.unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/etc/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "convoy".into());
+        format!("{host}-{}", std::process::id())
+    });
+    let daemon = DaemonConfig {
+        role: match args.role {
+            RoleArg::Controller => Role::Controller,
+            RoleArg::Observer => Role::Observer,
+            RoleArg::All => Role::All,
+        },
+        shards: args.shards,
+        lease_namespace: args.lease_namespace,
+        identity,
+        lease_duration: args.lease_duration,
+        listen: args.listen,
+        workers: args.workers,
+        concurrency: args.concurrency,
+        cache_dir: args.cache_dir.unwrap_or_else(Cache::default_root),
+        resync: args.resync,
+        namespaces: args.watch_namespaces,
+    };
+    run(config, daemon)
+        .await
+        .map_err(|e| CliError::new(ExitStatus::Invalid, e))?;
+    Ok(ExitStatus::Success)
+}

@@ -1,0 +1,226 @@
+//! When an informer event puts a key on a loop's queue.
+//!
+//! Spec: status-ownership.txt "Status writes do not start a reconcile" (shouldEnqueueOnUpdate,
+//! the controller's two event handlers); health-loop.txt "Queue and wakeups" and DESIGN.md
+//! (the lost table). Pure predicates over old and new objects.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::engine::api::{ReleaseInventory, ReleaseStatus, annotations, condition_types};
+
+/// `shouldEnqueueOnUpdate`: (1) the resource version did not change (a resync); (2) the
+/// generation changed (the spec did); (3) for the Release controller only, the
+/// `sync-requested-at` annotation changed. Nothing else — in particular a status write,
+/// which changes the resource version and nothing the three cases look at.
+pub fn should_enqueue_on_update(
+    old: &ObjectMeta,
+    new: &ObjectMeta,
+    release_controller: bool,
+) -> bool {
+    if old.resource_version == new.resource_version {
+        return true;
+    }
+    if old.generation != new.generation {
+        return true;
+    }
+    if release_controller {
+        let request = |m: &ObjectMeta| {
+            m.annotations
+                .as_ref()
+                .and_then(|a| a.get(annotations::SYNC_REQUESTED_AT))
+                .cloned()
+        };
+        return request(old) != request(new);
+    }
+    false
+}
+
+/// The Applied or Healthy condition changed status: Releases of a higher cluster wave on the
+/// same cluster may now proceed.
+pub fn applied_or_healthy_changed(
+    old: Option<&ReleaseStatus>,
+    new: Option<&ReleaseStatus>,
+) -> bool {
+    let status_of = |s: Option<&ReleaseStatus>, t: &str| {
+        s.and_then(|s| s.condition(t)).map(|c| c.status.clone())
+    };
+    [condition_types::APPLIED, condition_types::HEALTHY]
+        .iter()
+        .any(|t| status_of(old, t) != status_of(new, t))
+}
+
+/// The controller's ReleaseInventory handler: an entry's state or assessedRenderRef changed,
+/// or the number of entries did. The controller's own renderRef and wave do not count.
+pub fn inventory_wakes_controller(old: &ReleaseInventory, new: &ReleaseInventory) -> bool {
+    if old.spec.inventory.len() != new.spec.inventory.len() {
+        return true;
+    }
+    let health = |inv: &ReleaseInventory| -> BTreeMap<_, _> {
+        inv.spec
+            .inventory
+            .iter()
+            .map(|e| (e.key(), (e.state, e.assessed_render_ref.clone())))
+            .collect()
+    };
+    let hooks = |inv: &ReleaseInventory| -> BTreeMap<_, _> {
+        inv.spec
+            .hooks
+            .iter()
+            .map(|h| ((h.name.clone(), h.phase), (h.state, h.finished_at.clone())))
+            .collect()
+    };
+    health(old) != health(new) || hooks(old) != hooks(new)
+}
+
+/// The observer's ReleaseInventory handler: a controller-owned field changed — the set of
+/// entries, an entry's renderRef, or a hook entry's createdAt or workloadName. The health
+/// loop's own writes therefore do not wake it.
+pub fn inventory_wakes_observer(old: &ReleaseInventory, new: &ReleaseInventory) -> bool {
+    let entries = |inv: &ReleaseInventory| -> BTreeMap<_, _> {
+        inv.spec
+            .inventory
+            .iter()
+            .map(|e| (e.key(), e.render_ref.clone()))
+            .collect()
+    };
+    let hooks = |inv: &ReleaseInventory| -> BTreeMap<_, _> {
+        inv.spec
+            .hooks
+            .iter()
+            .map(|h| {
+                (
+                    (h.name.clone(), h.phase),
+                    (h.created_at.clone(), h.workload_name.clone()),
+                )
+            })
+            .collect()
+    };
+    entries(old) != entries(new) || hooks(old) != hooks(new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::api::{HealthState, InventoryEntry};
+    use crate::engine::status::condition;
+
+    fn meta(rv: &str, generation: i64, request: Option<&str>) -> ObjectMeta {
+        ObjectMeta {
+            resource_version: Some(rv.into()),
+            generation: Some(generation),
+            annotations: request
+                .map(|r| [(annotations::SYNC_REQUESTED_AT.to_string(), r.to_string())].into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_resync_with_the_same_resource_version_enqueues() {
+        assert!(should_enqueue_on_update(
+            &meta("5", 1, None),
+            &meta("5", 1, None),
+            false
+        ));
+    }
+
+    #[test]
+    fn a_generation_change_enqueues() {
+        assert!(should_enqueue_on_update(
+            &meta("5", 1, None),
+            &meta("6", 2, None),
+            false
+        ));
+        assert!(should_enqueue_on_update(
+            &meta("5", 1, None),
+            &meta("6", 2, None),
+            true
+        ));
+    }
+
+    #[test]
+    fn a_sync_request_enqueues_only_the_release_controller() {
+        let old = meta("5", 1, Some("t1"));
+        let new = meta("6", 1, Some("t2"));
+        assert!(should_enqueue_on_update(&old, &new, true));
+        assert!(
+            !should_enqueue_on_update(&old, &new, false),
+            "the observer loops ignore /sync"
+        );
+    }
+
+    #[test]
+    fn a_status_write_does_not_enqueue() {
+        // A status write: new resource version, same generation, same annotations.
+        let old = meta("5", 3, Some("t1"));
+        let new = meta("6", 3, Some("t1"));
+        assert!(!should_enqueue_on_update(&old, &new, true));
+        assert!(!should_enqueue_on_update(&old, &new, false));
+    }
+
+    fn inv(entries: Vec<InventoryEntry>) -> ReleaseInventory {
+        let mut i = ReleaseInventory::default();
+        i.spec.inventory = entries;
+        i
+    }
+
+    fn entry(render: &str, state: Option<HealthState>, assessed: Option<&str>) -> InventoryEntry {
+        InventoryEntry {
+            kind: "ConfigMap".into(),
+            name: "a".into(),
+            render_ref: Some(render.into()),
+            wave: Some(0),
+            state,
+            assessed_render_ref: assessed.map(str::to_string),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_controller_wakes_on_health_not_on_its_own_fields() {
+        let base = inv(vec![entry("r1", None, None)]);
+        assert!(
+            !inventory_wakes_controller(&base, &inv(vec![entry("r2", None, None)])),
+            "renderRef is its own"
+        );
+        assert!(inventory_wakes_controller(
+            &base,
+            &inv(vec![entry("r1", Some(HealthState::Healthy), None)])
+        ));
+        assert!(inventory_wakes_controller(
+            &base,
+            &inv(vec![entry("r1", None, Some("r1"))])
+        ));
+        assert!(inventory_wakes_controller(&base, &inv(vec![])));
+    }
+
+    #[test]
+    fn the_observer_wakes_on_controller_fields_not_on_its_own() {
+        let base = inv(vec![entry("r1", None, None)]);
+        assert!(inventory_wakes_observer(
+            &base,
+            &inv(vec![entry("r2", None, None)])
+        ));
+        assert!(!inventory_wakes_observer(
+            &base,
+            &inv(vec![entry("r1", Some(HealthState::Healthy), Some("r1"))])
+        ));
+    }
+
+    #[test]
+    fn applied_or_healthy_status_changes_are_noticed() {
+        let old = ReleaseStatus {
+            conditions: vec![condition("Applied", "False", "WaitingForSync", "", Some(1))],
+            ..Default::default()
+        };
+        let mut new = old.clone();
+        new.conditions[0].message = "other".into();
+        assert!(
+            !applied_or_healthy_changed(Some(&old), Some(&new)),
+            "a message is not a status"
+        );
+        new.conditions[0].status = "True".into();
+        assert!(applied_or_healthy_changed(Some(&old), Some(&new)));
+    }
+}

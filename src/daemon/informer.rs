@@ -1,0 +1,150 @@
+//! Informers: a watch per kind feeding a cache and the loops' event handlers.
+//!
+//! Spec: the harness of "internal/controller/base" — reads come from the cache; handlers see
+//! the old and the new object so they can apply `should_enqueue_on_update`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+
+use futures::StreamExt;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+/// The cache of one kind, by `namespace/name`.
+pub struct Cache<K> {
+    map: RwLock<HashMap<String, Arc<K>>>,
+    /// Watches that finished their first list.
+    listed: AtomicUsize,
+    /// Watches feeding this cache.
+    watches: AtomicUsize,
+}
+
+impl<K> Default for Cache<K> {
+    fn default() -> Self {
+        Self {
+            map: RwLock::new(HashMap::new()),
+            listed: AtomicUsize::new(0),
+            watches: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl<K> Cache<K> {
+    pub fn get(&self, key: &str) -> Option<Arc<K>> {
+        self.read().get(key).cloned()
+    }
+
+    pub fn all(&self) -> Vec<Arc<K>> {
+        self.read().values().cloned().collect()
+    }
+
+    pub fn keys(&self) -> Vec<String> {
+        self.read().keys().cloned().collect()
+    }
+
+    /// Every watch feeding the cache has listed once.
+    pub fn synced(&self) -> bool {
+        let watches = self.watches.load(Ordering::Relaxed);
+        watches > 0 && self.listed.load(Ordering::Relaxed) >= watches
+    }
+
+    /// Count one more watch feeding this cache.
+    pub fn add_watch(&self) {
+        self.watches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<K>>> {
+        match self.map.read() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<K>>> {
+        match self.map.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+}
+
+/// The cache key of an object.
+pub fn key_of<K: Resource>(object: &K) -> String {
+    format!(
+        "{}/{}",
+        object.namespace().unwrap_or_default(),
+        object.name_any()
+    )
+}
+
+/// An event handler: `(old, new)`; `new` is `None` for a deletion.
+pub type Handler<K> = Box<dyn Fn(Option<&K>, Option<&K>) + Send + Sync>;
+
+/// Watch every object of `api` into `cache`, calling `handlers` on each change, until
+/// `shutdown`. A re-list after a broken watch replays every object: the handlers see the same
+/// resource version again, which is how resyncs look to them.
+pub async fn run<K>(
+    api: Api<K>,
+    scope: Option<String>,
+    cache: Arc<Cache<K>>,
+    handlers: Arc<Vec<Handler<K>>>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let stream = watcher::watcher(api, watcher::Config::default().any_semantic()).default_backoff();
+    let mut stream = std::pin::pin!(stream);
+    let mut seen_in_list: Vec<String> = Vec::new();
+    loop {
+        let event = tokio::select! {
+            e = stream.next() => e,
+            _ = shutdown.changed() => return,
+        };
+        let Some(event) = event else { return };
+        match event {
+            Ok(Event::Init) => seen_in_list.clear(),
+            Ok(Event::InitApply(object)) | Ok(Event::Apply(object)) => {
+                let key = key_of(&object);
+                seen_in_list.push(key.clone());
+                let new = Arc::new(object);
+                let old = cache.write().insert(key, new.clone());
+                for h in handlers.iter() {
+                    h(old.as_deref(), Some(&new));
+                }
+            }
+            Ok(Event::InitDone) => {
+                // Several watches (one per namespace) share a cache; it is synced once
+                // each of them listed.
+                // Objects gone while the watch was down: deleted. (Only this watch's namespace:
+                // several watches may share one cache.)
+                let prefix = scope.as_ref().map(|ns| format!("{ns}/"));
+                let stale: Vec<String> = cache
+                    .keys()
+                    .into_iter()
+                    .filter(|k| prefix.as_ref().is_none_or(|p| k.starts_with(p)))
+                    .filter(|k| !seen_in_list.contains(k))
+                    .collect();
+                for key in stale {
+                    if let Some(old) = cache.write().remove(&key) {
+                        for h in handlers.iter() {
+                            h(Some(&old), None);
+                        }
+                    }
+                }
+                cache.listed.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(Event::Delete(object)) => {
+                let key = key_of(&object);
+                let old = cache.write().remove(&key);
+                let old = old.as_deref().cloned().unwrap_or(object);
+                for h in handlers.iter() {
+                    h(Some(&old), None);
+                }
+            }
+            Err(e) => tracing::debug!("watch error (retried): {e}"),
+        }
+    }
+}

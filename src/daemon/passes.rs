@@ -1,0 +1,447 @@
+//! The passes of each loop: the Release controller, the drift and health loops, and the
+//! Cluster and source controllers. Each reads its object from the informer cache and calls
+//! the same engine function the CLI calls.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::PostParams;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Api, Resource, ResourceExt};
+
+use super::informer::{Cache, key_of};
+use super::queue::WorkQueue;
+use super::worker::PassResult;
+use crate::engine::api::{
+    Artifact, AttemptPhase, Cluster, ClusterStatus, Condition, GitRepository, HelmRegistry,
+    OCIRegistry, Release, ReleaseInventory, SourceKind, SourceStatus,
+};
+use crate::engine::cluster::connect_cluster;
+use crate::engine::drift::{Verdict, drift_pass};
+use crate::engine::duration::parse_duration;
+use crate::engine::health::{HealthMemory, health_pass};
+use crate::engine::objects::ObjectReader;
+use crate::engine::reconcile::{Context, Requeue, sync_handler};
+use crate::engine::source::resolve::git_request;
+use crate::engine::status::{condition, now, set_condition};
+
+/// What every pass shares.
+pub struct Shared {
+    pub ctx: Arc<Context>,
+    pub releases: Arc<Cache<Release>>,
+    pub inventories: Arc<Cache<ReleaseInventory>>,
+    pub clusters: Arc<Cache<Cluster>>,
+    pub gits: Arc<Cache<GitRepository>>,
+    pub helms: Arc<Cache<HelmRegistry>>,
+    pub ocis: Arc<Cache<OCIRegistry>>,
+    pub health_memory: HealthMemory,
+    pub recorder: Recorder,
+    /// The Release controller's queue (source controllers enqueue Releases on a new revision).
+    pub controller_queue: WorkQueue,
+}
+
+/// The Release controller.
+pub async fn controller(shared: Arc<Shared>, key: String, failures: u32) -> PassResult {
+    let Some(release) = shared.releases.get(&key) else {
+        return PassResult::Skip;
+    };
+    match sync_handler(&shared.ctx, &release, failures).await {
+        Err(e) => PassResult::Error(format!("{:#}", anyhow::Error::new(e))),
+        Ok(result) => {
+            let Some(outcome) = result.outcome else {
+                return match result.requeue {
+                    Requeue::Never => PassResult::Skip,
+                    requeue => PassResult::Done {
+                        reason: "Finalizing".into(),
+                        requeue,
+                    },
+                };
+            };
+            if let Some(error) = &result.error {
+                tracing::warn!(release = %key, reason = outcome.reason, "{error}");
+            }
+            // An Event for a new failure (only with a status change: a steady failure does
+            // not write again).
+            if result.wrote_status && outcome.attempt.phase == Some(AttemptPhase::Failed) {
+                let event = Event {
+                    type_: EventType::Warning,
+                    reason: outcome.reason.to_string(),
+                    note: Some(truncate(&outcome.message, 1000)),
+                    action: "Reconcile".into(),
+                    secondary: None,
+                };
+                if let Err(e) = shared
+                    .recorder
+                    .publish(&event, &release.object_ref(&()))
+                    .await
+                {
+                    tracing::debug!("cannot record an event: {e}");
+                }
+            }
+            if outcome.retry {
+                PassResult::Retry {
+                    reason: outcome.reason.to_string(),
+                    requeue: result.requeue,
+                }
+            } else {
+                PassResult::Done {
+                    reason: outcome.reason.to_string(),
+                    requeue: result.requeue,
+                }
+            }
+        }
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// The drift loop.
+pub async fn drift(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
+    let Some(release) = shared.releases.get(&key) else {
+        return PassResult::Skip;
+    };
+    match drift_pass(&shared.ctx, &release).await {
+        Err(e) => PassResult::Error(format!("{:#}", anyhow::Error::new(e))),
+        Ok(None) => PassResult::Skip,
+        Ok(Some(pass)) => PassResult::Done {
+            reason: match pass.verdict {
+                Verdict::InSync { .. } => "InSync",
+                Verdict::OutOfSync { .. } => "OutOfSync",
+                Verdict::Unknown { .. } => "Unknown",
+            }
+            .into(),
+            requeue: pass.requeue,
+        },
+    }
+}
+
+/// The health loop.
+pub async fn health(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
+    let Some(release) = shared.releases.get(&key) else {
+        return PassResult::Skip;
+    };
+    match health_pass(&shared.ctx, &shared.health_memory, &release).await {
+        Err(e) => PassResult::Error(format!("{:#}", anyhow::Error::new(e))),
+        Ok(None) => PassResult::Skip,
+        Ok(Some(pass)) => PassResult::Done {
+            reason: pass
+                .condition
+                .map(|c| c.reason)
+                .unwrap_or_else(|| "Deleting".into()),
+            requeue: pass.requeue,
+        },
+    }
+}
+
+fn interval(spec: Option<&str>, default: Duration) -> Duration {
+    spec.and_then(|i| parse_duration(i).ok())
+        .filter(|d| !d.is_zero())
+        .unwrap_or(default)
+}
+
+/// The Cluster controller: probe reachability, write status with UpdateStatus when it changes.
+pub async fn cluster(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
+    let Some(cluster) = shared.clusters.get(&key) else {
+        return PassResult::Skip;
+    };
+    let every = interval(cluster.spec.interval.as_deref(), Duration::from_secs(300));
+    let old = cluster.status.clone().unwrap_or_default();
+    let mut status = old.clone();
+    status.observed_generation = cluster.metadata.generation;
+    let at = now();
+    match connect_cluster(&shared.ctx.home, &cluster).await {
+        Ok(target) => {
+            status.version = target.resolved.version.clone();
+            status.server = target.resolved.server.clone();
+            set_condition(
+                &mut status.conditions,
+                condition(
+                    "Ready",
+                    "True",
+                    "Reachable",
+                    "the API server answers",
+                    cluster.metadata.generation,
+                ),
+                &at,
+            );
+        }
+        Err(e) => {
+            let message = format!("{:#}", anyhow::Error::new(e));
+            set_condition(
+                &mut status.conditions,
+                condition(
+                    "Ready",
+                    "False",
+                    "Unreachable",
+                    message,
+                    cluster.metadata.generation,
+                ),
+                &at,
+            );
+        }
+    }
+    let changed = strip_probe(&old) != strip_probe(&status);
+    if changed {
+        status.last_probe_time = Some(at);
+        let mut updated = (*cluster).clone();
+        updated.status = Some(status.clone());
+        let api: Api<Cluster> = Api::namespaced(
+            shared.ctx.home.client.clone(),
+            &cluster.namespace().unwrap_or_default(),
+        );
+        if let Err(e) = api
+            .replace_status(&cluster.name_any(), &PostParams::default(), &updated)
+            .await
+        {
+            return PassResult::Error(format!("cannot write the status of Cluster {key}: {e}"));
+        }
+    }
+    PassResult::Done {
+        reason: if status_ready(&status.conditions) {
+            "Ready"
+        } else {
+            "NotReady"
+        }
+        .into(),
+        requeue: Requeue::After(every),
+    }
+}
+
+fn strip_probe(status: &ClusterStatus) -> ClusterStatus {
+    let mut s = status.clone();
+    s.last_probe_time = None;
+    s
+}
+
+fn status_ready(conditions: &[Condition]) -> bool {
+    conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// Releases that read the source `kind` `namespace/name`.
+fn releases_of(shared: &Shared, kind: SourceKind, namespace: &str, name: &str) -> Vec<String> {
+    shared
+        .releases
+        .all()
+        .iter()
+        .filter(|r| {
+            r.spec.source.kind == kind
+                && r.spec.source.name == name
+                && r.namespace().as_deref() == Some(namespace)
+        })
+        .map(|r| key_of(r.as_ref()))
+        .collect()
+}
+
+/// Write a source's status when it changed; enqueue its Releases when the revision moved.
+async fn finish_source<K>(
+    shared: &Shared,
+    object: &K,
+    old: Option<SourceStatus>,
+    result: Result<Option<(String, String)>, String>,
+    kind: SourceKind,
+    every: Duration,
+) -> PassResult
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + HasSourceStatus,
+{
+    let at: Time = now();
+    let old = old.unwrap_or_default();
+    let mut status = old.clone();
+    status.observed_generation = object.meta().generation;
+    match &result {
+        Ok(artifact) => {
+            if let Some((revision, digest)) = artifact {
+                let moved = old.artifact.as_ref().map(|a| &a.revision) != Some(revision);
+                if moved {
+                    status.artifact = Some(Artifact {
+                        revision: revision.clone(),
+                        digest: digest.clone(),
+                        last_update_time: Some(at.clone()),
+                    });
+                }
+            }
+            let message = artifact
+                .as_ref()
+                .map(|(r, _)| format!("fetched revision {r}"))
+                .unwrap_or_else(|| "reachable".into());
+            set_condition(
+                &mut status.conditions,
+                condition(
+                    "Ready",
+                    "True",
+                    "Succeeded",
+                    message,
+                    object.meta().generation,
+                ),
+                &at,
+            );
+        }
+        Err(message) => {
+            set_condition(
+                &mut status.conditions,
+                condition(
+                    "Ready",
+                    "False",
+                    "FetchFailed",
+                    message.clone(),
+                    object.meta().generation,
+                ),
+                &at,
+            );
+        }
+    }
+    let namespace = object.namespace().unwrap_or_default();
+    let name = object.name_any();
+    if status != old {
+        let mut updated = object.clone();
+        updated.set_source_status(status.clone());
+        let api: Api<K> = Api::namespaced(shared.ctx.home.client.clone(), &namespace);
+        if let Err(e) = api
+            .replace_status(&name, &PostParams::default(), &updated)
+            .await
+        {
+            return PassResult::Error(format!(
+                "cannot write the status of {} {namespace}/{name}: {e}",
+                kind.as_str()
+            ));
+        }
+        if status.artifact.as_ref().map(|a| &a.revision)
+            != old.artifact.as_ref().map(|a| &a.revision)
+        {
+            for key in releases_of(shared, kind, &namespace, &name) {
+                shared.controller_queue.add(&key);
+            }
+        }
+    }
+    PassResult::Done {
+        reason: if result.is_ok() { "Ready" } else { "NotReady" }.into(),
+        requeue: Requeue::After(every),
+    }
+}
+
+/// Access to the shared status type of the source kinds.
+pub trait HasSourceStatus {
+    fn set_source_status(&mut self, status: SourceStatus);
+}
+
+impl HasSourceStatus for GitRepository {
+    fn set_source_status(&mut self, status: SourceStatus) {
+        self.status = Some(status);
+    }
+}
+impl HasSourceStatus for HelmRegistry {
+    fn set_source_status(&mut self, status: SourceStatus) {
+        self.status = Some(status);
+    }
+}
+impl HasSourceStatus for OCIRegistry {
+    fn set_source_status(&mut self, status: SourceStatus) {
+        self.status = Some(status);
+    }
+}
+
+/// The GitRepository controller: fetch its ref; a new revision wakes its Releases.
+pub async fn git(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
+    let Some(repo) = shared.gits.get(&key) else {
+        return PassResult::Skip;
+    };
+    let namespace = repo.namespace().unwrap_or_default();
+    let reader = ObjectReader::Cluster(shared.ctx.home.client.clone());
+    let result = match git_request(&reader, &namespace, &repo.name_any(), None).await {
+        Err(e) => Err(e.to_string()),
+        Ok(request) => shared
+            .ctx
+            .coordinator
+            .ensure(&request.request, request.credentials.as_ref())
+            .await
+            .map(|a| Some((a.revision, a.digest)))
+            .map_err(|e| format!("{:#}", anyhow::Error::new(e))),
+    };
+    let every = interval(repo.spec.interval.as_deref(), Duration::from_secs(60));
+    finish_source(
+        &shared,
+        repo.as_ref(),
+        repo.status.clone(),
+        result,
+        SourceKind::GitRepository,
+        every,
+    )
+    .await
+}
+
+/// The HelmRegistry controller: the repository index; a new index wakes its Releases.
+pub async fn helm(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
+    let Some(registry) = shared.helms.get(&key) else {
+        return PassResult::Skip;
+    };
+    let reader = ObjectReader::Cluster(shared.ctx.home.client.clone());
+    let credentials = match &registry.spec.secret_ref {
+        Some(r) => reader
+            .get::<k8s_openapi::api::core::v1::Secret>(
+                &registry.namespace().unwrap_or_default(),
+                &r.name,
+            )
+            .await
+            .ok()
+            .flatten()
+            .map(|s| {
+                crate::engine::source::Credentials::from_secret_data(
+                    &crate::engine::source::resolve::secret_data(&s),
+                )
+            }),
+        None => None,
+    };
+    let result =
+        crate::engine::source::helm_repo::index_digest(&registry.spec.url, credentials.as_ref())
+            .await
+            .map(|d| Some((format!("index@{d}"), d)))
+            .map_err(|e| e.to_string());
+    let every = interval(registry.spec.interval.as_deref(), Duration::from_secs(300));
+    finish_source(
+        &shared,
+        registry.as_ref(),
+        registry.status.clone(),
+        result,
+        SourceKind::HelmRegistry,
+        every,
+    )
+    .await
+}
+
+/// The OCIRegistry controller: whether the registry answers.
+pub async fn oci(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
+    let Some(registry) = shared.ocis.get(&key) else {
+        return PassResult::Skip;
+    };
+    let result = crate::engine::source::oci::ping(&registry.spec.url, registry.spec.insecure)
+        .await
+        .map(|_| None)
+        .map_err(|e| e.to_string());
+    let every = interval(registry.spec.interval.as_deref(), Duration::from_secs(300));
+    finish_source(
+        &shared,
+        registry.as_ref(),
+        registry.status.clone(),
+        result,
+        SourceKind::OciRegistry,
+        every,
+    )
+    .await
+}

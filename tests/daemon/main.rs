@@ -1,0 +1,116 @@
+//! `convoy daemon` as a real process against the real control plane with kwok.
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod loops;
+mod operations;
+mod sharding;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use support::servers::free_port;
+use support::{convoy_bin, path_with_testenv};
+
+/// A running `convoy daemon`; SIGKILLed when dropped.
+pub struct Daemon {
+    pub child: Child,
+    pub port: u16,
+    pub log: tempfile::NamedTempFile,
+}
+
+impl Daemon {
+    /// Start `convoy daemon` with `args` against `kubeconfig`, and wait until it is ready.
+    pub async fn start(kubeconfig: &Path, args: &[&str]) -> Self {
+        let port = free_port();
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let cache = std::env::temp_dir().join(format!("convoy-daemon-cache-{port}"));
+        let child = Command::new(convoy_bin())
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args([
+                "daemon",
+                "-v",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--cache-dir",
+            ])
+            .arg(&cache)
+            .args(args)
+            .env("PATH", path_with_testenv())
+            .stdout(Stdio::null())
+            .stderr(log.reopen().unwrap())
+            .spawn()
+            .unwrap();
+        let daemon = Self { child, port, log };
+        support::eventually("the daemon to be ready", Duration::from_secs(30), || {
+            let ready = daemon.get("/readyz").is_some_and(|(code, _)| code == 200);
+            async move { ready.then_some(()) }
+        })
+        .await;
+        daemon
+    }
+
+    /// GET `path` from the daemon's endpoints: (status code, body).
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        let request = format!("GET {path} HTTP/1.1\r\nhost: localhost\r\n\r\n");
+        stream.write_all(request.as_bytes()).ok()?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text).ok()?;
+        let code = text.split_whitespace().nth(1)?.parse().ok()?;
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        Some((code, body))
+    }
+
+    /// The sum of a metric's series whose labels contain all of `labels`.
+    pub fn metric(&self, name: &str, labels: &[&str]) -> f64 {
+        let (_, body) = self.get("/metrics").unwrap_or_default();
+        body.lines()
+            .filter(|l| l.starts_with(name) && labels.iter().all(|x| l.contains(x)))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// API requests that change the cluster.
+    pub fn writes(&self) -> f64 {
+        ["create", "update", "patch", "delete"]
+            .iter()
+            .map(|v| self.metric("convoy_api_requests_total", &[&format!("verb=\"{v}\"")]))
+            .sum()
+    }
+
+    /// Send SIGTERM and wait for the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        self.child.wait().unwrap()
+    }
+
+    /// SIGKILL, no goodbye.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

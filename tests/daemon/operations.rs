@@ -1,0 +1,217 @@
+//! Operations: graceful shutdown mid-sync, Events, and an install whose RBAC is enough.
+
+use std::time::Duration;
+
+use convoy::engine::api::ReleaseInventory;
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use kube::Api;
+use kube::api::ListParams;
+use serde_json::json;
+
+use crate::Daemon;
+use crate::loops::all_true;
+use crate::support::eventually;
+use crate::support::fixture::{Fixture, config_map};
+
+#[tokio::test]
+async fn sigterm_during_a_sync_leaves_a_consistent_inventory_and_the_next_start_finishes() {
+    let files: Vec<(String, String)> = (0..300)
+        .map(|i| {
+            (
+                format!("cm-{i:03}.yaml"),
+                config_map(&format!("cm-{i:03}"), i / 100, "1"),
+            )
+        })
+        .collect();
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    let f = Fixture::new("daemon-sigterm", &refs, json!({})).await;
+    let mut daemon = Daemon::start(
+        &f.env.kubeconfig,
+        &["--concurrency", "2", "--watch-namespace", &f.env.namespace],
+    )
+    .await;
+    let inventories: Api<ReleaseInventory> =
+        Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    eventually(
+        "the sync to be under way",
+        Duration::from_secs(60),
+        || async {
+            let inv = inventories.get_opt("web").await.ok().flatten()?;
+            (!inv.spec.inventory.is_empty()).then_some(())
+        },
+    )
+    .await;
+    let status = daemon.terminate();
+    assert!(
+        status.success(),
+        "SIGTERM exits 0: {status:?}\n{}",
+        daemon.logs()
+    );
+    assert!(daemon.logs().contains("shutting down"), "{}", daemon.logs());
+
+    // Every recorded object exists: the inventory never claims what was not applied.
+    let inv = inventories.get("web").await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let live: Vec<String> = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    for entry in &inv.spec.inventory {
+        assert!(
+            live.contains(&entry.name),
+            "{} is in the inventory but not on the cluster",
+            entry.name
+        );
+    }
+
+    let _next = Daemon::start(&f.env.kubeconfig, &["--watch-namespace", &f.env.namespace]).await;
+    eventually(
+        "the next start to finish the sync",
+        Duration::from_secs(120),
+        || async {
+            let inv = inventories.get_opt("web").await.ok().flatten()?;
+            let r = f.release().await;
+            let applied = r
+                .status?
+                .condition("Applied")
+                .map(|c| c.status == "True")
+                .unwrap_or(false);
+            (applied && inv.spec.inventory.len() == 300).then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_failed_reconcile_is_recorded_as_an_event() {
+    let bad = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: Not_Valid\n";
+    let f = Fixture::new("daemon-events", &[("bad.yaml", bad)], json!({})).await;
+    let _daemon = Daemon::start(&f.env.kubeconfig, &["--watch-namespace", &f.env.namespace]).await;
+    let events: Api<Event> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let event = eventually(
+        "an Event on the Release",
+        Duration::from_secs(30),
+        || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items
+                .into_iter()
+                .find(|e| e.involved_object.kind.as_deref() == Some("Release"))
+        },
+    )
+    .await;
+    assert_eq!(event.reason.as_deref(), Some("Unappliable"));
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert!(event.message.unwrap_or_default().contains("Not_Valid"));
+}
+
+#[tokio::test]
+async fn the_installed_rbac_is_enough_for_the_daemon() {
+    let f = Fixture::new("daemon-rbac", &[("a.yaml", &config_map("a", 0, "1"))], {
+        let mut s = Fixture::default_health("5m");
+        s["syncPolicy"] = json!({"interval": "3s"});
+        s
+    })
+    .await;
+    // The install's output applies cleanly in a server-side dry run (its namespace exists
+    // already: a dry run creates nothing for the objects after it)…
+    let install_ns = format!("{}-convoy", f.env.namespace);
+    assert!(
+        f.env
+            .kubectl(&["create", "namespace", &install_ns])
+            .status
+            .success()
+    );
+    let out = f.env.convoy(&["install", "--dry-run", "-n", &install_ns]);
+    assert!(out.status.success());
+    let manifest = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(manifest.path(), &out.stdout).unwrap();
+    let dry = f.env.kubectl(&[
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "-f",
+        manifest.path().to_str().unwrap(),
+    ]);
+    assert!(
+        dry.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dry.stderr)
+    );
+    // …and for real; the daemon then runs on the service accounts' tokens alone.
+    let out = f.env.convoy(&["install", "-n", &install_ns]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kubeconfig_for = |sa: &str| {
+        let token = f
+            .env
+            .kubectl(&["create", "token", sa, "-n", &install_ns, "--duration", "1h"]);
+        assert!(
+            token.status.success(),
+            "{}",
+            String::from_utf8_lossy(&token.stderr)
+        );
+        let token = String::from_utf8_lossy(&token.stdout).trim().to_string();
+        let admin = std::fs::read_to_string(&f.env.kubeconfig).unwrap();
+        let server = admin
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("server: "))
+            .unwrap()
+            .to_string();
+        let ca = admin
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("certificate-authority-data: "))
+            .unwrap()
+            .to_string();
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(
+            file.path(),
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\n\
+users:\n- name: {sa}\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context: {{cluster: c, user: {sa}}}\ncurrent-context: c\n"
+            ),
+        )
+        .unwrap();
+        file
+    };
+    let controller_kc = kubeconfig_for("convoy-controller");
+    let observer_kc = kubeconfig_for("convoy-observer");
+    let _controller = Daemon::start(
+        controller_kc.path(),
+        &[
+            "--role",
+            "controller",
+            "--shards",
+            "1",
+            "--lease-namespace",
+            &install_ns,
+            "--watch-namespace",
+            &f.env.namespace,
+        ],
+    )
+    .await;
+    let _observer = Daemon::start(
+        observer_kc.path(),
+        &[
+            "--role",
+            "observer",
+            "--shards",
+            "1",
+            "--lease-namespace",
+            &install_ns,
+            "--watch-namespace",
+            &f.env.namespace,
+        ],
+    )
+    .await;
+    all_true(&f).await;
+}

@@ -1,0 +1,134 @@
+//! Two replicas split the shards through Leases; a killed replica's shard moves.
+
+use std::time::Duration;
+
+use convoy::daemon::shard::{cluster_key, shard_of};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use serde_json::json;
+
+use crate::Daemon;
+use crate::support::eventually;
+use crate::support::fixture::{Fixture, config_map};
+
+fn holder(lease: &Lease) -> Option<String> {
+    lease
+        .spec
+        .as_ref()?
+        .holder_identity
+        .clone()
+        .filter(|h| !h.is_empty())
+}
+
+fn apply_time(cm: &serde_json::Value) -> String {
+    cm["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["manager"] == "convoy-release")
+        .map(|m| m["time"].as_str().unwrap_or_default().to_string())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn two_replicas_split_the_shards_and_a_killed_one_hands_its_shard_over() {
+    // One Release per shard (a Release without spec.cluster is in shard hash("<ns>/") % 2).
+    let mut by_shard: Vec<Option<Fixture>> = vec![None, None];
+    for attempt in 0..12 {
+        let f = Fixture::new(
+            &format!("shard{attempt}"),
+            &[("a.yaml", &config_map("a", 0, "1"))],
+            json!({"syncPolicy": {"interval": "2s"}}),
+        )
+        .await;
+        let shard = shard_of(&cluster_key(&f.release().await), 2) as usize;
+        if by_shard[shard].is_none() {
+            by_shard[shard] = Some(f);
+        }
+        if by_shard.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    let [Some(zero), Some(one)] = [by_shard[0].take(), by_shard[1].take()] else {
+        panic!("no namespace hashed to one of the shards")
+    };
+    let lease_ns = zero.env.namespace.clone();
+    let watched = format!("{},{}", zero.env.namespace, one.env.namespace);
+    let args = |id: &'static str| {
+        vec![
+            "--shards".to_string(),
+            "2".into(),
+            "--lease-duration".into(),
+            "4s".into(),
+            "--identity".into(),
+            id.into(),
+            "--lease-namespace".into(),
+            lease_ns.clone(),
+            "--watch-namespace".into(),
+            watched.clone(),
+        ]
+    };
+    let a_args = args("replica-a");
+    let b_args = args("replica-b");
+    let a_refs: Vec<&str> = a_args.iter().map(String::as_str).collect();
+    let b_refs: Vec<&str> = b_args.iter().map(String::as_str).collect();
+    let mut a = Daemon::start(&zero.env.kubeconfig, &a_refs).await;
+    let b = Daemon::start(&zero.env.kubeconfig, &b_refs).await;
+    let leases: Api<Lease> = Api::namespaced(zero.env.client.clone(), &lease_ns);
+    let holders = eventually(
+        "both shards held by different replicas",
+        Duration::from_secs(30),
+        || async {
+            let h0 = holder(&leases.get_opt("convoy-all-shard-0").await.ok()??)?;
+            let h1 = holder(&leases.get_opt("convoy-all-shard-1").await.ok()??)?;
+            (h0 != h1).then_some((h0, h1))
+        },
+    )
+    .await;
+    for f in [&zero, &one] {
+        eventually("Applied", Duration::from_secs(30), || async {
+            let status = f.release().await.status?;
+            (status.condition("Applied")?.status == "True").then_some(())
+        })
+        .await;
+    }
+    assert_eq!(a.metric("convoy_shards_held", &[]), 1.0);
+    assert_eq!(b.metric("convoy_shards_held", &[]), 1.0);
+
+    // Kill replica A: its shard goes to B once the lease expires.
+    let (a_shard, a_fixture) = if holders.0 == "replica-a" {
+        (0, &zero)
+    } else {
+        (1, &one)
+    };
+    let before = apply_time(&a_fixture.config_map("a").await.unwrap());
+    a.kill();
+    let lease_name = format!("convoy-all-shard-{a_shard}");
+    eventually("B to take A's shard", Duration::from_secs(30), || async {
+        let h = holder(&leases.get_opt(&lease_name).await.ok()??)?;
+        (h == "replica-b").then_some(())
+    })
+    .await;
+    eventually("B to hold both shards", Duration::from_secs(10), || async {
+        (b.metric("convoy_shards_held", &[]) == 2.0).then_some(())
+    })
+    .await;
+    // B looks at A's Release (interval 2s) and finds nothing to apply: no second apply.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        apply_time(&a_fixture.config_map("a").await.unwrap()),
+        before,
+        "no second apply during the handover"
+    );
+    // And B carries on with A's Release.
+    a_fixture.commit(&[("a.yaml", &config_map("a", 0, "2"))]);
+    eventually(
+        "B to apply A's Release",
+        Duration::from_secs(30),
+        || async {
+            let cm = a_fixture.config_map("a").await?;
+            (cm["data"]["value"] == "2").then_some(())
+        },
+    )
+    .await;
+}
