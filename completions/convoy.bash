@@ -34,8 +34,14 @@ _convoy() {
             convoy,help)
                 cmd="convoy__subcmd__help"
                 ;;
+            convoy,history)
+                cmd="convoy__subcmd__history"
+                ;;
             convoy,install)
                 cmd="convoy__subcmd__install"
+                ;;
+            convoy,pin)
+                cmd="convoy__subcmd__pin"
                 ;;
             convoy,render)
                 cmd="convoy__subcmd__render"
@@ -45,6 +51,9 @@ _convoy() {
                 ;;
             convoy,sync)
                 cmd="convoy__subcmd__sync"
+                ;;
+            convoy,unpin)
+                cmd="convoy__subcmd__unpin"
                 ;;
             convoy__subcmd__help,completions)
                 cmd="convoy__subcmd__help__subcmd__completions"
@@ -64,8 +73,14 @@ _convoy() {
             convoy__subcmd__help,help)
                 cmd="convoy__subcmd__help__subcmd__help"
                 ;;
+            convoy__subcmd__help,history)
+                cmd="convoy__subcmd__help__subcmd__history"
+                ;;
             convoy__subcmd__help,install)
                 cmd="convoy__subcmd__help__subcmd__install"
+                ;;
+            convoy__subcmd__help,pin)
+                cmd="convoy__subcmd__help__subcmd__pin"
                 ;;
             convoy__subcmd__help,render)
                 cmd="convoy__subcmd__help__subcmd__render"
@@ -76,6 +91,9 @@ _convoy() {
             convoy__subcmd__help,sync)
                 cmd="convoy__subcmd__help__subcmd__sync"
                 ;;
+            convoy__subcmd__help,unpin)
+                cmd="convoy__subcmd__help__subcmd__unpin"
+                ;;
             *)
                 ;;
         esac
@@ -83,7 +101,7 @@ _convoy() {
 
     case "${cmd}" in
         convoy)
-            opts="-n -o -v -q -h -V --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help --version render diff sync status health get install daemon completions help"
+            opts="-n -o -v -q -h -V --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help --version render diff sync status health get pin unpin history install daemon completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -167,7 +185,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__daemon)
-            opts="-n -o -v -q -h --role --shards --lease-namespace --identity --lease-duration --listen --workers --concurrency --cache-dir --watch-namespace --resync --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            opts="-n -o -v -q -h --role --shards --lease-namespace --identity --lease-duration --listen --workers --concurrency --cache-dir --watch-namespace --render-store --resync --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -210,6 +228,10 @@ _convoy() {
                     return 0
                     ;;
                 --watch-namespace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --render-store)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -407,7 +429,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__help)
-            opts="render diff sync status health get install daemon completions help"
+            opts="render diff sync status health get pin unpin history install daemon completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -504,7 +526,35 @@ _convoy() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        convoy__subcmd__help__subcmd__history)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         convoy__subcmd__help__subcmd__install)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        convoy__subcmd__help__subcmd__pin)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -560,6 +610,66 @@ _convoy() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        convoy__subcmd__help__subcmd__unpin)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        convoy__subcmd__history)
+            opts="-n -o -v -q -h --render-store --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --render-store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kubeconfig)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --context)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         convoy__subcmd__install)
             opts="-n -o -v -q -h --crds-only --dry-run --image --timeout --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -572,6 +682,52 @@ _convoy() {
                     return 0
                     ;;
                 --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kubeconfig)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --context)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        convoy__subcmd__pin)
+            opts="-n -o -v -q -h --render-store --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --render-store)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -711,7 +867,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__sync)
-            opts="-y -n -o -v -q -h --force --yes --request --wait --timeout --concurrency --cache-dir --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            opts="-y -n -o -v -q -h --force --yes --request --wait --timeout --concurrency --cache-dir --render-store --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -729,6 +885,52 @@ _convoy() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --render-store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kubeconfig)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --context)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        convoy__subcmd__unpin)
+            opts="-n -o -v -q -h --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 --kubeconfig)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

@@ -40,6 +40,9 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand status 'Explain a Release: who wrote each condition and why, what was attempted and what runs'
             cand health 'Show the health of each object and hook of a Release'
             cand get 'List Releases with State, Applied, InSync, Healthy and Age'
+            cand pin 'Pin a Release to a stored render (a full renderRef or a unique prefix of one)'
+            cand unpin 'Clear a Release''s pin: it runs its source''s render again'
+            cand history 'List a Release''s render history, oldest first, with what runs, what is pinned and the last healthy render marked'
             cand install 'Install convoy: CRDs, RBAC, the default health rules and the daemon''s Deployments'
             cand daemon 'Run convoy in a cluster: the Release controller and the observer''s drift and health loops'
             cand completions 'Print shell completions'
@@ -93,6 +96,7 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand --timeout 'How long --wait waits'
             cand --concurrency 'Requests in flight per apply step'
             cand --cache-dir 'Where fetched sources are cached (default: $CONVOY_CACHE_DIR or ~/.cache/convoy)'
+            cand --render-store 'Where renders and history are kept: kubernetes (Secrets in convoy-system, as the daemon keeps them), kubernetes:NAMESPACE, dir:PATH, or none'
             cand --kubeconfig 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)'
             cand --context 'The kubeconfig context to use'
             cand -n 'Namespace of the Release (default: the context''s namespace)'
@@ -165,6 +169,56 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
         }
+        &'convoy;pin'= {
+            cand --render-store 'Where renders and history are kept: kubernetes (Secrets in convoy-system, as the daemon keeps them), kubernetes:NAMESPACE, dir:PATH, or none'
+            cand --kubeconfig 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)'
+            cand --context 'The kubeconfig context to use'
+            cand -n 'Namespace of the Release (default: the context''s namespace)'
+            cand --namespace 'Namespace of the Release (default: the context''s namespace)'
+            cand -o 'Output format'
+            cand --output 'Output format'
+            cand --log-format 'Log format on stderr'
+            cand --no-color 'Never color the output (color is only used on a terminal anyway)'
+            cand -v 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors on stderr'
+            cand --quiet 'Only errors on stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'convoy;unpin'= {
+            cand --kubeconfig 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)'
+            cand --context 'The kubeconfig context to use'
+            cand -n 'Namespace of the Release (default: the context''s namespace)'
+            cand --namespace 'Namespace of the Release (default: the context''s namespace)'
+            cand -o 'Output format'
+            cand --output 'Output format'
+            cand --log-format 'Log format on stderr'
+            cand --no-color 'Never color the output (color is only used on a terminal anyway)'
+            cand -v 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors on stderr'
+            cand --quiet 'Only errors on stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'convoy;history'= {
+            cand --render-store 'Where renders and history are kept: kubernetes (Secrets in convoy-system, as the daemon keeps them), kubernetes:NAMESPACE, dir:PATH, or none'
+            cand --kubeconfig 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)'
+            cand --context 'The kubeconfig context to use'
+            cand -n 'Namespace of the Release (default: the context''s namespace)'
+            cand --namespace 'Namespace of the Release (default: the context''s namespace)'
+            cand -o 'Output format'
+            cand --output 'Output format'
+            cand --log-format 'Log format on stderr'
+            cand --no-color 'Never color the output (color is only used on a terminal anyway)'
+            cand -v 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand --verbose 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+            cand -q 'Only errors on stderr'
+            cand --quiet 'Only errors on stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
         &'convoy;install'= {
             cand --image 'Image of the daemon'
             cand --timeout 'How long to wait for the CRDs to become Established'
@@ -196,6 +250,7 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand --concurrency 'Requests in flight per apply, dry run and prune'
             cand --cache-dir 'Where fetched sources are cached'
             cand --watch-namespace 'Watch only these namespaces (comma-separated or repeated; default: all)'
+            cand --render-store 'Where renders and history are kept: kubernetes (Secrets in the Lease namespace), kubernetes:NAMESPACE, dir:PATH, or none (no pins, rollbacks or history)'
             cand --resync 'How often every Release is looked at again even without events'
             cand --kubeconfig 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)'
             cand --context 'The kubeconfig context to use'
@@ -235,6 +290,9 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand status 'Explain a Release: who wrote each condition and why, what was attempted and what runs'
             cand health 'Show the health of each object and hook of a Release'
             cand get 'List Releases with State, Applied, InSync, Healthy and Age'
+            cand pin 'Pin a Release to a stored render (a full renderRef or a unique prefix of one)'
+            cand unpin 'Clear a Release''s pin: it runs its source''s render again'
+            cand history 'List a Release''s render history, oldest first, with what runs, what is pinned and the last healthy render marked'
             cand install 'Install convoy: CRDs, RBAC, the default health rules and the daemon''s Deployments'
             cand daemon 'Run convoy in a cluster: the Release controller and the observer''s drift and health loops'
             cand completions 'Print shell completions'
@@ -251,6 +309,12 @@ set edit:completion:arg-completer[convoy] = {|@words|
         &'convoy;help;health'= {
         }
         &'convoy;help;get'= {
+        }
+        &'convoy;help;pin'= {
+        }
+        &'convoy;help;unpin'= {
+        }
+        &'convoy;help;history'= {
         }
         &'convoy;help;install'= {
         }

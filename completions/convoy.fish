@@ -44,6 +44,9 @@ complete -c convoy -n "__fish_convoy_needs_command" -f -a "sync" -d 'Sync a Rele
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "status" -d 'Explain a Release: who wrote each condition and why, what was attempted and what runs'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "health" -d 'Show the health of each object and hook of a Release'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "get" -d 'List Releases with State, Applied, InSync, Healthy and Age'
+complete -c convoy -n "__fish_convoy_needs_command" -f -a "pin" -d 'Pin a Release to a stored render (a full renderRef or a unique prefix of one)'
+complete -c convoy -n "__fish_convoy_needs_command" -f -a "unpin" -d 'Clear a Release\'s pin: it runs its source\'s render again'
+complete -c convoy -n "__fish_convoy_needs_command" -f -a "history" -d 'List a Release\'s render history, oldest first, with what runs, what is pinned and the last healthy render marked'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "install" -d 'Install convoy: CRDs, RBAC, the default health rules and the daemon\'s Deployments'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "daemon" -d 'Run convoy in a cluster: the Release controller and the observer\'s drift and health loops'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "completions" -d 'Print shell completions'
@@ -86,6 +89,7 @@ complete -c convoy -n "__fish_convoy_using_subcommand diff" -s h -l help -d 'Pri
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -l timeout -d 'How long --wait waits' -r
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -l concurrency -d 'Requests in flight per apply step' -r
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -l cache-dir -d 'Where fetched sources are cached (default: $CONVOY_CACHE_DIR or ~/.cache/convoy)' -r -F
+complete -c convoy -n "__fish_convoy_using_subcommand sync" -l render-store -d 'Where renders and history are kept: kubernetes (Secrets in convoy-system, as the daemon keeps them), kubernetes:NAMESPACE, dir:PATH, or none' -r
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -l context -d 'The kubeconfig context to use' -r
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -s n -l namespace -d 'Namespace of the Release (default: the context\'s namespace)' -r
@@ -145,6 +149,47 @@ complete -c convoy -n "__fish_convoy_using_subcommand get" -l no-color -d 'Never
 complete -c convoy -n "__fish_convoy_using_subcommand get" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand get" -s q -l quiet -d 'Only errors on stderr'
 complete -c convoy -n "__fish_convoy_using_subcommand get" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c convoy -n "__fish_convoy_using_subcommand pin" -l render-store -d 'Where renders and history are kept: kubernetes (Secrets in convoy-system, as the daemon keeps them), kubernetes:NAMESPACE, dir:PATH, or none' -r
+complete -c convoy -n "__fish_convoy_using_subcommand pin" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
+complete -c convoy -n "__fish_convoy_using_subcommand pin" -l context -d 'The kubeconfig context to use' -r
+complete -c convoy -n "__fish_convoy_using_subcommand pin" -s n -l namespace -d 'Namespace of the Release (default: the context\'s namespace)' -r
+complete -c convoy -n "__fish_convoy_using_subcommand pin" -s o -l output -d 'Output format' -r -f -a "table\t''
+yaml\t''
+json\t''
+diff\t'Only for `convoy diff`'"
+complete -c convoy -n "__fish_convoy_using_subcommand pin" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
+json\t''"
+complete -c convoy -n "__fish_convoy_using_subcommand pin" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
+complete -c convoy -n "__fish_convoy_using_subcommand pin" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+complete -c convoy -n "__fish_convoy_using_subcommand pin" -s q -l quiet -d 'Only errors on stderr'
+complete -c convoy -n "__fish_convoy_using_subcommand pin" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c convoy -n "__fish_convoy_using_subcommand unpin" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
+complete -c convoy -n "__fish_convoy_using_subcommand unpin" -l context -d 'The kubeconfig context to use' -r
+complete -c convoy -n "__fish_convoy_using_subcommand unpin" -s n -l namespace -d 'Namespace of the Release (default: the context\'s namespace)' -r
+complete -c convoy -n "__fish_convoy_using_subcommand unpin" -s o -l output -d 'Output format' -r -f -a "table\t''
+yaml\t''
+json\t''
+diff\t'Only for `convoy diff`'"
+complete -c convoy -n "__fish_convoy_using_subcommand unpin" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
+json\t''"
+complete -c convoy -n "__fish_convoy_using_subcommand unpin" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
+complete -c convoy -n "__fish_convoy_using_subcommand unpin" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+complete -c convoy -n "__fish_convoy_using_subcommand unpin" -s q -l quiet -d 'Only errors on stderr'
+complete -c convoy -n "__fish_convoy_using_subcommand unpin" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c convoy -n "__fish_convoy_using_subcommand history" -l render-store -d 'Where renders and history are kept: kubernetes (Secrets in convoy-system, as the daemon keeps them), kubernetes:NAMESPACE, dir:PATH, or none' -r
+complete -c convoy -n "__fish_convoy_using_subcommand history" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
+complete -c convoy -n "__fish_convoy_using_subcommand history" -l context -d 'The kubeconfig context to use' -r
+complete -c convoy -n "__fish_convoy_using_subcommand history" -s n -l namespace -d 'Namespace of the Release (default: the context\'s namespace)' -r
+complete -c convoy -n "__fish_convoy_using_subcommand history" -s o -l output -d 'Output format' -r -f -a "table\t''
+yaml\t''
+json\t''
+diff\t'Only for `convoy diff`'"
+complete -c convoy -n "__fish_convoy_using_subcommand history" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
+json\t''"
+complete -c convoy -n "__fish_convoy_using_subcommand history" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
+complete -c convoy -n "__fish_convoy_using_subcommand history" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+complete -c convoy -n "__fish_convoy_using_subcommand history" -s q -l quiet -d 'Only errors on stderr'
+complete -c convoy -n "__fish_convoy_using_subcommand history" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l image -d 'Image of the daemon' -r
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l timeout -d 'How long to wait for the CRDs to become Established' -r
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
@@ -174,6 +219,7 @@ complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l workers -d 'Wor
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l concurrency -d 'Requests in flight per apply, dry run and prune' -r
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l cache-dir -d 'Where fetched sources are cached' -r -F
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l watch-namespace -d 'Watch only these namespaces (comma-separated or repeated; default: all)' -r
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l render-store -d 'Where renders and history are kept: kubernetes (Secrets in the Lease namespace), kubernetes:NAMESPACE, dir:PATH, or none (no pins, rollbacks or history)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l resync -d 'How often every Release is looked at again even without events' -r
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l context -d 'The kubeconfig context to use' -r
@@ -201,13 +247,16 @@ complete -c convoy -n "__fish_convoy_using_subcommand completions" -l no-color -
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -s q -l quiet -d 'Only errors on stderr'
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install daemon completions help" -f -a "render" -d 'Render a Release: print its objects in apply order and its renderRef'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install daemon completions help" -f -a "diff" -d 'Show what a sync would change: a diff per object, drift named by field manager'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install daemon completions help" -f -a "sync" -d 'Sync a Release now: render, dry-run, apply in waves, prune, record, write the status'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install daemon completions help" -f -a "status" -d 'Explain a Release: who wrote each condition and why, what was attempted and what runs'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install daemon completions help" -f -a "health" -d 'Show the health of each object and hook of a Release'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install daemon completions help" -f -a "get" -d 'List Releases with State, Applied, InSync, Healthy and Age'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install daemon completions help" -f -a "install" -d 'Install convoy: CRDs, RBAC, the default health rules and the daemon\'s Deployments'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install daemon completions help" -f -a "daemon" -d 'Run convoy in a cluster: the Release controller and the observer\'s drift and health loops'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install daemon completions help" -f -a "completions" -d 'Print shell completions'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get install daemon completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "render" -d 'Render a Release: print its objects in apply order and its renderRef'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "diff" -d 'Show what a sync would change: a diff per object, drift named by field manager'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "sync" -d 'Sync a Release now: render, dry-run, apply in waves, prune, record, write the status'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "status" -d 'Explain a Release: who wrote each condition and why, what was attempted and what runs'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "health" -d 'Show the health of each object and hook of a Release'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "get" -d 'List Releases with State, Applied, InSync, Healthy and Age'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "pin" -d 'Pin a Release to a stored render (a full renderRef or a unique prefix of one)'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "unpin" -d 'Clear a Release\'s pin: it runs its source\'s render again'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "history" -d 'List a Release\'s render history, oldest first, with what runs, what is pinned and the last healthy render marked'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "install" -d 'Install convoy: CRDs, RBAC, the default health rules and the daemon\'s Deployments'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "daemon" -d 'Run convoy in a cluster: the Release controller and the observer\'s drift and health loops'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "completions" -d 'Print shell completions'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -9,6 +9,7 @@ pub mod generate;
 pub mod output;
 pub mod progress;
 pub mod release_input;
+pub mod store_args;
 pub mod table;
 
 use std::path::PathBuf;
@@ -95,6 +96,9 @@ pub enum Command {
     Status(commands::status::StatusArgs),
     Health(commands::health::HealthArgs),
     Get(commands::get::GetArgs),
+    Pin(commands::pin::PinArgs),
+    Unpin(commands::pin::UnpinArgs),
+    History(commands::history::HistoryArgs),
     Install(commands::install::InstallArgs),
     Daemon(commands::daemon::DaemonArgs),
     Completions(commands::completions::CompletionsArgs),
@@ -140,6 +144,9 @@ pub async fn run(cli: Cli, printer: &mut Printer) -> CommandResult {
         Command::Status(args) => commands::status::run(&cli.global, args, printer).await,
         Command::Health(args) => commands::health::run(&cli.global, args, printer).await,
         Command::Get(args) => commands::get::run(&cli.global, args, printer).await,
+        Command::Pin(args) => commands::pin::run_pin(&cli.global, args, printer).await,
+        Command::Unpin(args) => commands::pin::run_unpin(&cli.global, args, printer).await,
+        Command::History(args) => commands::history::run(&cli.global, args, printer).await,
         Command::Install(args) => commands::install::run(&cli.global, args, printer).await,
         Command::Completions(args) => commands::completions::run(args, printer),
         Command::Daemon(args) => commands::daemon::run_daemon(&cli.global, args).await,

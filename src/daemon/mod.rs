@@ -67,6 +67,8 @@ pub struct DaemonConfig {
     /// 0: no sharding (this process owns everything).
     pub shards: u32,
     pub lease_namespace: String,
+    /// The render store; the Kubernetes one keeps its Secrets in the Lease namespace.
+    pub render_store: crate::engine::store::StoreSpec,
     pub identity: String,
     pub lease_duration: Duration,
     pub listen: SocketAddr,
@@ -90,6 +92,19 @@ pub enum DaemonError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// The releaseByCluster index over the informer cache.
+struct ReleasesByCluster(Arc<informer::Cache<Release>>);
+
+impl crate::engine::reconcile::ReleaseIndex for ReleasesByCluster {
+    fn on_cluster(&self, key: &str) -> Vec<Arc<Release>> {
+        self.0
+            .all()
+            .into_iter()
+            .filter(|r| cluster_key(r) == key)
+            .collect()
+    }
 }
 
 /// Run until SIGTERM or Ctrl-C; then finish the passes in flight, release the Leases, return.
@@ -118,10 +133,13 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
     let mut ctx = Context::new(home.clone(), coordinator);
     ctx.shard = gate;
     ctx.concurrency = config.concurrency;
+    ctx.store = config.render_store.open(&client, &config.lease_namespace);
+    let releases: Arc<informer::Cache<Release>> = Arc::default();
+    ctx.releases = Some(Arc::new(ReleasesByCluster(releases.clone())));
 
     let shared = Arc::new(Shared {
         ctx: Arc::new(ctx),
-        releases: Arc::default(),
+        releases,
         inventories: Arc::default(),
         clusters: Arc::default(),
         gits: Arc::default(),

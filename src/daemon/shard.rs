@@ -30,15 +30,7 @@ pub fn shard_of(cluster_key: &str, shards: u32) -> u32 {
     (hash % u64::from(shards.max(1))) as u32
 }
 
-/// The cluster a Release deploys to, as `<namespace>/<Cluster name>` (empty name: the cluster
-/// the Release lives in).
-pub fn cluster_key(release: &Release) -> String {
-    format!(
-        "{}/{}",
-        release.metadata.namespace.as_deref().unwrap_or_default(),
-        release.spec.cluster.as_deref().unwrap_or_default()
-    )
-}
+pub use crate::engine::cluster::cluster_key;
 
 /// The shards this replica holds, shared with every loop's gate.
 #[derive(Clone)]

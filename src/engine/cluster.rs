@@ -47,6 +47,16 @@ pub struct Target {
 
 /// Resolve and probe the target cluster of `release`. `home` is the cluster the Release lives
 /// in (the CLI's kubeconfig cluster, or the daemon's own).
+/// The cluster a Release deploys to, as `<namespace>/<Cluster name>` (empty name: the cluster
+/// the Release lives in). Sharding and cluster waves group Releases by it.
+pub fn cluster_key(release: &Release) -> String {
+    format!(
+        "{}/{}",
+        release.metadata.namespace.as_deref().unwrap_or_default(),
+        release.spec.cluster.as_deref().unwrap_or_default()
+    )
+}
+
 pub async fn resolve_target(home: &Connection, release: &Release) -> Result<Target, ClusterError> {
     let namespace = release.metadata.namespace.clone().unwrap_or_default();
     let Some(name) = release.spec.cluster.clone() else {

@@ -91,6 +91,7 @@ pub fn owned_status_fields(status: &ReleaseStatus) -> Map<String, Value> {
     put("lastHealthy", json!(status.last_healthy));
     put("rollout", json!(status.rollout));
     put("pin", json!(status.pin));
+    put("waiting", json!(status.waiting));
     if !status.waves.is_empty() {
         put("waves", json!(status.waves));
     }

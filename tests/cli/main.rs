@@ -9,5 +9,6 @@ mod basics;
 mod diff;
 mod generated;
 mod health;
+mod history;
 mod render;
 mod sync_status;

@@ -5,7 +5,7 @@ use serde_json::json;
 use crate::support::fixture::{Fixture, config_map};
 
 /// Masks what changes between runs: the namespace, render refs, commits and ages.
-fn settings(namespace: &str) -> insta::Settings {
+pub fn settings(namespace: &str) -> insta::Settings {
     let mut s = insta::Settings::clone_current();
     s.add_filter(&regex_escape(namespace), "NAMESPACE");
     s.add_filter(r"sha1:[0-9a-f]{40}", "sha1:COMMIT");
@@ -26,7 +26,7 @@ fn regex_escape(s: &str) -> String {
         .collect()
 }
 
-fn out(o: &std::process::Output) -> (i32, String, String) {
+pub fn out(o: &std::process::Output) -> (i32, String, String) {
     (
         o.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&o.stdout).into_owned(),

@@ -12,5 +12,6 @@ mod health;
 mod inventory;
 mod kwok;
 mod remote;
+mod rollout;
 mod status;
 mod sync;

@@ -19,6 +19,8 @@ pub struct Fixture {
     pub ctx: Context,
     pub name: String,
     _cache: tempfile::TempDir,
+    /// Where [`Fixture::with_dir_store`] keeps renders.
+    pub store_dir: tempfile::TempDir,
 }
 
 /// A ConfigMap manifest in `wave`.
@@ -61,6 +63,7 @@ impl Fixture {
             ctx,
             name: "web".into(),
             _cache: cache,
+            store_dir: tempfile::tempdir().unwrap(),
         };
         fixture
             .kubectl_apply(&json!({
@@ -82,6 +85,14 @@ impl Fixture {
             }))
             .await;
         fixture
+    }
+
+    /// Keep renders in a local directory store (pins, rollbacks, history).
+    pub fn with_dir_store(mut self) -> Self {
+        self.ctx.store = Some(Arc::new(convoy::engine::store::dir::DirStore::new(
+            self.store_dir.path(),
+        )));
+        self
     }
 
     /// Create or update an object with SSA as a test user (`test-user`).
@@ -113,8 +124,28 @@ impl Fixture {
 
     /// One pass of the controller's sync handler over the live Release.
     pub async fn sync(&self) -> HandlerResult {
-        let release = self.release().await;
+        self.sync_named(&self.name).await
+    }
+
+    /// One pass of the sync handler over another Release of this namespace.
+    pub async fn sync_named(&self, name: &str) -> HandlerResult {
+        let release = self.releases().get(name).await.unwrap();
         sync_handler(&self.ctx, &release, 0).await.unwrap()
+    }
+
+    /// Another Release on the same repository: `path` in it, `spec_extra` merged in.
+    pub async fn add_release(&self, name: &str, path: &str, spec_extra: Value) {
+        let mut spec = json!({
+            "source": {"kind": "GitRepository", "name": "repo", "path": path},
+            "targetNamespace": self.env.namespace,
+        });
+        json_patch::merge(&mut spec, &spec_extra);
+        self.kubectl_apply(&json!({
+            "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+            "metadata": {"name": name, "namespace": self.env.namespace},
+            "spec": spec,
+        }))
+        .await;
     }
 
     /// Commit new `files` under `app/` (replacing the directory's content).

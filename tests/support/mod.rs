@@ -119,7 +119,22 @@ fn install_crds(kubeconfig: &Path) {
         "convoy install --crds-only failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The render store's default namespace (`convoy install` creates it with the daemon).
+    let out = Command::new(testenv_bin().join("kubectl"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["create", "namespace", STORE_NAMESPACE])
+        .output()
+        .expect("cannot run kubectl");
+    assert!(
+        out.status.success() || String::from_utf8_lossy(&out.stderr).contains("AlreadyExists"),
+        "cannot create namespace {STORE_NAMESPACE}:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
+
+/// Where the Kubernetes render store keeps its Secrets by default.
+pub const STORE_NAMESPACE: &str = "convoy-system";
 
 /// A client for a kubeconfig file.
 pub async fn client_for(kubeconfig: &Path) -> Client {

@@ -62,6 +62,10 @@ pub struct DaemonArgs {
     /// Watch only these namespaces (comma-separated or repeated; default: all).
     #[arg(long = "watch-namespace", value_delimiter = ',')]
     pub watch_namespaces: Vec<String>,
+    /// Where renders and history are kept: kubernetes (Secrets in the Lease namespace),
+    /// kubernetes:NAMESPACE, dir:PATH, or none (no pins, rollbacks or history).
+    #[arg(long, default_value = "kubernetes", value_parser = clap::value_parser!(crate::engine::store::StoreSpec))]
+    pub render_store: crate::engine::store::StoreSpec,
     /// How often every Release is looked at again even without events.
     #[arg(long, default_value = "10m", value_parser = crate::engine::duration::parse_duration)]
     pub resync: Duration,
@@ -96,6 +100,7 @@ pub async fn run_daemon(global: &GlobalArgs, args: DaemonArgs) -> CommandResult 
         cache_dir: args.cache_dir.unwrap_or_else(Cache::default_root),
         resync: args.resync,
         namespaces: args.watch_namespaces,
+        render_store: args.render_store,
     };
     run(config, daemon)
         .await

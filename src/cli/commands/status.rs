@@ -135,11 +135,10 @@ pub fn render_status(release: &Release, now: jiff::Timestamp) -> String {
         ));
     }
     if let Some(r) = &status.rollout {
-        out.push_str(&format!(
-            "Rollout          {} of render {}\n",
-            r.state.as_str(),
-            short(&r.render_ref)
-        ));
+        out.push_str(&rollout_line(release, r, now));
+    }
+    if let Some(w) = &status.waiting {
+        out.push_str(&waiting_line(release, w, now));
     }
     if let Some(p) = &status.pin {
         out.push_str(&format!(
@@ -165,6 +164,104 @@ pub fn render_status(release: &Release, now: jiff::Timestamp) -> String {
     }
     out.push_str(&format!("\nVerdict: {}\n", explanation.verdict));
     out
+}
+
+fn ago(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time, now: jiff::Timestamp) -> String {
+    human(std::time::Duration::from_secs(
+        (now.as_second() - t.0.as_second()).max(0) as u64,
+    ))
+}
+
+/// How long is left of `limit` (a duration as written) counted from `since`.
+fn left(
+    limit: Option<&str>,
+    since: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    now: jiff::Timestamp,
+) -> Option<String> {
+    let limit = crate::engine::duration::parse_duration(limit?).ok()?;
+    let elapsed = (now.as_second() - since.0.as_second()).max(0) as u64;
+    Some(match limit.as_secs().checked_sub(elapsed) {
+        Some(rest) if rest > 0 => format!("{} left", human(std::time::Duration::from_secs(rest))),
+        _ => "passed".to_string(),
+    })
+}
+
+/// `Rollout  Progressing of render abc since 2m (deadline: 3m left)`.
+fn rollout_line(
+    release: &Release,
+    r: &crate::engine::api::RolloutStatus,
+    now: jiff::Timestamp,
+) -> String {
+    let mut line = format!(
+        "Rollout          {} of render {}",
+        r.state.as_str(),
+        short(&r.render_ref)
+    );
+    match (r.state, &r.started_at, &r.finished_at) {
+        (crate::engine::api::RolloutState::Progressing, Some(started), _) => {
+            line.push_str(&format!(", started {} ago", ago(started, now)));
+            let deadline = release
+                .spec
+                .failure_policy
+                .as_ref()
+                .and_then(|p| p.deadline.as_deref());
+            if let Some(rest) = left(deadline, started, now) {
+                line.push_str(&format!(" (deadline: {rest})"));
+            }
+        }
+        (_, _, Some(finished)) => line.push_str(&format!(", since {} ago", ago(finished, now))),
+        _ => {}
+    }
+    if r.state != crate::engine::api::RolloutState::Progressing
+        && let Some(m) = r.message.as_deref().filter(|m| !m.is_empty())
+    {
+        line.push_str(&format!(": {m}"));
+    }
+    line.push('\n');
+    line
+}
+
+/// `Waiting  for wave 0 since 1m (timeout: 4m left)`, then what holds it (the Applied
+/// message names the objects or Releases).
+fn waiting_line(
+    release: &Release,
+    w: &crate::engine::api::Waiting,
+    now: jiff::Timestamp,
+) -> String {
+    let timeout = if w.reason == crate::engine::api::reasons::WAITING_FOR_CLUSTER_WAVE {
+        release
+            .spec
+            .cluster_wave
+            .as_ref()
+            .and_then(|c| c.timeout.as_deref())
+    } else {
+        release
+            .spec
+            .sync_policy
+            .as_ref()
+            .and_then(|p| p.waves.as_ref())
+            .and_then(|w| w.timeout.as_deref())
+    };
+    let mut line = format!(
+        "Waiting          for {} since {} ago",
+        w.target,
+        ago(&w.since, now)
+    );
+    match left(timeout, &w.since, now) {
+        Some(rest) => line.push_str(&format!(" (timeout: {rest})")),
+        None => line.push_str(" (no timeout)"),
+    }
+    let held_by = release
+        .status
+        .as_ref()
+        .and_then(|s| s.condition(crate::engine::api::condition_types::APPLIED))
+        .map(|c| c.message.clone())
+        .filter(|m| !m.is_empty());
+    if let Some(m) = held_by {
+        line.push_str(&format!(": {m}"));
+    }
+    line.push('\n');
+    line
 }
 
 fn yes_no(b: bool) -> String {

@@ -49,6 +49,8 @@ pub struct SyncArgs {
     /// Where fetched sources are cached (default: $CONVOY_CACHE_DIR or ~/.cache/convoy).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub store: crate::cli::store_args::StoreArgs,
 }
 
 pub async fn run(global: &GlobalArgs, args: SyncArgs, printer: &mut Printer) -> CommandResult {
@@ -96,6 +98,7 @@ pub async fn run(global: &GlobalArgs, args: SyncArgs, printer: &mut Printer) -> 
     let cache = Cache::new(args.cache_dir.clone().unwrap_or_else(Cache::default_root));
     let mut ctx = Context::new(conn.clone(), Arc::new(Coordinator::new(cache)));
     ctx.concurrency = args.concurrency;
+    ctx.store = args.store.open(&conn.client);
     let progress = Arc::new(SyncProgress::new(printer.interactive));
     ctx.progress = Some(progress.clone());
     let result = sync_handler(&ctx, &release, 0).await;

@@ -495,6 +495,21 @@ pub struct ReleaseStatus {
     /// The forced /sync request (annotation value) last handled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_handled_force_sync_at: Option<String>,
+    /// What the Release waits for and since when (deviation: not in the spec's status; the
+    /// wave and cluster-wave timeouts count from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<Waiting>,
+}
+
+/// A hold in progress.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Waiting {
+    /// The Applied reason of the hold.
+    pub reason: String,
+    /// What is awaited: `wave 2`, `cluster wave 0`.
+    pub target: String,
+    pub since: Time,
 }
 
 impl ReleaseStatus {

@@ -411,6 +411,31 @@ pub async fn render_desired(
     let status = release.status.clone().unwrap_or_default();
     let state = new_reconcile_state(release, &status, now());
     let stage = stages::stage_render(ctx, release, &state).await?;
+    // After a rollback the last healthy render is what should run (a pin came first, in
+    // stage_render).
+    if crate::engine::reconcile::assemble::pin_status(release).is_none()
+        && let Some(rollout) = status.rollout.as_ref()
+        && rollout.state == crate::engine::api::RolloutState::RolledBack
+        && rollout.render_ref == stage.rendered.render_ref
+        && let (Some(store), Some(last)) = (&ctx.store, status.last_healthy.as_ref())
+    {
+        let id = crate::engine::store::ReleaseId::of(release);
+        match store.get_render(&id, &last.render_ref).await {
+            Ok(Some(objects)) => {
+                return Ok(Desired {
+                    objects,
+                    render_ref: last.render_ref.clone(),
+                    target: stage.target,
+                });
+            }
+            Ok(None) => {
+                tracing::warn!(release = %id, "the last healthy render is not in the store; comparing with the source render")
+            }
+            Err(e) => {
+                tracing::warn!(release = %id, "cannot load the last healthy render: {:#}", anyhow::Error::new(e))
+            }
+        }
+    }
     Ok(Desired {
         objects: stage.rendered.objects,
         render_ref: stage.rendered.render_ref,

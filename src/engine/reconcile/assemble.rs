@@ -41,8 +41,14 @@ pub fn assemble_status(
     status.pin = pin_status(release);
     status.last_attempted = Some(outcome.attempt.clone());
     if outcome.applied_render {
-        status.last_successful = Some(outcome.attempt.clone());
+        status.last_successful = Some(
+            outcome
+                .successful
+                .clone()
+                .unwrap_or_else(|| outcome.attempt.clone()),
+        );
     }
+    status.waiting = outcome.waiting.clone();
     if state.mode == SyncMode::Manual
         && outcome.applied_render
         && let Some(request) = &state.pending_sync
@@ -173,6 +179,27 @@ fn advance_last_healthy(
         resolved_source: outcome.attempt.resolved_source.clone(),
         healthy_at: Some(now.clone()),
     });
+}
+
+/// Whether the cached Healthy condition says `render` is healthy: Healthy is True (Healthy or
+/// NotConfigured) and it was assessed for the cached `lastAttempted`, which is `render`.
+pub fn verdict_healthy(cached: &ReleaseStatus, render: &str) -> bool {
+    let healthy = cached.condition(condition_types::HEALTHY).is_some_and(|c| {
+        c.status == "True"
+            && (c.reason == reasons::healthy::HEALTHY
+                || c.reason == reasons::healthy::NOT_CONFIGURED)
+    });
+    let for_this_render = cached
+        .last_attempted
+        .as_ref()
+        .and_then(|a| a.render_ref.as_deref())
+        == Some(render);
+    let applied = cached
+        .last_successful
+        .as_ref()
+        .and_then(|a| a.render_ref.as_deref())
+        == Some(render);
+    healthy && for_this_render && applied
 }
 
 /// Step 9: `status.rollout` and `RolloutSucceeded` (reason = the rollout state).

@@ -95,7 +95,14 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
         .delete()
         .await
         .map_err(|e| fail(format!("{:#}", anyhow::Error::new(e))))?;
-    // Step 6: the render store prefix (with the render store).
+    // Step 6: the render store prefix. A failure leaves blobs behind but must not keep the
+    // Release from going, so it is logged.
+    if let Some(store) = &ctx.store {
+        let id = crate::engine::store::ReleaseId::of(release);
+        if let Err(e) = store.delete_prefix(&id).await {
+            tracing::warn!(release = %name, "cannot delete the stored renders: {:#}", anyhow::Error::new(e));
+        }
+    }
     // Step 7: clear the finalizer.
     let api: Api<Release> = Api::namespaced(
         ctx.home.client.clone(),

@@ -6,9 +6,11 @@
 
 pub mod assemble;
 pub mod finalize;
+pub mod gates;
 pub mod outcome;
 pub mod requeue;
 pub mod stages;
+pub mod sync;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -26,8 +28,10 @@ use crate::engine::cluster::Target;
 use crate::engine::connect::Connection;
 use crate::engine::inventory::InventoryHandle;
 use crate::engine::render::ClusterInfo;
+use crate::engine::rollout::{RolloutAction, RolloutInput, RolloutPlan, plan_rollout};
 use crate::engine::source::Coordinator;
 use crate::engine::status::{now, status_changed, write_owned_status};
+use crate::engine::store::RenderStore;
 
 /// Whether this process owns a Release's shard (DESIGN.md "Sharding").
 pub trait ShardGate: Send + Sync {
@@ -58,6 +62,12 @@ pub trait Progress: Send + Sync {
     fn event(&self, event: ProgressEvent);
 }
 
+/// The Releases that deploy to one cluster (the spec's releaseByCluster index). The daemon
+/// answers from its informer cache; without one the gate lists the namespace's Releases.
+pub trait ReleaseIndex: Send + Sync {
+    fn on_cluster(&self, cluster_key: &str) -> Vec<Arc<Release>>;
+}
+
 /// What every reconcile shares: the home cluster, the source cache, caches per target.
 pub struct Context {
     /// The cluster the Releases live in.
@@ -67,6 +77,10 @@ pub struct Context {
     /// Requests in flight per apply, dry run and prune.
     pub concurrency: usize,
     pub progress: Option<Arc<dyn Progress>>,
+    /// Where renders and history are kept; `None` disables pins, rollbacks and history.
+    pub store: Option<Arc<dyn RenderStore>>,
+    /// The releaseByCluster index for cluster waves.
+    pub releases: Option<Arc<dyn ReleaseIndex>>,
     cluster_info: Mutex<HashMap<String, (Instant, ClusterInfo)>>,
     appliers: Mutex<HashMap<String, Arc<Applier>>>,
 }
@@ -82,6 +96,8 @@ impl Context {
             shard: Arc::new(OwnsEveryShard),
             concurrency: crate::engine::apply::DEFAULT_CONCURRENCY,
             progress: None,
+            store: None,
+            releases: None,
             cluster_info: Mutex::new(HashMap::new()),
             appliers: Mutex::new(HashMap::new()),
         }
@@ -181,11 +197,46 @@ pub async fn reconcile(
         Ok(r) => r,
         Err(outcome) => return *outcome,
     };
-    let plan = stages::plan_rollout(release, status, &rendered, state);
-    if let Some(hold) = stages::stage_gates(ctx, release, status, state, &rendered).await {
-        return hold;
+    // Stage 2: planRollout, unless a pin decides what runs.
+    let render_ref = rendered.rendered.render_ref.clone();
+    let plan = if assemble::pin_status(release).is_some() {
+        RolloutPlan {
+            rollout: None,
+            action: RolloutAction::ApplySource,
+        }
+    } else {
+        plan_rollout(&RolloutInput {
+            policy: release.spec.failure_policy.as_ref(),
+            previous: status.rollout.as_ref(),
+            render_ref: &render_ref,
+            healthy: assemble::verdict_healthy(status, &render_ref),
+            last_healthy: status.last_healthy.as_ref().map(|h| h.render_ref.as_str()),
+            forced: state.pending_force.is_some(),
+            now: &state.now,
+        })
+    };
+    // Stage 3: applyLastHealthy.
+    if plan.action == RolloutAction::ApplyLastHealthy
+        && let Some(rollout) = plan.rollout.clone()
+    {
+        return sync::apply_last_healthy(
+            ctx, release, status, &rendered, &inventory, rollout, &state.now,
+        )
+        .await;
     }
-    let mut outcome = stages::stage_sync(ctx, release, state, &rendered, &inventory).await;
+    if let Some(hold) = gates::stage_gates(ctx, release, status, state, &rendered).await {
+        return hold.with_rollout(plan.rollout);
+    }
+    let mut outcome = sync::stage_sync(
+        ctx,
+        release,
+        status,
+        state,
+        &rendered,
+        &inventory,
+        plan.rollout.as_ref(),
+    )
+    .await;
     if outcome.rollout.is_none() {
         outcome.rollout = plan.rollout;
     }

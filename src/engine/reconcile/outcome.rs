@@ -3,9 +3,13 @@
 //! Spec: status-and-conditions.txt "Where a reconcile can stop". Every stop has an `Applied`
 //! reason, maybe a `failure.stage`, and whether it is retried with backoff.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
 use crate::engine::api::{
-    Attempt, AttemptPhase, Failure, HookPhase, RolloutStatus, WaveStatus, reasons,
+    Attempt, AttemptPhase, Failure, HookPhase, ReleaseStatus, RolloutStatus, Waiting, WaveStatus,
+    reasons,
 };
+use crate::engine::duration::parse_duration;
 
 /// The end of one reconcile.
 #[derive(Debug, Clone, PartialEq)]
@@ -17,6 +21,11 @@ pub struct ReconcileOutcome {
     pub attempt: Attempt,
     /// The attempt applied a render (it also goes to `lastSuccessful`).
     pub applied_render: bool,
+    /// What goes to `lastSuccessful` instead of `attempt` (a rollback runs the last healthy
+    /// render, not the attempted one).
+    pub successful: Option<Attempt>,
+    /// The hold in progress, if this is one that times out (waves, cluster waves).
+    pub waiting: Option<Waiting>,
     /// Replaces `status.waves` when set.
     pub waves: Option<Vec<WaveStatus>>,
     /// Replaces `status.rollout` when set; `None` keeps the previous one.
@@ -41,6 +50,8 @@ impl ReconcileOutcome {
             message: message.into(),
             attempt,
             applied_render: true,
+            successful: None,
+            waiting: None,
             waves: Some(waves),
             rollout: None,
             retry: false,
@@ -57,6 +68,8 @@ impl ReconcileOutcome {
             message: message.into(),
             attempt,
             applied_render: false,
+            successful: None,
+            waiting: None,
             waves: None,
             rollout: None,
             retry: false,
@@ -83,6 +96,8 @@ impl ReconcileOutcome {
             message: message.into(),
             attempt,
             applied_render: false,
+            successful: None,
+            waiting: None,
             waves: None,
             rollout: None,
             retry,
@@ -108,6 +123,8 @@ impl ReconcileOutcome {
             message: message.into(),
             attempt,
             applied_render: false,
+            successful: None,
+            waiting: None,
             waves: None,
             rollout: None,
             retry: false,
@@ -118,6 +135,19 @@ impl ReconcileOutcome {
     /// Also return an error to the work queue.
     pub fn with_error(mut self, error: impl Into<String>) -> Self {
         self.error = Some(error.into());
+        self
+    }
+
+    pub fn with_waiting(mut self, waiting: Waiting) -> Self {
+        self.waiting = Some(waiting);
+        self
+    }
+
+    /// Keep the rollout planRollout decided unless this outcome set its own.
+    pub fn with_rollout(mut self, rollout: Option<RolloutStatus>) -> Self {
+        if self.rollout.is_none() {
+            self.rollout = rollout;
+        }
         self
     }
 
@@ -142,5 +172,97 @@ impl ReconcileOutcome {
             .failure
             .as_ref()
             .is_some_and(|f| f.stage == crate::engine::api::failure_stages::SYNCING)
+    }
+}
+
+/// The hold `reason` on `target` for `render_ref`, since when the cached status first
+/// recorded it (the same hold on the same render), else since `now`.
+pub fn waiting_for(
+    status: &ReleaseStatus,
+    render_ref: &str,
+    reason: &str,
+    target: &str,
+    now: &Time,
+) -> Waiting {
+    let same_render = status
+        .last_attempted
+        .as_ref()
+        .and_then(|a| a.render_ref.as_deref())
+        == Some(render_ref);
+    let since = status
+        .waiting
+        .as_ref()
+        .filter(|w| same_render && w.reason == reason && w.target == target)
+        .map(|w| w.since.clone())
+        .unwrap_or_else(|| now.clone());
+    Waiting {
+        reason: reason.to_string(),
+        target: target.to_string(),
+        since,
+    }
+}
+
+/// The timeout (as written) when a hold with that timeout has run out at `now`; `None` while
+/// it has time left or has no (valid) timeout.
+pub fn timed_out<'a>(waiting: &Waiting, timeout: Option<&'a str>, now: &Time) -> Option<&'a str> {
+    let timeout = timeout?;
+    let limit = parse_duration(timeout).ok()?;
+    let elapsed = now.0.as_second() - waiting.since.0.as_second();
+    (elapsed >= 0 && elapsed as u64 >= limit.as_secs()).then_some(timeout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::api::Attempt;
+
+    fn t(s: &str) -> Time {
+        Time(s.parse().unwrap())
+    }
+
+    #[test]
+    fn a_hold_keeps_its_start_for_the_same_render_and_target() {
+        let mut status = ReleaseStatus {
+            last_attempted: Some(Attempt {
+                render_ref: Some("r1".into()),
+                ..Default::default()
+            }),
+            waiting: Some(Waiting {
+                reason: reasons::WAITING_FOR_WAVE_HEALTH.into(),
+                target: "wave 0".into(),
+                since: t("2026-01-01T00:00:00Z"),
+            }),
+            ..Default::default()
+        };
+        let now = t("2026-01-01T00:05:00Z");
+        let w = waiting_for(
+            &status,
+            "r1",
+            reasons::WAITING_FOR_WAVE_HEALTH,
+            "wave 0",
+            &now,
+        );
+        assert_eq!(w.since, t("2026-01-01T00:00:00Z"));
+        assert_eq!(timed_out(&w, Some("5m"), &now), Some("5m"));
+        assert_eq!(timed_out(&w, Some("6m"), &now), None);
+        assert_eq!(timed_out(&w, None, &now), None);
+        // Another target or another render starts the clock again.
+        let w = waiting_for(
+            &status,
+            "r1",
+            reasons::WAITING_FOR_WAVE_HEALTH,
+            "wave 1",
+            &now,
+        );
+        assert_eq!(w.since, now);
+        status.last_attempted.as_mut().unwrap().render_ref = Some("r0".into());
+        let w = waiting_for(
+            &status,
+            "r1",
+            reasons::WAITING_FOR_WAVE_HEALTH,
+            "wave 0",
+            &now,
+        );
+        assert_eq!(w.since, now);
     }
 }

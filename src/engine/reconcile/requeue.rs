@@ -58,10 +58,13 @@ pub fn requeue_for(release: &Release, outcome: &ReconcileOutcome, failures: u32)
         .and_then(|p| p.interval.as_deref())
         .and_then(|i| parse_duration(i).ok())
         .unwrap_or(Duration::ZERO);
+    // A Progressing rollout, and a hold that can time out, must be looked at even when no
+    // event arrives (the deadline and the timeout pass without one).
     let progressing = outcome
         .rollout
         .as_ref()
-        .is_some_and(|r| r.state == RolloutState::Progressing);
+        .is_some_and(|r| r.state == RolloutState::Progressing)
+        || outcome.waiting.is_some();
     let delay = if progressing {
         if interval.is_zero() {
             PROGRESSING_RECHECK
@@ -167,6 +170,21 @@ mod tests {
         assert_eq!(
             requeue_for(&short, &outcome(false, true), 0),
             Requeue::After(Duration::from_secs(3))
+        );
+    }
+
+    #[test]
+    fn a_hold_that_can_time_out_is_looked_at_again() {
+        let r = release(json!({}));
+        let held = ReconcileOutcome::held(reasons::WAITING_FOR_WAVE_HEALTH, "", Attempt::default())
+            .with_waiting(crate::engine::api::Waiting {
+                reason: reasons::WAITING_FOR_WAVE_HEALTH.into(),
+                target: "wave 0".into(),
+                since: crate::engine::status::now(),
+            });
+        assert_eq!(
+            requeue_for(&r, &held, 0),
+            Requeue::After(PROGRESSING_RECHECK)
         );
     }
 

@@ -1,0 +1,117 @@
+//! `convoy history`: the renders a Release ran, from the render store.
+
+use clap::Args;
+
+use crate::cli::exit::{CliError, CommandResult, ExitStatus};
+use crate::cli::output::{OutputFormat, Printer};
+use crate::cli::store_args::StoreArgs;
+use crate::cli::table::plain;
+use crate::cli::{GlobalArgs, io_error};
+use crate::engine::api::Release;
+use crate::engine::duration::human;
+use crate::engine::render::render_ref::short;
+use crate::engine::store::{HistoryEntry, ReleaseId};
+
+/// List a Release's render history, oldest first, with what runs, what is pinned and the
+/// last healthy render marked.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  convoy history web -n apps\n  convoy history web -n apps -o json"
+)]
+pub struct HistoryArgs {
+    /// The Release's name.
+    pub name: String,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+pub async fn run(global: &GlobalArgs, args: HistoryArgs, printer: &mut Printer) -> CommandResult {
+    let release = super::status::fetch_release(global, &args.name).await?;
+    let conn = global.connect().await?;
+    let id = ReleaseId::of(&release);
+    let Some(store) = args.store.open(&conn.client) else {
+        return Err(CliError::usage(
+            "the history is in the render store; --render-store none has none",
+        ));
+    };
+    let history = store.history(&id).await.map_err(|e| {
+        CliError::new(
+            ExitStatus::Unreachable,
+            anyhow::Error::new(e).context(format!("cannot read the history of Release {id}")),
+        )
+    })?;
+    match printer.format {
+        OutputFormat::Json | OutputFormat::Yaml => {
+            let value = serde_json::to_value(&history)
+                .map_err(|e| CliError::new(ExitStatus::Invalid, e))?;
+            let text = if printer.format == OutputFormat::Json {
+                serde_json::to_string_pretty(&value)
+                    .map_err(|e| CliError::new(ExitStatus::Invalid, e))?
+            } else {
+                crate::cli::output::yaml_value(&value)
+                    .map_err(|e| CliError::new(ExitStatus::Invalid, anyhow::anyhow!(e)))?
+            };
+            printer.print(&text).map_err(io_error)?;
+            if !text.ends_with('\n') {
+                printer.print("\n").map_err(io_error)?;
+            }
+        }
+        _ => {
+            if history.is_empty() {
+                eprintln!("No renders recorded for Release {id} yet.");
+                return Ok(ExitStatus::Success);
+            }
+            printer
+                .print(&history_table(&release, &history, jiff::Timestamp::now()))
+                .map_err(io_error)?;
+        }
+    }
+    Ok(ExitStatus::Success)
+}
+
+/// The table (pure, for snapshot tests): one row per entry with its markers.
+pub fn history_table(release: &Release, history: &[HistoryEntry], now: jiff::Timestamp) -> String {
+    let status = release.status.clone().unwrap_or_default();
+    let running = status
+        .last_successful
+        .as_ref()
+        .and_then(|a| a.render_ref.clone());
+    let pinned = crate::engine::reconcile::assemble::pin_status(release).map(|p| p.render_ref);
+    let healthy = status.last_healthy.as_ref().map(|h| h.render_ref.clone());
+    let rows: Vec<Vec<String>> = history
+        .iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            let mut markers = Vec::new();
+            // A render recorded twice (pinned back to, say) carries its markers once, on its
+            // newest entry.
+            let newest = !history[i + 1..]
+                .iter()
+                .any(|later| later.render_ref == entry.render_ref);
+            let is = |r: &Option<String>| newest && r.as_deref() == Some(entry.render_ref.as_str());
+            if is(&running) {
+                markers.push("current");
+            }
+            if is(&pinned) {
+                markers.push("pinned");
+            }
+            if is(&healthy) {
+                markers.push("last healthy");
+            }
+            let age = human(std::time::Duration::from_secs(
+                (now.as_second() - entry.recorded_at.0.as_second()).max(0) as u64,
+            ));
+            vec![
+                (i + 1).to_string(),
+                short(&entry.render_ref).to_string(),
+                format!("{age} ago"),
+                entry.source_revision.clone().unwrap_or_else(|| "-".into()),
+                markers.join(", "),
+            ]
+        })
+        .collect();
+    plain(
+        &["#", "render", "recorded", "source revision", "markers"],
+        &rows,
+    )
+}

@@ -1,0 +1,129 @@
+//! `convoy pin` and `convoy unpin`: run a stored render instead of the source's, and stop.
+
+use clap::Args;
+use kube::Api;
+
+use crate::cli::exit::{CliError, CommandResult, ExitStatus};
+use crate::cli::output::Printer;
+use crate::cli::store_args::StoreArgs;
+use crate::cli::{GlobalArgs, io_error};
+use crate::engine::api::{Release, field_managers};
+use crate::engine::connect::is_unreachable;
+use crate::engine::render::render_ref::short;
+use crate::engine::requests::set_pin;
+use crate::engine::store::ReleaseId;
+
+/// Pin a Release to a stored render (a full renderRef or a unique prefix of one).
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+convoy history web -n apps          # the stored renders\n  \
+convoy pin web 3f9a1c2b -n apps     # run render 3f9a1c2b… until unpinned\n  \
+convoy unpin web -n apps")]
+pub struct PinArgs {
+    /// The Release's name.
+    pub name: String,
+    /// The render to run: its renderRef, or a prefix that names one stored render.
+    pub render_ref: String,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// Clear a Release's pin: it runs its source's render again.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  convoy unpin web -n apps")]
+pub struct UnpinArgs {
+    /// The Release's name.
+    pub name: String,
+}
+
+pub async fn run_pin(global: &GlobalArgs, args: PinArgs, printer: &mut Printer) -> CommandResult {
+    let release = super::status::fetch_release(global, &args.name).await?;
+    let conn = global.connect().await?;
+    let id = ReleaseId::of(&release);
+    let Some(store) = args.store.open(&conn.client) else {
+        return Err(CliError::usage(
+            "pinning needs a render store; --render-store none has none",
+        ));
+    };
+    let stored = store.list_renders(&id).await.map_err(|e| {
+        CliError::new(
+            ExitStatus::Unreachable,
+            anyhow::Error::new(e)
+                .context(format!("cannot list the stored renders of Release {id}")),
+        )
+    })?;
+    let matches: Vec<&String> = stored
+        .iter()
+        .filter(|r| r.starts_with(&args.render_ref))
+        .collect();
+    let render_ref = match matches.as_slice() {
+        [one] => (*one).clone(),
+        [] => {
+            return Err(CliError::new(
+                ExitStatus::Invalid,
+                anyhow::anyhow!(
+                    "render {} is not in the render store of Release {id}; `convoy history {}` lists the stored renders",
+                    args.render_ref,
+                    args.name
+                ),
+            ));
+        }
+        many => {
+            return Err(CliError::new(
+                ExitStatus::Invalid,
+                anyhow::anyhow!(
+                    "render prefix {} names {} stored renders of Release {id}; give more of it",
+                    args.render_ref,
+                    many.len()
+                ),
+            ));
+        }
+    };
+    let api: Api<Release> = Api::namespaced(conn.client.clone(), &id.namespace);
+    set_pin(&api, &args.name, Some(&render_ref), field_managers::CLI)
+        .await
+        .map_err(|e| request_error(&conn, e, &id))?;
+    printer
+        .line(&format!(
+            "Release {id} pinned to render {}; the controller applies it on its next reconcile (or run `convoy sync {}`)",
+            short(&render_ref),
+            args.name
+        ))
+        .map_err(io_error)?;
+    Ok(ExitStatus::Success)
+}
+
+pub async fn run_unpin(
+    global: &GlobalArgs,
+    args: UnpinArgs,
+    printer: &mut Printer,
+) -> CommandResult {
+    let release = super::status::fetch_release(global, &args.name).await?;
+    let conn = global.connect().await?;
+    let id = ReleaseId::of(&release);
+    let api: Api<Release> = Api::namespaced(conn.client.clone(), &id.namespace);
+    set_pin(&api, &args.name, None, field_managers::CLI)
+        .await
+        .map_err(|e| request_error(&conn, e, &id))?;
+    printer
+        .line(&format!(
+            "Release {id} unpinned; it runs its source's render again from the next reconcile"
+        ))
+        .map_err(io_error)?;
+    Ok(ExitStatus::Success)
+}
+
+fn request_error(
+    conn: &crate::engine::connect::Connection,
+    e: kube::Error,
+    id: &ReleaseId,
+) -> CliError {
+    if is_unreachable(&e) {
+        CliError::new(ExitStatus::Unreachable, conn.unreachable(e))
+    } else {
+        CliError::new(
+            ExitStatus::Invalid,
+            anyhow::Error::new(e).context(format!("cannot update the pin of Release {id}")),
+        )
+    }
+}

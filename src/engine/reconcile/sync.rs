@@ -1,0 +1,785 @@
+//! stageSync and applyLastHealthy: apply a render in waves, prune, keep the inventory, and
+//! keep the render store (persist, history, GC).
+//!
+//! Spec: reconcile-flow.txt stageSync steps 1–9, applyLastHealthy; status-and-conditions.txt
+//! (WaitingForWaveHealth, WaveFailed, RolloutFailed, RolledBack); DESIGN.md "Sync waves",
+//! "Render store".
+
+use std::collections::{BTreeSet, HashMap};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::outcome::{ReconcileOutcome, timed_out, waiting_for};
+use super::stages::RenderStage;
+use super::{Context, ProgressEvent};
+use crate::engine::api::{
+    Attempt, AttemptPhase, HealthState, ObjectKey, Release, ReleaseInventory, ReleaseStatus,
+    RolloutState, RolloutStatus, WavePolicy, WaveStatus, failure_stages, reasons,
+};
+use crate::engine::apply::{ApplyError, PruneTarget, waves};
+use crate::engine::cluster::Target;
+use crate::engine::explain::count;
+use crate::engine::inventory::{InventoryHandle, Member, members};
+use crate::engine::render::Object;
+use crate::engine::render::render_ref::{object_digest, short};
+use crate::engine::rollout::rollback_target;
+use crate::engine::store::{HistoryEntry, ReleaseId, plan_gc, with_entry};
+
+/// One run of the sync steps over a set of objects.
+pub(crate) struct SyncRun<'a> {
+    pub release: &'a Release,
+    pub objects: &'a [Object],
+    pub render_ref: &'a str,
+    /// `lastAttempted` so far (the failures of this run are recorded on it).
+    pub attempt: &'a Attempt,
+    pub target: &'a Target,
+    /// The cached status (for the start of a wave hold).
+    pub status: &'a ReleaseStatus,
+    pub now: &'a Time,
+    /// Step 1, the dry-run gate (off for a forced sync and a rollback).
+    pub dry_run: bool,
+    /// Step 2, persistRender (off for a rollback: the render came from the store).
+    pub persist: bool,
+    /// `waves.waitForHealth`: the wave health gate and its timeout.
+    pub wave_gate: Option<WavePolicy>,
+}
+
+/// Stage 5, stageSync: the sync steps over the render, then history and GC (steps 8 and 9,
+/// which only log their errors). A wave that timed out waiting for health becomes
+/// `WaveFailed`, `RolloutFailed` or a rollback, per the failure policy. `rollout` is what
+/// planRollout decided for this reconcile.
+pub async fn stage_sync(
+    ctx: &Context,
+    release: &Release,
+    status: &ReleaseStatus,
+    state: &super::ReconcileState,
+    render: &RenderStage,
+    inventory: &InventoryHandle,
+    rollout: Option<&RolloutStatus>,
+) -> ReconcileOutcome {
+    let wave_gate = release
+        .spec
+        .sync_policy
+        .as_ref()
+        .and_then(|p| p.waves.clone())
+        .filter(|w| w.wait_for_health);
+    let run = SyncRun {
+        release,
+        objects: &render.rendered.objects,
+        render_ref: &render.rendered.render_ref,
+        attempt: &render.attempt,
+        target: &render.target,
+        status,
+        now: &state.now,
+        dry_run: state.pending_force.is_none(),
+        persist: true,
+        wave_gate,
+    };
+    let outcome = sync_objects(ctx, &run, inventory).await;
+    if outcome.reason == reasons::WAVE_FAILED {
+        return wave_timed_out(ctx, &run, render, inventory, rollout, outcome).await;
+    }
+    if outcome.applied_render {
+        record_history(ctx, release, &render.attempt, &state.now).await;
+        run_gc(ctx, release, status, &render.attempt).await;
+    }
+    outcome
+}
+
+/// A wave timeout under the failure policy (status-and-conditions.txt "Sync wave: timeout").
+async fn wave_timed_out(
+    ctx: &Context,
+    run: &SyncRun<'_>,
+    render: &RenderStage,
+    inventory: &InventoryHandle,
+    rollout: Option<&RolloutStatus>,
+    mut outcome: ReconcileOutcome,
+) -> ReconcileOutcome {
+    let (release, status, now) = (run.release, run.status, run.now);
+    let Some(policy) = release.spec.failure_policy.as_ref() else {
+        return outcome;
+    };
+    let render_ref = &render.rendered.render_ref;
+    let last_healthy = status.last_healthy.as_ref().map(|h| h.render_ref.as_str());
+    let finished = |state: RolloutState, message: String| RolloutStatus {
+        render_ref: render_ref.clone(),
+        state,
+        started_at: rollout.and_then(|r| r.started_at.clone()),
+        finished_at: Some(now.clone()),
+        message: Some(message),
+    };
+    match rollback_target(policy, last_healthy, render_ref) {
+        Some(target) => {
+            let rollout = finished(
+                RolloutState::RolledBack,
+                format!(
+                    "{}; rolled back to render {}",
+                    outcome.message,
+                    short(target)
+                ),
+            );
+            apply_last_healthy(ctx, release, status, render, inventory, rollout, now).await
+        }
+        None => {
+            outcome.reason = reasons::ROLLOUT_FAILED;
+            outcome.rollout = Some(finished(RolloutState::Failed, outcome.message.clone()));
+            outcome
+        }
+    }
+}
+
+/// `applyLastHealthy`: apply the last healthy render from the store, prune, write the
+/// inventory; no gates, dry run or hooks. A failing step is logged and reported in the
+/// message; the reason stays `RolledBack` and the attempt is retried.
+pub async fn apply_last_healthy(
+    ctx: &Context,
+    release: &Release,
+    status: &ReleaseStatus,
+    render: &RenderStage,
+    inventory: &InventoryHandle,
+    rollout: RolloutStatus,
+    now: &Time,
+) -> ReconcileOutcome {
+    let mut attempt = render.attempt.clone();
+    attempt.phase = Some(AttemptPhase::Failed);
+    attempt.failure = Some(crate::engine::api::Failure {
+        stage: failure_stages::SYNCING.to_string(),
+        hook_name: None,
+        hook_phase: None,
+    });
+    let rolled_back = |message: String, applied: Option<(Attempt, Option<Vec<WaveStatus>>)>| {
+        let applied_render = applied.is_some();
+        let (successful, waves) = applied.map_or((None, None), |(a, w)| (Some(a), w));
+        ReconcileOutcome {
+            reason: reasons::ROLLED_BACK,
+            message,
+            attempt: attempt.clone(),
+            applied_render,
+            successful,
+            waiting: None,
+            waves,
+            rollout: Some(rollout.clone()),
+            retry: !applied_render,
+            error: None,
+        }
+    };
+    let Some(last) = status.last_healthy.as_ref() else {
+        return rolled_back(
+            "no render has been healthy yet, so there is nothing to roll back to".into(),
+            None,
+        );
+    };
+    let why = rollout.message.clone().unwrap_or_default();
+    let objects = match &ctx.store {
+        None => Err("no render store is configured".to_string()),
+        Some(store) => match store
+            .get_render(&ReleaseId::of(release), &last.render_ref)
+            .await
+        {
+            Ok(Some(objects)) => Ok(objects),
+            Ok(None) => Err(format!(
+                "render {} is not in the render store",
+                short(&last.render_ref)
+            )),
+            Err(e) => Err(format!("{:#}", anyhow::Error::new(e))),
+        },
+    };
+    let objects = match objects {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::error!(release = %release.metadata.name.as_deref().unwrap_or_default(), "rollback: {e}");
+            return rolled_back(
+                format!(
+                    "{why}; cannot re-apply render {}: {e}",
+                    short(&last.render_ref)
+                ),
+                None,
+            );
+        }
+    };
+    let successful = match &status.last_successful {
+        Some(s) if s.render_ref.as_deref() == Some(last.render_ref.as_str()) => s.clone(),
+        _ => Attempt {
+            attempted_at: render.attempt.attempted_at.clone(),
+            resolved_source: last.resolved_source.clone(),
+            resolved_cluster: render.attempt.resolved_cluster.clone(),
+            resolved_mutations: Vec::new(),
+            render_ref: Some(last.render_ref.clone()),
+            phase: Some(AttemptPhase::Succeeded),
+            failure: None,
+        },
+    };
+    let run = SyncRun {
+        release,
+        objects: &objects,
+        render_ref: &last.render_ref,
+        attempt: &successful,
+        target: &render.target,
+        status,
+        now,
+        dry_run: false,
+        persist: false,
+        wave_gate: None,
+    };
+    let applied = sync_objects(ctx, &run, inventory).await;
+    if applied.reason != reasons::APPLIED {
+        tracing::error!(release = %release.metadata.name.as_deref().unwrap_or_default(), "rollback: {}", applied.message);
+        return rolled_back(
+            format!(
+                "{why}; re-applying render {} failed: {}",
+                short(&last.render_ref),
+                applied.message
+            ),
+            None,
+        )
+        .with_waves(applied.waves.unwrap_or_default());
+    }
+    rolled_back(why, Some((successful, applied.waves)))
+}
+
+/// `waveHealthGate`: wave `wave` waits until every inventory entry of wave `before` is
+/// Healthy for this render; past `waves.timeout` (from when the hold began) it fails with
+/// `WaveFailed` (stage_sync maps that per the failure policy).
+async fn wave_health_gate(
+    run: &SyncRun<'_>,
+    inventory: &InventoryHandle,
+    policy: &WavePolicy,
+    before: i32,
+    wave: i32,
+) -> Option<ReconcileOutcome> {
+    let unhealthy = match inventory.get().await {
+        Ok(Some(inv)) => unhealthy_in_wave(&inv, before, run.render_ref),
+        Ok(None) => vec![format!("wave {before} is not in the inventory yet")],
+        Err(e) => {
+            return Some(ReconcileOutcome::failed(
+                reasons::DEPLOY_FAILED,
+                failure_stages::SYNCING,
+                format!("{:#}", anyhow::Error::new(e)),
+                run.attempt.clone(),
+                true,
+            ));
+        }
+    };
+    if unhealthy.is_empty() {
+        return None;
+    }
+    let target = format!("wave {before}");
+    let waiting = waiting_for(
+        run.status,
+        run.render_ref,
+        reasons::WAITING_FOR_WAVE_HEALTH,
+        &target,
+        run.now,
+    );
+    let shown = unhealthy
+        .iter()
+        .take(3)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("; ");
+    let more = if unhealthy.len() > 3 {
+        format!("; and {} more", unhealthy.len() - 3)
+    } else {
+        String::new()
+    };
+    if let Some(timeout) = timed_out(&waiting, policy.timeout.as_deref(), run.now) {
+        return Some(
+            ReconcileOutcome::failed(
+                reasons::WAVE_FAILED,
+                failure_stages::SYNCING,
+                format!(
+                    "wave {before} of render {} was not healthy within {timeout}: {shown}{more}",
+                    short(run.render_ref)
+                ),
+                run.attempt.clone(),
+                false,
+            )
+            .with_waiting(waiting),
+        );
+    }
+    Some(
+        ReconcileOutcome::held(
+            reasons::WAITING_FOR_WAVE_HEALTH,
+            format!("wave {wave} waits for wave {before} to be healthy: {shown}{more}"),
+            run.attempt.clone(),
+        )
+        .with_waiting(waiting),
+    )
+}
+
+/// The entries of `wave` that are not Healthy for `render_ref`, described for a message.
+pub fn unhealthy_in_wave(inventory: &ReleaseInventory, wave: i32, render_ref: &str) -> Vec<String> {
+    inventory
+        .spec
+        .inventory
+        .iter()
+        .filter(|e| e.wave == Some(wave) && e.render_ref.is_some())
+        .filter(|e| {
+            !(e.state == Some(HealthState::Healthy)
+                && e.assessed_render_ref.as_deref() == Some(render_ref))
+        })
+        .map(|e| {
+            let name = if e.namespace.is_empty() {
+                format!("{} {}", e.kind, e.name)
+            } else {
+                format!("{} {}/{}", e.kind, e.namespace, e.name)
+            };
+            match (
+                e.state,
+                e.assessed_render_ref.as_deref() == Some(render_ref),
+            ) {
+                (Some(state), true) => match &e.message {
+                    Some(m) if !m.is_empty() => format!("{name} is {} ({m})", state.as_str()),
+                    _ => format!("{name} is {}", state.as_str()),
+                },
+                _ => format!("{name} is not assessed yet"),
+            }
+        })
+        .collect()
+}
+
+/// stageSync step 2, `persistRender`: store the render unless it is there already.
+async fn persist_render(
+    ctx: &Context,
+    release: &Release,
+    render_ref: &str,
+    objects: &[Object],
+) -> Result<(), String> {
+    let Some(store) = &ctx.store else {
+        return Ok(());
+    };
+    let id = ReleaseId::of(release);
+    let fail = |e| format!("{:#}", anyhow::Error::new(e));
+    if store.has_render(&id, render_ref).await.map_err(fail)? {
+        return Ok(());
+    }
+    store
+        .put_render(&id, render_ref, objects)
+        .await
+        .map_err(fail)
+}
+
+/// stageSync step 8, `recordHistory`: append the render unless it is the newest entry.
+async fn record_history(ctx: &Context, release: &Release, attempt: &Attempt, now: &Time) {
+    let (Some(store), Some(render_ref)) = (&ctx.store, attempt.render_ref.as_ref()) else {
+        return;
+    };
+    let id = ReleaseId::of(release);
+    let result = async {
+        let history = store.history(&id).await?;
+        let entry = HistoryEntry {
+            render_ref: render_ref.clone(),
+            recorded_at: now.clone(),
+            source_revision: attempt
+                .resolved_source
+                .as_ref()
+                .and_then(|s| s.revision.clone()),
+        };
+        match with_entry(history, entry) {
+            Some(updated) => store.put_history(&id, &updated).await,
+            None => Ok(()),
+        }
+    }
+    .await;
+    if let Err(e) = result {
+        tracing::warn!(release = %id, "cannot record the render history: {:#}", anyhow::Error::new(e));
+    }
+}
+
+/// stageSync step 9, `runGC`: keep `maxHistory` entries and every render the new status
+/// refers to (lastSuccessful and lastAttempted are this attempt; the pin; lastHealthy).
+async fn run_gc(ctx: &Context, release: &Release, status: &ReleaseStatus, attempt: &Attempt) {
+    let Some(store) = &ctx.store else {
+        return;
+    };
+    let id = ReleaseId::of(release);
+    let max = super::assemble::resolved_retention_status(release)
+        .max_history
+        .unwrap_or(super::assemble::DEFAULT_MAX_HISTORY)
+        .max(1) as usize;
+    let pin = super::assemble::pin_status(release).map(|p| p.render_ref);
+    let mut referenced: Vec<&str> = Vec::new();
+    referenced.extend(attempt.render_ref.as_deref());
+    referenced.extend(pin.as_deref());
+    referenced.extend(status.last_healthy.as_ref().map(|h| h.render_ref.as_str()));
+    let result = async {
+        let history = store.history(&id).await?;
+        let stored = store.list_renders(&id).await?;
+        let plan = plan_gc(&history, &stored, max, &referenced);
+        if plan.history.len() != history.len() {
+            store.put_history(&id, &plan.history).await?;
+        }
+        for render in &plan.delete {
+            store.delete_render(&id, render).await?;
+        }
+        Ok::<_, crate::engine::store::StoreError>(plan.delete.len())
+    }
+    .await;
+    match result {
+        Ok(0) => {}
+        Ok(n) => tracing::debug!(release = %id, deleted = n, "render store GC"),
+        Err(e) => {
+            tracing::warn!(release = %id, "render store GC failed: {:#}", anyhow::Error::new(e))
+        }
+    }
+}
+
+/// stageSync steps 1 and 4–6 for any set of objects: dry-run gate, waves with inventory
+/// updates (and, with `waves.waitForHealth`, the wave health gate), prune, inventory.
+///
+/// Objects that were applied before exactly as rendered now and still hold every value on
+/// the cluster are not sent again (an apply would change nothing); everything else goes
+/// through the gate and the waves. A re-sync of an unchanged render therefore costs a few
+/// LIST requests instead of two requests per object.
+async fn sync_objects(
+    ctx: &Context,
+    run: &SyncRun<'_>,
+    inventory: &InventoryHandle,
+) -> ReconcileOutcome {
+    let attempt = run.attempt.clone();
+    let render_ref = run.render_ref.to_string();
+    let objects = run.objects;
+    let applier = ctx.applier(run.target);
+    let started = std::time::Instant::now();
+    let syncing_failed = |reason, message: String, retry| {
+        ReconcileOutcome::failed(
+            reason,
+            failure_stages::SYNCING,
+            message,
+            attempt.clone(),
+            retry,
+        )
+    };
+
+    let previous = match inventory.get().await {
+        Ok(inv) => inv,
+        Err(e) => {
+            return syncing_failed(
+                reasons::DEPLOY_FAILED,
+                format!("{:#}", anyhow::Error::new(e)),
+                true,
+            );
+        }
+    };
+    let previous_members: Vec<Member> = previous
+        .as_ref()
+        .map(|inv| members(inv).into_iter().map(Member::from_entry).collect())
+        .unwrap_or_default();
+    let applied_digests: HashMap<ObjectKey, String> = previous_members
+        .iter()
+        .filter_map(|m| m.digest.clone().map(|d| (m.key.clone(), d)))
+        .collect();
+    let changed = applier.changed(objects, &applied_digests).await;
+    let to_send: Vec<Object> = objects
+        .iter()
+        .zip(&changed)
+        .filter(|(_, c)| **c)
+        .map(|(o, _)| o.clone())
+        .collect();
+    let to_send_keys: BTreeSet<ObjectKey> = to_send.iter().map(Object::key).collect();
+    tracing::debug!(
+        changed = to_send.len(),
+        unchanged = objects.len() - to_send.len(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "compared with the cluster"
+    );
+
+    // Step 1: the dry-run gate (skipped by a forced sync).
+    if run.dry_run && !to_send.is_empty() {
+        match applier.dry_run_gate(&to_send).await {
+            Ok(report) if !report.rejections.is_empty() => {
+                let total = report.rejections.len();
+                let shown: Vec<String> = report
+                    .rejections
+                    .iter()
+                    .take(5)
+                    .map(|r| r.to_string())
+                    .collect();
+                let more = if total > 5 {
+                    format!("; and {} more", total - 5)
+                } else {
+                    String::new()
+                };
+                return syncing_failed(
+                    reasons::UNAPPLIABLE,
+                    format!(
+                        "the dry run rejected {total} of {}, nothing was applied: {}{more}",
+                        count(objects.len(), "object"),
+                        shown.join("; ")
+                    ),
+                    false,
+                );
+            }
+            Ok(_) => {
+                tracing::debug!(
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "dry-run gate passed"
+                );
+                ctx.report(ProgressEvent::DryRunPassed {
+                    objects: to_send.len(),
+                });
+            }
+            Err(e) => {
+                return syncing_failed(
+                    reasons::DEPLOY_FAILED,
+                    format!("{:#}", anyhow::Error::new(e)),
+                    true,
+                );
+            }
+        }
+    }
+    // Step 2: persistRender. Step 3 (preSync hooks) arrives with lifecycle hooks.
+    if run.persist
+        && let Err(message) = persist_render(ctx, run.release, &render_ref, objects).await
+    {
+        return syncing_failed(reasons::DEPLOY_FAILED, message, true);
+    }
+
+    // Step 4: the waves, each followed by a Put of everything applied so far.
+    let mut applied: Vec<Member> = Vec::new();
+    let mut wave_status: Vec<WaveStatus> = Vec::new();
+    let mut last_put: Vec<Member> = previous_members.clone();
+    let mut previous_wave: Option<i32> = None;
+    for (wave, wave_objects) in waves::group(objects) {
+        if let (Some(policy), Some(before)) = (&run.wave_gate, previous_wave)
+            && let Some(hold) = wave_health_gate(run, inventory, policy, before, wave).await
+        {
+            return hold.with_waves(wave_status);
+        }
+        previous_wave = Some(wave);
+        let sending: Vec<Object> = wave_objects
+            .iter()
+            .filter(|o| to_send_keys.contains(&o.key()))
+            .cloned()
+            .collect();
+        ctx.report(ProgressEvent::WaveStarted {
+            wave,
+            objects: sending.len(),
+        });
+        let (keys, failure) = match applier.apply(&sending).await {
+            Ok(keys) => (keys, None),
+            Err(ApplyError::Failed {
+                applied: keys,
+                failures,
+            }) => {
+                let e = ApplyError::Failed {
+                    applied: keys.clone(),
+                    failures,
+                };
+                (keys, Some(format!("wave {wave}: {e}")))
+            }
+            Err(e) => (
+                Vec::new(),
+                Some(format!("wave {wave}: {:#}", anyhow::Error::new(e))),
+            ),
+        };
+        // Unchanged objects of the wave are members too, recorded with this render.
+        let applied_now: BTreeSet<&ObjectKey> = keys.iter().collect();
+        let mut wave_members: Vec<Member> = Vec::new();
+        for object in &wave_objects {
+            let sent = to_send_keys.contains(&object.key());
+            let key = match applier.effective_key(object).await {
+                Ok(k) => k,
+                Err(_) => object.key(),
+            };
+            if sent && !applied_now.contains(&key) {
+                continue;
+            }
+            wave_members.push(Member {
+                key,
+                render_ref: render_ref.clone(),
+                wave,
+                digest: Some(object_digest(object)),
+            });
+        }
+        applied.extend(wave_members);
+        let next = union(&previous_members, &applied);
+        let put = if same_members(&next, &last_put) {
+            Ok(())
+        } else {
+            inventory.put(&next).await.map(|_| ())
+        };
+        last_put = next;
+        if let Some(message) = failure {
+            return syncing_failed(reasons::DEPLOY_FAILED, message, true).with_waves(wave_status);
+        }
+        if let Err(e) = put {
+            return syncing_failed(
+                reasons::DEPLOY_FAILED,
+                format!("{:#}", anyhow::Error::new(e)),
+                true,
+            )
+            .with_waves(wave_status);
+        }
+        wave_status.push(WaveStatus {
+            wave,
+            objects: wave_objects.len() as u32,
+            applied: true,
+            healthy: false,
+        });
+        tracing::debug!(
+            wave,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "wave applied"
+        );
+        ctx.report(ProgressEvent::WaveApplied {
+            wave,
+            objects: sending.len(),
+        });
+    }
+
+    // Step 5: prune what left the render, never anything outside this inventory.
+    let applied_keys: BTreeSet<&ObjectKey> = applied.iter().map(|m| &m.key).collect();
+    let targets: Vec<PruneTarget> = previous_members
+        .iter()
+        .filter(|m| !applied_keys.contains(&m.key))
+        .map(|m| PruneTarget {
+            key: m.key.clone(),
+            wave: m.wave,
+        })
+        .collect();
+    let (final_members, prune_failure) = if targets.is_empty() {
+        (applied.clone(), None)
+    } else {
+        match applier.prune(&targets).await {
+            Ok(report) => {
+                ctx.report(ProgressEvent::Pruned {
+                    objects: report.deleted.len(),
+                });
+                let failed: BTreeSet<&ObjectKey> = report.failures.iter().map(|r| &r.key).collect();
+                let mut keep = applied.clone();
+                keep.extend(
+                    previous_members
+                        .iter()
+                        .filter(|m| failed.contains(&m.key))
+                        .cloned(),
+                );
+                let failure = (!report.failures.is_empty()).then(|| {
+                    let shown: Vec<String> = report
+                        .failures
+                        .iter()
+                        .take(5)
+                        .map(|r| r.to_string())
+                        .collect();
+                    format!(
+                        "cannot prune {}: {}",
+                        count(report.failures.len(), "object"),
+                        shown.join("; ")
+                    )
+                });
+                (keep, failure)
+            }
+            Err(e) => {
+                let mut keep = applied.clone();
+                keep.extend(
+                    targets
+                        .iter()
+                        .filter_map(|t| previous_members.iter().find(|m| m.key == t.key))
+                        .cloned(),
+                );
+                (keep, Some(format!("prune: {:#}", anyhow::Error::new(e))))
+            }
+        }
+    };
+    tracing::debug!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "waves and prune done"
+    );
+
+    // Step 6: the inventory is exactly what is on the cluster now.
+    let written = if same_members(&final_members, &previous_members) {
+        previous.clone().unwrap_or_default()
+    } else if same_members(&final_members, &last_put) {
+        match inventory.get().await {
+            Ok(Some(inv)) => inv,
+            Ok(None) => Default::default(),
+            Err(e) => {
+                return syncing_failed(
+                    reasons::DEPLOY_FAILED,
+                    format!("{:#}", anyhow::Error::new(e)),
+                    true,
+                )
+                .with_waves(wave_status);
+            }
+        }
+    } else {
+        match inventory.put(&final_members).await {
+            Ok(inv) => inv,
+            Err(e) => {
+                return syncing_failed(
+                    reasons::DEPLOY_FAILED,
+                    format!("{:#}", anyhow::Error::new(e)),
+                    true,
+                )
+                .with_waves(wave_status);
+            }
+        }
+    };
+    mark_healthy_waves(&mut wave_status, &written, &render_ref);
+    if let Some(message) = prune_failure {
+        return syncing_failed(reasons::PRUNE_FAILED, message, true).with_waves(wave_status);
+    }
+    // Step 7 (postSync hooks) arrives with lifecycle hooks; steps 8 and 9 are stage_sync's.
+    let pruned = targets.len();
+    // The message stays the same for an unchanged render (however much had to be re-sent),
+    // so a steady Release's status does not change.
+    let mut message = format!(
+        "render {} applied: {}",
+        short(&render_ref),
+        count(objects.len(), "object")
+    );
+    if pruned > 0 {
+        message.push_str(&format!(", {pruned} pruned"));
+    }
+    ReconcileOutcome::applied(attempt, message, wave_status)
+}
+
+/// Whether two member lists record the same thing (order aside).
+fn same_members(a: &[Member], b: &[Member]) -> bool {
+    let key = |m: &Member| {
+        (
+            m.key.clone(),
+            m.render_ref.clone(),
+            m.wave,
+            m.digest.clone(),
+        )
+    };
+    let mut a: Vec<_> = a.iter().map(key).collect();
+    let mut b: Vec<_> = b.iter().map(key).collect();
+    a.sort();
+    b.sort();
+    a == b
+}
+
+/// The previous members not applied again, plus everything applied so far.
+fn union(previous: &[Member], applied: &[Member]) -> Vec<Member> {
+    let applied_keys: BTreeSet<&ObjectKey> = applied.iter().map(|m| &m.key).collect();
+    let mut all: Vec<Member> = previous
+        .iter()
+        .filter(|m| !applied_keys.contains(&m.key))
+        .cloned()
+        .collect();
+    all.extend(applied.iter().cloned());
+    all
+}
+
+/// `status.waves[].healthy`: every entry of the wave is Healthy for this render.
+pub fn mark_healthy_waves(
+    waves: &mut [WaveStatus],
+    inventory: &ReleaseInventory,
+    render_ref: &str,
+) {
+    for wave in waves.iter_mut() {
+        let entries: Vec<_> = inventory
+            .spec
+            .inventory
+            .iter()
+            .filter(|e| e.wave == Some(wave.wave) && e.render_ref.as_deref() == Some(render_ref))
+            .collect();
+        wave.healthy = !entries.is_empty()
+            && entries.iter().all(|e| {
+                e.state == Some(crate::engine::api::HealthState::Healthy)
+                    && e.assessed_render_ref.as_deref() == Some(render_ref)
+            });
+    }
+}

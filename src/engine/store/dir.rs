@@ -1,0 +1,201 @@
+//! The render store in a local directory (the CLI's choice):
+//! `<root>/<namespace>/<release>/renders/<renderRef>.json.gz` and `…/history.json`.
+
+use std::path::{Path, PathBuf};
+
+use futures::future::BoxFuture;
+
+use super::{HistoryEntry, ReleaseId, RenderStore, StoreError, decode, encode};
+use crate::engine::render::Object;
+
+/// A directory-backed store.
+#[derive(Debug, Clone)]
+pub struct DirStore {
+    root: PathBuf,
+}
+
+impl DirStore {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    fn release_dir(&self, id: &ReleaseId) -> PathBuf {
+        self.root.join(&id.namespace).join(&id.name)
+    }
+
+    fn render_path(&self, id: &ReleaseId, render_ref: &str) -> PathBuf {
+        self.release_dir(id)
+            .join("renders")
+            .join(format!("{render_ref}.json.gz"))
+    }
+}
+
+fn io(action: &'static str, key: String) -> impl FnOnce(std::io::Error) -> StoreError {
+    move |source| StoreError::Io {
+        action,
+        key,
+        source,
+    }
+}
+
+/// Write through a temporary file and a rename, so a reader never sees half a file.
+fn write_atomic(path: &Path, bytes: &[u8], key: &str) -> Result<(), StoreError> {
+    let parent = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(io("create", key.to_string()))?;
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).map_err(io("write", key.to_string()))?;
+    std::fs::rename(&tmp, path).map_err(io("write", key.to_string()))
+}
+
+impl RenderStore for DirStore {
+    fn put_render<'a>(
+        &'a self,
+        id: &'a ReleaseId,
+        render_ref: &'a str,
+        objects: &'a [Object],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            write_atomic(
+                &self.render_path(id, render_ref),
+                &encode(objects),
+                &id.render_key(render_ref),
+            )
+        })
+    }
+
+    fn get_render<'a>(
+        &'a self,
+        id: &'a ReleaseId,
+        render_ref: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<Object>>, StoreError>> {
+        Box::pin(async move {
+            let key = id.render_key(render_ref);
+            match std::fs::read(self.render_path(id, render_ref)) {
+                Ok(bytes) => decode(&key, &bytes).map(Some),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(io("read", key)(e)),
+            }
+        })
+    }
+
+    fn has_render<'a>(
+        &'a self,
+        id: &'a ReleaseId,
+        render_ref: &'a str,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move { Ok(self.render_path(id, render_ref).is_file()) })
+    }
+
+    fn list_renders<'a>(
+        &'a self,
+        id: &'a ReleaseId,
+    ) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
+        Box::pin(async move {
+            let dir = self.release_dir(id).join("renders");
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(e) => e,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+                Err(e) => return Err(io("list", id.render_key(""))(e)),
+            };
+            let mut refs: Vec<String> = entries
+                .flatten()
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .strip_suffix(".json.gz")
+                        .map(str::to_string)
+                })
+                .collect();
+            refs.sort();
+            Ok(refs)
+        })
+    }
+
+    fn delete_render<'a>(
+        &'a self,
+        id: &'a ReleaseId,
+        render_ref: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            match std::fs::remove_file(self.render_path(id, render_ref)) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(io("delete", id.render_key(render_ref))(e)),
+            }
+        })
+    }
+
+    fn history<'a>(
+        &'a self,
+        id: &'a ReleaseId,
+    ) -> BoxFuture<'a, Result<Vec<HistoryEntry>, StoreError>> {
+        Box::pin(async move {
+            let key = id.history_key();
+            match std::fs::read(self.release_dir(id).join("history.json")) {
+                Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
+                    key,
+                    message: e.to_string(),
+                }),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+                Err(e) => Err(io("read", key)(e)),
+            }
+        })
+    }
+
+    fn put_history<'a>(
+        &'a self,
+        id: &'a ReleaseId,
+        entries: &'a [HistoryEntry],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let bytes = serde_json::to_vec_pretty(entries).unwrap_or_default();
+            write_atomic(
+                &self.release_dir(id).join("history.json"),
+                &bytes,
+                &id.history_key(),
+            )
+        })
+    }
+
+    fn delete_prefix<'a>(&'a self, id: &'a ReleaseId) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            match std::fs::remove_dir_all(self.release_dir(id)) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(io("delete", format!("{}/{}", id.namespace, id.name))(e)),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn renders_and_history_round_trip_and_the_prefix_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DirStore::new(dir.path());
+        let id = ReleaseId {
+            namespace: "apps".into(),
+            name: "web".into(),
+        };
+        let objects = vec![Object(serde_json::json!({"kind": "ConfigMap"}))];
+        store.put_render(&id, "abc", &objects).await.unwrap();
+        assert!(store.has_render(&id, "abc").await.unwrap());
+        assert_eq!(store.get_render(&id, "abc").await.unwrap(), Some(objects));
+        assert_eq!(store.get_render(&id, "zzz").await.unwrap(), None);
+        assert_eq!(store.list_renders(&id).await.unwrap(), ["abc"]);
+        let h = vec![HistoryEntry {
+            render_ref: "abc".into(),
+            recorded_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-01-01T00:00:00Z".parse().unwrap(),
+            ),
+            source_revision: Some("main@sha1:1".into()),
+        }];
+        store.put_history(&id, &h).await.unwrap();
+        assert_eq!(store.history(&id).await.unwrap(), h);
+        store.delete_prefix(&id).await.unwrap();
+        assert!(store.list_renders(&id).await.unwrap().is_empty());
+    }
+}

@@ -1,0 +1,315 @@
+//! The render store in Kubernetes Secrets (the daemon's default): each render gzip'd and
+//! split into chunks well under the 1 MiB object limit, labelled by its Release.
+
+use std::collections::BTreeMap;
+
+use futures::future::BoxFuture;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{DeleteParams, ListParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use super::{HistoryEntry, ReleaseId, RenderStore, StoreError, decode, encode};
+use crate::engine::api::field_managers;
+use crate::engine::render::Object;
+use crate::engine::ssa;
+
+/// Bytes of render per Secret: the Secret, its metadata and base64 stay under 1 MiB.
+pub const CHUNK_BYTES: usize = 700 * 1024;
+
+const OWNER: &str = "convoy.kumodo.io/store-owner";
+const KIND: &str = "convoy.kumodo.io/store";
+const REF_LABEL: &str = "convoy.kumodo.io/render-ref";
+const REF_ANNOTATION: &str = "convoy.kumodo.io/render-ref";
+const CHUNK_ANNOTATION: &str = "convoy.kumodo.io/chunk";
+const RELEASE_ANNOTATION: &str = "convoy.kumodo.io/release";
+
+/// A store in the Secrets of one namespace.
+#[derive(Clone)]
+pub struct KubernetesStore {
+    api: Api<Secret>,
+    namespace: String,
+}
+
+impl KubernetesStore {
+    pub fn new(client: Client, namespace: &str) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            namespace: namespace.to_string(),
+        }
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+}
+
+/// A short, label-safe id of a Release (names may be longer than a label value).
+fn owner(id: &ReleaseId) -> String {
+    hex::encode(&Sha256::digest(format!("{}/{}", id.namespace, id.name).as_bytes())[..8])
+}
+
+fn ref_label(render_ref: &str) -> &str {
+    render_ref.get(..32).unwrap_or(render_ref)
+}
+
+fn api_err(action: &'static str, key: String) -> impl FnOnce(kube::Error) -> StoreError {
+    move |source| StoreError::Api {
+        action,
+        key,
+        source: Box::new(source),
+    }
+}
+
+/// A write that failed because the store's namespace does not exist says how to fix it.
+fn write_err<'a>(namespace: &'a str, key: String) -> impl FnOnce(kube::Error) -> StoreError + 'a {
+    move |source| match &source {
+        kube::Error::Api(s) if s.code == 404 => StoreError::NoNamespace {
+            namespace: namespace.to_string(),
+        },
+        _ => api_err("write", key)(source),
+    }
+}
+
+impl KubernetesStore {
+    async fn chunks(&self, id: &ReleaseId, render_ref: &str) -> Result<Vec<Secret>, StoreError> {
+        let selector = format!(
+            "{OWNER}={},{KIND}=render,{REF_LABEL}={}",
+            owner(id),
+            ref_label(render_ref)
+        );
+        let list = self
+            .api
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(api_err("list", id.render_key(render_ref)))?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter(|s| s.annotations().get(REF_ANNOTATION).map(String::as_str) == Some(render_ref))
+            .collect())
+    }
+}
+
+/// `i/n` of a chunk.
+fn chunk_of(secret: &Secret) -> Option<(usize, usize)> {
+    let (i, n) = secret
+        .annotations()
+        .get(CHUNK_ANNOTATION)?
+        .split_once('/')?;
+    Some((i.parse().ok()?, n.parse().ok()?))
+}
+
+impl RenderStore for KubernetesStore {
+    fn put_render<'a>(
+        &'a self,
+        id: &'a ReleaseId,
+        render_ref: &'a str,
+        objects: &'a [Object],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let bytes = encode(objects);
+            let parts: Vec<&[u8]> = bytes.chunks(CHUNK_BYTES).collect();
+            let n = parts.len().max(1);
+            let short = render_ref.get(..16).unwrap_or(render_ref);
+            for (i, part) in parts.iter().enumerate() {
+                let name = format!("convoy-render-{}-{short}-{i}", owner(id));
+                let secret = json!({
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "type": "convoy.kumodo.io/render",
+                    "metadata": {
+                        "name": name,
+                        "namespace": self.namespace,
+                        "labels": {OWNER: owner(id), KIND: "render", REF_LABEL: ref_label(render_ref)},
+                        "annotations": {
+                            REF_ANNOTATION: render_ref,
+                            CHUNK_ANNOTATION: format!("{i}/{n}"),
+                            RELEASE_ANNOTATION: format!("{}/{}", id.namespace, id.name),
+                        },
+                    },
+                    "data": {"render.gz": ByteString(part.to_vec())},
+                });
+                ssa::apply(&self.api, &name, field_managers::CONTROLLER, &secret)
+                    .await
+                    .map_err(write_err(&self.namespace, id.render_key(render_ref)))?;
+            }
+            Ok(())
+        })
+    }
+
+    fn get_render<'a>(
+        &'a self,
+        id: &'a ReleaseId,
+        render_ref: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<Object>>, StoreError>> {
+        Box::pin(async move {
+            let key = id.render_key(render_ref);
+            let chunks = self.chunks(id, render_ref).await?;
+            if chunks.is_empty() {
+                return Ok(None);
+            }
+            let mut ordered: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
+            let mut expected = 0;
+            for secret in &chunks {
+                let (i, n) = chunk_of(secret).ok_or_else(|| StoreError::Corrupt {
+                    key: key.clone(),
+                    message: format!("Secret {} has no chunk annotation", secret.name_any()),
+                })?;
+                expected = n;
+                let data = secret
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get("render.gz"))
+                    .map(|b| b.0.clone())
+                    .unwrap_or_default();
+                ordered.insert(i, data);
+            }
+            if ordered.len() != expected || ordered.keys().copied().ne(0..expected) {
+                return Err(StoreError::Corrupt {
+                    key,
+                    message: format!("{} of {expected} chunks present", ordered.len()),
+                });
+            }
+            let bytes: Vec<u8> = ordered.into_values().flatten().collect();
+            decode(&key, &bytes).map(Some)
+        })
+    }
+
+    fn has_render<'a>(
+        &'a self,
+        id: &'a ReleaseId,
+        render_ref: &'a str,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let chunks = self.chunks(id, render_ref).await?;
+            let expected = chunks
+                .first()
+                .and_then(chunk_of)
+                .map(|(_, n)| n)
+                .unwrap_or(0);
+            Ok(!chunks.is_empty() && chunks.len() == expected)
+        })
+    }
+
+    fn list_renders<'a>(
+        &'a self,
+        id: &'a ReleaseId,
+    ) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
+        Box::pin(async move {
+            let selector = format!("{OWNER}={},{KIND}=render", owner(id));
+            let list = self
+                .api
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(api_err("list", id.render_key("")))?;
+            let mut refs: Vec<String> = list
+                .items
+                .iter()
+                .filter_map(|s| s.annotations().get(REF_ANNOTATION).cloned())
+                .collect();
+            refs.sort();
+            refs.dedup();
+            Ok(refs)
+        })
+    }
+
+    fn delete_render<'a>(
+        &'a self,
+        id: &'a ReleaseId,
+        render_ref: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            for secret in self.chunks(id, render_ref).await? {
+                match self
+                    .api
+                    .delete(&secret.name_any(), &DeleteParams::default())
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(api_err("delete", id.render_key(render_ref))(e)),
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn history<'a>(
+        &'a self,
+        id: &'a ReleaseId,
+    ) -> BoxFuture<'a, Result<Vec<HistoryEntry>, StoreError>> {
+        Box::pin(async move {
+            let key = id.history_key();
+            let name = format!("convoy-history-{}", owner(id));
+            let secret = self
+                .api
+                .get_opt(&name)
+                .await
+                .map_err(api_err("read", key.clone()))?;
+            let Some(bytes) = secret
+                .and_then(|s| s.data)
+                .and_then(|d| d.get("history.json").map(|b| b.0.clone()))
+            else {
+                return Ok(Vec::new());
+            };
+            serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
+                key,
+                message: e.to_string(),
+            })
+        })
+    }
+
+    fn put_history<'a>(
+        &'a self,
+        id: &'a ReleaseId,
+        entries: &'a [HistoryEntry],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let name = format!("convoy-history-{}", owner(id));
+            let secret = json!({
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "convoy.kumodo.io/history",
+                "metadata": {
+                    "name": name,
+                    "namespace": self.namespace,
+                    "labels": {OWNER: owner(id), KIND: "history"},
+                    "annotations": {RELEASE_ANNOTATION: format!("{}/{}", id.namespace, id.name)},
+                },
+                "data": {"history.json": ByteString(serde_json::to_vec(entries).unwrap_or_default())},
+            });
+            ssa::apply(&self.api, &name, field_managers::CONTROLLER, &secret)
+                .await
+                .map_err(write_err(&self.namespace, id.history_key()))?;
+            Ok(())
+        })
+    }
+
+    fn delete_prefix<'a>(&'a self, id: &'a ReleaseId) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            // One delete per Secret: the daemon's RBAC grants `delete`, not `deletecollection`.
+            let key = format!("{}/{}", id.namespace, id.name);
+            let selector = format!("{OWNER}={}", owner(id));
+            let list = self
+                .api
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(api_err("list", key.clone()))?;
+            for secret in list.items {
+                match self
+                    .api
+                    .delete(&secret.name_any(), &DeleteParams::default())
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(api_err("delete", key.clone())(e)),
+                }
+            }
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,323 @@
+//! The render store: past renders and a history per Release, so convoy can pin to, and roll
+//! back to, a render without rendering again.
+//!
+//! Design: DESIGN.md "Render store" (a trait, two backends; keys
+//! `<namespace>/<release>/renders/<renderRef>` and `<namespace>/<release>/history`); spec:
+//! reconcile-flow.txt stageSync steps 2, 8, 9 and finalize step 6.
+
+pub mod dir;
+pub mod kube;
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+
+use futures::future::BoxFuture;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde::{Deserialize, Serialize};
+
+use crate::engine::render::Object;
+
+/// Why the store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("render store: cannot {action} {key}")]
+    Io {
+        action: &'static str,
+        key: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("render store: cannot {action} {key}")]
+    Api {
+        action: &'static str,
+        key: String,
+        #[source]
+        source: Box<::kube::Error>,
+    },
+    #[error(
+        "render store: namespace {namespace} does not exist; `convoy install` creates it, or choose another store with --render-store"
+    )]
+    NoNamespace { namespace: String },
+    #[error("render store: {key} is damaged: {message}")]
+    Corrupt { key: String, message: String },
+}
+
+/// One render in a Release's history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryEntry {
+    pub render_ref: String,
+    pub recorded_at: Time,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_revision: Option<String>,
+}
+
+/// A Release, as the store keys it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ReleaseId {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ReleaseId {
+    pub fn of(release: &crate::engine::api::Release) -> Self {
+        Self {
+            namespace: release.metadata.namespace.clone().unwrap_or_default(),
+            name: release.metadata.name.clone().unwrap_or_default(),
+        }
+    }
+
+    pub fn render_key(&self, render_ref: &str) -> String {
+        format!("{}/{}/renders/{render_ref}", self.namespace, self.name)
+    }
+
+    pub fn history_key(&self) -> String {
+        format!("{}/{}/history", self.namespace, self.name)
+    }
+}
+
+impl std::fmt::Display for ReleaseId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Where renders are kept. Implementations: [`kube::KubernetesStore`] (gzip'd renders in
+/// Secrets, the daemon's default) and [`dir::DirStore`] (a local directory).
+pub trait RenderStore: Send + Sync {
+    /// Store a render (overwriting an equal one is harmless).
+    fn put_render<'a>(
+        &'a self,
+        id: &'a ReleaseId,
+        render_ref: &'a str,
+        objects: &'a [Object],
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// A stored render, or `None`.
+    fn get_render<'a>(
+        &'a self,
+        id: &'a ReleaseId,
+        render_ref: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<Object>>, StoreError>>;
+    /// Whether a render is stored.
+    fn has_render<'a>(
+        &'a self,
+        id: &'a ReleaseId,
+        render_ref: &'a str,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+    /// Every stored render of a Release.
+    fn list_renders<'a>(
+        &'a self,
+        id: &'a ReleaseId,
+    ) -> BoxFuture<'a, Result<Vec<String>, StoreError>>;
+    fn delete_render<'a>(
+        &'a self,
+        id: &'a ReleaseId,
+        render_ref: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// The history, oldest first.
+    fn history<'a>(
+        &'a self,
+        id: &'a ReleaseId,
+    ) -> BoxFuture<'a, Result<Vec<HistoryEntry>, StoreError>>;
+    fn put_history<'a>(
+        &'a self,
+        id: &'a ReleaseId,
+        entries: &'a [HistoryEntry],
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// Remove everything of a Release (finalize step 6).
+    fn delete_prefix<'a>(&'a self, id: &'a ReleaseId) -> BoxFuture<'a, Result<(), StoreError>>;
+}
+
+/// Which store to use, as the `--render-store` flag says it: `kubernetes` (Secrets in the
+/// default store namespace), `kubernetes:NAMESPACE`, `dir:PATH`, or `none`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreSpec {
+    Kubernetes { namespace: Option<String> },
+    Dir(std::path::PathBuf),
+    None,
+}
+
+impl std::str::FromStr for StoreSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.split_once(':') {
+            None if s == "kubernetes" => Ok(Self::Kubernetes { namespace: None }),
+            None if s == "none" => Ok(Self::None),
+            Some(("kubernetes", ns)) if !ns.is_empty() => Ok(Self::Kubernetes {
+                namespace: Some(ns.to_string()),
+            }),
+            Some(("dir", path)) if !path.is_empty() => Ok(Self::Dir(path.into())),
+            _ => Err(format!(
+                "`{s}` is not a render store: use kubernetes, kubernetes:NAMESPACE, dir:PATH or none"
+            )),
+        }
+    }
+}
+
+impl StoreSpec {
+    /// Open the store; `default_namespace` is where `kubernetes` keeps its Secrets.
+    pub fn open(
+        &self,
+        client: &::kube::Client,
+        default_namespace: &str,
+    ) -> Option<std::sync::Arc<dyn RenderStore>> {
+        match self {
+            Self::Kubernetes { namespace } => {
+                Some(std::sync::Arc::new(kube::KubernetesStore::new(
+                    client.clone(),
+                    namespace.as_deref().unwrap_or(default_namespace),
+                )))
+            }
+            Self::Dir(path) => Some(std::sync::Arc::new(dir::DirStore::new(path.clone()))),
+            Self::None => None,
+        }
+    }
+}
+
+/// The namespace of the Kubernetes store when none is named: where `convoy install` puts the
+/// daemon.
+pub const DEFAULT_STORE_NAMESPACE: &str = "convoy-system";
+
+/// A render as stored: gzip'd JSON array of the objects.
+pub fn encode(objects: &[Object]) -> Vec<u8> {
+    let values: Vec<&serde_json::Value> = objects.iter().map(|o| &o.0).collect();
+    let json = serde_json::to_vec(&values).unwrap_or_default();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    // Writing into a Vec cannot fail.
+    let _ = gz.write_all(&json);
+    gz.finish().unwrap_or_default()
+}
+
+/// Decode a stored render.
+pub fn decode(key: &str, bytes: &[u8]) -> Result<Vec<Object>, StoreError> {
+    let corrupt = |message: String| StoreError::Corrupt {
+        key: key.to_string(),
+        message,
+    };
+    let mut json = Vec::new();
+    flate2::read::GzDecoder::new(bytes)
+        .read_to_end(&mut json)
+        .map_err(|e| corrupt(format!("not gzip: {e}")))?;
+    let values: Vec<serde_json::Value> =
+        serde_json::from_slice(&json).map_err(|e| corrupt(format!("not JSON: {e}")))?;
+    Ok(values.into_iter().map(Object).collect())
+}
+
+/// `recordHistory`: append `entry` unless its render is already the newest entry.
+pub fn with_entry(
+    mut history: Vec<HistoryEntry>,
+    entry: HistoryEntry,
+) -> Option<Vec<HistoryEntry>> {
+    if history
+        .last()
+        .is_some_and(|h| h.render_ref == entry.render_ref)
+    {
+        return None;
+    }
+    history.push(entry);
+    Some(history)
+}
+
+/// What `runGC` keeps and deletes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GcPlan {
+    pub history: Vec<HistoryEntry>,
+    pub delete: Vec<String>,
+}
+
+/// `runGC`: keep the newest `max_history` history entries; delete every stored render that
+/// no kept entry and none of `referenced` (lastSuccessful, lastAttempted, the pin,
+/// lastHealthy) names.
+pub fn plan_gc(
+    history: &[HistoryEntry],
+    stored: &[String],
+    max_history: usize,
+    referenced: &[&str],
+) -> GcPlan {
+    let keep_from = history.len().saturating_sub(max_history.max(1));
+    let kept: Vec<HistoryEntry> = history[keep_from..].to_vec();
+    let mut keep: BTreeSet<&str> = kept.iter().map(|h| h.render_ref.as_str()).collect();
+    keep.extend(referenced.iter().copied());
+    let delete = stored
+        .iter()
+        .filter(|r| !keep.contains(r.as_str()))
+        .cloned()
+        .collect();
+    GcPlan {
+        history: kept,
+        delete,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(r: &str) -> HistoryEntry {
+        HistoryEntry {
+            render_ref: r.into(),
+            recorded_at: Time("2026-01-01T00:00:00Z".parse().unwrap()),
+            source_revision: None,
+        }
+    }
+
+    #[test]
+    fn store_specs_parse() {
+        assert_eq!(
+            "kubernetes".parse::<StoreSpec>(),
+            Ok(StoreSpec::Kubernetes { namespace: None })
+        );
+        assert_eq!(
+            "kubernetes:stores".parse::<StoreSpec>(),
+            Ok(StoreSpec::Kubernetes {
+                namespace: Some("stores".into())
+            })
+        );
+        assert_eq!(
+            "dir:/tmp/x".parse::<StoreSpec>(),
+            Ok(StoreSpec::Dir("/tmp/x".into()))
+        );
+        assert_eq!("none".parse::<StoreSpec>(), Ok(StoreSpec::None));
+        assert!("s3://bucket".parse::<StoreSpec>().is_err());
+        assert!("dir:".parse::<StoreSpec>().is_err());
+    }
+
+    #[test]
+    fn renders_round_trip_through_gzip() {
+        let objects = vec![Object(
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}),
+        )];
+        assert_eq!(decode("k", &encode(&objects)).unwrap(), objects);
+        assert!(
+            decode("k", b"not gzip")
+                .unwrap_err()
+                .to_string()
+                .contains("damaged")
+        );
+    }
+
+    #[test]
+    fn history_appends_only_a_new_render() {
+        let h = with_entry(vec![], entry("a")).unwrap();
+        assert!(with_entry(h.clone(), entry("a")).is_none());
+        assert_eq!(with_entry(h, entry("b")).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn gc_keeps_max_history_and_every_referenced_render() {
+        let history: Vec<HistoryEntry> = ["a", "b", "c", "d"].iter().map(|r| entry(r)).collect();
+        let stored: Vec<String> = ["a", "b", "c", "d", "x"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let plan = plan_gc(&history, &stored, 2, &["a"]);
+        let kept: Vec<&str> = plan.history.iter().map(|h| h.render_ref.as_str()).collect();
+        assert_eq!(kept, ["c", "d"]);
+        assert_eq!(
+            plan.delete,
+            ["b", "x"],
+            "a is still referenced (say, lastHealthy)"
+        );
+    }
+}

@@ -1,0 +1,96 @@
+//! `convoy pin`, `unpin`, `history`, and `convoy status` of a rollout held by a wave, against
+//! the real control plane (the CLI's default Kubernetes render store in convoy-system).
+
+use serde_json::json;
+
+use crate::support::fixture::{Fixture, config_map, deployment};
+use crate::sync_status::{out, settings};
+
+fn render_ref(f: &Fixture) -> String {
+    let (_, raw, _) = out(&f.env.convoy(&["status", "web", "-o", "json"]));
+    let raw: serde_json::Value = serde_json::from_str(&raw).unwrap();
+    raw["lastSuccessful"]["renderRef"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn history_pin_and_unpin_through_the_cli() {
+    let f = Fixture::new(
+        "cli-history",
+        &[("a.yaml", &config_map("settings", 0, "1"))],
+        json!({}),
+    )
+    .await;
+    assert_eq!(out(&f.env.convoy(&["sync", "web"])).0, 0);
+    let first = render_ref(&f);
+    f.commit(&[("a.yaml", &config_map("settings", 0, "2"))]);
+    assert_eq!(out(&f.env.convoy(&["sync", "web"])).0, 0);
+    let (code, two_renders, stderr) = out(&f.env.convoy(&["history", "web"]));
+    assert_eq!(code, 0, "{stderr}");
+
+    let (code, pinned, stderr) = out(&f.env.convoy(&["pin", "web", &first[..8]]));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(out(&f.env.convoy(&["sync", "web"])).0, 0);
+    let settings_cm = f.config_map("settings").await.unwrap();
+    assert_eq!(settings_cm["data"]["value"], "1", "the pinned render runs");
+    let (_, after_pin, _) = out(&f.env.convoy(&["history", "web"]));
+    let (_, status, _) = out(&f.env.convoy(&["status", "web"]));
+
+    let (code, unpinned, _) = out(&f.env.convoy(&["unpin", "web"]));
+    assert_eq!(code, 0);
+    let release = f.release().await;
+    assert!(
+        !release
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("convoy.kumodo.io/pin"),
+        "unpin removes the annotation"
+    );
+
+    let (code, _, unknown) = out(&f.env.convoy(&["pin", "web", "0000dead"]));
+    assert_eq!(code, 4, "an unknown render is invalid input");
+    settings(&f.env.namespace).bind(|| {
+        insta::assert_snapshot!("history_two_renders", two_renders);
+        insta::assert_snapshot!("pin_stdout", pinned);
+        insta::assert_snapshot!("history_after_pin", after_pin);
+        insta::assert_snapshot!("status_pinned", status);
+        insta::assert_snapshot!("unpin_stdout", unpinned);
+        insta::assert_snapshot!("pin_unknown_stderr", unknown);
+    });
+}
+
+#[tokio::test]
+async fn status_shows_the_rollout_and_the_wave_that_holds_it() {
+    let stuck = deployment("api", 0, 1).replace(
+        "    spec:\n      containers:",
+        "    spec:\n      nodeSelector: {convoy-test: nowhere}\n      containers:",
+    );
+    let mut spec = Fixture::default_health("10m");
+    json_patch::merge(
+        &mut spec,
+        &json!({
+            "syncPolicy": {"waves": {"waitForHealth": true, "timeout": "15m"}},
+            "failurePolicy": {"deadline": "30m", "rollback": "OnWaveFailure"},
+        }),
+    );
+    let f = Fixture::new(
+        "cli-rollout",
+        &[
+            ("d.yaml", &stuck),
+            ("cm.yaml", &config_map("after", 1, "x")),
+        ],
+        spec,
+    )
+    .await;
+    let (code, stdout, _) = out(&f.env.convoy(&["sync", "web"]));
+    assert_eq!(code, 1, "a hold exits 1");
+    let (code, status, _) = out(&f.env.convoy(&["status", "web"]));
+    assert_eq!(code, 1);
+    settings(&f.env.namespace).bind(|| {
+        insta::assert_snapshot!("sync_held_by_wave_stdout", stdout);
+        insta::assert_snapshot!("status_rollout_held_by_wave", status);
+    });
+}

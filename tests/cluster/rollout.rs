@@ -1,0 +1,617 @@
+//! Progressive delivery against the real control plane: pins, the rollout state machine with
+//! rollback to the last healthy render, wave health gates and cluster waves.
+
+use std::time::Duration;
+
+use convoy::engine::api::{Release, RolloutState, condition_types, failure_stages, reasons};
+use convoy::engine::health::{HealthMemory, health_pass};
+use convoy::engine::reconcile::HandlerResult;
+use convoy::engine::store::{ReleaseId, RenderStore};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use serde_json::json;
+
+use crate::support::eventually;
+use crate::support::fixture::{Fixture, config_map, deployment};
+
+fn render_of(result: &HandlerResult) -> String {
+    result
+        .outcome
+        .as_ref()
+        .unwrap()
+        .attempt
+        .render_ref
+        .clone()
+        .unwrap()
+}
+
+fn applied(release: &Release) -> (String, String) {
+    let c = release
+        .status
+        .as_ref()
+        .unwrap()
+        .condition(condition_types::APPLIED)
+        .unwrap();
+    (c.status.clone(), c.reason.clone())
+}
+
+fn condition(release: &Release, type_: &str) -> Option<(String, String)> {
+    release
+        .status
+        .as_ref()?
+        .condition(type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+fn successful_render(release: &Release) -> Option<String> {
+    release
+        .status
+        .as_ref()?
+        .last_successful
+        .as_ref()?
+        .render_ref
+        .clone()
+}
+
+async fn value_of(f: &Fixture, name: &str) -> Option<String> {
+    f.config_map(name)
+        .await
+        .map(|c| c["data"]["value"].as_str().unwrap().to_string())
+}
+
+/// A Deployment the scheduler can never place: it stays Progressing, then Degraded.
+fn unschedulable(name: &str, wave: i32) -> String {
+    deployment(name, wave, 1).replace(
+        "    spec:\n      containers:",
+        "    spec:\n      nodeSelector: {convoy-test: nowhere}\n      containers:",
+    )
+}
+
+/// Health passes until the Release's Healthy condition is True.
+async fn until_healthy(f: &Fixture, name: &str) {
+    let memory = HealthMemory::default();
+    eventually(
+        "the Release to be Healthy",
+        Duration::from_secs(90),
+        || async {
+            let release = f.releases().get(name).await.unwrap();
+            let pass = health_pass(&f.ctx, &memory, &release).await.unwrap()?;
+            (pass.condition?.status == "True").then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_pin_applies_an_older_render_and_unpin_returns_to_the_source() {
+    let f = Fixture::new(
+        "pin",
+        &[("cm.yaml", &config_map("conf", 0, "one"))],
+        json!({}),
+    )
+    .await
+    .with_dir_store();
+    let first = render_of(&f.sync().await);
+    f.commit(&[("cm.yaml", &config_map("conf", 0, "two"))]);
+    let second = render_of(&f.sync().await);
+    assert_ne!(first, second);
+    assert_eq!(value_of(&f, "conf").await.as_deref(), Some("two"));
+
+    f.annotate(json!({"convoy.kumodo.io/pin": first})).await;
+    f.sync().await;
+    let release = f.release().await;
+    assert_eq!(
+        value_of(&f, "conf").await.as_deref(),
+        Some("one"),
+        "the pinned render runs"
+    );
+    assert_eq!(applied(&release), ("True".into(), reasons::APPLIED.into()));
+    let status = release.status.clone().unwrap();
+    assert_eq!(status.pin.unwrap().render_ref, first);
+    assert_eq!(successful_render(&release), Some(first.clone()));
+    let desired = convoy::engine::drift::render_desired(&f.ctx, &release)
+        .await
+        .ok()
+        .unwrap();
+    assert_eq!(
+        desired.render_ref, first,
+        "the drift loop compares against the pinned render"
+    );
+
+    f.annotate(json!({"convoy.kumodo.io/pin": null})).await;
+    f.sync().await;
+    let release = f.release().await;
+    assert_eq!(
+        value_of(&f, "conf").await.as_deref(),
+        Some("two"),
+        "the source's render runs again"
+    );
+    assert_eq!(
+        release.status.clone().unwrap().pin,
+        None,
+        "unpin clears status.pin"
+    );
+    assert_eq!(successful_render(&release), Some(second));
+
+    // A render the store does not hold: Pinned, not retried, nothing changes.
+    f.annotate(json!({"convoy.kumodo.io/pin": "0123456789abcdef"}))
+        .await;
+    let result = f.sync().await;
+    let outcome = result.outcome.unwrap();
+    assert_eq!((outcome.reason, outcome.retry), (reasons::PINNED, false));
+    let release = f.release().await;
+    assert_eq!(applied(&release), ("False".into(), reasons::PINNED.into()));
+    let failure = release
+        .status
+        .unwrap()
+        .last_attempted
+        .unwrap()
+        .failure
+        .unwrap();
+    assert_eq!(failure.stage, failure_stages::RENDERING);
+    assert_eq!(value_of(&f, "conf").await.as_deref(), Some("two"));
+}
+
+#[tokio::test]
+async fn a_pin_without_a_render_store_is_pinned() {
+    let f = Fixture::new(
+        "pin-nostore",
+        &[("cm.yaml", &config_map("conf", 0, "one"))],
+        json!({}),
+    )
+    .await;
+    f.sync().await;
+    f.annotate(json!({"convoy.kumodo.io/pin": "0123456789abcdef"}))
+        .await;
+    f.sync().await;
+    let release = f.release().await;
+    assert_eq!(applied(&release), ("False".into(), reasons::PINNED.into()));
+    let message = release
+        .status
+        .unwrap()
+        .condition(condition_types::APPLIED)
+        .unwrap()
+        .message
+        .clone();
+    assert!(message.contains("no render store"), "{message}");
+}
+
+#[tokio::test]
+async fn a_render_that_never_becomes_healthy_rolls_back_and_a_good_commit_rolls_forward() {
+    let mut extra = Fixture::default_health("1m");
+    json_patch::merge(
+        &mut extra,
+        &json!({"failurePolicy": {"deadline": "3s", "rollback": "OnWaveFailure"}}),
+    );
+    let f = Fixture::new("rollback", &[("d.yaml", &deployment("web", 0, 1))], extra)
+        .await
+        .with_dir_store();
+    f.install_default_rules().await;
+    let good = render_of(&f.sync().await);
+    let release = f.release().await;
+    assert_eq!(
+        release.status.unwrap().rollout.unwrap().state,
+        RolloutState::Progressing
+    );
+    until_healthy(&f, "web").await;
+    f.sync().await;
+    let release = f.release().await;
+    let status = release.status.clone().unwrap();
+    assert_eq!(status.rollout.unwrap().state, RolloutState::Succeeded);
+    assert_eq!(status.last_healthy.unwrap().render_ref, good);
+    assert_eq!(
+        condition(&release, condition_types::ROLLOUT_SUCCEEDED),
+        Some(("True".into(), "Succeeded".into()))
+    );
+
+    // A bad commit: Progressing until the deadline, then the last healthy render again.
+    f.commit(&[("d.yaml", &unschedulable("web", 0))]);
+    let bad = render_of(&f.sync().await);
+    let memory = HealthMemory::default();
+    eventually(
+        "the rollout to roll back",
+        Duration::from_secs(60),
+        || async {
+            let _ = health_pass(&f.ctx, &memory, &f.release().await).await;
+            let result = f.sync().await;
+            (result.outcome?.reason == reasons::ROLLED_BACK).then_some(())
+        },
+    )
+    .await;
+    let release = f.release().await;
+    assert_eq!(
+        applied(&release),
+        ("True".into(), reasons::ROLLED_BACK.into())
+    );
+    assert_eq!(
+        condition(&release, condition_types::ROLLOUT_SUCCEEDED),
+        Some(("False".into(), "RolledBack".into()))
+    );
+    let status = release.status.clone().unwrap();
+    assert_eq!(status.rollout.as_ref().unwrap().render_ref, bad);
+    assert_eq!(status.last_attempted.unwrap().render_ref, Some(bad));
+    assert_eq!(
+        successful_render(&release),
+        Some(good.clone()),
+        "lastSuccessful holds the last healthy render"
+    );
+    let deployments: Api<Deployment> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let live = deployments.get("web").await.unwrap();
+    assert_eq!(
+        live.spec.unwrap().template.spec.unwrap().node_selector,
+        None,
+        "the cluster runs the last healthy render again"
+    );
+
+    // Automatic sync stays on: the next good commit rolls forward without a manual step.
+    f.commit(&[("d.yaml", &deployment("web", 0, 2))]);
+    let fixed = render_of(&f.sync().await);
+    let release = f.release().await;
+    assert_eq!(applied(&release), ("True".into(), reasons::APPLIED.into()));
+    assert_eq!(successful_render(&release), Some(fixed.clone()));
+    let rollout = release.status.unwrap().rollout.unwrap();
+    assert_eq!(
+        (rollout.state, rollout.render_ref),
+        (RolloutState::Progressing, fixed)
+    );
+    assert_eq!(
+        deployments.get("web").await.unwrap().spec.unwrap().replicas,
+        Some(2)
+    );
+}
+
+/// wave 0: a Deployment that never becomes healthy; wave 1: a ConfigMap.
+fn held_waves() -> Vec<(&'static str, String)> {
+    vec![
+        ("d.yaml", unschedulable("web", 0)),
+        ("cm.yaml", config_map("after", 1, "x")),
+    ]
+}
+
+async fn wave_timeout(test: &str, extra: serde_json::Value) -> Fixture {
+    let mut spec = Fixture::default_health("1m");
+    json_patch::merge(
+        &mut spec,
+        &json!({"syncPolicy": {"waves": {"waitForHealth": true, "timeout": "2s"}}}),
+    );
+    json_patch::merge(&mut spec, &extra);
+    let files = held_waves();
+    let refs: Vec<(&str, &str)> = files.iter().map(|(p, c)| (*p, c.as_str())).collect();
+    let f = Fixture::new(test, &refs, spec).await;
+    f.install_default_rules().await;
+    let first = f.sync().await.outcome.unwrap();
+    assert_eq!(first.reason, reasons::WAITING_FOR_WAVE_HEALTH);
+    eventually("the wave to time out", Duration::from_secs(30), || async {
+        let outcome = f.sync().await.outcome?;
+        (outcome.reason != reasons::WAITING_FOR_WAVE_HEALTH).then_some(())
+    })
+    .await;
+    assert_eq!(
+        f.config_map("after").await,
+        None,
+        "wave 1 was never applied"
+    );
+    f
+}
+
+#[tokio::test]
+async fn a_wave_timeout_without_rollback_fails_the_rollout() {
+    let f = wave_timeout(
+        "wave-rolloutfailed",
+        json!({"failurePolicy": {"deadline": "10m", "rollback": "Never"}}),
+    )
+    .await;
+    let release = f.release().await;
+    assert_eq!(
+        applied(&release),
+        ("False".into(), reasons::ROLLOUT_FAILED.into())
+    );
+    assert_eq!(
+        condition(&release, condition_types::ROLLOUT_SUCCEEDED),
+        Some(("False".into(), "Failed".into()))
+    );
+    let status = release.status.unwrap();
+    assert_eq!(status.rollout.unwrap().state, RolloutState::Failed);
+    assert_eq!(
+        status.last_attempted.unwrap().failure.unwrap().stage,
+        failure_stages::SYNCING
+    );
+}
+
+#[tokio::test]
+async fn a_wave_timeout_without_a_failure_policy_is_wave_failed_and_no_rollout() {
+    let f = wave_timeout("wave-wavefailed", json!({})).await;
+    let release = f.release().await;
+    assert_eq!(
+        applied(&release),
+        ("False".into(), reasons::WAVE_FAILED.into())
+    );
+    assert_eq!(
+        condition(&release, condition_types::ROLLOUT_SUCCEEDED),
+        None
+    );
+    let status = release.status.unwrap();
+    assert_eq!(status.rollout, None);
+    let message = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition_types::APPLIED)
+        .unwrap()
+        .message
+        .clone();
+    assert!(
+        message.contains("Deployment") && message.contains("/web"),
+        "names the object: {message}"
+    );
+    assert_eq!(
+        status
+            .waves
+            .iter()
+            .map(|w| (w.wave, w.applied))
+            .collect::<Vec<_>>(),
+        [(0, true)]
+    );
+}
+
+#[tokio::test]
+async fn wave_one_waits_for_wave_zero_to_be_healthy() {
+    let mut spec = Fixture::default_health("1m");
+    json_patch::merge(
+        &mut spec,
+        &json!({"syncPolicy": {"waves": {"waitForHealth": true}}}),
+    );
+    let cm = config_map("after", 1, "x");
+    let d = deployment("web", 0, 1);
+    let f = Fixture::new("wave-order", &[("d.yaml", &d), ("cm.yaml", &cm)], spec).await;
+    f.install_default_rules().await;
+    let held = f.sync().await.outcome.unwrap();
+    assert_eq!(held.reason, reasons::WAITING_FOR_WAVE_HEALTH);
+    assert!(
+        held.message.contains("wave 1 waits for wave 0"),
+        "{}",
+        held.message
+    );
+    assert_eq!(f.config_map("after").await, None);
+    let release = f.release().await;
+    let waiting = release.status.clone().unwrap().waiting.unwrap();
+    assert_eq!(waiting.target, "wave 0");
+
+    // kwok readies the pods; the health loop marks wave 0 Healthy; wave 1 goes.
+    let memory = HealthMemory::default();
+    eventually("wave 0 to be healthy", Duration::from_secs(90), || async {
+        let _ = health_pass(&f.ctx, &memory, &f.release().await).await;
+        let outcome = f.sync().await.outcome?;
+        (outcome.reason == reasons::APPLIED).then_some(())
+    })
+    .await;
+    let deployments: Api<Deployment> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let available_at = deployments
+        .get("web")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Available" && c.status == "True")
+        .unwrap()
+        .last_transition_time
+        .unwrap();
+    let configmaps: Api<ConfigMap> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let created = configmaps
+        .get("after")
+        .await
+        .unwrap()
+        .metadata
+        .creation_timestamp
+        .unwrap();
+    assert!(
+        created.0 >= available_at.0,
+        "wave 1 created at {created:?}, wave 0 available at {available_at:?}"
+    );
+    let status = f.release().await.status.unwrap();
+    assert_eq!(status.waiting, None);
+    assert_eq!(
+        status
+            .waves
+            .iter()
+            .map(|w| (w.wave, w.applied))
+            .collect::<Vec<_>>(),
+        [(0, true), (1, true)]
+    );
+}
+
+#[tokio::test]
+async fn a_cluster_wave_waits_for_the_lower_wave_times_out_then_proceeds() {
+    let f = Fixture::new(
+        "cluster-wave",
+        &[("cm.yaml", &config_map("first", 0, "a"))],
+        json!({"clusterWave": {"wave": 0}}),
+    )
+    .await;
+    f.repo
+        .commit(&[("late/cm.yaml", &config_map("second", 0, "b"))], "late");
+    f.add_release(
+        "late",
+        "late",
+        json!({"clusterWave": {"wave": 1, "timeout": "2s"}}),
+    )
+    .await;
+
+    let held = f.sync_named("late").await.outcome.unwrap();
+    assert_eq!(held.reason, reasons::WAITING_FOR_CLUSTER_WAVE);
+    assert!(
+        held.message.contains("Release web (cluster wave 0)"),
+        "{}",
+        held.message
+    );
+    assert_eq!(f.config_map("second").await, None);
+
+    eventually(
+        "the cluster wave to time out",
+        Duration::from_secs(30),
+        || async {
+            let outcome = f.sync_named("late").await.outcome?;
+            (outcome.reason == reasons::CLUSTER_WAVE_FAILED).then_some(())
+        },
+    )
+    .await;
+    let late = f.releases().get("late").await.unwrap();
+    assert_eq!(
+        applied(&late),
+        ("False".into(), reasons::CLUSTER_WAVE_FAILED.into())
+    );
+    assert_eq!(
+        late.status
+            .unwrap()
+            .last_attempted
+            .unwrap()
+            .failure
+            .unwrap()
+            .stage,
+        failure_stages::SYNCING
+    );
+
+    // Wave 0 becomes Applied and Healthy (no health assessment: NotConfigured is healthy).
+    f.sync().await;
+    until_healthy(&f, "web").await;
+    let outcome = f.sync_named("late").await.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+    assert_eq!(value_of(&f, "second").await.as_deref(), Some("b"));
+}
+
+#[tokio::test]
+async fn gc_keeps_max_history_entries_and_every_referenced_render() {
+    let f = Fixture::new(
+        "gc",
+        &[("cm.yaml", &config_map("conf", 0, "r1"))],
+        json!({"retentionPolicy": {"maxHistory": 2}}),
+    )
+    .await
+    .with_dir_store();
+    let r1 = render_of(&f.sync().await);
+    // No health assessment: NotConfigured counts as healthy, so r1 becomes lastHealthy.
+    until_healthy(&f, "web").await;
+    f.sync().await;
+    assert_eq!(
+        f.release()
+            .await
+            .status
+            .unwrap()
+            .last_healthy
+            .unwrap()
+            .render_ref,
+        r1
+    );
+    let mut refs = vec![r1.clone()];
+    for value in ["r2", "r3", "r4"] {
+        f.commit(&[("cm.yaml", &config_map("conf", 0, value))]);
+        refs.push(render_of(&f.sync().await));
+    }
+    let store = f.ctx.store.as_ref().unwrap();
+    let id = ReleaseId::of(&f.release().await);
+    let history: Vec<String> = store
+        .history(&id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|h| h.render_ref)
+        .collect();
+    assert_eq!(
+        history,
+        [refs[2].clone(), refs[3].clone()],
+        "exactly maxHistory entries, newest last"
+    );
+    let mut stored = store.list_renders(&id).await.unwrap();
+    stored.sort();
+    let mut expected = vec![r1, refs[2].clone(), refs[3].clone()];
+    expected.sort();
+    assert_eq!(stored, expected, "r2 is gone; r1 stays as lastHealthy");
+
+    // Deleting the Release deletes its renders and history (finalize step 6).
+    f.releases()
+        .delete("web", &Default::default())
+        .await
+        .unwrap();
+    f.sync().await;
+    assert_eq!(store.list_renders(&id).await.unwrap(), Vec::<String>::new());
+    assert_eq!(store.history(&id).await.unwrap(), []);
+}
+
+#[tokio::test]
+async fn the_kubernetes_store_round_trips_a_render_larger_than_one_mebibyte() {
+    use convoy::engine::render::Object;
+    use convoy::engine::store::kube::KubernetesStore;
+    use k8s_openapi::api::core::v1::Secret;
+    use sha2::{Digest, Sha256};
+
+    let env = crate::support::TestEnv::new("kube-store").await;
+    let store = KubernetesStore::new(env.client.clone(), &env.namespace);
+    // Hashes chained into hex: text gzip cannot shrink much below half, so ~3 MiB of it
+    // stays well above 1 MiB stored.
+    let mut seed = Sha256::digest(b"convoy").to_vec();
+    let objects: Vec<Object> = (0..300)
+        .map(|i| {
+            let mut data = String::new();
+            for _ in 0..160 {
+                seed = Sha256::digest(&seed).to_vec();
+                data.push_str(&hex::encode(&seed));
+            }
+            Object(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("c{i}")}, "data": {"blob": data}}))
+        })
+        .collect();
+    let id = ReleaseId {
+        namespace: "apps".into(),
+        name: "big".into(),
+    };
+    let encoded = convoy::engine::store::encode(&objects);
+    assert!(
+        encoded.len() > 1024 * 1024,
+        "the stored render is {} bytes",
+        encoded.len()
+    );
+    store.put_render(&id, "feedface", &objects).await.unwrap();
+    assert!(store.has_render(&id, "feedface").await.unwrap());
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), &env.namespace);
+    let chunks = secrets.list(&Default::default()).await.unwrap().items;
+    assert!(chunks.len() >= 2, "chunked into {} Secrets", chunks.len());
+    for chunk in &chunks {
+        let managers: Vec<&str> = chunk
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter_map(|m| m.manager.as_deref())
+            .collect();
+        assert_eq!(
+            managers,
+            ["convoy-release"],
+            "the controller is the store's one writer"
+        );
+        let size: usize = chunk
+            .data
+            .as_ref()
+            .unwrap()
+            .values()
+            .map(|b| b.0.len())
+            .sum();
+        assert!(size < 1024 * 1024, "a chunk holds {size} bytes");
+    }
+    assert_eq!(
+        store.get_render(&id, "feedface").await.unwrap(),
+        Some(objects)
+    );
+    assert_eq!(store.list_renders(&id).await.unwrap(), ["feedface"]);
+    store.delete_prefix(&id).await.unwrap();
+    assert_eq!(store.get_render(&id, "feedface").await.unwrap(), None);
+    assert!(
+        secrets
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+}
