@@ -8,10 +8,22 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::{Api, Client};
+use kube::api::{DeleteParams, ListParams, PropagationPolicy};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
-use crate::engine::api::{Hook, HookEntry, HookPhase, HookState, Release};
+use crate::engine::api::{Hook, HookEntry, HookPhase, HookState, Release, field_managers};
 use crate::engine::duration::parse_duration;
+
+/// Labels on every hook workload: which Release, hook and phase it belongs to. Prune never
+/// touches them (hooks are not inventory members); hook GC finds them by these.
+pub mod labels {
+    pub const RELEASE: &str = "convoy.kumodo.io/release";
+    pub const RELEASE_NAMESPACE: &str = "convoy.kumodo.io/release-namespace";
+    pub const HOOK: &str = "convoy.kumodo.io/hook";
+    pub const PHASE: &str = "convoy.kumodo.io/hook-phase";
+}
 
 /// A hook's timeout when it names none.
 pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(600);
@@ -52,6 +64,186 @@ pub fn needs_poll(entry: &HookEntry) -> bool {
             (Some(finished), Some(created)) => created.0 > finished.0,
             (Some(_), None) => false,
         }
+}
+
+/// The workload name of `hook` for `render_ref`: the Release, the hook and a short hash of the
+/// render and the hook's own spec, so a new render or an edited hook arms a new workload and
+/// a re-sync of the same render finds the one it armed. At most 63 characters.
+pub fn workload_name(release: &Release, hook: &Hook, render_ref: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(render_ref.as_bytes());
+    hasher.update(serde_json::to_vec(hook).unwrap_or_default());
+    let digest = hex::encode(&hasher.finalize()[..4]);
+    let base = format!(
+        "{}-{}",
+        release.metadata.name.as_deref().unwrap_or_default(),
+        hook.name
+    );
+    let mut base: String = base
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    base.truncate(63 - digest.len() - 1);
+    format!("{}-{digest}", base.trim_end_matches('-'))
+}
+
+/// The hook's workload object (a Job, or a Pod for a `pod` hook): the hook's spec with
+/// `restartPolicy: Never` and, for a Job, `backoffLimit: 0` unless the hook says otherwise
+/// (a hook reports one outcome; retries belong in the hook's own spec).
+pub fn workload_object(release: &Release, hook: &Hook, name: &str, namespace: &str) -> Value {
+    let labels = json!({
+        labels::RELEASE: release.metadata.name.as_deref().unwrap_or_default(),
+        labels::RELEASE_NAMESPACE: release.metadata.namespace.as_deref().unwrap_or_default(),
+        labels::HOOK: hook.name,
+        labels::PHASE: hook.phase.as_str(),
+    });
+    let metadata = json!({"name": name, "namespace": namespace, "labels": labels});
+    if let (Some(pod), None) = (&hook.pod, &hook.job) {
+        let mut spec = pod.clone();
+        if spec.get("restartPolicy").is_none() {
+            spec["restartPolicy"] = json!("Never");
+        }
+        return json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec});
+    }
+    let mut spec = hook.job.clone().unwrap_or_else(|| json!({}));
+    if spec.get("backoffLimit").is_none() {
+        spec["backoffLimit"] = json!(0);
+    }
+    let template = &mut spec["template"];
+    if template
+        .get("spec")
+        .and_then(|s| s.get("restartPolicy"))
+        .is_none()
+    {
+        template["spec"]["restartPolicy"] = json!("Never");
+    }
+    // The pods carry the hook labels too, next to the template's own.
+    if let Some(map) = labels.as_object() {
+        for (k, v) in map {
+            template["metadata"]["labels"][k] = v.clone();
+        }
+    }
+    json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec})
+}
+
+/// Create (or find) the hook's workload with SSA under the controller's manager.
+pub async fn arm_workload(
+    client: &Client,
+    release: &Release,
+    hook: &Hook,
+    name: &str,
+    namespace: &str,
+) -> Result<(), kube::Error> {
+    let object = workload_object(release, hook, name, namespace);
+    if object["kind"] == "Pod" {
+        let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+        if api.get_opt(name).await?.is_none() {
+            crate::engine::ssa::apply(&api, name, field_managers::CONTROLLER, &object).await?;
+        }
+    } else {
+        let api: Api<Job> = Api::namespaced(client.clone(), namespace);
+        if api.get_opt(name).await?.is_none() {
+            crate::engine::ssa::apply(&api, name, field_managers::CONTROLLER, &object).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Hook GC: delete the finished Jobs of `hook` except `current` and the newest other one
+/// (kept for inspection). Running Jobs are left alone.
+pub async fn collect_old_jobs(
+    client: &Client,
+    release: &Release,
+    hook: &Hook,
+    namespace: &str,
+    current: &str,
+) -> Result<usize, kube::Error> {
+    let api: Api<Job> = Api::namespaced(client.clone(), namespace);
+    let selector = format!(
+        "{}={},{}={},{}={}",
+        labels::RELEASE,
+        release.metadata.name.as_deref().unwrap_or_default(),
+        labels::HOOK,
+        hook.name,
+        labels::PHASE,
+        hook.phase.as_str()
+    );
+    let mut jobs: Vec<Job> = api
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .into_iter()
+        .filter(|j| {
+            j.labels()
+                .get(labels::RELEASE_NAMESPACE)
+                .map(String::as_str)
+                == release.metadata.namespace.as_deref()
+        })
+        .filter(|j| j.name_any() != current)
+        .collect();
+    jobs.sort_by_key(|j| j.metadata.creation_timestamp.as_ref().map(|t| t.0));
+    jobs.pop();
+    let finished = |j: &Job| {
+        j.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+            })
+    };
+    let params = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Background),
+        ..Default::default()
+    };
+    let mut deleted = 0;
+    for job in jobs.iter().filter(|j| finished(j)) {
+        match api.delete(&job.name_any(), &params).await {
+            Ok(_) => deleted += 1,
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(deleted)
+}
+
+/// The state of an armed entry as the controller reads it: the health loop's state only
+/// counts once it is about this arming (finishedAt not before createdAt); until then the
+/// hook is Running.
+pub fn effective_state(entry: &HookEntry) -> HookState {
+    match (entry.state, &entry.finished_at, &entry.created_at) {
+        (Some(state), Some(finished), Some(created)) if finished.0 >= created.0 => state,
+        (Some(state), Some(_), None) => state,
+        _ => HookState::Running,
+    }
+}
+
+/// How a hook entry reads in a table: its effective state, how long it ran (or runs), and
+/// its message when the message is about this arming.
+pub fn describe(entry: &HookEntry, now: jiff::Timestamp) -> (HookState, Option<Duration>, String) {
+    let state = effective_state(entry);
+    let current = entry.state == Some(state);
+    let seconds =
+        |from: &Time, to: i64| Duration::from_secs((to - from.0.as_second()).max(0) as u64);
+    let duration = match (&entry.created_at, &entry.finished_at) {
+        (Some(c), Some(f)) if current && state != HookState::Running => {
+            Some(seconds(c, f.0.as_second()))
+        }
+        (Some(c), _) => Some(seconds(c, now.as_second())),
+        _ => None,
+    };
+    let message = if current {
+        entry.message.clone().unwrap_or_default()
+    } else {
+        String::new()
+    };
+    (state, duration, message)
 }
 
 /// The state of a hook workload and a message.
@@ -121,9 +313,21 @@ pub async fn poll_hook_workload(
                         .find(|c| c.type_ == "Failed")
                         .and_then(|c| c.message.clone().or(c.reason.clone()))
                         .unwrap_or_default();
+                    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+                    let terminated = pods
+                        .list(&ListParams::default().labels(&format!("job-name={name}")))
+                        .await
+                        .map(|l| {
+                            l.items
+                                .iter()
+                                .map(termination_message_of_pod)
+                                .find(|m| !m.is_empty())
+                                .unwrap_or_default()
+                        })
+                        .unwrap_or_default();
                     Some(Polled {
                         state: HookState::Failed,
-                        message: format!("Job {name} failed: {reason}"),
+                        message: format!("Job {name} failed: {reason}{terminated}"),
                     })
                 } else {
                     None
@@ -184,5 +388,92 @@ fn termination_message_of_pod(pod: &Pod) -> String {
         String::new()
     } else {
         format!(": {}", messages.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn release() -> Release {
+        serde_json::from_value(json!({
+            "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+            "metadata": {"name": "web", "namespace": "apps"},
+            "spec": {"source": {"kind": "GitRepository", "name": "repo"}},
+        }))
+        .unwrap()
+    }
+
+    fn hook(job: Value) -> Hook {
+        serde_json::from_value(json!({"name": "migrate", "phase": "preSync", "job": job})).unwrap()
+    }
+
+    #[test]
+    fn a_workload_name_changes_with_the_render_and_the_hook_but_not_otherwise() {
+        let r = release();
+        let h = hook(json!({"template": {"spec": {"containers": []}}}));
+        let a = workload_name(&r, &h, "r1");
+        assert!(
+            a.starts_with("web-migrate-") && a.len() == "web-migrate-".len() + 8,
+            "{a}"
+        );
+        assert_eq!(a, workload_name(&r, &h, "r1"));
+        assert_ne!(a, workload_name(&r, &h, "r2"));
+        let edited = hook(json!({"template": {"spec": {"containers": [{"name": "x"}]}}}));
+        assert_ne!(a, workload_name(&r, &edited, "r1"));
+        let mut long = h.clone();
+        long.name = "x".repeat(100);
+        assert!(workload_name(&r, &long, "r1").len() <= 63);
+    }
+
+    #[test]
+    fn a_job_fails_fast_never_restarts_and_carries_the_hook_labels() {
+        let r = release();
+        let h = hook(
+            json!({"template": {"metadata": {"labels": {"own": "x"}}, "spec": {"containers": []}}}),
+        );
+        let job = workload_object(&r, &h, "web-migrate-1", "apps");
+        assert_eq!(job["kind"], "Job");
+        assert_eq!(job["spec"]["backoffLimit"], 0);
+        assert_eq!(job["spec"]["template"]["spec"]["restartPolicy"], "Never");
+        assert_eq!(job["spec"]["template"]["metadata"]["labels"]["own"], "x");
+        assert_eq!(
+            job["spec"]["template"]["metadata"]["labels"][labels::HOOK],
+            "migrate"
+        );
+        assert_eq!(job["metadata"]["labels"][labels::PHASE], "preSync");
+        let mut own = h.clone();
+        own.job =
+            Some(json!({"backoffLimit": 2, "template": {"spec": {"restartPolicy": "OnFailure"}}}));
+        let job = workload_object(&r, &own, "n", "apps");
+        assert_eq!(job["spec"]["backoffLimit"], 2);
+        assert_eq!(
+            job["spec"]["template"]["spec"]["restartPolicy"],
+            "OnFailure"
+        );
+    }
+
+    #[test]
+    fn a_state_counts_only_for_the_arming_it_was_polled_for() {
+        let t = |s: &str| Time(s.parse().unwrap());
+        let mut e = HookEntry {
+            name: "m".into(),
+            phase: HookPhase::PreSync,
+            workload_name: Some("w".into()),
+            created_at: Some(t("2026-01-01T00:01:00Z")),
+            render_ref: Some("r".into()),
+            state: Some(HookState::Succeeded),
+            message: None,
+            finished_at: Some(t("2026-01-01T00:00:00Z")),
+        };
+        assert_eq!(
+            effective_state(&e),
+            HookState::Running,
+            "re-armed after it finished"
+        );
+        e.finished_at = Some(t("2026-01-01T00:02:00Z"));
+        assert_eq!(effective_state(&e), HookState::Succeeded);
+        e.state = None;
+        assert_eq!(effective_state(&e), HookState::Running);
     }
 }

@@ -94,3 +94,34 @@ async fn status_shows_the_rollout_and_the_wave_that_holds_it() {
         insta::assert_snapshot!("status_rollout_held_by_wave", status);
     });
 }
+
+#[tokio::test]
+async fn status_and_health_list_the_hooks_with_state_duration_and_message() {
+    use convoy::engine::health::{HealthMemory, health_pass};
+    let job = json!({"template": {"spec": {"containers": [{"name": "x", "image": "busybox"}]}}});
+    let f = Fixture::new(
+        "cli-hooks",
+        &[("a.yaml", &config_map("settings", 0, "1"))],
+        json!({"lifecycle": {"hooks": [{"name": "migrate", "phase": "preSync", "job": job}]}}),
+    )
+    .await;
+    let memory = HealthMemory::default();
+    crate::support::eventually(
+        "the preSync hook to finish and the sync to apply",
+        std::time::Duration::from_secs(60),
+        || async {
+            let _ = health_pass(&f.ctx, &memory, &f.release().await).await;
+            let result = f.sync().await;
+            (result.outcome?.reason == "Applied").then_some(())
+        },
+    )
+    .await;
+    let (_, status, _) = out(&f.env.convoy(&["status", "web"]));
+    let (_, health, _) = out(&f.env.convoy(&["health", "web"]));
+    let mut s = settings(&f.env.namespace);
+    s.add_filter(r"web-migrate-[0-9a-f]{8}", "web-migrate-HASH");
+    s.bind(|| {
+        insta::assert_snapshot!("status_with_hooks", status);
+        insta::assert_snapshot!("health_with_hooks", health);
+    });
+}

@@ -9,6 +9,7 @@ mod support;
 mod api;
 mod drift;
 mod health;
+mod hooks;
 mod inventory;
 mod kwok;
 mod remote;

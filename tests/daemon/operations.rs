@@ -135,6 +135,8 @@ async fn the_installed_rbac_is_enough_for_the_daemon() {
     let dry = f.env.kubectl(&[
         "apply",
         "--server-side",
+        // A control plane reused across runs holds an earlier install's bindings.
+        "--force-conflicts",
         "--dry-run=server",
         "-f",
         manifest.path().to_str().unwrap(),

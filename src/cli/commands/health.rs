@@ -168,24 +168,14 @@ impl View {
         let mut hook_rows = Vec::new();
         let mut hooks = Vec::new();
         for h in &inventory.spec.hooks {
-            let duration = match (&h.created_at, &h.finished_at) {
-                (Some(c), Some(f)) if f.0 >= c.0 => human(std::time::Duration::from_secs(
-                    (f.0.as_second() - c.0.as_second()) as u64,
-                )),
-                (Some(c), _) => human(std::time::Duration::from_secs(
-                    (now.as_second() - c.0.as_second()).max(0) as u64,
-                )),
-                _ => "-".into(),
-            };
-            healthy &= h.state != Some(HookState::Failed) && h.state != Some(HookState::Running);
+            let (state, duration, message) = crate::engine::hooks::describe(h, now);
+            healthy &= state == HookState::Succeeded;
             hook_rows.push(vec![
                 h.name.clone(),
                 h.phase.as_str().to_string(),
-                h.state
-                    .map(|s| s.as_str().to_string())
-                    .unwrap_or_else(|| "-".into()),
-                duration,
-                h.message.clone().unwrap_or_default(),
+                state.as_str().to_string(),
+                duration.map(human).unwrap_or_else(|| "-".into()),
+                message,
             ]);
             hooks.push(
                 json!({"name": h.name, "phase": h.phase, "state": h.state, "message": h.message,

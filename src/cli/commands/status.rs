@@ -7,10 +7,11 @@ use crate::cli::exit::{CliError, CommandResult, ExitStatus};
 use crate::cli::output::{OutputFormat, Printer, yaml_value};
 use crate::cli::table::plain;
 use crate::cli::{GlobalArgs, io_error};
-use crate::engine::api::{Attempt, Release};
+use crate::engine::api::{Attempt, Release, ReleaseInventory};
 use crate::engine::connect::is_unreachable;
 use crate::engine::duration::human;
 use crate::engine::explain::explain;
+use crate::engine::inventory::InventoryHandle;
 use crate::engine::render::render_ref::short;
 
 /// Explain a Release: who wrote each condition and why, what was attempted and what runs.
@@ -42,7 +43,16 @@ pub async fn run(global: &GlobalArgs, args: StatusArgs, printer: &mut Printer) -
         }
         _ => {}
     }
-    let text = render_status(&release, jiff::Timestamp::now());
+    // The hooks' times are in the inventory; without it the status still explains itself.
+    let inventory = match global.connect().await {
+        Ok(conn) => InventoryHandle::for_release(conn.client, &release)
+            .get()
+            .await
+            .ok()
+            .flatten(),
+        Err(_) => None,
+    };
+    let text = render_status(&release, inventory.as_ref(), jiff::Timestamp::now());
     printer.print(&text).map_err(io_error)?;
     Ok(if explain(&release, jiff::Timestamp::now()).good {
         ExitStatus::Success
@@ -76,7 +86,11 @@ pub async fn fetch_release(global: &GlobalArgs, name: &str) -> Result<Release, C
 }
 
 /// The explanation as text (pure, for snapshot tests).
-pub fn render_status(release: &Release, now: jiff::Timestamp) -> String {
+pub fn render_status(
+    release: &Release,
+    inventory: Option<&ReleaseInventory>,
+    now: jiff::Timestamp,
+) -> String {
     let explanation = explain(release, now);
     let status = release.status.clone().unwrap_or_default();
     let mut out = String::new();
@@ -161,6 +175,28 @@ pub fn render_status(release: &Release, now: jiff::Timestamp) -> String {
             })
             .collect();
         out.push_str(&plain(&["wave", "objects", "applied", "healthy"], &rows));
+    }
+    let hooks: Vec<Vec<String>> = inventory
+        .map(|inv| inv.spec.hooks.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .map(|h| {
+            let (state, duration, message) = crate::engine::hooks::describe(h, now);
+            vec![
+                h.phase.as_str().to_string(),
+                h.name.clone(),
+                state.as_str().to_string(),
+                duration.map(human).unwrap_or_else(|| "-".into()),
+                message,
+            ]
+        })
+        .collect();
+    if !hooks.is_empty() {
+        out.push('\n');
+        out.push_str(&plain(
+            &["phase", "hook", "state", "duration", "message"],
+            &hooks,
+        ));
     }
     out.push_str(&format!("\nVerdict: {}\n", explanation.verdict));
     out

@@ -7,12 +7,16 @@
 
 use kube::{Api, ResourceExt};
 
+use super::hook_phase::{PhaseOutcome, run_hook_phase};
 use super::requeue::Requeue;
 use super::{Context, HandlerError};
-use crate::engine::api::{FINALIZER, Release};
+use crate::engine::api::{FINALIZER, HookPhase, Release};
 use crate::engine::apply::PruneTarget;
 use crate::engine::cluster::{ClusterError, resolve_target};
 use crate::engine::inventory::{InventoryHandle, members};
+
+/// How often a deletion waiting for a delete hook is looked at again.
+pub const DELETE_HOOK_RECHECK: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Finalize `release`; returns when to look again (hooks still running) or `Never` when done.
 pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, HandlerError> {
@@ -40,8 +44,14 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
         .is_some_and(|p| p.block_on_cluster_unreachable);
     let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release);
 
-    // Step 1: clusterForFinalize, only when something must run there.
-    let target = if keep {
+    // Step 1: clusterForFinalize, only when something must run there (a prune or a delete
+    // hook).
+    let delete_hooks = release.spec.lifecycle.as_ref().is_some_and(|l| {
+        l.hooks
+            .iter()
+            .any(|h| matches!(h.phase, HookPhase::PreDelete | HookPhase::PostDelete))
+    });
+    let target = if keep && !delete_hooks {
         None
     } else {
         match resolve_target(&ctx.home, release).await {
@@ -53,14 +63,46 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
                 )));
             }
             Err(e) => {
-                tracing::warn!(release = %name, "deleting without pruning: {:#}", anyhow::Error::new(e));
+                tracing::warn!(release = %name, "deleting without pruning or delete hooks: {:#}", anyhow::Error::new(e));
                 None
             }
         }
     };
-    // Step 2: preDelete hooks (with lifecycle hooks).
-    // Step 3: prune the inventoried objects.
+    // The delete hooks are armed for the render that runs (one arming per render, as ever).
+    let render_ref = release
+        .status
+        .as_ref()
+        .and_then(|s| s.last_successful.as_ref())
+        .and_then(|a| a.render_ref.clone())
+        .unwrap_or_else(|| "none".to_string());
+    let now = crate::engine::status::now();
+    // Step 2: preDelete hooks. Running or failed: look again in 10 s (a failed preDelete
+    // hook holds the deletion until it is fixed or set to `onFailure: Continue`).
     if let Some(target) = &target {
+        match run_hook_phase(
+            release,
+            target,
+            &inventory,
+            HookPhase::PreDelete,
+            &render_ref,
+            &now,
+        )
+        .await
+        .map_err(fail)?
+        {
+            PhaseOutcome::Done => {}
+            PhaseOutcome::Running(hooks) => {
+                tracing::info!(release = %name, "waiting for preDelete hooks: {}", hooks.join(", "));
+                return Ok(Requeue::After(DELETE_HOOK_RECHECK));
+            }
+            PhaseOutcome::Failed { hook, message } => {
+                tracing::warn!(release = %name, hook = %hook, "preDelete hook failed, deletion waits: {message}");
+                return Ok(Requeue::After(DELETE_HOOK_RECHECK));
+            }
+        }
+    }
+    // Step 3: prune the inventoried objects (unless deletionPolicy.keepWorkloads).
+    if let Some(target) = target.as_ref().filter(|_| !keep) {
         let current = inventory
             .get()
             .await
@@ -89,7 +131,29 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
             }
         }
     }
-    // Step 4: postDelete hooks (with lifecycle hooks).
+    // Step 4: postDelete hooks. Running: look again in 10 s; failed: only logged.
+    if let Some(target) = &target {
+        match run_hook_phase(
+            release,
+            target,
+            &inventory,
+            HookPhase::PostDelete,
+            &render_ref,
+            &now,
+        )
+        .await
+        .map_err(fail)?
+        {
+            PhaseOutcome::Done => {}
+            PhaseOutcome::Running(hooks) => {
+                tracing::info!(release = %name, "waiting for postDelete hooks: {}", hooks.join(", "));
+                return Ok(Requeue::After(DELETE_HOOK_RECHECK));
+            }
+            PhaseOutcome::Failed { hook, message } => {
+                tracing::warn!(release = %name, hook = %hook, "postDelete hook failed: {message}");
+            }
+        }
+    }
     // Step 5: the inventory goes.
     inventory
         .delete()

@@ -7,6 +7,7 @@
 pub mod assemble;
 pub mod finalize;
 pub mod gates;
+pub mod hook_phase;
 pub mod outcome;
 pub mod requeue;
 pub mod stages;
@@ -240,8 +241,22 @@ pub async fn reconcile(
     if outcome.rollout.is_none() {
         outcome.rollout = plan.rollout;
     }
+    // Stage 6: a Syncing failure arms the syncFailed hooks, without waiting for them.
     if outcome.is_syncing_failure() {
-        stages::run_sync_failed_hooks(ctx, release, &rendered).await;
+        let render_ref = &rendered.rendered.render_ref;
+        match hook_phase::run_hook_phase(
+            release,
+            &rendered.target,
+            &inventory,
+            crate::engine::api::HookPhase::SyncFailed,
+            render_ref,
+            &state.now,
+        )
+        .await
+        {
+            Ok(_) => {}
+            Err(e) => tracing::warn!(release = %release.name_any(), "{e}"),
+        }
     }
     outcome
 }

@@ -3,8 +3,6 @@
 //! Spec: reconcile-flow.txt "reconcile" (stages 1–6). Each stage either hands its result to
 //! the next or stops the pipeline with a [`ReconcileOutcome`].
 
-use kube::ResourceExt;
-
 use super::assemble::LifecycleRollup;
 use super::outcome::ReconcileOutcome;
 use super::{Context, ProgressEvent, ReconcileState};
@@ -150,18 +148,6 @@ pub async fn stage_render(
     })
 }
 
-/// Stage 6: arm the syncFailed hooks after a Syncing failure (with lifecycle hooks).
-pub async fn run_sync_failed_hooks(_ctx: &Context, release: &Release, _render: &RenderStage) {
-    if release
-        .spec
-        .lifecycle
-        .as_ref()
-        .is_some_and(|l| !l.hooks.is_empty())
-    {
-        tracing::debug!(release = %release.name_any(), "syncFailed hooks are not run yet");
-    }
-}
-
 /// Status assembly step 10, `applyLifecycleRollup`: from the hook entries of the
 /// ReleaseInventory (read from the API server), `status.lifecycle` and `LifecycleSucceeded`.
 /// `None` when the Release has no hooks.
@@ -199,7 +185,11 @@ pub fn lifecycle_rollup(
                 .iter()
                 .find(|h| h.name == hook.name && h.phase == hook.phase)
         });
-        let state = entry.and_then(|e| e.state);
+        // A re-armed hook's old state does not count (hooks::effective_state).
+        let state = entry
+            .filter(|e| e.workload_name.is_some())
+            .map(crate::engine::hooks::effective_state);
+        let stale = entry.is_some_and(|e| e.state != state);
         match state {
             Some(HookState::Failed) => {
                 failed.push(format!("{} ({})", hook.name, hook.phase.as_str()))
@@ -212,7 +202,7 @@ pub fn lifecycle_rollup(
         let hook_status = LifecycleHookStatus {
             name: hook.name.clone(),
             state: state.map(|s| s.as_str().to_string()),
-            message: entry.and_then(|e| e.message.clone()),
+            message: entry.filter(|_| !stale).and_then(|e| e.message.clone()),
         };
         match phases.iter_mut().find(|p| p.phase == hook.phase) {
             Some(p) => p.hooks.push(hook_status),

@@ -9,12 +9,13 @@ use std::collections::{BTreeSet, HashMap};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::hook_phase::{PhaseOutcome, run_hook_phase};
 use super::outcome::{ReconcileOutcome, timed_out, waiting_for};
 use super::stages::RenderStage;
 use super::{Context, ProgressEvent};
 use crate::engine::api::{
-    Attempt, AttemptPhase, HealthState, ObjectKey, Release, ReleaseInventory, ReleaseStatus,
-    RolloutState, RolloutStatus, WavePolicy, WaveStatus, failure_stages, reasons,
+    Attempt, AttemptPhase, HealthState, HookPhase, ObjectKey, Release, ReleaseInventory,
+    ReleaseStatus, RolloutState, RolloutStatus, WavePolicy, WaveStatus, failure_stages, reasons,
 };
 use crate::engine::apply::{ApplyError, PruneTarget, waves};
 use crate::engine::cluster::Target;
@@ -42,6 +43,8 @@ pub(crate) struct SyncRun<'a> {
     pub persist: bool,
     /// `waves.waitForHealth`: the wave health gate and its timeout.
     pub wave_gate: Option<WavePolicy>,
+    /// Step 3, the preSync hooks (off for a rollback).
+    pub hooks: bool,
 }
 
 /// Stage 5, stageSync: the sync steps over the render, then history and GC (steps 8 and 9,
@@ -74,15 +77,38 @@ pub async fn stage_sync(
         dry_run: state.pending_force.is_none(),
         persist: true,
         wave_gate,
+        hooks: true,
     };
     let outcome = sync_objects(ctx, &run, inventory).await;
     if outcome.reason == reasons::WAVE_FAILED {
         return wave_timed_out(ctx, &run, render, inventory, rollout, outcome).await;
     }
-    if outcome.applied_render {
-        record_history(ctx, release, &render.attempt, &state.now).await;
-        run_gc(ctx, release, status, &render.attempt).await;
+    if !outcome.applied_render {
+        return outcome;
     }
+    // Step 7: postSync hooks are armed; their result does not change this one.
+    if let Err(message) = run_hook_phase(
+        release,
+        &render.target,
+        inventory,
+        HookPhase::PostSync,
+        &render.rendered.render_ref,
+        &state.now,
+    )
+    .await
+    {
+        return ReconcileOutcome::failed(
+            reasons::DEPLOY_FAILED,
+            failure_stages::SYNCING,
+            message,
+            render.attempt.clone(),
+            true,
+        )
+        .with_waves(outcome.waves.unwrap_or_default());
+    }
+    // Steps 8 and 9 only log their errors.
+    record_history(ctx, release, &render.attempt, &state.now).await;
+    run_gc(ctx, release, status, &render.attempt).await;
     outcome
 }
 
@@ -220,6 +246,7 @@ pub async fn apply_last_healthy(
         dry_run: false,
         persist: false,
         wave_gate: None,
+        hooks: false,
     };
     let applied = sync_objects(ctx, &run, inventory).await;
     if applied.reason != reasons::APPLIED {
@@ -528,11 +555,42 @@ async fn sync_objects(
             }
         }
     }
-    // Step 2: persistRender. Step 3 (preSync hooks) arrives with lifecycle hooks.
+    // Step 2: persistRender.
     if run.persist
         && let Err(message) = persist_render(ctx, run.release, &render_ref, objects).await
     {
         return syncing_failed(reasons::DEPLOY_FAILED, message, true);
+    }
+    // Step 3: the preSync hooks hold the waves until they finish.
+    if run.hooks {
+        match run_hook_phase(
+            run.release,
+            run.target,
+            inventory,
+            HookPhase::PreSync,
+            &render_ref,
+            run.now,
+        )
+        .await
+        {
+            Ok(PhaseOutcome::Done) => {}
+            Ok(PhaseOutcome::Running(hooks)) => {
+                return ReconcileOutcome::held(
+                    reasons::WAITING_FOR_HOOK,
+                    format!("waiting for preSync hooks: {}", hooks.join(", ")),
+                    attempt,
+                );
+            }
+            Ok(PhaseOutcome::Failed { hook, message }) => {
+                return ReconcileOutcome::hook_failed(
+                    &hook,
+                    HookPhase::PreSync,
+                    format!("preSync hook {hook} failed: {message}"),
+                    attempt,
+                );
+            }
+            Err(message) => return syncing_failed(reasons::DEPLOY_FAILED, message, true),
+        }
     }
 
     // Step 4: the waves, each followed by a Put of everything applied so far.
@@ -719,7 +777,7 @@ async fn sync_objects(
     if let Some(message) = prune_failure {
         return syncing_failed(reasons::PRUNE_FAILED, message, true).with_waves(wave_status);
     }
-    // Step 7 (postSync hooks) arrives with lifecycle hooks; steps 8 and 9 are stage_sync's.
+    // Steps 7–9 (postSync hooks, history, GC) are stage_sync's.
     let pruned = targets.len();
     // The message stays the same for an unchanged render (however much had to be re-sent),
     // so a steady Release's status does not change.
