@@ -119,6 +119,11 @@ async fn presync_hooks_run_before_wave_zero_and_keep_each_others_fields() {
     assert_eq!(phases.len(), 1);
     assert!(phases[0].finished);
 
+    let first_job = jobs_of(&f, "migrate").await[0]
+        .metadata
+        .name
+        .clone()
+        .unwrap();
     // The same render again: no second Job.
     assert_eq!(reason(&f.sync().await), reasons::APPLIED);
     assert_eq!(jobs_of(&f, "migrate").await.len(), 1);
@@ -165,6 +170,26 @@ async fn presync_hooks_run_before_wave_zero_and_keep_each_others_fields() {
             .hooks
             .iter()
             .all(|h| h.created_at.clone().unwrap().0 >= finished_before.0)
+    );
+
+    // A third render: the first render's finished Job is collected, the second's is kept.
+    until_reason(&f, reasons::APPLIED).await;
+    f.commit(&[("a.yaml", &config_map("a", 0, "3"))]);
+    assert_eq!(reason(&f.sync().await), reasons::WAITING_FOR_HOOK);
+    let live: Vec<String> = jobs_of(&f, "migrate")
+        .await
+        .into_iter()
+        .filter(|j| j.metadata.deletion_timestamp.is_none())
+        .map(|j| j.metadata.name.unwrap())
+        .collect();
+    assert_eq!(
+        live.len(),
+        2,
+        "the current Job and the last finished one: {live:?}"
+    );
+    assert!(
+        !live.contains(&first_job),
+        "{first_job} was collected: {live:?}"
     );
 }
 
