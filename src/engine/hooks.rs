@@ -213,6 +213,46 @@ pub async fn collect_old_jobs(
     Ok(deleted)
 }
 
+/// Deletion: remove every hook workload of `release` (Jobs, and bare Pods of Pod hooks) once
+/// the delete hooks are done; prune never takes them, so nothing else would.
+pub async fn delete_hook_workloads(
+    client: &Client,
+    release: &Release,
+    namespace: &str,
+) -> Result<usize, kube::Error> {
+    let selector = format!(
+        "{}={},{}={}",
+        labels::RELEASE,
+        release.metadata.name.as_deref().unwrap_or_default(),
+        labels::RELEASE_NAMESPACE,
+        release.metadata.namespace.as_deref().unwrap_or_default(),
+    );
+    let list = ListParams::default().labels(&selector);
+    let params = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Background),
+        ..Default::default()
+    };
+    let ignore_gone = |r: Result<(), kube::Error>| match r {
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        other => other,
+    };
+    let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
+    let mut deleted = 0;
+    for job in jobs.list(&list).await?.items {
+        ignore_gone(jobs.delete(&job.name_any(), &params).await.map(|_| ()))?;
+        deleted += 1;
+    }
+    // A Job's pods carry the labels too; the Job's deletion takes those.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    for pod in pods.list(&list).await?.items {
+        if pod.owner_references().is_empty() {
+            ignore_gone(pods.delete(&pod.name_any(), &params).await.map(|_| ()))?;
+            deleted += 1;
+        }
+    }
+    Ok(deleted)
+}
+
 /// The state of an armed entry as the controller reads it: the health loop's state only
 /// counts once it is about this arming (finishedAt not before createdAt); until then the
 /// hook is Running.

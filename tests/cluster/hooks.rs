@@ -357,4 +357,8 @@ async fn deletion_runs_predelete_prunes_runs_postdelete_then_lets_go() {
         "the finalizer is gone"
     );
     assert!(inventory(&f).await.is_none());
+    assert!(
+        jobs_of(&f, "drain").await.is_empty() && jobs_of(&f, "cleanup").await.is_empty(),
+        "the hook Jobs go with the Release"
+    );
 }

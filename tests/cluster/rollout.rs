@@ -162,19 +162,28 @@ async fn a_pin_without_a_render_store_is_pinned() {
     )
     .await;
     f.sync().await;
-    f.annotate(json!({"convoy.kumodo.io/pin": "0123456789abcdef"}))
-        .await;
-    f.sync().await;
-    let release = f.release().await;
-    assert_eq!(applied(&release), ("False".into(), reasons::PINNED.into()));
-    let message = release
-        .status
-        .unwrap()
-        .condition(condition_types::APPLIED)
-        .unwrap()
-        .message
-        .clone();
+    let f = &f;
+    let pin_message = |pin: String| async move {
+        f.annotate(json!({"convoy.kumodo.io/pin": pin})).await;
+        f.sync().await;
+        let release = f.release().await;
+        assert_eq!(applied(&release), ("False".into(), reasons::PINNED.into()));
+        release
+            .status
+            .unwrap()
+            .condition(condition_types::APPLIED)
+            .unwrap()
+            .message
+            .clone()
+    };
+    let message = pin_message("0123456789abcdef".repeat(4)).await;
     assert!(message.contains("no render store"), "{message}");
+    // A pin that is not a renderRef is refused before any store sees it.
+    let message = pin_message("../../etc".into()).await;
+    assert!(
+        message.contains("\"../../etc\", which is not a renderRef"),
+        "{message}"
+    );
 }
 
 #[tokio::test]
@@ -208,6 +217,12 @@ async fn a_render_that_never_becomes_healthy_rolls_back_and_a_good_commit_rolls_
     // A bad commit: Progressing until the deadline, then the last healthy render again.
     f.commit(&[("d.yaml", &unschedulable("web", 0))]);
     let bad = render_of(&f.sync().await);
+    // Healthy=True still speaks for the good render: a sync before the health loop looked at
+    // the bad one must not call it healthy.
+    f.sync().await;
+    let status = f.release().await.status.unwrap();
+    assert_eq!(status.rollout.unwrap().state, RolloutState::Progressing);
+    assert_eq!(status.last_healthy.unwrap().render_ref, good);
     let memory = HealthMemory::default();
     eventually(
         "the rollout to roll back",
@@ -259,6 +274,36 @@ async fn a_render_that_never_becomes_healthy_rolls_back_and_a_good_commit_rolls_
         deployments.get("web").await.unwrap().spec.unwrap().replicas,
         Some(2)
     );
+}
+
+#[tokio::test]
+async fn the_deadline_does_not_run_while_the_manual_gate_holds_the_render() {
+    let f = Fixture::new(
+        "rollout-gate",
+        &[("cm.yaml", &config_map("conf", 0, "one"))],
+        json!({"syncPolicy": {"mode": "Manual"},
+               "failurePolicy": {"deadline": "1s", "rollback": "OnWaveFailure"}}),
+    )
+    .await;
+    let held = f.sync().await.outcome.unwrap();
+    assert_eq!(held.reason, reasons::WAITING_FOR_SYNC);
+    let rollout = f.release().await.status.unwrap().rollout.unwrap();
+    assert_eq!(
+        (rollout.state, rollout.started_at),
+        (RolloutState::Progressing, None),
+        "a held render has not started rolling out"
+    );
+    f.annotate(json!({"convoy.kumodo.io/sync-requested-at": "2026-01-01T00:00:00Z"}))
+        .await;
+    let synced = f.sync().await.outcome.unwrap();
+    assert_eq!(synced.reason, reasons::APPLIED);
+    let rollout = f.release().await.status.unwrap().rollout.unwrap();
+    assert_eq!(rollout.state, RolloutState::Progressing);
+    assert!(
+        rollout.started_at.is_some(),
+        "the clock starts at the apply"
+    );
+    assert_eq!(value_of(&f, "conf").await.as_deref(), Some("one"));
 }
 
 /// wave 0: a Deployment that never becomes healthy; wave 1: a ConfigMap.

@@ -59,7 +59,7 @@ pub fn assemble_status(
         status.waves = waves.clone();
     }
     status.resolved_retention_policy = Some(resolved_retention_status(release));
-    advance_last_healthy(&mut status, cached, outcome, now);
+    advance_last_healthy(&mut status, outcome, now);
     if let Some(request) = &state.pending_force {
         status.last_handled_force_sync_at = Some(request.clone());
     }
@@ -136,35 +136,19 @@ pub fn resolved_retention_status(release: &Release) -> RetentionPolicy {
     }
 }
 
-/// Step 7: `lastHealthy` advances when the verdict for the attempted render is healthy. The
-/// cached Healthy condition speaks for the render of the cached `lastAttempted` (the health
-/// loop only says Healthy when every entry carries that render), so it counts only when this
-/// attempt is that same render and it is the one running.
-fn advance_last_healthy(
-    status: &mut ReleaseStatus,
-    cached: &ReleaseStatus,
-    outcome: &ReconcileOutcome,
-    now: &Time,
-) {
+/// Step 7: `lastHealthy` advances when the verdict for the attempted render is healthy.
+/// `reconcile` decided that from the inventory (`render_healthy`); it counts only when the
+/// attempted render is also the one running (not after a rollback).
+fn advance_last_healthy(status: &mut ReleaseStatus, outcome: &ReconcileOutcome, now: &Time) {
     let Some(render) = outcome.attempt.render_ref.as_deref() else {
         return;
     };
-    let healthy = cached.condition(condition_types::HEALTHY).is_some_and(|c| {
-        c.status == "True"
-            && (c.reason == reasons::healthy::HEALTHY
-                || c.reason == reasons::healthy::NOT_CONFIGURED)
-    });
-    let verdict_is_for_this_render = cached
-        .last_attempted
-        .as_ref()
-        .and_then(|a| a.render_ref.as_deref())
-        == Some(render);
     let running = status
         .last_successful
         .as_ref()
         .and_then(|a| a.render_ref.as_deref())
         == Some(render);
-    if !(healthy && verdict_is_for_this_render && running) {
+    if !(outcome.render_healthy && running) {
         return;
     }
     if status

@@ -75,7 +75,6 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
         .and_then(|s| s.last_successful.as_ref())
         .and_then(|a| a.render_ref.clone())
         .unwrap_or_else(|| "none".to_string());
-    let now = crate::engine::status::now();
     // Step 2: preDelete hooks. Running or failed: look again in 10 s (a failed preDelete
     // hook holds the deletion until it is fixed or set to `onFailure: Continue`).
     if let Some(target) = &target {
@@ -85,7 +84,6 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
             &inventory,
             HookPhase::PreDelete,
             &render_ref,
-            &now,
         )
         .await
         .map_err(fail)?
@@ -139,7 +137,6 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
             &inventory,
             HookPhase::PostDelete,
             &render_ref,
-            &now,
         )
         .await
         .map_err(fail)?
@@ -151,6 +148,19 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
             }
             PhaseOutcome::Failed { hook, message } => {
                 tracing::warn!(release = %name, hook = %hook, "postDelete hook failed: {message}");
+            }
+        }
+        // The hook workloads go with the Release (a failure only leaves them behind).
+        if release.spec.lifecycle.is_some() {
+            let namespace = crate::engine::hooks::workload_namespace(release);
+            if let Err(e) = crate::engine::hooks::delete_hook_workloads(
+                &target.conn.client,
+                release,
+                &namespace,
+            )
+            .await
+            {
+                tracing::warn!(release = %name, "cannot delete the hook workloads: {:#}", anyhow::Error::new(e));
             }
         }
     }

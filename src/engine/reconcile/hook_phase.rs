@@ -38,7 +38,6 @@ pub async fn run_hook_phase(
     inventory: &InventoryHandle,
     phase: HookPhase,
     render_ref: &str,
-    now: &Time,
 ) -> Result<PhaseOutcome, String> {
     let Some(lifecycle) = release.spec.lifecycle.as_ref() else {
         return Ok(PhaseOutcome::Done);
@@ -104,11 +103,14 @@ pub async fn run_hook_phase(
                     tracing::warn!(hook = %hook.name, "cannot delete old hook Jobs: {:#}", anyhow::Error::new(e));
                 }
                 running.push(hook.name.clone());
+                let previous = entries
+                    .iter()
+                    .find(|e| e.name == hook.name && e.phase == phase);
                 armed.push(HookMember {
                     name: hook.name.clone(),
                     phase,
                     workload_name: name,
-                    created_at: now.clone(),
+                    created_at: armed_at(previous.and_then(|e| e.finished_at.as_ref())),
                     render_ref: render_ref.to_string(),
                 });
             }
@@ -149,4 +151,31 @@ pub async fn run_hook_phase(
         (None, false) => PhaseOutcome::Running(running),
         (None, true) => PhaseOutcome::Done,
     })
+}
+
+/// `createdAt` of a workload armed just now: the time after it was created, and always after
+/// the previous workload's `finishedAt` (timestamps have whole seconds), so the old state never
+/// reads as the new workload's and the health loop polls the new one.
+fn armed_at(previous_finished: Option<&Time>) -> Time {
+    let now = crate::engine::status::now();
+    match previous_finished {
+        Some(f) if f.0 >= now.0 => Time(f.0 + jiff::SignedDuration::from_secs(1)),
+        _ => now,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rearmed_workload_is_created_after_the_old_one_finished() {
+        let now = crate::engine::status::now();
+        let same_second = armed_at(Some(&now));
+        assert!(same_second.0 > now.0);
+        let past = Time(now.0 - jiff::SignedDuration::from_secs(60));
+        let armed = armed_at(Some(&past));
+        assert!(armed.0 >= now.0);
+        assert!(armed_at(None).0 >= now.0);
+    }
 }

@@ -23,7 +23,9 @@ use kube::{Api, ResourceExt};
 pub use outcome::ReconcileOutcome;
 pub use requeue::Requeue;
 
-use crate::engine::api::{FINALIZER, Release, ReleaseStatus, SyncMode, annotations};
+use crate::engine::api::{
+    FINALIZER, Release, ReleaseStatus, RolloutState, RolloutStatus, SyncMode, annotations,
+};
 use crate::engine::apply::Applier;
 use crate::engine::cluster::Target;
 use crate::engine::connect::Connection;
@@ -200,6 +202,55 @@ pub async fn reconcile(
     };
     // Stage 2: planRollout, unless a pin decides what runs.
     let render_ref = rendered.rendered.render_ref.clone();
+    let healthy = render_healthy(release, status, &inventory, &render_ref).await;
+    let mut outcome = run_stages(ctx, release, status, state, &rendered, &inventory, healthy).await;
+    outcome.render_healthy = healthy;
+    outcome
+}
+
+/// Whether `render_ref` is applied and assessed Healthy: the cached verdict says so and, with
+/// a health assessment, so does every inventory entry (the verdict may be the previous
+/// render's, written before this render was applied).
+async fn render_healthy(
+    release: &Release,
+    status: &ReleaseStatus,
+    inventory: &InventoryHandle,
+    render_ref: &str,
+) -> bool {
+    if !assemble::verdict_healthy(status, render_ref) {
+        return false;
+    }
+    if release.spec.health_assessment.is_none() {
+        return true;
+    }
+    match inventory.get().await {
+        Ok(Some(inv)) => sync::inventory_healthy_for(&inv, render_ref),
+        Ok(None) => false,
+        Err(e) => {
+            tracing::warn!(release = %release.name_any(), "cannot read the inventory for the health verdict: {:#}", anyhow::Error::new(e));
+            false
+        }
+    }
+}
+
+/// Stages 2–6 after the render.
+async fn run_stages(
+    ctx: &Context,
+    release: &Release,
+    status: &ReleaseStatus,
+    state: &ReconcileState,
+    rendered: &stages::RenderStage,
+    inventory: &InventoryHandle,
+    healthy: bool,
+) -> ReconcileOutcome {
+    let render_ref = rendered.rendered.render_ref.clone();
+    // Where a rollback would go matters only to a rollout in progress (it asks the store).
+    let last_healthy = match status.rollout.as_ref() {
+        Some(r) if r.state == RolloutState::Progressing && r.render_ref == render_ref => {
+            sync::rollback_candidate(ctx, release, status).await
+        }
+        _ => None,
+    };
     let plan = if assemble::pin_status(release).is_some() {
         RolloutPlan {
             rollout: None,
@@ -210,8 +261,8 @@ pub async fn reconcile(
             policy: release.spec.failure_policy.as_ref(),
             previous: status.rollout.as_ref(),
             render_ref: &render_ref,
-            healthy: assemble::verdict_healthy(status, &render_ref),
-            last_healthy: status.last_healthy.as_ref().map(|h| h.render_ref.as_str()),
+            healthy,
+            last_healthy: last_healthy.as_deref(),
             forced: state.pending_force.is_some(),
             now: &state.now,
         })
@@ -221,25 +272,26 @@ pub async fn reconcile(
         && let Some(rollout) = plan.rollout.clone()
     {
         return sync::apply_last_healthy(
-            ctx, release, status, &rendered, &inventory, rollout, &state.now,
+            ctx, release, status, rendered, inventory, rollout, &state.now,
         )
         .await;
     }
-    if let Some(hold) = gates::stage_gates(ctx, release, status, state, &rendered).await {
-        return hold.with_rollout(plan.rollout);
+    if let Some(hold) = gates::stage_gates(ctx, release, status, state, rendered).await {
+        return hold.with_rollout(plan.rollout.map(|r| gate_held(r, status, &render_ref)));
     }
+    let rollout = plan.rollout.map(|r| gate_opened(r, &state.now));
     let mut outcome = sync::stage_sync(
         ctx,
         release,
         status,
         state,
-        &rendered,
-        &inventory,
-        plan.rollout.as_ref(),
+        rendered,
+        inventory,
+        rollout.as_ref(),
     )
     .await;
     if outcome.rollout.is_none() {
-        outcome.rollout = plan.rollout;
+        outcome.rollout = rollout;
     }
     // Stage 6: a Syncing failure arms the syncFailed hooks, without waiting for them.
     if outcome.is_syncing_failure() {
@@ -247,10 +299,9 @@ pub async fn reconcile(
         match hook_phase::run_hook_phase(
             release,
             &rendered.target,
-            &inventory,
+            inventory,
             crate::engine::api::HookPhase::SyncFailed,
             render_ref,
-            &state.now,
         )
         .await
         {
@@ -259,6 +310,32 @@ pub async fn reconcile(
         }
     }
     outcome
+}
+
+/// A gate holds a render that is not applied: its rollout has not started, so the deadline
+/// does not run (`startedAt` is cleared until the gate opens).
+fn gate_held(
+    mut rollout: RolloutStatus,
+    status: &ReleaseStatus,
+    render_ref: &str,
+) -> RolloutStatus {
+    let applied = status
+        .last_successful
+        .as_ref()
+        .and_then(|a| a.render_ref.as_deref())
+        == Some(render_ref);
+    if rollout.state == RolloutState::Progressing && rollout.render_ref == render_ref && !applied {
+        rollout.started_at = None;
+    }
+    rollout
+}
+
+/// The gates are open: a Progressing rollout without `startedAt` starts now.
+fn gate_opened(mut rollout: RolloutStatus, now: &Time) -> RolloutStatus {
+    if rollout.state == RolloutState::Progressing && rollout.started_at.is_none() {
+        rollout.started_at = Some(now.clone());
+    }
+    rollout
 }
 
 /// What `sync_handler` did.
@@ -404,4 +481,53 @@ pub async fn ensure_finalizer(ctx: &Context, release: &Release) -> Result<Releas
         .push(FINALIZER.to_string());
     api.replace(&release.name_any(), &Default::default(), &updated)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::api::Attempt;
+
+    fn t(s: &str) -> Time {
+        Time(s.parse().unwrap())
+    }
+
+    fn progressing(render: &str) -> RolloutStatus {
+        RolloutStatus {
+            render_ref: render.into(),
+            state: RolloutState::Progressing,
+            started_at: Some(t("2026-01-01T00:00:00Z")),
+            finished_at: None,
+            message: None,
+        }
+    }
+
+    fn applied(render: &str) -> ReleaseStatus {
+        ReleaseStatus {
+            last_successful: Some(Attempt {
+                render_ref: Some(render.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_gate_holding_an_unapplied_render_stops_the_deadline_until_it_opens() {
+        let held = gate_held(progressing("new"), &applied("old"), "new");
+        assert_eq!(held.started_at, None);
+        let later = t("2026-01-01T05:00:00Z");
+        assert_eq!(gate_opened(held, &later).started_at, Some(later.clone()));
+        // An applied render (manual mode, nothing new) keeps its clock.
+        let kept = gate_held(progressing("new"), &applied("new"), "new");
+        assert_eq!(kept.started_at, Some(t("2026-01-01T00:00:00Z")));
+        assert_eq!(
+            gate_opened(kept, &later).started_at,
+            Some(t("2026-01-01T00:00:00Z"))
+        );
+        // Finished rollouts are left alone.
+        let mut done = progressing("new");
+        done.state = RolloutState::Succeeded;
+        assert!(gate_held(done, &applied("old"), "new").started_at.is_some());
+    }
 }

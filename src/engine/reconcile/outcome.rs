@@ -34,6 +34,9 @@ pub struct ReconcileOutcome {
     pub retry: bool,
     /// An error to return to the work queue besides the status (ClusterNotReady).
     pub error: Option<String>,
+    /// The attempted render is applied and the inventory shows it assessed Healthy (set by
+    /// `reconcile`; status assembly advances `lastHealthy` on it).
+    pub render_healthy: bool,
 }
 
 impl ReconcileOutcome {
@@ -56,6 +59,7 @@ impl ReconcileOutcome {
             rollout: None,
             retry: false,
             error: None,
+            render_healthy: false,
         }
     }
 
@@ -74,6 +78,7 @@ impl ReconcileOutcome {
             rollout: None,
             retry: false,
             error: None,
+            render_healthy: false,
         }
     }
 
@@ -102,6 +107,7 @@ impl ReconcileOutcome {
             rollout: None,
             retry,
             error: None,
+            render_healthy: false,
         }
     }
 
@@ -129,6 +135,7 @@ impl ReconcileOutcome {
             rollout: None,
             retry: false,
             error: None,
+            render_healthy: false,
         }
     }
 

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::engine::api::{Release, RetryBackoff, RolloutState};
+use crate::engine::api::{AttemptPhase, Release, RetryBackoff, RolloutState};
 use crate::engine::duration::parse_duration;
 
 use super::outcome::ReconcileOutcome;
@@ -59,12 +59,14 @@ pub fn requeue_for(release: &Release, outcome: &ReconcileOutcome, failures: u32)
         .and_then(|i| parse_duration(i).ok())
         .unwrap_or(Duration::ZERO);
     // A Progressing rollout, and a hold that can time out, must be looked at even when no
-    // event arrives (the deadline and the timeout pass without one).
+    // event arrives (the deadline and the timeout pass without one). A hold that already
+    // failed (WaveFailed keeps its `waiting` to stay failed) has nothing left to time out.
+    let failed = outcome.attempt.phase == Some(AttemptPhase::Failed);
     let progressing = outcome
         .rollout
         .as_ref()
         .is_some_and(|r| r.state == RolloutState::Progressing)
-        || outcome.waiting.is_some();
+        || (outcome.waiting.is_some() && !failed);
     let delay = if progressing {
         if interval.is_zero() {
             PROGRESSING_RECHECK
@@ -186,6 +188,16 @@ mod tests {
             requeue_for(&r, &held, 0),
             Requeue::After(PROGRESSING_RECHECK)
         );
+        // Once the hold failed (WaveFailed keeps its waiting), nothing is left to time out.
+        let failed = ReconcileOutcome::failed(
+            reasons::WAVE_FAILED,
+            "Syncing",
+            "",
+            Attempt::default(),
+            false,
+        )
+        .with_waiting(held.waiting.clone().unwrap());
+        assert_eq!(requeue_for(&r, &failed, 0), Requeue::Never);
     }
 
     #[test]

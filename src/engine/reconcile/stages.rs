@@ -98,6 +98,16 @@ pub async fn stage_render(
                 false,
             ))
         };
+        if !crate::engine::render::render_ref::is_render_ref(&pin.render_ref) {
+            return Err(pinned(
+                reasons::PINNED,
+                format!(
+                    "the pin annotation {} holds {:?}, which is not a renderRef (64 lowercase hex characters; see convoy history)",
+                    crate::engine::api::annotations::PIN,
+                    pin.render_ref
+                ),
+            ));
+        }
         let Some(store) = &ctx.store else {
             return Err(pinned(
                 reasons::PINNED,

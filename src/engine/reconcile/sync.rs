@@ -93,7 +93,6 @@ pub async fn stage_sync(
         inventory,
         HookPhase::PostSync,
         &render.rendered.render_ref,
-        &state.now,
     )
     .await
     {
@@ -125,8 +124,14 @@ async fn wave_timed_out(
     let Some(policy) = release.spec.failure_policy.as_ref() else {
         return outcome;
     };
+    // Only a rollout in progress ends here; a render whose rollout already finished (a later
+    // re-sync of it timed out) stays a plain WaveFailed and keeps its rollout as it was.
+    if rollout.map(|r| r.state) != Some(RolloutState::Progressing) {
+        return outcome;
+    }
     let render_ref = &render.rendered.render_ref;
-    let last_healthy = status.last_healthy.as_ref().map(|h| h.render_ref.as_str());
+    let last_healthy = rollback_candidate(ctx, release, status).await;
+    let last_healthy = last_healthy.as_deref();
     let finished = |state: RolloutState, message: String| RolloutStatus {
         render_ref: render_ref.clone(),
         state,
@@ -151,6 +156,29 @@ async fn wave_timed_out(
             outcome.rollout = Some(finished(RolloutState::Failed, outcome.message.clone()));
             outcome
         }
+    }
+}
+
+/// The last healthy render if a rollback could re-apply it: a render store is configured and
+/// holds it. Without one a rollback would only pretend, so the rollout fails instead.
+pub(crate) async fn rollback_candidate(
+    ctx: &Context,
+    release: &Release,
+    status: &ReleaseStatus,
+) -> Option<String> {
+    let last = status.last_healthy.as_ref()?;
+    let store = ctx.store.as_ref()?;
+    match store
+        .has_render(&ReleaseId::of(release), &last.render_ref)
+        .await
+    {
+        Ok(true) => Some(last.render_ref.clone()),
+        Ok(false) => {
+            tracing::warn!(release = %release.metadata.name.as_deref().unwrap_or_default(), "the last healthy render {} is not in the render store; no rollback", short(&last.render_ref));
+            None
+        }
+        // Unknown (the store is unreachable): try, and let applyLastHealthy report it.
+        Err(_) => Some(last.render_ref.clone()),
     }
 }
 
@@ -187,6 +215,7 @@ pub async fn apply_last_healthy(
             rollout: Some(rollout.clone()),
             retry: !applied_render,
             error: None,
+            render_healthy: false,
         }
     };
     let Some(last) = status.last_healthy.as_ref() else {
@@ -569,7 +598,6 @@ async fn sync_objects(
             inventory,
             HookPhase::PreSync,
             &render_ref,
-            run.now,
         )
         .await
         {
@@ -821,6 +849,17 @@ fn union(previous: &[Member], applied: &[Member]) -> Vec<Member> {
     all
 }
 
+/// Whether every inventory entry carries `render_ref` and was assessed Healthy for it. The
+/// cached Healthy condition can still speak for the previous render (the health loop has not
+/// looked since the apply); the entries cannot.
+pub fn inventory_healthy_for(inventory: &ReleaseInventory, render_ref: &str) -> bool {
+    inventory.spec.inventory.iter().all(|e| {
+        e.render_ref.as_deref() == Some(render_ref)
+            && e.assessed_render_ref.as_deref() == Some(render_ref)
+            && e.state == Some(HealthState::Healthy)
+    })
+}
+
 /// `status.waves[].healthy`: every entry of the wave is Healthy for this render.
 pub fn mark_healthy_waves(
     waves: &mut [WaveStatus],
@@ -839,5 +878,45 @@ pub fn mark_healthy_waves(
                 e.state == Some(crate::engine::api::HealthState::Healthy)
                     && e.assessed_render_ref.as_deref() == Some(render_ref)
             });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn inventory(entries: serde_json::Value) -> ReleaseInventory {
+        serde_json::from_value(json!({
+            "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "ReleaseInventory",
+            "metadata": {"name": "web", "namespace": "apps"},
+            "inventory": entries,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_inventory_decides_whether_a_render_is_healthy() {
+        let entry = |render: &str, assessed: &str, state: &str| {
+            json!({"group": "apps", "kind": "Deployment", "namespace": "apps", "name": "web",
+                   "renderRef": render, "assessedRenderRef": assessed, "state": state})
+        };
+        assert!(inventory_healthy_for(
+            &inventory(json!([entry("new", "new", "Healthy")])),
+            "new"
+        ));
+        // Healthy for the previous render: the verdict is not this render's yet.
+        assert!(!inventory_healthy_for(
+            &inventory(json!([entry("new", "old", "Healthy")])),
+            "new"
+        ));
+        assert!(!inventory_healthy_for(
+            &inventory(json!([entry("old", "old", "Healthy")])),
+            "new"
+        ));
+        assert!(!inventory_healthy_for(
+            &inventory(json!([entry("new", "new", "Progressing")])),
+            "new"
+        ));
     }
 }

@@ -32,6 +32,14 @@ pub fn object_digest(object: &Object) -> String {
     hex::encode(&Sha256::digest(&canonical)[..16])
 }
 
+/// Whether `s` has the form of a renderRef (64 lowercase hex characters). Pins come from an
+/// annotation anyone with edit rights can set, and the store builds paths and names from them.
+pub fn is_render_ref(s: &str) -> bool {
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 /// The short form shown to people (like a short Git commit).
 pub fn short(render_ref: &str) -> &str {
     render_ref.get(..12).unwrap_or(render_ref)
@@ -85,6 +93,14 @@ mod tests {
         // A number and the string of that number differ.
         let number = render_ref(&objects(&B.replace("replicas: 2", "replicas: \"2\"")));
         assert_ne!(number, render_ref(&objects(B)));
+    }
+
+    #[test]
+    fn only_64_lowercase_hex_characters_are_a_render_ref() {
+        assert!(is_render_ref(&"ab12".repeat(16)));
+        assert!(!is_render_ref(&"AB12".repeat(16)));
+        assert!(!is_render_ref("../../etc/passwd"));
+        assert!(!is_render_ref(&format!("{}/x", "a".repeat(62))));
     }
 
     #[test]

@@ -7,6 +7,7 @@ use futures::future::BoxFuture;
 
 use super::{HistoryEntry, ReleaseId, RenderStore, StoreError, decode, encode};
 use crate::engine::render::Object;
+use crate::engine::render::render_ref::is_render_ref;
 
 /// A directory-backed store.
 #[derive(Debug, Clone)]
@@ -23,10 +24,15 @@ impl DirStore {
         self.root.join(&id.namespace).join(&id.name)
     }
 
+    /// The file of a render. A name that is not a renderRef never becomes a path (it could
+    /// climb out of the store); it maps to a file that cannot exist.
     fn render_path(&self, id: &ReleaseId, render_ref: &str) -> PathBuf {
-        self.release_dir(id)
-            .join("renders")
-            .join(format!("{render_ref}.json.gz"))
+        let file = if is_render_ref(render_ref) {
+            format!("{render_ref}.json.gz")
+        } else {
+            "invalid-render-ref".to_string()
+        };
+        self.release_dir(id).join("renders").join(file)
     }
 }
 
@@ -39,11 +45,28 @@ fn io(action: &'static str, key: String) -> impl FnOnce(std::io::Error) -> Store
 }
 
 /// Write through a temporary file and a rename, so a reader never sees half a file.
+/// Renders hold Secrets as rendered, so the files are the owner's alone (0600 in 0700
+/// directories).
 fn write_atomic(path: &Path, bytes: &[u8], key: &str) -> Result<(), StoreError> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let parent = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).map_err(io("create", key.to_string()))?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(parent)
+        .map_err(io("create", key.to_string()))?;
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).map_err(io("write", key.to_string()))?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io("write", key.to_string()))?;
+    file.write_all(bytes)
+        .map_err(io("write", key.to_string()))?;
+    drop(file);
     std::fs::rename(&tmp, path).map_err(io("write", key.to_string()))
 }
 
@@ -55,6 +78,11 @@ impl RenderStore for DirStore {
         objects: &'a [Object],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
+            if !is_render_ref(render_ref) {
+                return Err(StoreError::InvalidRef {
+                    render_ref: render_ref.to_string(),
+                });
+            }
             write_atomic(
                 &self.render_path(id, render_ref),
                 &encode(objects),
@@ -181,13 +209,37 @@ mod tests {
             name: "web".into(),
         };
         let objects = vec![Object(serde_json::json!({"kind": "ConfigMap"}))];
-        store.put_render(&id, "abc", &objects).await.unwrap();
-        assert!(store.has_render(&id, "abc").await.unwrap());
-        assert_eq!(store.get_render(&id, "abc").await.unwrap(), Some(objects));
-        assert_eq!(store.get_render(&id, "zzz").await.unwrap(), None);
-        assert_eq!(store.list_renders(&id).await.unwrap(), ["abc"]);
+        let abc = "abc0".repeat(16);
+        store.put_render(&id, &abc, &objects).await.unwrap();
+        assert!(store.has_render(&id, &abc).await.unwrap());
+        assert_eq!(
+            store.get_render(&id, &abc).await.unwrap(),
+            Some(objects.clone())
+        );
+        assert_eq!(store.get_render(&id, &"f".repeat(64)).await.unwrap(), None);
+        assert_eq!(store.list_renders(&id).await.unwrap(), vec![abc.clone()]);
+        // Renders hold Secrets: owner-only files and directories.
+        use std::os::unix::fs::PermissionsExt;
+        let mode =
+            |p: std::path::PathBuf| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(store.render_path(&id, &abc)), 0o600);
+        assert_eq!(mode(store.release_dir(&id).join("renders")), 0o700);
+        // A name that is not a renderRef never becomes a path.
+        let escape = "../../../../outside";
+        assert!(matches!(
+            store.put_render(&id, escape, &objects).await,
+            Err(StoreError::InvalidRef { .. })
+        ));
+        assert_eq!(store.get_render(&id, escape).await.unwrap(), None);
+        assert!(
+            !dir.path()
+                .parent()
+                .unwrap()
+                .join("outside.json.gz")
+                .exists()
+        );
         let h = vec![HistoryEntry {
-            render_ref: "abc".into(),
+            render_ref: abc.clone(),
             recorded_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 "2026-01-01T00:00:00Z".parse().unwrap(),
             ),

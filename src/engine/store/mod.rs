@@ -38,6 +38,8 @@ pub enum StoreError {
         "render store: namespace {namespace} does not exist; `convoy install` creates it, or choose another store with --render-store"
     )]
     NoNamespace { namespace: String },
+    #[error("render store: {render_ref:?} is not a renderRef (64 lowercase hex characters)")]
+    InvalidRef { render_ref: String },
     #[error("render store: {key} is damaged: {message}")]
     Corrupt { key: String, message: String },
 }
