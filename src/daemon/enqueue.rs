@@ -51,6 +51,21 @@ pub fn applied_or_healthy_changed(
         .any(|t| status_of(old, t) != status_of(new, t))
 }
 
+/// The health loop's extra wake-up: the controller recorded a new attempted or applied render.
+/// The inventory write that wakes the health loop comes before the status write, so a pass
+/// woken by it can still see the previous `lastAttempted` (and say Pending); this catches up
+/// without waiting for the Pending backoff.
+pub fn attempted_render_changed(old: Option<&ReleaseStatus>, new: Option<&ReleaseStatus>) -> bool {
+    let renders = |s: Option<&ReleaseStatus>| {
+        let of = |a: Option<&crate::engine::api::Attempt>| a.and_then(|a| a.render_ref.clone());
+        (
+            of(s.and_then(|s| s.last_attempted.as_ref())),
+            of(s.and_then(|s| s.last_successful.as_ref())),
+        )
+    };
+    renders(old) != renders(new)
+}
+
 /// The controller's ReleaseInventory handler: an entry's state or assessedRenderRef changed,
 /// or the number of entries did. The controller's own renderRef and wave do not count.
 pub fn inventory_wakes_controller(old: &ReleaseInventory, new: &ReleaseInventory) -> bool {
@@ -102,6 +117,40 @@ pub fn inventory_wakes_observer(old: &ReleaseInventory, new: &ReleaseInventory) 
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_new_attempted_or_applied_render_wakes_the_health_loop() {
+        use crate::engine::api::Attempt;
+        let with = |attempted: &str, applied: Option<&str>| ReleaseStatus {
+            last_attempted: Some(Attempt {
+                render_ref: Some(attempted.into()),
+                ..Default::default()
+            }),
+            last_successful: applied.map(|r| Attempt {
+                render_ref: Some(r.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let before = with("a", Some("a"));
+        assert!(!attempted_render_changed(
+            Some(&before),
+            Some(&before.clone())
+        ));
+        assert!(attempted_render_changed(
+            Some(&before),
+            Some(&with("b", Some("a")))
+        ));
+        assert!(attempted_render_changed(
+            Some(&with("b", Some("a"))),
+            Some(&with("b", Some("b")))
+        ));
+        assert!(attempted_render_changed(None, Some(&before)));
+        // Other status writes (a condition, reconciledAt) do not.
+        let mut touched = before.clone();
+        touched.reconciled_at = Some(crate::engine::status::now());
+        assert!(!attempted_render_changed(Some(&before), Some(&touched)));
+    }
+
     use super::*;
     use crate::engine::api::{HealthState, InventoryEntry};
     use crate::engine::status::condition;

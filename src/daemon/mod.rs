@@ -25,8 +25,8 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::{Api, Client, Config, ResourceExt};
 
 use self::enqueue::{
-    applied_or_healthy_changed, inventory_wakes_controller, inventory_wakes_observer,
-    should_enqueue_on_update,
+    applied_or_healthy_changed, attempted_render_changed, inventory_wakes_controller,
+    inventory_wakes_observer, should_enqueue_on_update,
 };
 use self::informer::{Handler, key_of};
 use self::metrics::{CountRequestsLayer, Metrics};
@@ -200,7 +200,7 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
         }));
     }
     if config.role.observer() {
-        for queue in [drift_queue.clone(), health_queue.clone()] {
+        for (queue, is_health) in [(drift_queue.clone(), false), (health_queue.clone(), true)] {
             release_handlers.push(Box::new(move |old, new| {
                 let Some(new) = new else { return };
                 let key = key_of(new);
@@ -211,6 +211,15 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
                     Some(old)
                         if should_enqueue_on_update(&old.metadata, &new.metadata, false)
                             || deleting =>
+                    {
+                        queue.add(&key)
+                    }
+                    Some(old)
+                        if is_health
+                            && attempted_render_changed(
+                                old.status.as_ref(),
+                                new.status.as_ref(),
+                            ) =>
                     {
                         queue.add(&key)
                     }

@@ -97,3 +97,36 @@ spec:\n  source:\n    kind: GitRepository\n    name: repo\n",
     );
     assert!(stdout.lines().nth(1).unwrap().starts_with("web "));
 }
+
+#[tokio::test]
+async fn the_api_server_refuses_a_duration_that_is_not_one() {
+    use convoy::engine::api::Release;
+    let env = TestEnv::new("durations").await;
+    let api: Api<Release> = Api::namespaced(env.client.clone(), &env.namespace);
+    let release = |interval: &str| {
+        serde_json::from_value::<Release>(serde_json::json!({
+            "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+            "metadata": {"name": "web"},
+            "spec": {"source": {"kind": "GitRepository", "name": "repo"},
+                     "syncPolicy": {"interval": interval},
+                     "failurePolicy": {"deadline": "1m30s"}},
+        }))
+        .unwrap()
+    };
+    let err = api
+        .create(&Default::default(), &release("5 minutes"))
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("{err}")
+    };
+    assert_eq!(status.code, 422);
+    assert!(
+        status.message.contains("spec.syncPolicy.interval"),
+        "{}",
+        status.message
+    );
+    api.create(&Default::default(), &release("1.5h"))
+        .await
+        .unwrap();
+}

@@ -142,6 +142,14 @@ async fn automatic_mode_requests_a_sync_on_drift() {
         json!({}),
     )
     .await;
+    // Before the first apply the controller owns the sync: no request, no early recheck.
+    let first = drift_pass(&f.ctx, &f.release().await)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(first.verdict, Verdict::OutOfSync { .. }));
+    assert!(!first.requested_sync);
+    assert_eq!(first.requeue, convoy::engine::reconcile::Requeue::Never);
     f.sync().await;
     assert!(
         !f.release()

@@ -306,6 +306,27 @@ async fn the_deadline_does_not_run_while_the_manual_gate_holds_the_render() {
     assert_eq!(value_of(&f, "conf").await.as_deref(), Some("one"));
 }
 
+#[tokio::test]
+async fn without_a_health_assessment_the_wave_gate_is_open() {
+    let f = Fixture::new(
+        "waves-unassessed",
+        &[
+            ("a.yaml", &config_map("first", 0, "a")),
+            ("b.yaml", &config_map("second", 1, "b")),
+        ],
+        json!({"syncPolicy": {"waves": {"waitForHealth": true, "timeout": "1m"}}}),
+    )
+    .await;
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+    assert_eq!(value_of(&f, "second").await.as_deref(), Some("b"));
+    let waves = f.release().await.status.unwrap().waves;
+    assert!(
+        waves.iter().all(|w| w.applied && w.healthy),
+        "NotConfigured: applied waves are healthy: {waves:?}"
+    );
+}
+
 /// wave 0: a Deployment that never becomes healthy; wave 1: a ConfigMap.
 fn held_waves() -> Vec<(&'static str, String)> {
     vec![
@@ -529,15 +550,16 @@ async fn a_cluster_wave_waits_for_the_lower_wave_times_out_then_proceeds() {
 
 #[tokio::test]
 async fn gc_keeps_max_history_entries_and_every_referenced_render() {
-    let f = Fixture::new(
-        "gc",
-        &[("cm.yaml", &config_map("conf", 0, "r1"))],
-        json!({"retentionPolicy": {"maxHistory": 2}}),
-    )
+    let f = Fixture::new("gc", &[("cm.yaml", &config_map("conf", 0, "r1"))], {
+        let mut spec = Fixture::default_health("1m");
+        json_patch::merge(&mut spec, &json!({"retentionPolicy": {"maxHistory": 2}}));
+        spec
+    })
     .await
     .with_dir_store();
+    f.install_default_rules().await;
     let r1 = render_of(&f.sync().await);
-    // No health assessment: NotConfigured counts as healthy, so r1 becomes lastHealthy.
+    // r1 is assessed healthy and becomes lastHealthy; the later renders are never assessed.
     until_healthy(&f, "web").await;
     f.sync().await;
     assert_eq!(

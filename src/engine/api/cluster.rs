@@ -43,6 +43,7 @@ pub struct ClusterSpec {
     pub in_cluster: bool,
     /// How often the Cluster controller checks reachability (a Go duration, default `5m`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = super::DURATION_PATTERN))]
     pub interval: Option<String>,
 }
 

@@ -15,6 +15,11 @@ mod release;
 mod schema;
 mod source;
 
+/// The form of every duration field (a Go duration such as `30s`, `1m30s`, `1.5h`, or `0`):
+/// the API server refuses anything else, so a typo is an error at `kubectl apply`, not a
+/// silently ignored timeout.
+pub const DURATION_PATTERN: &str = r"^(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h))+)$";
+
 pub use cluster::*;
 pub use constants::*;
 pub use health::*;
@@ -37,4 +42,32 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         HealthRuleSet::crd(),
         GlobalHealthRuleSet::crd(),
     ]
+}
+
+#[cfg(test)]
+mod duration_pattern_tests {
+    #[test]
+    fn the_schema_pattern_accepts_what_parse_duration_accepts() {
+        let pattern = regex::Regex::new(super::DURATION_PATTERN).unwrap();
+        for ok in [
+            "0",
+            "30s",
+            "1m30s",
+            "1.5h",
+            "250ms",
+            "10us",
+            "2µs",
+            "1h2m3s4ms",
+        ] {
+            assert!(pattern.is_match(ok), "{ok}");
+            assert!(crate::engine::duration::parse_duration(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "5", "5 minutes", "-1s", "1d", "s", "1m 30s"] {
+            assert!(!pattern.is_match(bad), "{bad}");
+            assert!(
+                crate::engine::duration::parse_duration(bad).is_err(),
+                "{bad}"
+            );
+        }
+    }
 }

@@ -230,6 +230,7 @@ pub struct SyncPolicy {
     pub mode: SyncMode,
     /// How often to reconcile when nothing happens (a Go duration such as `5m`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = super::DURATION_PATTERN))]
     pub interval: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_backoff: Option<RetryBackoff>,
@@ -241,12 +242,14 @@ pub struct SyncPolicy {
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RetryBackoff {
+    #[schemars(extend("pattern" = super::DURATION_PATTERN))]
     pub initial: String,
     /// Default 2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub factor: Option<u32>,
     /// Default `1000s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = super::DURATION_PATTERN))]
     pub max: Option<String>,
 }
 
@@ -257,6 +260,7 @@ pub struct WavePolicy {
     #[serde(default)]
     pub wait_for_health: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = super::DURATION_PATTERN))]
     pub timeout: Option<String>,
 }
 
@@ -266,6 +270,7 @@ pub struct WavePolicy {
 pub struct ClusterWave {
     pub wave: i32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = super::DURATION_PATTERN))]
     pub timeout: Option<String>,
 }
 
@@ -278,6 +283,7 @@ pub struct HealthAssessment {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_rule_set_selector: Option<LabelSelector>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = super::DURATION_PATTERN))]
     pub deadline: Option<String>,
 }
 
@@ -294,6 +300,7 @@ pub enum RollbackMode {
 pub struct FailurePolicy {
     /// How long a rollout may stay Progressing, from `status.rollout.startedAt`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = super::DURATION_PATTERN))]
     pub deadline: Option<String>,
     #[serde(default)]
     pub rollback: RollbackMode,
@@ -451,6 +458,7 @@ pub struct Hook {
     #[serde(default)]
     pub on_failure: HookFailurePolicy,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = super::DURATION_PATTERN))]
     pub timeout: Option<String>,
 }
 

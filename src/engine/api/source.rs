@@ -46,6 +46,7 @@ pub struct GitRepositorySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<LocalObjectRef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = super::DURATION_PATTERN))]
     pub interval: Option<String>,
 }
 
@@ -74,6 +75,7 @@ pub struct HelmRegistrySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<LocalObjectRef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = super::DURATION_PATTERN))]
     pub interval: Option<String>,
 }
 
@@ -106,6 +108,7 @@ pub struct OCIRegistrySpec {
     #[serde(default)]
     pub insecure: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = super::DURATION_PATTERN))]
     pub interval: Option<String>,
 }
 

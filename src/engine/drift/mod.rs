@@ -535,22 +535,33 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
         .map(|p| p.mode)
         .unwrap_or_default()
         == SyncMode::Automatic;
-    let requested_sync = if automatic && matches!(verdict, Verdict::OutOfSync { .. }) {
-        request_sync(&api, &release.name_any(), false, field_managers::OBSERVE)
-            .await
-            .map_err(|source| DriftError::Request {
-                release: name,
-                source: Box::new(source),
-            })?;
-        true
-    } else {
-        false
-    };
+    // Before the first apply there is no drift to fix: the controller owns the first sync
+    // (and retries it with its own backoff), so the pass neither asks for one nor comes back
+    // early; the inventory the apply writes wakes it. (Deviation: the spec asks on every
+    // OutOfSync verdict; at a thousand new Releases that doubled the controller's work.)
+    let applied_before = release
+        .status
+        .as_ref()
+        .is_some_and(|s| s.last_successful.is_some());
+    let requested_sync =
+        if automatic && applied_before && matches!(verdict, Verdict::OutOfSync { .. }) {
+            request_sync(&api, &release.name_any(), false, field_managers::OBSERVE)
+                .await
+                .map_err(|source| DriftError::Request {
+                    release: name,
+                    source: Box::new(source),
+                })?;
+            true
+        } else {
+            false
+        };
     // Drift that was reported (and, in automatic mode, sent to the controller) is checked
     // again soon, so InSync turns True once the controller put things back.
     let requeue = match (&verdict, schedule_recheck(release)) {
-        (Verdict::OutOfSync { .. }, Requeue::After(d)) => Requeue::After(d.min(DRIFT_RECHECK)),
-        (Verdict::OutOfSync { .. }, _) => Requeue::After(DRIFT_RECHECK),
+        (Verdict::OutOfSync { .. }, Requeue::After(d)) if applied_before => {
+            Requeue::After(d.min(DRIFT_RECHECK))
+        }
+        (Verdict::OutOfSync { .. }, _) if applied_before => Requeue::After(DRIFT_RECHECK),
         (_, requeue) => requeue,
     };
     Ok(Some(DriftPass {

@@ -59,7 +59,7 @@ pub fn assemble_status(
         status.waves = waves.clone();
     }
     status.resolved_retention_policy = Some(resolved_retention_status(release));
-    advance_last_healthy(&mut status, outcome, now);
+    advance_last_healthy(&mut status, release, outcome, now);
     if let Some(request) = &state.pending_force {
         status.last_handled_force_sync_at = Some(request.clone());
     }
@@ -139,7 +139,12 @@ pub fn resolved_retention_status(release: &Release) -> RetentionPolicy {
 /// Step 7: `lastHealthy` advances when the verdict for the attempted render is healthy.
 /// `reconcile` decided that from the inventory (`render_healthy`); it counts only when the
 /// attempted render is also the one running (not after a rollback).
-fn advance_last_healthy(status: &mut ReleaseStatus, outcome: &ReconcileOutcome, now: &Time) {
+fn advance_last_healthy(
+    status: &mut ReleaseStatus,
+    release: &Release,
+    outcome: &ReconcileOutcome,
+    now: &Time,
+) {
     let Some(render) = outcome.attempt.render_ref.as_deref() else {
         return;
     };
@@ -148,7 +153,9 @@ fn advance_last_healthy(status: &mut ReleaseStatus, outcome: &ReconcileOutcome, 
         .as_ref()
         .and_then(|a| a.render_ref.as_deref())
         == Some(render);
-    if !(outcome.render_healthy && running) {
+    // Without a health assessment the verdict is NotConfigured: healthy once it runs.
+    let healthy = outcome.render_healthy || release.spec.health_assessment.is_none();
+    if !(healthy && running) {
         return;
     }
     if status

@@ -208,20 +208,25 @@ pub async fn reconcile(
     outcome
 }
 
-/// Whether `render_ref` is applied and assessed Healthy: the cached verdict says so and, with
-/// a health assessment, so does every inventory entry (the verdict may be the previous
-/// render's, written before this render was applied).
+/// Whether `render_ref` is applied and assessed Healthy: the cached verdict says so and so
+/// does every inventory entry (the verdict may be the previous render's, written before this
+/// render was applied).
 async fn render_healthy(
     release: &Release,
     status: &ReleaseStatus,
     inventory: &InventoryHandle,
     render_ref: &str,
 ) -> bool {
+    // Without a health assessment the verdict is NotConfigured, healthy once applied.
+    if release.spec.health_assessment.is_none() {
+        return status
+            .last_successful
+            .as_ref()
+            .and_then(|a| a.render_ref.as_deref())
+            == Some(render_ref);
+    }
     if !assemble::verdict_healthy(status, render_ref) {
         return false;
-    }
-    if release.spec.health_assessment.is_none() {
-        return true;
     }
     match inventory.get().await {
         Ok(Some(inv)) => sync::inventory_healthy_for(&inv, render_ref),

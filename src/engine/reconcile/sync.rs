@@ -303,6 +303,9 @@ async fn wave_health_gate(
     before: i32,
     wave: i32,
 ) -> Option<ReconcileOutcome> {
+    // Without a health assessment nothing is ever assessed, and NotConfigured counts as
+    // healthy: the gate is open.
+    run.release.spec.health_assessment.as_ref()?;
     let unhealthy = match inventory.get().await {
         Ok(Some(inv)) => unhealthy_in_wave(&inv, before, run.render_ref),
         Ok(None) => vec![format!("wave {before} is not in the inventory yet")],
@@ -415,7 +418,7 @@ async fn persist_render(
         .map_err(fail)
 }
 
-/// stageSync step 8, `recordHistory`: append the render unless it is the newest entry.
+/// stageSync step 8, `recordHistory`: append the render if the history does not hold it yet.
 async fn record_history(ctx: &Context, release: &Release, attempt: &Attempt, now: &Time) {
     let (Some(store), Some(render_ref)) = (&ctx.store, attempt.render_ref.as_ref()) else {
         return;
@@ -426,10 +429,12 @@ async fn record_history(ctx: &Context, release: &Release, attempt: &Attempt, now
         let entry = HistoryEntry {
             render_ref: render_ref.clone(),
             recorded_at: now.clone(),
+            // A pinned render came from the store, not from the revision just resolved.
             source_revision: attempt
                 .resolved_source
                 .as_ref()
-                .and_then(|s| s.revision.clone()),
+                .and_then(|s| s.revision.clone())
+                .filter(|_| super::assemble::pin_status(release).is_none()),
         };
         match with_entry(history, entry) {
             Some(updated) => store.put_history(&id, &updated).await,
@@ -801,7 +806,14 @@ async fn sync_objects(
             }
         }
     };
-    mark_healthy_waves(&mut wave_status, &written, &render_ref);
+    if run.release.spec.health_assessment.is_some() {
+        mark_healthy_waves(&mut wave_status, &written, &render_ref);
+    } else {
+        // NotConfigured: an applied wave is a healthy one.
+        for wave in wave_status.iter_mut() {
+            wave.healthy = wave.applied;
+        }
+    }
     if let Some(message) = prune_failure {
         return syncing_failed(reasons::PRUNE_FAILED, message, true).with_waves(wave_status);
     }

@@ -206,15 +206,13 @@ pub fn decode(key: &str, bytes: &[u8]) -> Result<Vec<Object>, StoreError> {
     Ok(values.into_iter().map(Object).collect())
 }
 
-/// `recordHistory`: append `entry` unless its render is already the newest entry.
+/// `recordHistory` (reconcile-flow stageSync step 8): append `entry` if its render is not in
+/// the history yet. A render applied again (a revert, an unpin) keeps its first entry.
 pub fn with_entry(
     mut history: Vec<HistoryEntry>,
     entry: HistoryEntry,
 ) -> Option<Vec<HistoryEntry>> {
-    if history
-        .last()
-        .is_some_and(|h| h.render_ref == entry.render_ref)
-    {
+    if history.iter().any(|h| h.render_ref == entry.render_ref) {
         return None;
     }
     history.push(entry);
@@ -303,7 +301,9 @@ mod tests {
     fn history_appends_only_a_new_render() {
         let h = with_entry(vec![], entry("a")).unwrap();
         assert!(with_entry(h.clone(), entry("a")).is_none());
-        assert_eq!(with_entry(h, entry("b")).unwrap().len(), 2);
+        let h = with_entry(h, entry("b")).unwrap();
+        assert_eq!(h.len(), 2);
+        assert!(with_entry(h, entry("a")).is_none(), "a is there already");
     }
 
     #[test]
