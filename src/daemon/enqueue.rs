@@ -51,10 +51,10 @@ pub fn applied_or_healthy_changed(
         .any(|t| status_of(old, t) != status_of(new, t))
 }
 
-/// The health loop's extra wake-up: the controller recorded a new attempted or applied render.
-/// The inventory write that wakes the health loop comes before the status write, so a pass
-/// woken by it can still see the previous `lastAttempted` (and say Pending); this catches up
-/// without waiting for the Pending backoff.
+/// The observer loops' extra wake-up: the controller recorded a new attempted or applied
+/// render. The inventory write that wakes them comes before the status write, so a health
+/// pass woken by it can still see the previous `lastAttempted` (and say Pending), and the drift
+/// loop waits for the first attempt; this catches up without a backoff or a resync.
 pub fn attempted_render_changed(old: Option<&ReleaseStatus>, new: Option<&ReleaseStatus>) -> bool {
     let renders = |s: Option<&ReleaseStatus>| {
         let of = |a: Option<&crate::engine::api::Attempt>| a.and_then(|a| a.render_ref.clone());

@@ -200,7 +200,7 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
         }));
     }
     if config.role.observer() {
-        for (queue, is_health) in [(drift_queue.clone(), false), (health_queue.clone(), true)] {
+        for queue in [drift_queue.clone(), health_queue.clone()] {
             release_handlers.push(Box::new(move |old, new| {
                 let Some(new) = new else { return };
                 let key = key_of(new);
@@ -215,11 +215,7 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
                         queue.add(&key)
                     }
                     Some(old)
-                        if is_health
-                            && attempted_render_changed(
-                                old.status.as_ref(),
-                                new.status.as_ref(),
-                            ) =>
+                        if attempted_render_changed(old.status.as_ref(), new.status.as_ref()) =>
                     {
                         queue.add(&key)
                     }

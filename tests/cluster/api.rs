@@ -130,3 +130,56 @@ async fn the_api_server_refuses_a_duration_that_is_not_one() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn a_hook_must_set_exactly_one_of_job_and_pod() {
+    use convoy::engine::api::Release;
+    let env = TestEnv::new("hook-shape").await;
+    let api: Api<Release> = Api::namespaced(env.client.clone(), &env.namespace);
+    let release = |name: &str, hook: serde_json::Value| {
+        serde_json::from_value::<Release>(serde_json::json!({
+            "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+            "metadata": {"name": name},
+            "spec": {"source": {"kind": "GitRepository", "name": "repo"},
+                     "lifecycle": {"hooks": [hook]}},
+        }))
+        .unwrap()
+    };
+    let spec = serde_json::json!({"containers": [{"name": "x", "image": "busybox"}]});
+    for (name, hook) in [
+        (
+            "neither",
+            serde_json::json!({"name": "h", "phase": "preSync"}),
+        ),
+        (
+            "both",
+            serde_json::json!({"name": "h", "phase": "preSync", "pod": spec,
+                               "job": {"template": {"spec": spec}}}),
+        ),
+    ] {
+        let err = api
+            .create(&Default::default(), &release(name, hook))
+            .await
+            .unwrap_err();
+        let kube::Error::Api(status) = err else {
+            panic!("{err}")
+        };
+        assert_eq!(status.code, 422, "{name}");
+        assert!(
+            status
+                .message
+                .contains("a hook sets exactly one of job and pod"),
+            "{name}: {}",
+            status.message
+        );
+    }
+    api.create(
+        &Default::default(),
+        &release(
+            "pod",
+            serde_json::json!({"name": "h", "phase": "preSync", "pod": spec}),
+        ),
+    )
+    .await
+    .unwrap();
+}

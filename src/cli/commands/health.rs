@@ -6,7 +6,7 @@ use std::sync::Arc;
 use clap::Args;
 use futures::StreamExt;
 use kube::Api;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
 use crate::cli::commands::status::fetch_release;
@@ -69,12 +69,26 @@ pub async fn run(global: &GlobalArgs, args: HealthArgs, printer: &mut Printer) -
     }
     view.print(printer)?;
     let releases: Api<Release> = Api::namespaced(conn.client.clone(), &namespace);
-    let stream = watcher::watch_object(inventories, &args.name);
+    // Watch errors back off (a lost API server is retried, not spun on).
+    let stream = watcher::watch_object(inventories, &args.name).default_backoff();
     let mut stream = std::pin::pin!(stream);
     loop {
         tokio::select! {
             event = stream.next() => {
-                let Some(Ok(Some(inventory))) = event else { continue };
+                let inventory = match event {
+                    Some(Ok(Some(inventory))) => inventory,
+                    Some(Ok(None)) => continue,
+                    Some(Err(e)) => {
+                        tracing::warn!("watching ReleaseInventory {}: {e}", args.name);
+                        continue;
+                    }
+                    None => {
+                        return Err(CliError::new(
+                            ExitStatus::Unreachable,
+                            anyhow::anyhow!("the watch of ReleaseInventory {} ended", args.name),
+                        ))
+                    }
+                };
                 let release = releases.get(&args.name).await.unwrap_or(release.clone());
                 let view = View::new(&release, &inventory, None);
                 if printer.interactive {

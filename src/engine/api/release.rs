@@ -441,9 +441,14 @@ pub enum HookFailurePolicy {
     Continue,
 }
 
-/// A lifecycle hook: a Job (or a Pod) run in the target cluster at a phase.
+/// A lifecycle hook: a Job (or a Pod) run in the target cluster at a phase. Exactly one of
+/// `job` and `pod` (the API server checks it, so a hook never runs an empty Job).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.job) != has(self.pod)",
+    "message": "a hook sets exactly one of job and pod"
+}]))]
 pub struct Hook {
     pub name: String,
     pub phase: HookPhase,

@@ -471,10 +471,28 @@ pub enum DriftError {
 }
 
 /// The drift loop's syncHandler: render, diff, write InSync, request a sync on drift in
-/// automatic mode, requeue after the interval. Returns `None` for a Release being deleted or
-/// on another shard.
+/// automatic mode, requeue after the interval. Returns `None` for a Release being deleted, on
+/// another shard, or in automatic mode not yet attempted by the controller.
 pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<DriftPass>, DriftError> {
     if release.metadata.deletion_timestamp.is_some() || !ctx.shard.owns(release) {
+        return Ok(None);
+    }
+    // Deviation: in automatic mode the first drift check waits for the controller's first
+    // attempt (its status write wakes this loop). Until then everything is "to create" and
+    // the controller is about to apply it; checking costs a GET and a dry run per object.
+    let automatic = release
+        .spec
+        .sync_policy
+        .as_ref()
+        .map(|p| p.mode)
+        .unwrap_or_default()
+        == SyncMode::Automatic;
+    if automatic
+        && release
+            .status
+            .as_ref()
+            .is_none_or(|s| s.last_attempted.is_none())
+    {
         return Ok(None);
     }
     let name = format!(
@@ -528,13 +546,6 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
             release: name.clone(),
             source: Box::new(source),
         })?;
-    let automatic = release
-        .spec
-        .sync_policy
-        .as_ref()
-        .map(|p| p.mode)
-        .unwrap_or_default()
-        == SyncMode::Automatic;
     // Before the first apply there is no drift to fix: the controller owns the first sync
     // (and retries it with its own backoff), so the pass neither asks for one nor comes back
     // early; the inventory the apply writes wakes it. (Deviation: the spec asks on every

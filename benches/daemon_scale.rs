@@ -1,0 +1,285 @@
+//! Benchmark: `convoy daemon` bringing 1,000 Releases × 5 objects (three ConfigMaps, a
+//! Service, a one-replica Deployment whose pod kwok readies) from one local Git repository to
+//! Applied and Healthy. Prints the time from creation until all are Applied and Healthy,
+//! Releases per second, the daemon's CPU seconds and peak RSS, then the API writes the daemon
+//! makes in one minute of steady state. Goals (issue 7): ≥ 4 Releases/s, ≤ 150 MiB RSS, zero
+//! writes per minute at steady state.
+//!
+//! `cargo bench --bench daemon_scale` starts its own control plane (scripts/testenv) or uses
+//! `CONVOY_TEST_KUBECONFIG`; `CONVOY_BENCH_RELEASES` changes the count. Under `cargo test`
+//! (no `--bench` flag) it does nothing.
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use convoy::engine::api::{Release, condition_types};
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use serde_json::json;
+use support::servers::GitRepo;
+use support::{TestEnv, convoy_bin, path_with_testenv};
+
+fn objects(i: usize) -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = ["a", "b", "c"]
+        .iter()
+        .map(|c| {
+            (
+                format!("rel-{i:04}/cm-{c}.yaml"),
+                format!(
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: r{i}-{c}\ndata:\n  value: \"{i}-{c}\"\n"
+                ),
+            )
+        })
+        .collect();
+    files.push((
+        format!("rel-{i:04}/svc.yaml"),
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: r{i}\nspec:\n  selector: {{app: r{i}}}\n  ports:\n  - port: 80\n"
+        ),
+    ));
+    files.push((
+        format!("rel-{i:04}/deploy.yaml"),
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: r{i}\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {{app: r{i}}}\n  template:\n    metadata:\n      labels: {{app: r{i}}}\n    spec:\n      containers:\n      - name: app\n        image: nginx:1.27\n"
+        ),
+    ));
+    files
+}
+
+/// CPU seconds (user + system) and peak RSS in MiB of a process, from /proc.
+fn usage(pid: u32) -> (f64, f64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    // After the command name: state is field 3, utime 14 and stime 15 (1-based, man proc).
+    let ticks = |n: usize| {
+        fields
+            .get(n - 3)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let hz = 100.0; // USER_HZ on Linux
+    let cpu = (ticks(14) + ticks(15)) / hz;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let peak_kib = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    (cpu, peak_kib / 1024.0)
+}
+
+fn metrics(port: u16) -> String {
+    let out = Command::new("curl")
+        .args(["-sf", &format!("http://127.0.0.1:{port}/metrics")])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The sum of a metric's series.
+fn total(port: u16, name: &str) -> f64 {
+    metrics(port)
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The daemon's API writes so far (creates, updates, patches, deletes; not dry runs).
+fn writes(port: u16) -> f64 {
+    metrics(port)
+        .lines()
+        .filter(|l| l.starts_with("convoy_api_requests_total{"))
+        .filter(|l| {
+            ["create", "update", "patch", "delete"]
+                .iter()
+                .any(|v| l.contains(&format!("verb=\"{v}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn ready(r: &Release) -> bool {
+    let status = r.status.clone().unwrap_or_default();
+    let is_true = |t: &str| status.condition(t).is_some_and(|c| c.status == "True");
+    is_true(condition_types::APPLIED) && is_true(condition_types::HEALTHY)
+}
+
+#[tokio::main]
+async fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let count: usize = std::env::var("CONVOY_BENCH_RELEASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let env = TestEnv::new("bench-scale").await;
+    let conn = convoy::engine::connect::Connection::from_source(
+        &convoy::engine::connect::KubeconfigSource {
+            path: Some(env.kubeconfig.clone()),
+            context: None,
+        },
+    )
+    .await
+    .unwrap();
+    convoy::engine::install::install_default_rules(&conn)
+        .await
+        .unwrap();
+
+    let repo = GitRepo::new();
+    let files: Vec<(String, String)> = (0..count).flat_map(objects).collect();
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_str()))
+        .collect();
+    repo.commit(&refs, "bench");
+    let kubectl_apply = |object: serde_json::Value| {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), object.to_string()).unwrap();
+        let out = env.kubectl(&[
+            "apply",
+            "--server-side",
+            "-f",
+            file.path().to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    kubectl_apply(json!({
+        "apiVersion": "source.convoy.kumodo.io/v1alpha1", "kind": "GitRepository",
+        "metadata": {"name": "repo", "namespace": env.namespace},
+        "spec": {"url": repo.file_url(), "ref": {"branch": "main"}},
+    }));
+
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let cache = tempfile::tempdir().unwrap();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let child = Command::new(convoy_bin())
+        .arg("--kubeconfig")
+        .arg(&env.kubeconfig)
+        .args([
+            "daemon",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--watch-namespace",
+            &env.namespace,
+            "--cache-dir",
+        ])
+        .arg(cache.path())
+        .env("PATH", path_with_testenv())
+        .stdout(Stdio::null())
+        .stderr(log.reopen().unwrap())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let _daemon = Daemon(child);
+    support::eventually(
+        "the daemon to be ready",
+        Duration::from_secs(30),
+        || async {
+            let ok = Command::new("curl")
+                .args(["-sf", &format!("http://127.0.0.1:{port}/readyz")])
+                .status()
+                .is_ok_and(|s| s.success());
+            ok.then_some(())
+        },
+    )
+    .await;
+
+    let api: Api<Release> = Api::namespaced(env.client.clone(), &env.namespace);
+    let started = Instant::now();
+    for i in 0..count {
+        let release: Release = serde_json::from_value(json!({
+            "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+            "metadata": {"name": format!("rel-{i:04}")},
+            "spec": {
+                "source": {"kind": "GitRepository", "name": "repo", "path": format!("rel-{i:04}")},
+                "targetNamespace": env.namespace,
+                "healthAssessment": {
+                    "globalRuleSetSelector": {"matchLabels": {"health.convoy.kumodo.io/defaults": "true"}},
+                    "deadline": "10m",
+                },
+            },
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &release).await.unwrap();
+    }
+    let created = started.elapsed();
+    let mut last_report = Instant::now();
+    let all_ready = loop {
+        let list = api.list(&ListParams::default()).await.unwrap();
+        let done = list.items.iter().filter(|r| ready(r)).count();
+        if done == count {
+            break started.elapsed();
+        }
+        if last_report.elapsed() > Duration::from_secs(30) {
+            eprintln!(
+                "  {done}/{count} Applied and Healthy after {:.0?}",
+                started.elapsed()
+            );
+            last_report = Instant::now();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(1800),
+            "not all Releases were Applied and Healthy within 30 minutes ({done}/{count}); daemon log: {}",
+            log.path().display()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let (cpu, rss) = usage(pid);
+
+    // Steady state: the work queues drain (the wake-ups the last health passes sent), the
+    // last edges settle, then writes are counted over one minute.
+    let drain = Instant::now();
+    support::eventually(
+        "the daemon's work queues to drain",
+        Duration::from_secs(900),
+        || async { (total(port, "convoy_queue_depth") == 0.0).then_some(()) },
+    )
+    .await;
+    let drained = drain.elapsed();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let before = writes(port);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let steady = writes(port) - before;
+    let (_, rss_after) = usage(pid);
+
+    let rate = count as f64 / all_ready.as_secs_f64();
+    println!("daemon_scale: {count} Releases × 5 objects, one Git repository, kwok");
+    println!("  created in                {created:>8.1?}");
+    println!(
+        "  all Applied and Healthy   {all_ready:>8.1?}  → {rate:.2} Releases/s (goal ≥ 4; Flux ~3.9/s on 16 cores)"
+    );
+    println!("  daemon CPU                {cpu:>8.1} s");
+    println!(
+        "  daemon peak RSS           {:>8.1} MiB (goal ≤ 150)",
+        rss.max(rss_after)
+    );
+    println!("  queues drained after      {drained:>8.1?}  more");
+    println!("  writes in 1 min steady    {steady:>8.0}     (goal 0)");
+}
