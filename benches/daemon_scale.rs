@@ -67,14 +67,19 @@ fn usage(pid: u32) -> (f64, f64) {
     };
     let hz = 100.0; // USER_HZ on Linux
     let cpu = (ticks(14) + ticks(15)) / hz;
+    (cpu, memory(pid, "VmHWM:"))
+}
+
+/// A memory figure of /proc/PID/status in MiB (VmHWM: peak RSS, VmRSS: current).
+fn memory(pid: u32, field: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let peak_kib = status
+    let kib = status
         .lines()
-        .find(|l| l.starts_with("VmHWM:"))
+        .find(|l| l.starts_with(field))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse::<f64>().ok())
         .unwrap_or(0.0);
-    (cpu, peak_kib / 1024.0)
+    kib / 1024.0
 }
 
 fn metrics(port: u16) -> String {
@@ -268,6 +273,7 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(60)).await;
     let steady = writes(port) - before;
     let (_, rss_after) = usage(pid);
+    let rss_now = memory(pid, "VmRSS:");
 
     let rate = count as f64 / all_ready.as_secs_f64();
     println!("daemon_scale: {count} Releases × 5 objects, one Git repository, kwok");
@@ -280,6 +286,17 @@ async fn main() {
         "  daemon peak RSS           {:>8.1} MiB (goal ≤ 150)",
         rss.max(rss_after)
     );
+    println!("  daemon RSS at steady      {rss_now:>8.1} MiB");
     println!("  queues drained after      {drained:>8.1?}  more");
     println!("  writes in 1 min steady    {steady:>8.0}     (goal 0)");
+    let per_release: Vec<String> = metrics(port)
+        .lines()
+        .filter_map(|l| l.strip_prefix("convoy_api_requests_total{verb=\""))
+        .filter_map(|l| {
+            let (verb, rest) = l.split_once('"')?;
+            let n: f64 = rest.rsplit(' ').next()?.parse().ok()?;
+            Some(format!("{verb} {:.1}", n / count as f64))
+        })
+        .collect();
+    println!("  API requests per Release  {}", per_release.join(", "));
 }

@@ -95,9 +95,13 @@ pub async fn run<K>(
 ) where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
-    let stream = watcher::watcher(api, watcher::Config::default().any_semantic()).default_backoff();
+    // managedFields are dropped before caching: no loop reads them from the cache (ownership
+    // is read from live objects), and at a thousand Releases they are most of the bytes.
+    let stream = watcher::watcher(api, watcher::Config::default().any_semantic())
+        .modify(|o| o.managed_fields_mut().clear())
+        .default_backoff();
     let mut stream = std::pin::pin!(stream);
-    let mut seen_in_list: Vec<String> = Vec::new();
+    let mut seen_in_list: std::collections::HashSet<String> = std::collections::HashSet::new();
     loop {
         let event = tokio::select! {
             e = stream.next() => e,
@@ -108,7 +112,7 @@ pub async fn run<K>(
             Ok(Event::Init) => seen_in_list.clear(),
             Ok(Event::InitApply(object)) | Ok(Event::Apply(object)) => {
                 let key = key_of(&object);
-                seen_in_list.push(key.clone());
+                seen_in_list.insert(key.clone());
                 let new = Arc::new(object);
                 let old = cache.write().insert(key, new.clone());
                 for h in handlers.iter() {

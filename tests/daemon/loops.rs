@@ -69,11 +69,17 @@ async fn a_new_release_becomes_applied_in_sync_and_healthy_and_follows_commits_a
         },
     )
     .await;
-    let second = all_true(&f).await;
-    assert_ne!(
-        second.status.unwrap().last_successful.unwrap().render_ref,
-        first_ref
-    );
+    // The objects are applied before the status names the new render: wait for both.
+    eventually(
+        "the new render recorded, Applied, InSync and Healthy",
+        Duration::from_secs(90),
+        || async {
+            let r = all_true(&f).await;
+            let applied = r.status?.last_successful?.render_ref;
+            (applied != first_ref).then_some(())
+        },
+    )
+    .await;
 
     // Drift by another field manager is put back.
     f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "ConfigMap",

@@ -85,6 +85,11 @@ pub struct Applier {
     concurrency: usize,
 }
 
+/// Up to this many objects of one kind and namespace are read with GETs, more with one LIST.
+/// A LIST returns every object of the kind in the namespace: with a thousand Releases in one
+/// namespace, listing for five objects made each reconcile read thousands.
+const GETS_UP_TO: usize = 16;
+
 /// One LIST of live objects: a kind in a namespace, and the names wanted from it.
 struct ListGroup {
     resource: Resource,
@@ -441,6 +446,9 @@ impl Applier {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &group.resource.api),
             None => Api::all_with(self.client.clone(), &group.resource.api),
         };
+        if group.wanted.len() <= GETS_UP_TO {
+            return self.get_each(&api, &group.wanted).await;
+        }
         let wanted: BTreeMap<&str, &ObjectKey> =
             group.wanted.iter().map(|(n, k)| (n.as_str(), k)).collect();
         match api.list(&Default::default()).await {
@@ -453,25 +461,40 @@ impl Applier {
                 })
                 .collect()),
             Err(e) if is_unreachable(&e) => Err(ApplyError::Unreachable(Box::new(e))),
-            Err(_) => {
-                let mut found = Vec::new();
-                for (name, key) in &group.wanted {
-                    match api.get_opt(name).await {
-                        Ok(Some(o)) => {
-                            if let Ok(v) = serde_json::to_value(o) {
-                                found.push((key.clone(), v));
-                            }
-                        }
-                        Ok(None) => {}
-                        Err(e) if is_unreachable(&e) => {
-                            return Err(ApplyError::Unreachable(Box::new(e)));
-                        }
-                        Err(_) => {}
-                    }
-                }
-                Ok(found)
-            }
+            Err(_) => self.get_each(&api, &group.wanted).await,
         }
+    }
+
+    /// GET each wanted object (concurrently); a missing or unreadable one is left out.
+    async fn get_each(
+        &self,
+        api: &Api<DynamicObject>,
+        wanted: &[(String, ObjectKey)],
+    ) -> Result<Vec<(ObjectKey, Value)>, ApplyError> {
+        // Owned items and a cloned Api per request keep the futures `Send` for any lifetime.
+        let results: Vec<Result<Option<(ObjectKey, Value)>, ApplyError>> =
+            stream::iter(wanted.to_vec())
+                .map(|(name, key)| {
+                    let api = api.clone();
+                    async move {
+                        match api.get_opt(&name).await {
+                            Ok(Some(o)) => Ok(serde_json::to_value(o).ok().map(|v| (key, v))),
+                            Ok(None) => Ok(None),
+                            Err(e) if is_unreachable(&e) => {
+                                Err(ApplyError::Unreachable(Box::new(e)))
+                            }
+                            Err(_) => Ok(None),
+                        }
+                    }
+                })
+                .buffer_unordered(self.concurrency)
+                .collect()
+                .await;
+        let mut found = Vec::new();
+        for r in results {
+            found.extend(r?);
+        }
+        Ok(found)
     }
 
     async fn delete(&self, key: ObjectKey) -> Result<Result<ObjectKey, Rejection>, ApplyError> {
