@@ -122,6 +122,12 @@ apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\nmetadata: {{name: ben
     };
     let convoy_first = timed(sync());
     let convoy_noop = timed(sync());
+    if std::env::var_os("CONVOY_BENCH_TRACE").is_some() {
+        let mut c = sync();
+        c.env("CONVOY_LOG", "convoy=trace,kube_client=debug");
+        let out = c.output().unwrap();
+        eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    }
     let mut kubectl_again = Command::new(testenv_bin().join("kubectl"));
     kubectl_again
         .arg("--kubeconfig")

@@ -45,6 +45,8 @@ pub struct InventoryHandle {
     namespace: String,
     name: String,
     owner: Option<OwnerReference>,
+    /// A read made while the render ran (see `prefetch`), taken once by `get_prefetched`.
+    prefetched: std::sync::Arc<std::sync::Mutex<Option<Option<ReleaseInventory>>>>,
 }
 
 /// What the controller records for an applied object.
@@ -115,6 +117,7 @@ impl InventoryHandle {
             name: release.name_any(),
             namespace,
             owner,
+            prefetched: Default::default(),
         }
     }
 
@@ -125,6 +128,7 @@ impl InventoryHandle {
             namespace: namespace.to_string(),
             name: name.to_string(),
             owner: None,
+            prefetched: Default::default(),
         }
     }
 
@@ -137,6 +141,31 @@ impl InventoryHandle {
     }
 
     /// Read the inventory; `None` when there is none yet.
+    /// Read the inventory now, for `get_prefetched`: the reconcile reads it while the render
+    /// runs instead of after (a large inventory takes the API server a while to serve). A
+    /// failed read is not kept; `get_prefetched` then reads again and reports it.
+    pub async fn prefetch(&self) {
+        if let Ok(read) = self.get().await {
+            *self.slot() = Some(read);
+        }
+    }
+
+    /// The prefetched read if there is one (once), else a fresh read.
+    pub async fn get_prefetched(&self) -> Result<Option<ReleaseInventory>, InventoryError> {
+        let taken = self.slot().take();
+        match taken {
+            Some(read) => Ok(read),
+            None => self.get().await,
+        }
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Option<ReleaseInventory>>> {
+        match self.prefetched.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
     pub async fn get(&self) -> Result<Option<ReleaseInventory>, InventoryError> {
         self.api
             .get_opt(&self.name)

@@ -183,3 +183,25 @@ async fn a_hook_must_set_exactly_one_of_job_and_pod() {
     .await
     .unwrap();
 }
+
+#[tokio::test]
+async fn aggregated_discovery_finds_what_per_group_discovery_finds() {
+    use convoy::engine::render::ClusterInfo;
+    let env = TestEnv::new("discovery").await;
+    let fast = ClusterInfo::discover(&env.client).await.unwrap();
+    let slow = ClusterInfo::discover_per_group_version(&env.client)
+        .await
+        .unwrap();
+    assert_eq!(fast.kube_version, slow.kube_version);
+    assert_eq!(fast.api_versions, slow.api_versions);
+    assert_eq!(fast.scopes, slow.scopes);
+    assert!(
+        fast.api_versions.iter().any(|v| v == "apps/v1/Deployment"),
+        "{:?}",
+        fast.api_versions
+    );
+    assert_eq!(
+        fast.scopes.get(&("".to_string(), "Namespace".to_string())),
+        Some(&false)
+    );
+}

@@ -196,7 +196,12 @@ pub async fn reconcile(
     state: &ReconcileState,
 ) -> ReconcileOutcome {
     let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release);
-    let rendered = match stages::stage_render(ctx, release, state).await {
+    // The previous inventory is read while the render runs (stageSync needs it next).
+    let (rendered, ()) = futures::join!(
+        stages::stage_render(ctx, release, state),
+        inventory.prefetch()
+    );
+    let rendered = match rendered {
         Ok(r) => r,
         Err(outcome) => return *outcome,
     };

@@ -106,8 +106,8 @@ pub async fn stage_sync(
         .with_waves(outcome.waves.unwrap_or_default());
     }
     // Steps 8 and 9 only log their errors.
-    record_history(ctx, release, &render.attempt, &state.now).await;
-    run_gc(ctx, release, status, &render.attempt).await;
+    let recorded = record_history(ctx, release, &render.attempt, &state.now).await;
+    run_gc(ctx, release, status, &render.attempt, recorded).await;
     outcome
 }
 
@@ -419,9 +419,16 @@ async fn persist_render(
 }
 
 /// stageSync step 8, `recordHistory`: append the render if the history does not hold it yet.
-async fn record_history(ctx: &Context, release: &Release, attempt: &Attempt, now: &Time) {
+/// Returns the history as it now stands and whether this call changed it (`None` on an
+/// error, which is only logged).
+async fn record_history(
+    ctx: &Context,
+    release: &Release,
+    attempt: &Attempt,
+    now: &Time,
+) -> Option<(Vec<HistoryEntry>, bool)> {
     let (Some(store), Some(render_ref)) = (&ctx.store, attempt.render_ref.as_ref()) else {
-        return;
+        return None;
     };
     let id = ReleaseId::of(release);
     let result = async {
@@ -436,20 +443,38 @@ async fn record_history(ctx: &Context, release: &Release, attempt: &Attempt, now
                 .and_then(|s| s.revision.clone())
                 .filter(|_| super::assemble::pin_status(release).is_none()),
         };
-        match with_entry(history, entry) {
-            Some(updated) => store.put_history(&id, &updated).await,
-            None => Ok(()),
+        match with_entry(history.clone(), entry) {
+            Some(updated) => {
+                store.put_history(&id, &updated).await?;
+                Ok((updated, true))
+            }
+            None => Ok((history, false)),
         }
     }
     .await;
-    if let Err(e) = result {
-        tracing::warn!(release = %id, "cannot record the render history: {:#}", anyhow::Error::new(e));
+    match result {
+        Ok(r) => Some(r),
+        Err(e) => {
+            let e: crate::engine::store::StoreError = e;
+            tracing::warn!(release = %id, "cannot record the render history: {:#}", anyhow::Error::new(e));
+            None
+        }
     }
 }
 
 /// stageSync step 9, `runGC`: keep `maxHistory` entries and every render the new status
 /// refers to (lastSuccessful and lastAttempted are this attempt; the pin; lastHealthy).
-async fn run_gc(ctx: &Context, release: &Release, status: &ReleaseStatus, attempt: &Attempt) {
+/// It runs when the history changed or is longer than `maxHistory` (a lowered limit); a
+/// re-sync of the same render has nothing new to collect, and skipping it keeps a no-op
+/// sync to a few reads. A render stored by a sync that failed later is collected at the
+/// next history change.
+async fn run_gc(
+    ctx: &Context,
+    release: &Release,
+    status: &ReleaseStatus,
+    attempt: &Attempt,
+    recorded: Option<(Vec<HistoryEntry>, bool)>,
+) {
     let Some(store) = &ctx.store else {
         return;
     };
@@ -458,13 +483,16 @@ async fn run_gc(ctx: &Context, release: &Release, status: &ReleaseStatus, attemp
         .max_history
         .unwrap_or(super::assemble::DEFAULT_MAX_HISTORY)
         .max(1) as usize;
+    let history = match recorded {
+        Some((history, changed)) if changed || history.len() > max => history,
+        _ => return,
+    };
     let pin = super::assemble::pin_status(release).map(|p| p.render_ref);
     let mut referenced: Vec<&str> = Vec::new();
     referenced.extend(attempt.render_ref.as_deref());
     referenced.extend(pin.as_deref());
     referenced.extend(status.last_healthy.as_ref().map(|h| h.render_ref.as_str()));
     let result = async {
-        let history = store.history(&id).await?;
         let stored = store.list_renders(&id).await?;
         let plan = plan_gc(&history, &stored, max, &referenced);
         if plan.history.len() != history.len() {
@@ -512,7 +540,7 @@ async fn sync_objects(
         )
     };
 
-    let previous = match inventory.get().await {
+    let previous = match inventory.get_prefetched().await {
         Ok(inv) => inv,
         Err(e) => {
             return syncing_failed(

@@ -28,53 +28,123 @@ pub struct ClusterInfo {
 }
 
 impl ClusterInfo {
-    /// Ask a cluster for its version and API resources.
+    /// Ask a cluster for its version and API resources: two aggregated-discovery requests
+    /// (Kubernetes 1.30+), else one request per group-version.
     pub async fn discover(client: &kube::Client) -> Result<Self, kube::Error> {
+        let (version, apis, core) = futures::join!(
+            client.apiserver_version(),
+            client.list_api_groups_aggregated(),
+            client.list_core_api_versions_aggregated()
+        );
+        let version = version?;
+        let (api_versions, scopes) = match (apis, core) {
+            (Ok(apis), Ok(core)) => from_aggregated(core.items.iter().chain(apis.items.iter())),
+            _ => per_group_version(client).await?,
+        };
+        Ok(Self::assemble(version, api_versions, scopes))
+    }
+
+    /// The same through the older endpoints only (one request per group-version), for API
+    /// servers without aggregated discovery.
+    pub async fn discover_per_group_version(client: &kube::Client) -> Result<Self, kube::Error> {
         let version = client.apiserver_version().await?;
-        let mut api_versions = Vec::new();
-        let mut scopes = std::collections::BTreeMap::new();
-        let groups = client.list_api_groups().await?;
-        let core = client.list_core_api_versions().await?;
-        let mut group_versions: Vec<String> = core.versions.clone();
-        for group in groups.groups {
-            for v in group.versions {
-                group_versions.push(v.group_version);
-            }
-        }
-        // One request per group-version, all at once: discovery is on every cold render's path.
-        let lists = futures::future::join_all(group_versions.iter().map(|gv| async move {
-            let resources = if gv == "v1" {
-                client.list_core_api_resources("v1").await
-            } else {
-                client.list_api_group_resources(gv).await
-            };
-            (
-                gv.clone(),
-                resources.map(|l| l.resources).unwrap_or_default(),
-            )
-        }))
-        .await;
-        for (gv, resources) in lists {
-            api_versions.push(gv.clone());
-            let group = gv
-                .split_once('/')
-                .map(|(g, _)| g.to_string())
-                .unwrap_or_default();
-            for r in resources {
-                if !r.name.contains('/') {
-                    api_versions.push(format!("{gv}/{}", r.kind));
-                    scopes.insert((group.clone(), r.kind.clone()), r.namespaced);
-                }
-            }
-        }
+        let (api_versions, scopes) = per_group_version(client).await?;
+        Ok(Self::assemble(version, api_versions, scopes))
+    }
+
+    fn assemble(
+        version: k8s_openapi::apimachinery::pkg::version::Info,
+        mut api_versions: Vec<String>,
+        scopes: Scopes,
+    ) -> Self {
         api_versions.sort();
         api_versions.dedup();
-        Ok(Self {
+        Self {
             kube_version: Some(version.git_version),
             api_versions,
             scopes,
-        })
+        }
     }
+}
+
+type Scopes = std::collections::BTreeMap<(String, String), bool>;
+
+/// Helm's `--api-versions` strings and the scope of every kind, from aggregated discovery.
+fn from_aggregated<'a>(
+    groups: impl Iterator<Item = &'a kube::client::APIGroupDiscovery>,
+) -> (Vec<String>, Scopes) {
+    let mut api_versions = Vec::new();
+    let mut scopes = Scopes::new();
+    for group in groups {
+        let name = group
+            .metadata
+            .as_ref()
+            .and_then(|m| m.name.clone())
+            .unwrap_or_default();
+        for version in &group.versions {
+            let Some(v) = version.version.as_deref() else {
+                continue;
+            };
+            let gv = if name.is_empty() {
+                v.to_string()
+            } else {
+                format!("{name}/{v}")
+            };
+            api_versions.push(gv.clone());
+            for resource in &version.resources {
+                let Some(kind) = resource.response_kind.as_ref().and_then(|k| k.kind.clone())
+                else {
+                    continue;
+                };
+                api_versions.push(format!("{gv}/{kind}"));
+                scopes.insert(
+                    (name.clone(), kind),
+                    resource.scope.as_deref() == Some("Namespaced"),
+                );
+            }
+        }
+    }
+    (api_versions, scopes)
+}
+
+/// The same from the older discovery endpoints: one request per group-version, all at once.
+async fn per_group_version(client: &kube::Client) -> Result<(Vec<String>, Scopes), kube::Error> {
+    let mut api_versions = Vec::new();
+    let mut scopes = Scopes::new();
+    let groups = client.list_api_groups().await?;
+    let core = client.list_core_api_versions().await?;
+    let mut group_versions: Vec<String> = core.versions.clone();
+    for group in groups.groups {
+        for v in group.versions {
+            group_versions.push(v.group_version);
+        }
+    }
+    let lists = futures::future::join_all(group_versions.iter().map(|gv| async move {
+        let resources = if gv == "v1" {
+            client.list_core_api_resources("v1").await
+        } else {
+            client.list_api_group_resources(gv).await
+        };
+        (
+            gv.clone(),
+            resources.map(|l| l.resources).unwrap_or_default(),
+        )
+    }))
+    .await;
+    for (gv, resources) in lists {
+        api_versions.push(gv.clone());
+        let group = gv
+            .split_once('/')
+            .map(|(g, _)| g.to_string())
+            .unwrap_or_default();
+        for r in resources {
+            if !r.name.contains('/') {
+                api_versions.push(format!("{gv}/{}", r.kind));
+                scopes.insert((group.clone(), r.kind.clone()), r.namespaced);
+            }
+        }
+    }
+    Ok((api_versions, scopes))
 }
 
 /// Find the chart directory in an artifact: `path` itself when it holds a Chart.yaml, else

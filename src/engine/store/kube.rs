@@ -75,11 +75,7 @@ fn write_err<'a>(namespace: &'a str, key: String) -> impl FnOnce(kube::Error) ->
 
 impl KubernetesStore {
     async fn chunks(&self, id: &ReleaseId, render_ref: &str) -> Result<Vec<Secret>, StoreError> {
-        let selector = format!(
-            "{OWNER}={},{KIND}=render,{REF_LABEL}={}",
-            owner(id),
-            ref_label(render_ref)
-        );
+        let selector = Self::render_selector(id, render_ref);
         let list = self
             .api
             .list(&ListParams::default().labels(&selector))
@@ -93,8 +89,33 @@ impl KubernetesStore {
     }
 }
 
+impl KubernetesStore {
+    /// The chunks' metadata only: existence checks, listings and deletes need no data, and a
+    /// render's chunks are up to 700 KiB each.
+    async fn chunk_metadata(
+        &self,
+        selector: &str,
+        key: String,
+    ) -> Result<Vec<kube::core::PartialObjectMeta<Secret>>, StoreError> {
+        Ok(self
+            .api
+            .list_metadata(&ListParams::default().labels(selector))
+            .await
+            .map_err(api_err("list", key))?
+            .items)
+    }
+
+    fn render_selector(id: &ReleaseId, render_ref: &str) -> String {
+        format!(
+            "{OWNER}={},{KIND}=render,{REF_LABEL}={}",
+            owner(id),
+            ref_label(render_ref)
+        )
+    }
+}
+
 /// `i/n` of a chunk.
-fn chunk_of(secret: &Secret) -> Option<(usize, usize)> {
+fn chunk_of(secret: &impl ResourceExt) -> Option<(usize, usize)> {
     let (i, n) = secret
         .annotations()
         .get(CHUNK_ANNOTATION)?
@@ -184,7 +205,17 @@ impl RenderStore for KubernetesStore {
         render_ref: &'a str,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
-            let chunks = self.chunks(id, render_ref).await?;
+            let chunks: Vec<_> = self
+                .chunk_metadata(
+                    &Self::render_selector(id, render_ref),
+                    id.render_key(render_ref),
+                )
+                .await?
+                .into_iter()
+                .filter(|s| {
+                    s.annotations().get(REF_ANNOTATION).map(String::as_str) == Some(render_ref)
+                })
+                .collect();
             let expected = chunks
                 .first()
                 .and_then(chunk_of)
@@ -200,13 +231,8 @@ impl RenderStore for KubernetesStore {
     ) -> BoxFuture<'a, Result<Vec<String>, StoreError>> {
         Box::pin(async move {
             let selector = format!("{OWNER}={},{KIND}=render", owner(id));
-            let list = self
-                .api
-                .list(&ListParams::default().labels(&selector))
-                .await
-                .map_err(api_err("list", id.render_key("")))?;
+            let list = self.chunk_metadata(&selector, id.render_key("")).await?;
             let mut refs: Vec<String> = list
-                .items
                 .iter()
                 .filter_map(|s| s.annotations().get(REF_ANNOTATION).cloned())
                 .collect();
@@ -222,7 +248,17 @@ impl RenderStore for KubernetesStore {
         render_ref: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            for secret in self.chunks(id, render_ref).await? {
+            let chunks = self
+                .chunk_metadata(
+                    &Self::render_selector(id, render_ref),
+                    id.render_key(render_ref),
+                )
+                .await?
+                .into_iter()
+                .filter(|s| {
+                    s.annotations().get(REF_ANNOTATION).map(String::as_str) == Some(render_ref)
+                });
+            for secret in chunks {
                 match self
                     .api
                     .delete(&secret.name_any(), &DeleteParams::default())
@@ -293,12 +329,7 @@ impl RenderStore for KubernetesStore {
             // One delete per Secret: the daemon's RBAC grants `delete`, not `deletecollection`.
             let key = format!("{}/{}", id.namespace, id.name);
             let selector = format!("{OWNER}={}", owner(id));
-            let list = self
-                .api
-                .list(&ListParams::default().labels(&selector))
-                .await
-                .map_err(api_err("list", key.clone()))?;
-            for secret in list.items {
+            for secret in self.chunk_metadata(&selector, key.clone()).await? {
                 match self
                     .api
                     .delete(&secret.name_any(), &DeleteParams::default())
