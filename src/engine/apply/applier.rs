@@ -272,6 +272,36 @@ impl Applier {
             Ok(live) => live,
             Err(_) => return vec![true; objects.len()],
         };
+        Self::compare(&prepared, &live)
+    }
+
+    /// `changed` against live objects already read (by `live_objects`).
+    pub async fn changed_given_live(
+        &self,
+        objects: &[Object],
+        applied_digests: &std::collections::HashMap<ObjectKey, String>,
+        live: &std::collections::HashMap<ObjectKey, Value>,
+    ) -> Vec<bool> {
+        let mut prepared = Vec::with_capacity(objects.len());
+        for object in objects {
+            let candidate = match self.prepare(object).await {
+                Ok(p)
+                    if applied_digests.get(&p.key)
+                        == Some(&crate::engine::render::render_ref::object_digest(object)) =>
+                {
+                    Some(p)
+                }
+                _ => None,
+            };
+            prepared.push(candidate);
+        }
+        Self::compare(&prepared, live)
+    }
+
+    fn compare(
+        prepared: &[Option<Prepared>],
+        live: &std::collections::HashMap<ObjectKey, Value>,
+    ) -> Vec<bool> {
         prepared
             .iter()
             .map(|candidate| {

@@ -186,15 +186,61 @@ pub async fn diff_objects(
     concurrency: usize,
 ) -> Result<DiffReport, ApplyError> {
     let live = applier.live_objects(desired).await?;
-    let results: Vec<Result<DryRun, ApplyError>> = stream::iter(desired.iter().cloned())
-        .map(|object| dry_run(applier, object))
-        .buffered(concurrency.max(1))
-        .collect()
-        .await;
+    // Objects applied before exactly as rendered now whose live copy still holds every value
+    // they set are unchanged without a dry run: the sync skips them by the same rule, so the
+    // diff shows exactly what a sync would send.
+    let digests: std::collections::HashMap<ObjectKey, String> = inventory
+        .map(|inv| {
+            members(inv)
+                .into_iter()
+                .filter_map(|e| Some((e.key(), e.digest.clone()?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let changed = applier.changed_given_live(desired, &digests, &live).await;
+    let results: Vec<Result<Option<DryRun>, ApplyError>> =
+        stream::iter(desired.iter().cloned().zip(changed))
+            .map(|(object, changed)| async move {
+                if changed {
+                    dry_run(applier, object).await.map(Some)
+                } else {
+                    Ok(None)
+                }
+            })
+            .buffered(concurrency.max(1))
+            .collect()
+            .await;
     let mut report = DiffReport::default();
     let mut desired_keys = BTreeSet::new();
     for (object, result) in desired.iter().zip(results) {
-        let (key, dry) = result?;
+        let Some((key, dry)) = result? else {
+            let key = applier
+                .effective_key(object)
+                .await
+                .unwrap_or_else(|_| object.key());
+            desired_keys.insert(key.clone());
+            let keep_status = object.0.get("status").is_some();
+            let secret = object.is_secret();
+            let shown = live.get(&key).map(|l| {
+                let mut norm = normalize(l, keep_status);
+                // A LIST item has no apiVersion/kind.
+                for k in ["apiVersion", "kind"] {
+                    if let (Some(map), Some(v)) = (norm.as_object_mut(), object.0.get(k)) {
+                        map.entry(k).or_insert_with(|| v.clone());
+                    }
+                }
+                if secret { redact_secret(&norm) } else { norm }
+            });
+            report.objects.push(ObjectDiff {
+                key,
+                action: Action::Unchanged,
+                changes: Vec::new(),
+                live: shown.clone(),
+                desired: shown,
+                secret,
+            });
+            continue;
+        };
         desired_keys.insert(key.clone());
         let dry = match dry {
             Ok(d) => d,
