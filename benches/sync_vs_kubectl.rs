@@ -120,9 +120,18 @@ apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\nmetadata: {{name: ben
             .env("CONVOY_CACHE_DIR", &cache);
         c
     };
-    let convoy_first = timed(sync());
+    let convoy_first = if std::env::var("CONVOY_BENCH_TRACE").as_deref() == Ok("first") {
+        let mut c = sync();
+        c.env("CONVOY_LOG", "convoy=debug");
+        let start = Instant::now();
+        let out = c.output().unwrap();
+        eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+        start.elapsed()
+    } else {
+        timed(sync())
+    };
     let convoy_noop = timed(sync());
-    if std::env::var_os("CONVOY_BENCH_TRACE").is_some() {
+    if std::env::var("CONVOY_BENCH_TRACE").as_deref() == Ok("noop") {
         let mut c = sync();
         c.env("CONVOY_LOG", "convoy=trace,kube_client=debug");
         let out = c.output().unwrap();
