@@ -275,7 +275,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__diff)
-            opts="-f -U -n -o -v -q -h --filename --source-dir --concurrency --unified --cache-dir --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            opts="-f -U -n -o -v -q -h --filename --source-dir --concurrency --unified --cache-dir --render-store --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -306,6 +306,10 @@ _convoy() {
                     return 0
                     ;;
                 --cache-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --render-store)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

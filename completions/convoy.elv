@@ -77,6 +77,7 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand -U 'Lines of context around each change (like diff -U)'
             cand --unified 'Lines of context around each change (like diff -U)'
             cand --cache-dir 'Where fetched sources are cached (default: $CONVOY_CACHE_DIR or ~/.cache/convoy)'
+            cand --render-store 'Where renders and history are kept: kubernetes (Secrets in convoy-system, as the daemon keeps them), kubernetes:NAMESPACE, dir:PATH, or none'
             cand --kubeconfig 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)'
             cand --context 'The kubeconfig context to use'
             cand -n 'Namespace of the Release (default: the context''s namespace)'

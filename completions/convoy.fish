@@ -73,6 +73,7 @@ complete -c convoy -n "__fish_convoy_using_subcommand diff" -l source-dir -d 'Us
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -l concurrency -d 'Dry runs in flight' -r
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -s U -l unified -d 'Lines of context around each change (like diff -U)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -l cache-dir -d 'Where fetched sources are cached (default: $CONVOY_CACHE_DIR or ~/.cache/convoy)' -r -F
+complete -c convoy -n "__fish_convoy_using_subcommand diff" -l render-store -d 'Where renders and history are kept: kubernetes (Secrets in convoy-system, as the daemon keeps them), kubernetes:NAMESPACE, dir:PATH, or none' -r
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -l context -d 'The kubeconfig context to use' -r
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -s n -l namespace -d 'Namespace of the Release (default: the context\'s namespace)' -r

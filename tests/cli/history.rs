@@ -35,6 +35,12 @@ async fn history_pin_and_unpin_through_the_cli() {
     assert_eq!(out(&f.env.convoy(&["sync", "web"])).0, 0);
     let settings_cm = f.config_map("settings").await.unwrap();
     assert_eq!(settings_cm["data"]["value"], "1", "the pinned render runs");
+    // convoy diff compares with what the controller would apply: the pinned render.
+    let (code, diff, stderr) = out(&f.env.convoy(&["diff", "web"]));
+    assert_eq!(
+        code, 0,
+        "pinned and applied: nothing would change\n{diff}{stderr}"
+    );
     let (_, after_pin, _) = out(&f.env.convoy(&["history", "web"]));
     let (_, status, _) = out(&f.env.convoy(&["status", "web"]));
 

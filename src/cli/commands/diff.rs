@@ -2,6 +2,7 @@
 //! the controller's field manager, each change labelled render change or drift.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anstyle::{AnsiColor, Style};
 use clap::Args;
@@ -15,8 +16,9 @@ use crate::cli::{GlobalArgs, io_error};
 use crate::engine::apply::Applier;
 use crate::engine::cluster::resolve_target;
 use crate::engine::drift::text::{Tag, hunks};
-use crate::engine::drift::{Action, DiffReport, diff_objects};
+use crate::engine::drift::{Action, DiffReport, diff_objects, render_desired};
 use crate::engine::inventory::InventoryHandle;
+use crate::engine::reconcile::Context;
 use crate::engine::render::{ClusterInfo, RenderContext, render_release};
 use crate::engine::source::{Cache, Coordinator};
 
@@ -51,6 +53,8 @@ pub struct DiffArgs {
     /// Where fetched sources are cached (default: $CONVOY_CACHE_DIR or ~/.cache/convoy).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub store: crate::cli::store_args::StoreArgs,
 }
 
 pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> CommandResult {
@@ -65,19 +69,34 @@ pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> 
             anyhow::Error::new(e).context("resolve the target cluster"),
         )
     })?;
-    let cluster = ClusterInfo::discover(&target.conn.client).await.ok();
-    let coordinator = Coordinator::new(Cache::new(
-        args.cache_dir.clone().unwrap_or_else(Cache::default_root),
-    ));
-    let ctx = RenderContext {
-        reader: &input.reader,
-        coordinator: &coordinator,
-        source_dir: args.source_dir.as_deref(),
-        cluster: cluster.as_ref(),
+    let cache = Cache::new(args.cache_dir.clone().unwrap_or_else(Cache::default_root));
+    // A Release on the cluster is compared with what the controller would apply now (the
+    // drift loop's renderDesired: a pin, the last healthy render after a rollback, else the
+    // source); local files and a local source directory with the source render.
+    let (render_ref, objects) = match (&input.home, &args.source_dir) {
+        (Some(home), None) => {
+            let mut ctx = Context::new(home.clone(), Arc::new(Coordinator::new(cache)));
+            ctx.store = args.store.open(&home.client);
+            let desired = render_desired(&ctx, &input.release)
+                .await
+                .map_err(|outcome| desired_failure(&input.release, &outcome))?;
+            (desired.render_ref, desired.objects)
+        }
+        _ => {
+            let cluster = ClusterInfo::discover(&target.conn.client).await.ok();
+            let coordinator = Coordinator::new(cache);
+            let ctx = RenderContext {
+                reader: &input.reader,
+                coordinator: &coordinator,
+                source_dir: args.source_dir.as_deref(),
+                cluster: cluster.as_ref(),
+            };
+            let (_, rendered) = render_release(&ctx, &input.release)
+                .await
+                .map_err(|e| render_failure(&input, e))?;
+            (rendered.render_ref, rendered.objects)
+        }
     };
-    let (_, rendered) = render_release(&ctx, &input.release)
-        .await
-        .map_err(|e| render_failure(&input, e))?;
     let inventory = match &input.home {
         Some(h) => InventoryHandle::for_release(h.client.clone(), &input.release)
             .get()
@@ -87,24 +106,19 @@ pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> 
         None => None,
     };
     let applier = Applier::new(target.conn.client.clone(), args.concurrency);
-    let report = diff_objects(
-        &applier,
-        &rendered.objects,
-        inventory.as_ref(),
-        args.concurrency,
-    )
-    .await
-    .map_err(|e| {
-        CliError::new(
-            ExitStatus::Unreachable,
-            anyhow::Error::new(e).context(format!("diff against {}", target.conn.server)),
-        )
-    })?;
+    let report = diff_objects(&applier, &objects, inventory.as_ref(), args.concurrency)
+        .await
+        .map_err(|e| {
+            CliError::new(
+                ExitStatus::Unreachable,
+                anyhow::Error::new(e).context(format!("diff against {}", target.conn.server)),
+            )
+        })?;
 
     match printer.format {
         OutputFormat::Json => {
             let value = serde_json::json!({
-                "renderRef": rendered.render_ref,
+                "renderRef": render_ref,
                 "summary": report.summary(),
                 "objects": report.objects,
                 "rejections": serde_json::to_value(&report).map(|v| v["rejections"].clone()).unwrap_or_default(),
@@ -123,6 +137,35 @@ pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> 
     } else {
         ExitStatus::No
     })
+}
+
+/// A render that stopped (as the controller's would): unreachable sources and clusters exit 3,
+/// everything else 4, naming the stage and the reason.
+fn desired_failure(
+    release: &crate::engine::api::Release,
+    outcome: &crate::engine::reconcile::ReconcileOutcome,
+) -> CliError {
+    use crate::engine::api::reasons;
+    let status = match outcome.reason {
+        reasons::SOURCE_NOT_READY | reasons::CLUSTER_NOT_READY => ExitStatus::Unreachable,
+        _ => ExitStatus::Invalid,
+    };
+    let stage = outcome
+        .attempt
+        .failure
+        .as_ref()
+        .map(|f| f.stage.clone())
+        .unwrap_or_default();
+    CliError::new(
+        status,
+        anyhow::anyhow!(
+            "cannot render Release {}/{} ({stage}, {}): {}",
+            release.metadata.namespace.as_deref().unwrap_or_default(),
+            release.metadata.name.as_deref().unwrap_or_default(),
+            outcome.reason,
+            outcome.message
+        ),
+    )
 }
 
 fn paint(color: bool, style: Style, text: &str) -> String {
