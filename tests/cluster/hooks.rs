@@ -362,3 +362,35 @@ async fn deletion_runs_predelete_prunes_runs_postdelete_then_lets_go() {
         "the hook Jobs go with the Release"
     );
 }
+
+#[tokio::test]
+async fn postsync_hooks_are_armed_after_the_apply_without_holding_it() {
+    let f = Fixture::new(
+        "hooks-postsync",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({"lifecycle": {"hooks": [hook("notify", "postSync", job())]}}),
+    )
+    .await;
+    let result = f.sync().await;
+    assert_eq!(
+        reason(&result),
+        reasons::APPLIED,
+        "postSync does not hold the sync"
+    );
+    assert!(f.config_map("a").await.is_some());
+    assert_eq!(jobs_of(&f, "notify").await.len(), 1);
+    let inv = inventory(&f).await.unwrap();
+    let entry = inv
+        .spec
+        .hooks
+        .iter()
+        .find(|h| h.name == "notify")
+        .expect("the armed hook is recorded");
+    assert_eq!(entry.phase, HookPhase::PostSync);
+    // A re-sync of the same render arms nothing new; a new render arms it again.
+    assert_eq!(reason(&f.sync().await), reasons::APPLIED);
+    assert_eq!(jobs_of(&f, "notify").await.len(), 1);
+    f.commit(&[("a.yaml", &config_map("a", 0, "2"))]);
+    assert_eq!(reason(&f.sync().await), reasons::APPLIED);
+    assert_eq!(jobs_of(&f, "notify").await.len(), 2);
+}

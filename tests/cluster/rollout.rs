@@ -386,6 +386,92 @@ async fn a_wave_timeout_without_rollback_fails_the_rollout() {
 }
 
 #[tokio::test]
+async fn a_wave_timeout_with_rollback_rolls_back_to_the_last_healthy_render() {
+    let mut spec = Fixture::default_health("1m");
+    json_patch::merge(
+        &mut spec,
+        &json!({"syncPolicy": {"waves": {"waitForHealth": true, "timeout": "2s"}},
+                "failurePolicy": {"deadline": "10m", "rollback": "OnWaveFailure"}}),
+    );
+    let f = Fixture::new(
+        "wave-rollback",
+        &[
+            ("d.yaml", &deployment("web", 0, 1)),
+            ("cm.yaml", &config_map("after", 1, "x")),
+        ],
+        spec,
+    )
+    .await
+    .with_dir_store();
+    f.install_default_rules().await;
+    let memory = HealthMemory::default();
+    let good = eventually(
+        "the good render applied in both waves",
+        Duration::from_secs(60),
+        || async {
+            let _ = health_pass(&f.ctx, &memory, &f.release().await).await;
+            let result = f.sync().await;
+            (result.outcome.as_ref()?.reason == reasons::APPLIED).then(|| render_of(&result))
+        },
+    )
+    .await;
+    until_healthy(&f, "web").await;
+    f.sync().await;
+    assert_eq!(
+        f.release()
+            .await
+            .status
+            .unwrap()
+            .last_healthy
+            .unwrap()
+            .render_ref,
+        good
+    );
+
+    // Wave 0 of the next render never becomes healthy: past waves.timeout it rolls back.
+    let files = held_waves();
+    let refs: Vec<(&str, &str)> = files.iter().map(|(p, c)| (*p, c.as_str())).collect();
+    f.commit(&refs);
+    let bad = render_of(&f.sync().await);
+    eventually(
+        "the wave timeout to roll back",
+        Duration::from_secs(60),
+        || async {
+            let _ = health_pass(&f.ctx, &memory, &f.release().await).await;
+            let outcome = f.sync().await.outcome?;
+            (outcome.reason == reasons::ROLLED_BACK).then_some(())
+        },
+    )
+    .await;
+    let release = f.release().await;
+    assert_eq!(
+        applied(&release),
+        ("True".into(), reasons::ROLLED_BACK.into())
+    );
+    let rollout = release.status.clone().unwrap().rollout.unwrap();
+    assert_eq!(
+        (rollout.state, rollout.render_ref),
+        (RolloutState::RolledBack, bad)
+    );
+    assert_eq!(successful_render(&release), Some(good));
+    let deployments: Api<Deployment> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    assert_eq!(
+        deployments
+            .get("web")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap()
+            .node_selector,
+        None,
+        "the last healthy render runs again"
+    );
+}
+
+#[tokio::test]
 async fn a_wave_timeout_without_a_failure_policy_is_wave_failed_and_no_rollout() {
     let f = wave_timeout("wave-wavefailed", json!({})).await;
     let release = f.release().await;

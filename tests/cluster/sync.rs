@@ -587,3 +587,69 @@ async fn a_resync_sends_only_what_changed_on_either_side() {
     f.sync().await;
     assert!(f.config_map("b").await.is_some());
 }
+
+/// A Release whose Cluster points at a closed port, synced once (finalizer on, ClusterNotReady).
+async fn on_an_unreachable_cluster(test: &str, deletion_policy: serde_json::Value) -> Fixture {
+    let f = Fixture::new(
+        test,
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({"cluster": "gone", "deletionPolicy": deletion_policy}),
+    )
+    .await;
+    let scratch = tempfile::tempdir().unwrap();
+    let gone =
+        std::fs::read_to_string(crate::support::unreachable_kubeconfig(scratch.path())).unwrap();
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "gone-kc", "namespace": f.env.namespace},
+        "stringData": {"kubeconfig": gone}}))
+        .await;
+    f.kubectl_apply(
+        &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "gone", "namespace": f.env.namespace},
+        "spec": {"kubeconfigSecretRef": {"name": "gone-kc"}}}),
+    )
+    .await;
+    let first = f.sync().await;
+    assert_eq!(first.outcome.unwrap().reason, reasons::CLUSTER_NOT_READY);
+    f.releases()
+        .delete("web", &Default::default())
+        .await
+        .unwrap();
+    f
+}
+
+#[tokio::test]
+async fn deleting_a_release_on_an_unreachable_cluster_lets_go_without_a_prune() {
+    let f = on_an_unreachable_cluster("delete-unreachable", json!({})).await;
+    let done = f.sync().await;
+    assert_eq!(done.outcome, None);
+    assert!(
+        f.releases().get_opt("web").await.unwrap().is_none(),
+        "the finalizer is gone although nothing could be pruned"
+    );
+}
+
+#[tokio::test]
+async fn block_on_cluster_unreachable_keeps_the_release_until_the_cluster_answers() {
+    let f = on_an_unreachable_cluster("delete-blocked", json!({"blockOnClusterUnreachable": true}))
+        .await;
+    let release = f.release().await;
+    let err = convoy::engine::reconcile::sync_handler(&f.ctx, &release, 0)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("cannot finalize Release")
+            && format!("{err:#}").contains("blockOnClusterUnreachable"),
+        "{err:#}"
+    );
+    let still = f.release().await;
+    assert!(still.metadata.deletion_timestamp.is_some());
+    assert!(
+        still
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .iter()
+            .any(|x| x == convoy::engine::api::FINALIZER)
+    );
+}
