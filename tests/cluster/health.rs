@@ -481,3 +481,87 @@ async fn without_health_assessment_healthy_is_not_configured() {
         ("True", "NotConfigured")
     );
 }
+
+#[tokio::test]
+async fn an_invalid_selector_makes_healthy_unknown_for_that_release_only() {
+    let f = Fixture::new(
+        "health-bad-selector",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({"healthAssessment": {"localRuleSetSelector": {"matchExpressions": [
+            {"key": "rules", "operator": "In", "values": []}]}}}),
+    )
+    .await;
+    f.sync().await;
+    let pass = health_pass(&f.ctx, &HealthMemory::default(), &f.release().await)
+        .await
+        .unwrap()
+        .unwrap();
+    let condition = pass.condition.unwrap();
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("Unknown", "Unknown")
+    );
+    assert!(
+        condition
+            .message
+            .contains("invalid localRuleSetSelector on Release")
+            && condition.message.contains("operator \"In\""),
+        "{}",
+        condition.message
+    );
+
+    // A rule set whose rule has a bad match.labelSelector names the rule; a Release that
+    // does not select that set is assessed as usual.
+    f.kubectl_apply(
+        &json!({"apiVersion": "health.convoy.kumodo.io/v1alpha1", "kind": "HealthRuleSet",
+        "metadata": {"name": "odd", "namespace": f.env.namespace, "labels": {"rules": "odd"}},
+        "spec": {"rules": [{"name": "picky", "healthy": "true",
+            "match": {"kind": "ConfigMap", "labelSelector": {"matchExpressions": [
+                {"key": "x", "operator": "Exists", "values": ["y"]}]}}}]}}),
+    )
+    .await;
+    f.add_release(
+        "uses-odd",
+        "app",
+        json!({"healthAssessment": {"localRuleSetSelector": {"matchLabels": {"rules": "odd"}}}}),
+    )
+    .await;
+    f.add_release(
+        "plain",
+        "app",
+        json!({"healthAssessment": {"localRuleSetSelector": {"matchLabels": {"rules": "none"}}}}),
+    )
+    .await;
+    for name in ["uses-odd", "plain"] {
+        f.sync_named(name).await;
+    }
+    let condition_of = |name: &'static str| {
+        let f = &f;
+        async move {
+            let release = f.releases().get(name).await.unwrap();
+            health_pass(&f.ctx, &HealthMemory::default(), &release)
+                .await
+                .unwrap()
+                .unwrap()
+                .condition
+                .unwrap()
+        }
+    };
+    let odd = condition_of("uses-odd").await;
+    assert_eq!(odd.status, "Unknown");
+    assert!(
+        odd.message.contains(&format!(
+            "health rule HealthRuleSet/{}/odd/picky",
+            f.env.namespace
+        )) && odd.message.contains("match.labelSelector"),
+        "{}",
+        odd.message
+    );
+    let plain = condition_of("plain").await;
+    assert_eq!(
+        (plain.status.as_str(), plain.reason.as_str()),
+        ("True", reasons::healthy::HEALTHY),
+        "{}",
+        plain.message
+    );
+}
