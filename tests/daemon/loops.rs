@@ -171,3 +171,76 @@ async fn controller_and_observer_as_two_processes_behave_like_one() {
         0.0
     );
 }
+
+#[tokio::test]
+async fn the_cluster_and_source_controllers_report_reachability_and_the_artifact() {
+    use convoy::engine::api::{Cluster, GitRepository};
+    use kube::Api;
+    let f = Fixture::new(
+        "daemon-clusters",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({"syncPolicy": {"mode": "Manual"}}),
+    )
+    .await;
+    let scratch = tempfile::tempdir().unwrap();
+    let gone =
+        std::fs::read_to_string(crate::support::unreachable_kubeconfig(scratch.path())).unwrap();
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "gone-kc", "namespace": f.env.namespace},
+        "stringData": {"kubeconfig": gone}}))
+        .await;
+    for (name, spec) in [
+        ("gone", json!({"kubeconfigSecretRef": {"name": "gone-kc"}})),
+        ("home", json!({"inCluster": true})),
+    ] {
+        f.kubectl_apply(
+            &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Cluster",
+            "metadata": {"name": name, "namespace": f.env.namespace}, "spec": spec}),
+        )
+        .await;
+    }
+    let _daemon = Daemon::start(&f.env.kubeconfig, &["--watch-namespace", &f.env.namespace]).await;
+    let clusters: Api<Cluster> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let ready = |name: &'static str| {
+        let clusters = clusters.clone();
+        async move {
+            let status = clusters.get(name).await.ok()?.status?;
+            let c = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Ready")?
+                .clone();
+            Some((c.status, c.reason, c.message, status.version))
+        }
+    };
+    let (status, reason, _, version) =
+        eventually("Cluster home to be probed", Duration::from_secs(30), || {
+            ready("home")
+        })
+        .await;
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "Reachable"));
+    assert!(version.is_some_and(|v| v.starts_with("v1.")));
+    let (status, reason, message, _) =
+        eventually("Cluster gone to be probed", Duration::from_secs(30), || {
+            ready("gone")
+        })
+        .await;
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "Unreachable"));
+    assert!(message.contains("127.0.0.1:9"), "{message}");
+
+    let repos: Api<GitRepository> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let revision = eventually(
+        "the GitRepository artifact",
+        Duration::from_secs(30),
+        || async {
+            let status = repos.get("repo").await.ok()?.status?;
+            let ready = status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            ready.then_some(status.artifact?.revision)
+        },
+    )
+    .await;
+    assert!(revision.starts_with("main@sha1:"), "{revision}");
+}
