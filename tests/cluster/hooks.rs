@@ -394,3 +394,50 @@ async fn postsync_hooks_are_armed_after_the_apply_without_holding_it() {
     assert_eq!(reason(&f.sync().await), reasons::APPLIED);
     assert_eq!(jobs_of(&f, "notify").await.len(), 2);
 }
+
+#[tokio::test]
+async fn a_pod_hook_is_armed_polled_and_removed_with_the_release() {
+    use k8s_openapi::api::core::v1::Pod;
+    let pod = json!({"containers": [{"name": "x", "image": "busybox"}]});
+    let f = Fixture::new(
+        "hooks-pod",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({"lifecycle": {"hooks": [
+            {"name": "probe", "phase": "preSync", "pod": pod, "timeout": "1s"},
+        ]}}),
+    )
+    .await;
+    // kwok runs bare Pods but never ends them: past its timeout the hook fails.
+    let failed = until_reason(&f, reasons::HOOK_FAILED).await;
+    assert!(failed.outcome.unwrap().message.contains("timeout"));
+    let pods: Api<Pod> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let hook_pods = || async {
+        pods.list(&ListParams::default().labels("convoy.kumodo.io/hook=probe"))
+            .await
+            .unwrap()
+            .items
+    };
+    let armed = hook_pods().await;
+    assert_eq!(armed.len(), 1, "one bare Pod, no Job");
+    assert_eq!(
+        armed[0].spec.as_ref().unwrap().restart_policy.as_deref(),
+        Some("Never")
+    );
+    assert!(jobs_of(&f, "probe").await.is_empty());
+    let inv = inventory(&f).await.unwrap();
+    assert_eq!(inv.spec.hooks[0].state, Some(HookState::Failed));
+
+    f.releases()
+        .delete("web", &Default::default())
+        .await
+        .unwrap();
+    f.sync().await;
+    assert!(f.releases().get_opt("web").await.unwrap().is_none());
+    assert!(
+        hook_pods()
+            .await
+            .iter()
+            .all(|p| p.metadata.deletion_timestamp.is_some()),
+        "the hook Pod goes with the Release"
+    );
+}
