@@ -653,3 +653,53 @@ async fn block_on_cluster_unreachable_keeps_the_release_until_the_cluster_answer
             .any(|x| x == convoy::engine::api::FINALIZER)
     );
 }
+
+#[tokio::test]
+async fn a_source_that_cannot_be_fetched_is_source_not_ready_and_retried() {
+    let f = Fixture::new(
+        "sync-source-missing",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({}),
+    )
+    .await;
+    f.kubectl_apply(
+        &json!({"apiVersion": "source.convoy.kumodo.io/v1alpha1", "kind": "GitRepository",
+        "metadata": {"name": "missing", "namespace": f.env.namespace},
+        "spec": {"url": "file:///nonexistent/convoy-test.git", "ref": {"branch": "main"}}}),
+    )
+    .await;
+    f.kubectl_apply(
+        &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+        "metadata": {"name": "broken", "namespace": f.env.namespace},
+        "spec": {"source": {"kind": "GitRepository", "name": "missing"},
+                 "syncPolicy": {"retryBackoff": {"initial": "3s"}}}}),
+    )
+    .await;
+    let result = f.sync_named("broken").await;
+    let outcome = result.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::SOURCE_NOT_READY);
+    assert!(outcome.retry, "a fetch error is transient");
+    assert_eq!(
+        result.requeue,
+        convoy::engine::reconcile::Requeue::After(Duration::from_secs(3))
+    );
+    let release = f.releases().get("broken").await.unwrap();
+    let status = release.status.unwrap();
+    let applied = status.condition("Applied").unwrap();
+    assert_eq!(
+        (applied.status.as_str(), applied.reason.as_str()),
+        ("False", reasons::SOURCE_NOT_READY)
+    );
+    assert!(
+        applied.message.contains("/nonexistent/convoy-test.git"),
+        "{}",
+        applied.message
+    );
+    let attempt = status.last_attempted.unwrap();
+    assert_eq!(
+        attempt.phase,
+        Some(convoy::engine::api::AttemptPhase::Failed)
+    );
+    assert_eq!(attempt.failure.unwrap().stage, "SourceResolution");
+    assert!(status.last_successful.is_none());
+}

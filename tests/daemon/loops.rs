@@ -244,3 +244,49 @@ async fn the_cluster_and_source_controllers_report_reachability_and_the_artifact
     .await;
     assert!(revision.starts_with("main@sha1:"), "{revision}");
 }
+
+#[tokio::test]
+async fn sync_request_wait_returns_once_the_daemon_handled_it() {
+    let f = Fixture::new(
+        "daemon-request",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({"syncPolicy": {"mode": "Manual"}}),
+    )
+    .await;
+    let _daemon = Daemon::start(&f.env.kubeconfig, &["--watch-namespace", &f.env.namespace]).await;
+    eventually(
+        "manual mode to hold the render",
+        Duration::from_secs(30),
+        || async {
+            let r = f.release().await;
+            let c = r.status?.condition("Applied")?.clone();
+            (c.reason == "WaitingForSync").then_some(())
+        },
+    )
+    .await;
+    assert!(f.config_map("a").await.is_none());
+    let out = f
+        .env
+        .convoy(&["sync", "web", "--request", "--wait", "--timeout", "60s"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.starts_with(&format!(
+            "sync of Release {}/web requested at ",
+            f.env.namespace
+        )),
+        "{stdout}"
+    );
+    assert!(stdout.contains("Applied"), "{stdout}");
+    assert_eq!(f.config_map("a").await.unwrap()["data"]["value"], "1");
+    let handled = f.release().await.status.unwrap().last_handled_sync_at;
+    assert!(
+        handled.is_some(),
+        "the daemon recorded the request as handled"
+    );
+}
