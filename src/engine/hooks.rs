@@ -220,12 +220,14 @@ pub async fn delete_hook_workloads(
     release: &Release,
     namespace: &str,
 ) -> Result<usize, kube::Error> {
+    // Only hook workloads: they carry the hook label besides the Release's.
     let selector = format!(
-        "{}={},{}={}",
+        "{}={},{}={},{}",
         labels::RELEASE,
         release.metadata.name.as_deref().unwrap_or_default(),
         labels::RELEASE_NAMESPACE,
         release.metadata.namespace.as_deref().unwrap_or_default(),
+        labels::HOOK,
     );
     let list = ListParams::default().labels(&selector);
     let params = DeleteParams {

@@ -159,6 +159,15 @@ impl InventoryHandle {
         }
     }
 
+    /// The prefetched read without taking it (a copy), else a fresh read.
+    pub async fn peek_prefetched(&self) -> Result<Option<ReleaseInventory>, InventoryError> {
+        let peeked = self.slot().clone();
+        match peeked {
+            Some(read) => Ok(read),
+            None => self.get().await,
+        }
+    }
+
     fn slot(&self) -> std::sync::MutexGuard<'_, Option<Option<ReleaseInventory>>> {
         match self.prefetched.lock() {
             Ok(g) => g,

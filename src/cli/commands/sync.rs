@@ -209,10 +209,16 @@ async fn wait_for_handling(
         if s.last_handled_sync_at.as_ref() == Some(&request.sync_requested_at) {
             return true;
         }
-        s.last_attempted
-            .as_ref()
-            .and_then(|a| a.attempted_at.as_ref())
-            .is_some_and(|t| t.0.as_second() >= requested.as_second())
+        // Attempt times have whole seconds: an attempt in the request's second may have run
+        // before the request was seen. One that still waits for /sync did not see it.
+        let waiting_for_sync = s
+            .condition(crate::engine::api::condition_types::APPLIED)
+            .is_some_and(|c| c.reason == crate::engine::api::reasons::WAITING_FOR_SYNC);
+        !waiting_for_sync
+            && s.last_attempted
+                .as_ref()
+                .and_then(|a| a.attempted_at.as_ref())
+                .is_some_and(|t| t.0.as_second() >= requested.as_second())
     };
     let stream = watcher::watch_object(api.clone(), name);
     let wait = async {

@@ -40,6 +40,13 @@ pub enum ApplyError {
     /// The cluster could not be reached at all.
     #[error("cannot reach the target cluster")]
     Unreachable(#[source] Box<kube::Error>),
+    /// A live object could not be read (other than absent); its state is unknown.
+    #[error("cannot read {key}")]
+    Read {
+        key: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
     /// Some objects failed; `applied` holds those that went through.
     #[error("{} of {} objects failed: {}", failures.len(), failures.len() + applied.len(), summary(failures))]
     Failed {
@@ -89,6 +96,8 @@ pub struct Applier {
 /// A LIST returns every object of the kind in the namespace: with a thousand Releases in one
 /// namespace, listing for five objects made each reconcile read thousands.
 const GETS_UP_TO: usize = 16;
+/// GETs in flight for one kind and namespace.
+const GETS_IN_FLIGHT_PER_GROUP: usize = 4;
 
 /// One LIST of live objects: a kind in a namespace, and the names wanted from it.
 struct ListGroup {
@@ -513,11 +522,18 @@ impl Applier {
                             Err(e) if is_unreachable(&e) => {
                                 Err(ApplyError::Unreachable(Box::new(e)))
                             }
-                            Err(_) => Ok(None),
+                            // Only a 404 means absent; a refused or failed read is not
+                            // "to create".
+                            Err(e) => Err(ApplyError::Read {
+                                key: key.to_string(),
+                                source: Box::new(e),
+                            }),
                         }
                     }
                 })
-                .buffer_unordered(self.concurrency)
+                // Groups already run `concurrency` at a time; a few GETs each keeps the total
+                // in flight bounded.
+                .buffer_unordered(GETS_IN_FLIGHT_PER_GROUP)
                 .collect()
                 .await;
         let mut found = Vec::new();

@@ -497,7 +497,12 @@ pub async fn poll_hooks(
         };
         let (state, message, finished_at) = match polled {
             Some(p) => {
-                let finished_at = p.state.is_terminal().then(|| at.clone());
+                // Never before createdAt (the controller's clock may run ahead of ours): a
+                // finishedAt before it would read as the previous arming's forever.
+                let finished_at = p.state.is_terminal().then(|| match &entry.created_at {
+                    Some(created) if created.0 > at.0 => created.clone(),
+                    _ => at.clone(),
+                });
                 if p.state.is_terminal() {
                     out.newly_finished += 1;
                 }

@@ -233,7 +233,7 @@ async fn render_healthy(
     if !assemble::verdict_healthy(status, render_ref) {
         return false;
     }
-    match inventory.get().await {
+    match inventory.peek_prefetched().await {
         Ok(Some(inv)) => sync::inventory_healthy_for(&inv, render_ref),
         Ok(None) => false,
         Err(e) => {

@@ -62,10 +62,12 @@ pub fn requeue_for(release: &Release, outcome: &ReconcileOutcome, failures: u32)
     // event arrives (the deadline and the timeout pass without one). A hold that already
     // failed (WaveFailed keeps its `waiting` to stay failed) has nothing left to time out.
     let failed = outcome.attempt.phase == Some(AttemptPhase::Failed);
+    // A rollout a gate holds has no startedAt: nothing of it can expire, and the /sync
+    // request or the lower wave's status change wakes it.
     let progressing = outcome
         .rollout
         .as_ref()
-        .is_some_and(|r| r.state == RolloutState::Progressing)
+        .is_some_and(|r| r.state == RolloutState::Progressing && r.started_at.is_some())
         || (outcome.waiting.is_some() && !failed);
     let delay = if progressing {
         if interval.is_zero() {
@@ -135,7 +137,7 @@ mod tests {
             o.rollout = Some(RolloutStatus {
                 render_ref: "r".into(),
                 state: RolloutState::Progressing,
-                started_at: None,
+                started_at: Some(crate::engine::status::now()),
                 finished_at: None,
                 message: None,
             });
@@ -198,6 +200,14 @@ mod tests {
         )
         .with_waiting(held.waiting.clone().unwrap());
         assert_eq!(requeue_for(&r, &failed, 0), Requeue::Never);
+    }
+
+    #[test]
+    fn a_rollout_held_at_a_gate_is_not_polled() {
+        let r = release(json!({}));
+        let mut held = outcome(false, true);
+        held.rollout.as_mut().unwrap().started_at = None;
+        assert_eq!(requeue_for(&r, &held, 0), Requeue::Never);
     }
 
     #[test]

@@ -37,8 +37,12 @@ impl ClusterInfo {
             client.list_core_api_versions_aggregated()
         );
         let version = version?;
+        // A server without aggregated discovery answers the same request with the plain
+        // lists, which parse as an empty aggregated list: no core group means fall back.
         let (api_versions, scopes) = match (apis, core) {
-            (Ok(apis), Ok(core)) => from_aggregated(core.items.iter().chain(apis.items.iter())),
+            (Ok(apis), Ok(core)) if !core.items.is_empty() => {
+                from_aggregated(core.items.iter().chain(apis.items.iter()))
+            }
             _ => per_group_version(client).await?,
         };
         Ok(Self::assemble(version, api_versions, scopes))
