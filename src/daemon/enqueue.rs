@@ -56,14 +56,9 @@ pub fn applied_or_healthy_changed(
 /// pass woken by it can still see the previous `lastAttempted` (and say Pending), and the drift
 /// loop waits for the first attempt; this catches up without a backoff or a resync.
 pub fn attempted_render_changed(old: Option<&ReleaseStatus>, new: Option<&ReleaseStatus>) -> bool {
-    let renders = |s: Option<&ReleaseStatus>| {
-        let of = |a: Option<&crate::engine::api::Attempt>| a.and_then(|a| a.render_ref.clone());
-        (
-            of(s.and_then(|s| s.last_attempted.as_ref())),
-            of(s.and_then(|s| s.last_successful.as_ref())),
-        )
-    };
-    renders(old) != renders(new)
+    old.and_then(ReleaseStatus::attempted_render) != new.and_then(ReleaseStatus::attempted_render)
+        || old.and_then(ReleaseStatus::applied_render)
+            != new.and_then(ReleaseStatus::applied_render)
 }
 
 /// The controller's ReleaseInventory handler: an entry's state or assessedRenderRef changed,

@@ -234,15 +234,7 @@ async fn an_unreachable_cluster_makes_in_sync_unknown() {
         json!({"cluster": "gone"}),
     )
     .await;
-    let scratch = tempfile::tempdir().unwrap();
-    let gone =
-        std::fs::read_to_string(crate::support::unreachable_kubeconfig(scratch.path())).unwrap();
-    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "gone-kc", "namespace": f.env.namespace},
-        "stringData": {"kubeconfig": gone}}))
-    .await;
-    f.kubectl_apply(&json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Cluster",
-        "metadata": {"name": "gone", "namespace": f.env.namespace}, "spec": {"kubeconfigSecretRef": {"name": "gone-kc"}}}))
-    .await;
+    f.add_unreachable_cluster("gone").await;
     // The controller's attempt (ClusterNotReady) comes first in automatic mode.
     f.sync().await;
     let pass = drift_pass(&f.ctx, &f.release().await)

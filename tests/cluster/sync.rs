@@ -596,19 +596,7 @@ async fn on_an_unreachable_cluster(test: &str, deletion_policy: serde_json::Valu
         json!({"cluster": "gone", "deletionPolicy": deletion_policy}),
     )
     .await;
-    let scratch = tempfile::tempdir().unwrap();
-    let gone =
-        std::fs::read_to_string(crate::support::unreachable_kubeconfig(scratch.path())).unwrap();
-    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "gone-kc", "namespace": f.env.namespace},
-        "stringData": {"kubeconfig": gone}}))
-        .await;
-    f.kubectl_apply(
-        &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Cluster",
-        "metadata": {"name": "gone", "namespace": f.env.namespace},
-        "spec": {"kubeconfigSecretRef": {"name": "gone-kc"}}}),
-    )
-    .await;
+    f.add_unreachable_cluster("gone").await;
     let first = f.sync().await;
     assert_eq!(first.outcome.unwrap().reason, reasons::CLUSTER_NOT_READY);
     f.releases()

@@ -182,23 +182,13 @@ async fn the_cluster_and_source_controllers_report_reachability_and_the_artifact
         json!({"syncPolicy": {"mode": "Manual"}}),
     )
     .await;
-    let scratch = tempfile::tempdir().unwrap();
-    let gone =
-        std::fs::read_to_string(crate::support::unreachable_kubeconfig(scratch.path())).unwrap();
-    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "gone-kc", "namespace": f.env.namespace},
-        "stringData": {"kubeconfig": gone}}))
-        .await;
-    for (name, spec) in [
-        ("gone", json!({"kubeconfigSecretRef": {"name": "gone-kc"}})),
-        ("home", json!({"inCluster": true})),
-    ] {
-        f.kubectl_apply(
-            &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Cluster",
-            "metadata": {"name": name, "namespace": f.env.namespace}, "spec": spec}),
-        )
-        .await;
-    }
+    f.add_unreachable_cluster("gone").await;
+    f.kubectl_apply(
+        &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "home", "namespace": f.env.namespace},
+        "spec": {"inCluster": true}}),
+    )
+    .await;
     let _daemon = Daemon::start(&f.env.kubeconfig, &["--watch-namespace", &f.env.namespace]).await;
     let clusters: Api<Cluster> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
     let ready = |name: &'static str| {

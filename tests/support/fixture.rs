@@ -148,6 +148,23 @@ impl Fixture {
         .await;
     }
 
+    /// A Cluster `name` whose kubeconfig (Secret `{name}-kc`) points at a closed port.
+    pub async fn add_unreachable_cluster(&self, name: &str) {
+        let scratch = tempfile::tempdir().unwrap();
+        let kubeconfig =
+            std::fs::read_to_string(super::unreachable_kubeconfig(scratch.path())).unwrap();
+        self.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("{name}-kc"), "namespace": self.env.namespace},
+            "stringData": {"kubeconfig": kubeconfig}}))
+            .await;
+        self.kubectl_apply(
+            &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Cluster",
+            "metadata": {"name": name, "namespace": self.env.namespace},
+            "spec": {"kubeconfigSecretRef": {"name": format!("{name}-kc")}}}),
+        )
+        .await;
+    }
+
     /// Commit new `files` under `app/` (replacing the directory's content).
     pub fn commit(&self, files: &[(&str, &str)]) -> String {
         let app = self.repo.work().join("app");

@@ -59,30 +59,31 @@ pub struct DiffArgs {
 
 pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> CommandResult {
     let input = load(global, args.name.as_deref(), &args.files).await?;
-    let home = match &input.home {
-        Some(h) => h.clone(),
-        None => global.connect().await?,
-    };
-    let target = resolve_target(&home, &input.release).await.map_err(|e| {
-        CliError::new(
-            ExitStatus::Unreachable,
-            anyhow::Error::new(e).context("resolve the target cluster"),
-        )
-    })?;
     let cache = Cache::new(args.cache_dir.clone().unwrap_or_else(Cache::default_root));
     // A Release on the cluster is compared with what the controller would apply now (the
     // drift loop's renderDesired: a pin, the last healthy render after a rollback, else the
-    // source); local files and a local source directory with the source render.
-    let (render_ref, objects) = match (&input.home, &args.source_dir) {
+    // source; it resolves the target too); local files and a local source directory with the
+    // source render.
+    let (render_ref, objects, target) = match (&input.home, &args.source_dir) {
         (Some(home), None) => {
             let mut ctx = Context::new(home.clone(), Arc::new(Coordinator::new(cache)));
             ctx.store = args.store.open(&home.client);
             let desired = render_desired(&ctx, &input.release)
                 .await
                 .map_err(|outcome| desired_failure(&input.release, &outcome))?;
-            (desired.render_ref, desired.objects)
+            (desired.render_ref, desired.objects, desired.target)
         }
         _ => {
+            let home = match &input.home {
+                Some(h) => h.clone(),
+                None => global.connect().await?,
+            };
+            let target = resolve_target(&home, &input.release).await.map_err(|e| {
+                CliError::new(
+                    ExitStatus::Unreachable,
+                    anyhow::Error::new(e).context("resolve the target cluster"),
+                )
+            })?;
             let cluster = ClusterInfo::discover(&target.conn.client).await.ok();
             let coordinator = Coordinator::new(cache);
             let ctx = RenderContext {
@@ -94,7 +95,7 @@ pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> 
             let (_, rendered) = render_release(&ctx, &input.release)
                 .await
                 .map_err(|e| render_failure(&input, e))?;
-            (rendered.render_ref, rendered.objects)
+            (rendered.render_ref, rendered.objects, target)
         }
     };
     let inventory = match &input.home {

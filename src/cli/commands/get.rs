@@ -117,9 +117,7 @@ pub fn releases_table(releases: &[Release], with_namespace: bool, now: jiff::Tim
                 cond(condition_types::IN_SYNC),
                 cond(condition_types::HEALTHY),
                 status
-                    .last_successful
-                    .as_ref()
-                    .and_then(|a| a.render_ref.as_deref())
+                    .applied_render()
                     .map(|x| short(x).to_string())
                     .unwrap_or_default(),
                 age,

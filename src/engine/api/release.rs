@@ -530,6 +530,16 @@ impl ReleaseStatus {
     pub fn condition(&self, type_: &str) -> Option<&Condition> {
         self.conditions.iter().find(|c| c.type_ == type_)
     }
+
+    /// The renderRef of `lastSuccessful`: the render that runs.
+    pub fn applied_render(&self) -> Option<&str> {
+        self.last_successful.as_ref()?.render_ref.as_deref()
+    }
+
+    /// The renderRef of `lastAttempted`.
+    pub fn attempted_render(&self) -> Option<&str> {
+        self.last_attempted.as_ref()?.render_ref.as_deref()
+    }
 }
 
 /// A condition, shaped like `metav1.Condition`.

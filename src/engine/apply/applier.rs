@@ -264,19 +264,7 @@ impl Applier {
         objects: &[Object],
         applied_digests: &std::collections::HashMap<ObjectKey, String>,
     ) -> Vec<bool> {
-        let mut prepared = Vec::with_capacity(objects.len());
-        for object in objects {
-            let candidate = match self.prepare(object).await {
-                Ok(p)
-                    if applied_digests.get(&p.key)
-                        == Some(&crate::engine::render::render_ref::object_digest(object)) =>
-                {
-                    Some(p)
-                }
-                _ => None,
-            };
-            prepared.push(candidate);
-        }
+        let prepared = self.skip_candidates(objects, applied_digests).await;
         let live = match self.list_live(prepared.iter().flatten()).await {
             Ok(live) => live,
             Err(_) => return vec![true; objects.len()],
@@ -291,6 +279,17 @@ impl Applier {
         applied_digests: &std::collections::HashMap<ObjectKey, String>,
         live: &std::collections::HashMap<ObjectKey, Value>,
     ) -> Vec<bool> {
+        let prepared = self.skip_candidates(objects, applied_digests).await;
+        Self::compare(&prepared, live)
+    }
+
+    /// Per object, the prepared form when it was applied before exactly as rendered now (its
+    /// digest is the inventory's), else `None` (it must be sent).
+    async fn skip_candidates(
+        &self,
+        objects: &[Object],
+        applied_digests: &std::collections::HashMap<ObjectKey, String>,
+    ) -> Vec<Option<Prepared>> {
         let mut prepared = Vec::with_capacity(objects.len());
         for object in objects {
             let candidate = match self.prepare(object).await {
@@ -304,7 +303,7 @@ impl Applier {
             };
             prepared.push(candidate);
         }
-        Self::compare(&prepared, live)
+        prepared
     }
 
     fn compare(

@@ -176,6 +176,16 @@ async fn dry_run(applier: &Applier, object: Object) -> Result<DryRun, ApplyError
     }
 }
 
+/// A LIST item has no apiVersion/kind: take them from `typed` (the render or the dry run).
+fn live_with_type(mut live: Value, typed: &Value) -> Value {
+    for k in ["apiVersion", "kind"] {
+        if let (Some(map), Some(v)) = (live.as_object_mut(), typed.get(k)) {
+            map.entry(k).or_insert_with(|| v.clone());
+        }
+    }
+    live
+}
+
 /// `diffObjects`: read each live object and dry-run the desired one under the controller's
 /// field manager (forced, as the apply is), concurrently; inventory members no longer
 /// desired are "to prune". A rejected dry run is reported for its object; the others go on.
@@ -222,13 +232,7 @@ pub async fn diff_objects(
             let keep_status = object.0.get("status").is_some();
             let secret = object.is_secret();
             let shown = live.get(&key).map(|l| {
-                let mut norm = normalize(l, keep_status);
-                // A LIST item has no apiVersion/kind.
-                for k in ["apiVersion", "kind"] {
-                    if let (Some(map), Some(v)) = (norm.as_object_mut(), object.0.get(k)) {
-                        map.entry(k).or_insert_with(|| v.clone());
-                    }
-                }
+                let norm = live_with_type(normalize(l, keep_status), &object.0);
                 if secret { redact_secret(&norm) } else { norm }
             });
             report.objects.push(ObjectDiff {
@@ -267,13 +271,7 @@ pub async fn diff_objects(
             });
             continue;
         };
-        let mut live_norm = normalize(live_obj, keep_status);
-        // A LIST item has no apiVersion/kind; the dry run has both.
-        for k in ["apiVersion", "kind"] {
-            if let (Some(map), Some(v)) = (live_norm.as_object_mut(), desired_norm.get(k)) {
-                map.entry(k).or_insert_with(|| v.clone());
-            }
-        }
+        let live_norm = live_with_type(normalize(live_obj, keep_status), &desired_norm);
         let mut changes = field_changes(
             &live_norm,
             &desired_norm,
@@ -546,7 +544,11 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
         release.namespace().unwrap_or_default(),
         release.name_any()
     );
-    let (verdict, report) = match render_desired(ctx, release).await {
+    // The inventory is read while the render runs, as the reconcile does.
+    let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release);
+    let (desired, inventory) = futures::join!(render_desired(ctx, release), inventory.get());
+    let inventory = inventory.ok().flatten();
+    let (verdict, report) = match desired {
         Err(outcome) => (
             Verdict::Unknown {
                 message: format!("cannot render: {}: {}", outcome.reason, outcome.message),
@@ -554,11 +556,6 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
             None,
         ),
         Ok(desired) => {
-            let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release)
-                .get()
-                .await
-                .ok()
-                .flatten();
             let applier = ctx.applier(&desired.target);
             match diff_objects(
                 &applier,

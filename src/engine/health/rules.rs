@@ -9,7 +9,7 @@ use std::panic::AssertUnwindSafe;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::ListParams;
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
 
 use crate::engine::api::{GlobalHealthRuleSet, HealthRule, HealthRuleSet, Release};
@@ -62,63 +62,60 @@ pub async fn collect_rules(
         release.metadata.namespace.as_deref().unwrap_or_default(),
         release.metadata.name.as_deref().unwrap_or_default()
     );
-    let mut rules = Vec::new();
-    if let Some(selector) = &assessment.global_rule_set_selector {
-        let selector = selector_string(selector).map_err(|message| CollectError::Selector {
-            which: "globalRuleSetSelector",
+    let selector_of = |which: &'static str, selector: &LabelSelector| {
+        selector_string(selector).map_err(|message| CollectError::Selector {
+            which,
             release: name.clone(),
             message,
-        })?;
+        })
+    };
+    let mut rules = Vec::new();
+    if let Some(selector) = &assessment.global_rule_set_selector {
+        let selector = selector_of("globalRuleSetSelector", selector)?;
         let api: Api<GlobalHealthRuleSet> = Api::all(client.clone());
-        let mut sets = api
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .map_err(|source| CollectError::List {
-                kind: "GlobalHealthRuleSet",
-                source: Box::new(source),
-            })?
-            .items;
-        sets.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        for set in sets {
-            let set_name = format!(
-                "GlobalHealthRuleSet/{}",
-                set.metadata.name.clone().unwrap_or_default()
-            );
-            rules.extend(set.spec.rules.into_iter().map(|rule| SourcedRule {
-                set: set_name.clone(),
-                rule,
-            }));
+        for set in list_sorted(api, &selector, "GlobalHealthRuleSet").await? {
+            let set_name = format!("GlobalHealthRuleSet/{}", set.name_any());
+            rules.extend(sourced(&set_name, set.spec.rules));
         }
     }
     if let Some(selector) = &assessment.local_rule_set_selector {
-        let selector = selector_string(selector).map_err(|message| CollectError::Selector {
-            which: "localRuleSetSelector",
-            release: name.clone(),
-            message,
-        })?;
+        let selector = selector_of("localRuleSetSelector", selector)?;
         let namespace = release.metadata.namespace.clone().unwrap_or_default();
         let api: Api<HealthRuleSet> = Api::namespaced(client.clone(), &namespace);
-        let mut sets = api
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .map_err(|source| CollectError::List {
-                kind: "HealthRuleSet",
-                source: Box::new(source),
-            })?
-            .items;
-        sets.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        for set in sets {
-            let set_name = format!(
-                "HealthRuleSet/{namespace}/{}",
-                set.metadata.name.clone().unwrap_or_default()
-            );
-            rules.extend(set.spec.rules.into_iter().map(|rule| SourcedRule {
-                set: set_name.clone(),
-                rule,
-            }));
+        for set in list_sorted(api, &selector, "HealthRuleSet").await? {
+            let set_name = format!("HealthRuleSet/{namespace}/{}", set.name_any());
+            rules.extend(sourced(&set_name, set.spec.rules));
         }
     }
     Ok(rules)
+}
+
+/// The rule sets of one kind matching `selector`, by name.
+async fn list_sorted<K>(
+    api: Api<K>,
+    selector: &str,
+    kind: &'static str,
+) -> Result<Vec<K>, CollectError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut sets = api
+        .list(&ListParams::default().labels(selector))
+        .await
+        .map_err(|source| CollectError::List {
+            kind,
+            source: Box::new(source),
+        })?
+        .items;
+    sets.sort_by_key(|s| s.name_any());
+    Ok(sets)
+}
+
+fn sourced(set: &str, rules: Vec<HealthRule>) -> impl Iterator<Item = SourcedRule> + '_ {
+    rules.into_iter().map(move |rule| SourcedRule {
+        set: set.to_string(),
+        rule,
+    })
 }
 
 /// A Kubernetes label selector as the string the API takes.

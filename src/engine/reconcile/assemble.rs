@@ -148,11 +148,7 @@ fn advance_last_healthy(
     let Some(render) = outcome.attempt.render_ref.as_deref() else {
         return;
     };
-    let running = status
-        .last_successful
-        .as_ref()
-        .and_then(|a| a.render_ref.as_deref())
-        == Some(render);
+    let running = status.applied_render() == Some(render);
     // Without a health assessment the verdict is NotConfigured: healthy once it runs.
     let healthy = outcome.render_healthy || release.spec.health_assessment.is_none();
     if !(healthy && running) {
@@ -180,16 +176,8 @@ pub fn verdict_healthy(cached: &ReleaseStatus, render: &str) -> bool {
             && (c.reason == reasons::healthy::HEALTHY
                 || c.reason == reasons::healthy::NOT_CONFIGURED)
     });
-    let for_this_render = cached
-        .last_attempted
-        .as_ref()
-        .and_then(|a| a.render_ref.as_deref())
-        == Some(render);
-    let applied = cached
-        .last_successful
-        .as_ref()
-        .and_then(|a| a.render_ref.as_deref())
-        == Some(render);
+    let for_this_render = cached.attempted_render() == Some(render);
+    let applied = cached.applied_render() == Some(render);
     healthy && for_this_render && applied
 }
 

@@ -30,10 +30,7 @@ pub async fn stage_gates(
         && state.pending_force.is_none()
     {
         let new = &render.rendered.render_ref;
-        let applied = status
-            .last_successful
-            .as_ref()
-            .and_then(|a| a.render_ref.as_deref());
+        let applied = status.applied_render();
         return Some(if applied == Some(new.as_str()) {
             ReconcileOutcome::held(
                 reasons::APPLIED,

@@ -224,11 +224,7 @@ async fn render_healthy(
 ) -> bool {
     // Without a health assessment the verdict is NotConfigured, healthy once applied.
     if release.spec.health_assessment.is_none() {
-        return status
-            .last_successful
-            .as_ref()
-            .and_then(|a| a.render_ref.as_deref())
-            == Some(render_ref);
+        return status.applied_render() == Some(render_ref);
     }
     if !assemble::verdict_healthy(status, render_ref) {
         return false;
@@ -329,11 +325,7 @@ fn gate_held(
     status: &ReleaseStatus,
     render_ref: &str,
 ) -> RolloutStatus {
-    let applied = status
-        .last_successful
-        .as_ref()
-        .and_then(|a| a.render_ref.as_deref())
-        == Some(render_ref);
+    let applied = status.applied_render() == Some(render_ref);
     if rollout.state == RolloutState::Progressing && rollout.render_ref == render_ref && !applied {
         rollout.started_at = None;
     }

@@ -191,11 +191,7 @@ pub fn waiting_for(
     target: &str,
     now: &Time,
 ) -> Waiting {
-    let same_render = status
-        .last_attempted
-        .as_ref()
-        .and_then(|a| a.render_ref.as_deref())
-        == Some(render_ref);
+    let same_render = status.attempted_render() == Some(render_ref);
     let since = status
         .waiting
         .as_ref()

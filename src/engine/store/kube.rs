@@ -84,12 +84,10 @@ impl KubernetesStore {
         Ok(list
             .items
             .into_iter()
-            .filter(|s| s.annotations().get(REF_ANNOTATION).map(String::as_str) == Some(render_ref))
+            .filter(|s| is_chunk_of(s, render_ref))
             .collect())
     }
-}
 
-impl KubernetesStore {
     /// The chunks' metadata only: existence checks, listings and deletes need no data, and a
     /// render's chunks are up to 700 KiB each.
     async fn chunk_metadata(
@@ -105,6 +103,22 @@ impl KubernetesStore {
             .items)
     }
 
+    /// The metadata of one render's chunks.
+    async fn render_chunk_metadata(
+        &self,
+        id: &ReleaseId,
+        render_ref: &str,
+    ) -> Result<Vec<kube::core::PartialObjectMeta<Secret>>, StoreError> {
+        let mut chunks = self
+            .chunk_metadata(
+                &Self::render_selector(id, render_ref),
+                id.render_key(render_ref),
+            )
+            .await?;
+        chunks.retain(|s| is_chunk_of(s, render_ref));
+        Ok(chunks)
+    }
+
     fn render_selector(id: &ReleaseId, render_ref: &str) -> String {
         format!(
             "{OWNER}={},{KIND}=render,{REF_LABEL}={}",
@@ -112,6 +126,11 @@ impl KubernetesStore {
             ref_label(render_ref)
         )
     }
+}
+
+/// The label holds the renderRef's first 32 characters; the annotation holds all of it.
+fn is_chunk_of(secret: &impl ResourceExt, render_ref: &str) -> bool {
+    secret.annotations().get(REF_ANNOTATION).map(String::as_str) == Some(render_ref)
 }
 
 /// `i/n` of a chunk.
@@ -205,17 +224,7 @@ impl RenderStore for KubernetesStore {
         render_ref: &'a str,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
-            let chunks: Vec<_> = self
-                .chunk_metadata(
-                    &Self::render_selector(id, render_ref),
-                    id.render_key(render_ref),
-                )
-                .await?
-                .into_iter()
-                .filter(|s| {
-                    s.annotations().get(REF_ANNOTATION).map(String::as_str) == Some(render_ref)
-                })
-                .collect();
+            let chunks = self.render_chunk_metadata(id, render_ref).await?;
             let expected = chunks
                 .first()
                 .and_then(chunk_of)
@@ -248,17 +257,7 @@ impl RenderStore for KubernetesStore {
         render_ref: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let chunks = self
-                .chunk_metadata(
-                    &Self::render_selector(id, render_ref),
-                    id.render_key(render_ref),
-                )
-                .await?
-                .into_iter()
-                .filter(|s| {
-                    s.annotations().get(REF_ANNOTATION).map(String::as_str) == Some(render_ref)
-                });
-            for secret in chunks {
+            for secret in self.render_chunk_metadata(id, render_ref).await? {
                 match self
                     .api
                     .delete(&secret.name_any(), &DeleteParams::default())
