@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::object::Object;
+use super::plain_yaml;
 
 /// Why a manifest could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -121,6 +122,10 @@ fn split_documents(text: &str) -> Vec<Chunk<'_>> {
 fn parse_chunks(chunks: &[Chunk<'_>], file: &str) -> Result<Vec<(usize, Value)>, ManifestError> {
     let mut out = Vec::new();
     for chunk in chunks {
+        if let Some(docs) = plain_yaml::parse(chunk.text) {
+            out.extend(docs.into_iter().map(|d| (chunk.document, d)));
+            continue;
+        }
         let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(chunk.text, yaml_options())
             .map_err(|e| {
                 let location = e.location();

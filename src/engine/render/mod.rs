@@ -10,6 +10,7 @@ pub mod manifests;
 pub mod mutations;
 pub mod object;
 pub mod order;
+pub mod plain_yaml;
 pub mod release;
 pub mod render_ref;
 pub mod values;
