@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const RUNS: usize = 9;
+const RUNS: usize = 15;
 
 fn write_chart(dir: &Path, count: usize) {
     let chart = dir.join("chart");

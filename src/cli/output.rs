@@ -53,10 +53,40 @@ impl Printer {
 }
 
 /// Kubernetes objects as multi-document YAML, keys in the order people read them
-/// (`apiVersion`, `kind`, `metadata` first; then alphabetical).
+/// (`apiVersion`, `kind`, `metadata` first; then alphabetical). A large render is written on
+/// every core: serializing is most of `convoy render`'s time after the parse.
 pub fn yaml_documents<'a>(
     objects: impl IntoIterator<Item = &'a serde_json::Value>,
 ) -> Result<String, String> {
+    let objects: Vec<&serde_json::Value> = objects.into_iter().collect();
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(8);
+    if objects.len() < 64 || threads < 2 {
+        return yaml_part(&objects);
+    }
+    let parts: Vec<Result<String, String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = objects
+            .chunks(objects.len().div_ceil(threads))
+            .map(|part| scope.spawn(move || yaml_part(part)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a YAML writer panicked".into()))
+            })
+            .collect()
+    });
+    let mut out = String::new();
+    for part in parts {
+        out.push_str(&part?);
+    }
+    Ok(out)
+}
+
+fn yaml_part(objects: &[&serde_json::Value]) -> Result<String, String> {
     let mut out = String::new();
     for object in objects {
         out.push_str("---\n");

@@ -9,10 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use serde_json::Value;
+use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
 use super::error::RenderError;
-use super::manifests::parse_documents;
+use super::manifests::StreamingParse;
 use super::object::Object;
 use crate::engine::tools::Tool;
 
@@ -222,21 +223,51 @@ pub async fn template(
     ] {
         cmd.env(var, scratch.path().join(sub));
     }
-    let out = cmd
+    let mut child = cmd
         .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
-        .output()
-        .await
+        .spawn()
         .map_err(|e| RenderError::Tool(format!("cannot run {}: {e}", helm.display())))?;
-    if !out.status.success() {
+    tracing::debug!("helm template started");
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let read_failed = |e: std::io::Error| {
+        RenderError::Tool(format!("cannot read the output of {}: {e}", helm.display()))
+    };
+    // Parse the output as it arrives, while reading the errors, then wait for the exit.
+    let parse = async {
+        let mut parse = StreamingParse::new("helm template output");
+        if let Some(mut stdout) = stdout {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = stdout.read(&mut buf).await?;
+                if n == 0 {
+                    break;
+                }
+                parse.feed(&buf[..n]);
+            }
+        }
+        Ok::<_, std::io::Error>(parse)
+    };
+    let errors = async {
+        let mut text = Vec::new();
+        if let Some(mut stderr) = stderr {
+            stderr.read_to_end(&mut text).await?;
+        }
+        Ok::<_, std::io::Error>(text)
+    };
+    let (parse, errors) = tokio::join!(parse, errors);
+    let (parse, errors) = (parse.map_err(read_failed)?, errors.map_err(read_failed)?);
+    let status = child.wait().await.map_err(read_failed)?;
+    if !status.success() {
         return Err(RenderError::Helm(tool_message(
-            &out.stderr,
+            &errors,
             &[&values_file, chart],
         )));
     }
-    tracing::debug!(bytes = out.stdout.len(), "helm template finished");
-    let text = String::from_utf8_lossy(&out.stdout);
-    parse_documents(&text, "helm template output").map_err(RenderError::Manifests)
+    tracing::debug!("helm template finished");
+    parse.finish().map_err(RenderError::Manifests)
 }
 
 fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {

@@ -53,7 +53,7 @@ pub fn yaml_options() -> serde_saphyr::Options {
 /// Large texts (a chart's `helm template` output) are split at their `---` document markers
 /// and the pieces parsed on several threads: parsing is most of convoy's own cost in a render.
 pub fn parse_documents(text: &str, file: &str) -> Result<Vec<Object>, ManifestError> {
-    let chunks = split_documents(text);
+    let chunks = split_documents(text, 1, 1);
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
@@ -83,6 +83,105 @@ pub fn parse_documents(text: &str, file: &str) -> Result<Vec<Object>, ManifestEr
     Ok(objects)
 }
 
+/// Parses a text that arrives in pieces — a tool's standard output — while the rest is still
+/// coming: documents that a later document marker shows complete are parsed on worker threads
+/// at once. `helm template` writes its output in one go and then takes milliseconds to exit;
+/// the parse runs in that time instead of after it.
+pub struct StreamingParse {
+    file: String,
+    /// Bytes not handed to a worker yet; they start at a document boundary.
+    pending: Vec<u8>,
+    /// Number of the first document, and first line, of `pending`.
+    next_document: usize,
+    next_line: u64,
+    workers: Vec<std::thread::JoinHandle<Parsed>>,
+}
+
+type Parsed = Result<Vec<(usize, Value)>, ManifestError>;
+
+impl StreamingParse {
+    /// Below this, pieces wait for more: a thread per few documents costs more than it saves.
+    const BATCH: usize = 16 * 1024;
+
+    pub fn new(file: &str) -> Self {
+        Self {
+            file: file.to_string(),
+            pending: Vec::new(),
+            next_document: 1,
+            next_line: 1,
+            workers: Vec::new(),
+        }
+    }
+
+    /// Take the next piece of the text.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        self.pending.extend_from_slice(bytes);
+        if self.pending.len() < Self::BATCH {
+            return;
+        }
+        let Some(cut) = last_marker_line(&self.pending) else {
+            return;
+        };
+        let rest = self.pending.split_off(cut);
+        let batch = std::mem::replace(&mut self.pending, rest);
+        let (file, document, line) = (self.file.clone(), self.next_document, self.next_line);
+        // A marker line and newlines are ASCII, so the batch ends on a character boundary.
+        let text = String::from_utf8_lossy(&batch).into_owned();
+        self.next_document += split_documents(&text, document, line).len();
+        self.next_line += batch.iter().filter(|&&b| b == b'\n').count() as u64;
+        self.workers.push(std::thread::spawn(move || {
+            parse_chunks(&split_documents(&text, document, line), &file)
+        }));
+    }
+
+    /// The objects of the whole text, in order; the first error in text order if any.
+    pub fn finish(self) -> Result<Vec<Object>, ManifestError> {
+        let text = String::from_utf8_lossy(&self.pending);
+        let last = parse_chunks(
+            &split_documents(&text, self.next_document, self.next_line),
+            &self.file,
+        );
+        let mut objects = Vec::new();
+        for worker in self.workers {
+            let part = worker.join().unwrap_or_else(|_| Ok(Vec::new()));
+            for (document, value) in part? {
+                push_object(value, &self.file, document, &mut objects)?;
+            }
+        }
+        for (document, value) in last? {
+            push_object(value, &self.file, document, &mut objects)?;
+        }
+        Ok(objects)
+    }
+}
+
+/// Where the last document marker line of `bytes` starts, if any line after the first is one
+/// (the text before it is then whole documents).
+fn last_marker_line(bytes: &[u8]) -> Option<usize> {
+    let mut end = bytes.len();
+    while let Some(newline) = bytes[..end].iter().rposition(|&b| b == b'\n') {
+        let start = newline + 1;
+        if let Some(line) = bytes.get(start..)
+            && is_marker_line(line)
+            && line.contains(&b'\n')
+        {
+            return Some(start);
+        }
+        end = newline;
+    }
+    None
+}
+
+/// A line that is a document marker (`---` at column 0, alone or before a space or tab).
+fn is_marker_line(line: &[u8]) -> bool {
+    let bare = match line.iter().position(|&b| b == b'\n') {
+        Some(end) => &line[..end],
+        None => line,
+    };
+    let bare = bare.strip_suffix(b"\r").unwrap_or(bare);
+    bare == b"---" || bare.starts_with(b"--- ") || bare.starts_with(b"---\t")
+}
+
 /// One YAML document of a text: its number (from 1), first line (from 1) and text.
 struct Chunk<'a> {
     document: usize,
@@ -91,16 +190,15 @@ struct Chunk<'a> {
 }
 
 /// Split at lines that are document markers (`---` at column 0). Per the YAML spec such a
-/// line ends any scalar, so the pieces parse exactly as the whole would.
-fn split_documents(text: &str) -> Vec<Chunk<'_>> {
+/// line ends any scalar, so the pieces parse exactly as the whole would. `first_document` and
+/// `first_line` number the text's first document and line (a later piece of a longer text).
+fn split_documents(text: &str, first_document: usize, first_line: u64) -> Vec<Chunk<'_>> {
     let mut chunks = Vec::new();
     let mut start = 0;
-    let mut start_line = 1u64;
+    let mut start_line = first_line;
     let mut offset = 0;
-    for (line_no, line) in (1u64..).zip(text.split_inclusive('\n')) {
-        let bare = line.trim_end_matches(['\n', '\r']);
-        let marker = bare == "---" || bare.starts_with("--- ") || bare.starts_with("---\t");
-        if marker && offset > start {
+    for (line_no, line) in (first_line..).zip(text.split_inclusive('\n')) {
+        if is_marker_line(line.as_bytes()) && offset > start {
             chunks.push((start, offset, start_line));
             start = offset;
             start_line = line_no;
@@ -112,7 +210,7 @@ fn split_documents(text: &str) -> Vec<Chunk<'_>> {
         .into_iter()
         .enumerate()
         .map(|(i, (s, e, l))| Chunk {
-            document: i + 1,
+            document: first_document + i,
             first_line: l,
             text: &text[s..e],
         })
@@ -364,6 +462,61 @@ secret: {secretName: s, defaultMode: 0644}\n";
             .unwrap_err()
             .to_string();
         assert!(err.starts_with("big.yaml: line 7500 column"), "{err}");
+    }
+
+    /// Feed `text` to a StreamingParse in pieces of `size` bytes (cutting characters apart).
+    fn streamed(text: &str, size: usize) -> Result<Vec<Object>, ManifestError> {
+        let mut parse = StreamingParse::new("big.yaml");
+        for piece in text.as_bytes().chunks(size) {
+            parse.feed(piece);
+        }
+        parse.finish()
+    }
+
+    #[test]
+    fn a_streamed_text_parses_as_the_whole_text_does_however_it_arrives() {
+        let mut text = String::from("# leading comment\n");
+        for i in 0..600 {
+            text.push_str(&format!("---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{i}}}\ndata: {{k: \"{i} €\", mode: 0644}}\n"));
+        }
+        text.push_str("--- \n---\t\n");
+        let whole = parse_documents(&text, "big.yaml").unwrap();
+        assert_eq!(whole.len(), 600);
+        for size in [1, 7, 4096, 17 * 1024, 64 * 1024, text.len()] {
+            let objects = streamed(&text, size).unwrap();
+            assert_eq!(objects, whole, "pieces of {size} bytes");
+        }
+        // Errors keep their absolute line and document numbers.
+        let broken = text.replacen("data: {k: \"499 €\"", "data: {k: [", 1);
+        let whole_error = parse_documents(&broken, "big.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            whole_error.starts_with("big.yaml: line 2501 column"),
+            "{whole_error}"
+        );
+        let not_object = text.replacen(
+            "kind: ConfigMap\nmetadata: {name: cm-550}",
+            "metadata: {name: cm-550}",
+            1,
+        );
+        let not_object_error = parse_documents(&not_object, "big.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            not_object_error.starts_with("big.yaml: document 552:"),
+            "{not_object_error}"
+        );
+        for size in [1, 4096, 64 * 1024] {
+            assert_eq!(
+                streamed(&broken, size).unwrap_err().to_string(),
+                whole_error
+            );
+            assert_eq!(
+                streamed(&not_object, size).unwrap_err().to_string(),
+                not_object_error
+            );
+        }
     }
 
     #[test]
