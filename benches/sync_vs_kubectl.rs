@@ -3,8 +3,12 @@
 //! re-sync. Goals: convoy ≥ 5× faster than kubectl; the no-op re-sync ≥ 10× faster than the
 //! first sync.
 //!
-//! `cargo bench --bench sync_vs_kubectl` starts its own control plane (scripts/testenv) or uses
-//! `CONVOY_TEST_KUBECONFIG`. Under `cargo test` (no `--bench` flag) it does nothing.
+//! It also measures the ceiling any client has on this API server: the same 1,000 server-side
+//! dry runs and applies with pre-built requests, 64 in flight, into a third namespace.
+//!
+//! `cargo bench --bench sync_vs_kubectl` starts its own API server without controllers
+//! (scripts/testenv --no-controllers): with them, the ReplicaSets and EndpointSlices made for
+//! the first client's objects are still being written while the second client runs. Under `cargo test` (no `--bench` flag) it does nothing.
 
 #![allow(clippy::unwrap_used)]
 
@@ -56,8 +60,8 @@ async fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
-    let kubectl_env = TestEnv::new("bench-kubectl").await;
-    let convoy_env = TestEnv::new("bench-convoy").await;
+    let kubectl_env = TestEnv::without_controllers("bench-kubectl").await;
+    let convoy_env = TestEnv::without_controllers("bench-convoy").await;
     let work = tempfile::tempdir().unwrap();
     let dir = work.path().join("app");
     manifests(&dir);
@@ -122,7 +126,7 @@ apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\nmetadata: {{name: ben
     };
     let convoy_first = if std::env::var("CONVOY_BENCH_TRACE").as_deref() == Ok("first") {
         let mut c = sync();
-        c.env("CONVOY_LOG", "convoy=debug");
+        c.env("CONVOY_LOG", "convoy=debug,kube_client=debug");
         let start = Instant::now();
         let out = c.output().unwrap();
         eprintln!("{}", String::from_utf8_lossy(&out.stderr));
@@ -144,6 +148,8 @@ apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\nmetadata: {{name: ben
         .args(["apply", "--server-side", "-n", &kubectl_env.namespace, "-f"])
         .arg(&dir);
     let kubectl_noop = timed(kubectl_again);
+
+    let (probe_dry, probe_apply) = ceiling(&dir).await;
 
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!("sync_vs_kubectl: {OBJECTS} objects (400 ConfigMaps, 300 Services, 300 Deployments)");
@@ -171,4 +177,71 @@ apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\nmetadata: {{name: ben
         "  first/no-op convoy sync     : {:>9.2}x (goal >= 10)",
         convoy_first.as_secs_f64() / convoy_noop.as_secs_f64()
     );
+    println!(
+        "  ceiling: raw dry runs       : {:>9.0} ms (1,000 requests, 64 in flight)",
+        ms(probe_dry)
+    );
+    println!(
+        "  ceiling: raw applies        : {:>9.0} ms (1,000 requests, 64 in flight)",
+        ms(probe_apply)
+    );
+    println!(
+        "  kubectl/ceiling             : {:>9.2}x (the most any client with a dry-run gate can reach here)",
+        kubectl_first.as_secs_f64() / (probe_dry + probe_apply).as_secs_f64()
+    );
+}
+
+/// The fastest a client can dry-run and then apply these objects on this API server:
+/// requests built beforehand, 64 in flight, nothing else (no render, no inventory, no status).
+async fn ceiling(dir: &Path) -> (Duration, Duration) {
+    use futures::StreamExt;
+    use kube::api::{Api, DynamicObject, Patch, PatchParams};
+    use kube::discovery::ApiResource;
+
+    let env = TestEnv::without_controllers("bench-ceiling").await;
+    let mut requests = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        let object: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+        let (group, version, kind, plural) = match object["kind"].as_str().unwrap() {
+            "ConfigMap" => ("", "v1", "ConfigMap", "configmaps"),
+            "Service" => ("", "v1", "Service", "services"),
+            _ => ("apps", "v1", "Deployment", "deployments"),
+        };
+        let resource = ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: object["apiVersion"].as_str().unwrap().into(),
+            kind: kind.into(),
+            plural: plural.into(),
+        };
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(env.client.clone(), &env.namespace, &resource);
+        let name = object["metadata"]["name"].as_str().unwrap().to_string();
+        requests.push((api, name, object));
+    }
+    let run = |dry_run: bool| {
+        let requests = &requests;
+        async move {
+            let mut params = PatchParams::apply("bench-ceiling").force();
+            params.dry_run = dry_run;
+            let start = Instant::now();
+            futures::stream::iter(requests.iter())
+                .map(|(api, name, object)| {
+                    let params = params.clone();
+                    async move {
+                        api.patch(name, &params, &Patch::Apply(object))
+                            .await
+                            .unwrap()
+                    }
+                })
+                .buffer_unordered(64)
+                .for_each(|_| async {})
+                .await;
+            start.elapsed()
+        }
+    };
+    let dry = run(true).await;
+    let apply = run(false).await;
+    (dry, apply)
 }

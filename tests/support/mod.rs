@@ -166,6 +166,22 @@ impl TestEnv {
         }
     }
 
+    /// A fresh namespace on the control plane without controllers, with convoy's CRDs: for
+    /// benchmarks that compare clients, where controllers reacting to the first client's
+    /// objects would still be writing while the second one runs.
+    pub async fn without_controllers(name: &str) -> Self {
+        static CRDS: OnceLock<()> = OnceLock::new();
+        let plane = still_control_plane();
+        CRDS.get_or_init(|| install_crds(&plane.kubeconfig));
+        let client = client_for(&plane.kubeconfig).await;
+        let namespace = unique_namespace(&client, name).await;
+        Self {
+            client,
+            kubeconfig: plane.kubeconfig.clone(),
+            namespace,
+        }
+    }
+
     /// Run `kubectl` against this control plane.
     pub fn kubectl(&self, args: &[&str]) -> Output {
         Command::new(testenv_bin().join("kubectl"))

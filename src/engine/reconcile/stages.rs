@@ -14,7 +14,10 @@ use crate::engine::cluster::{Target, resolve_target};
 use crate::engine::inventory::InventoryHandle;
 use crate::engine::objects::ObjectReader;
 use crate::engine::render::render_ref::short;
-use crate::engine::render::{RenderContext, RenderError, Rendered, fetch_source, render_fetched};
+use crate::engine::render::{
+    RenderContext, RenderError, Rendered, content_needs_cluster, fetch_source, finish_render,
+    render_content,
+};
 use crate::engine::store::ReleaseId;
 
 /// What stageRender hands on.
@@ -51,13 +54,32 @@ pub async fn stage_render(
         source_dir: None,
         cluster: None,
     };
-    // Step 1: fetch. Errors are transient; "not supported" is not retried.
-    let fetched = fetch_source(&render_ctx, release)
-        .await
+    // Steps 1 and 2 at once: fetching the source (and rendering content that does not ask
+    // the cluster) while the target cluster is resolved and discovered. Failures are still
+    // reported in the spec's order: fetch, cluster, render.
+    let fetch_and_render = async {
+        let fetched = fetch_source(&render_ctx, release).await?;
+        let content = if content_needs_cluster(release) {
+            None
+        } else {
+            Some(render_content(&render_ctx, release, &fetched).await)
+        };
+        Ok::<_, RenderError>((fetched, content))
+    };
+    let target_and_info = async {
+        let target = resolve_target(&ctx.home, release).await?;
+        let info = ctx.cluster_info(&target).await;
+        tracing::debug!("target cluster resolved and discovered");
+        Ok::<_, crate::engine::cluster::ClusterError>((target, info))
+    };
+    // A failed fetch ends the stage at once; the cluster's answer is then not awaited.
+    let (fetched, target) = tokio::try_join!(fetch_and_render, async { Ok(target_and_info.await) })
+        // Step 1: fetch. Errors are transient; "not supported" is not retried.
         .map_err(|e| render_failure(e, attempt.clone()))?;
+    let (fetched, content) = fetched;
     attempt.resolved_source = Some(fetched.resolved_source.clone());
     // Step 2: the target cluster.
-    let target = match resolve_target(&ctx.home, release).await {
+    let (target, info) = match target {
         Ok(t) => t,
         Err(e) => {
             let message = format!("{:#}", anyhow::Error::new(e));
@@ -75,11 +97,13 @@ pub async fn stage_render(
     };
     attempt.resolved_cluster = Some(target.resolved.clone());
     // Steps 3–6.
-    let info = ctx.cluster_info(&target).await;
-    tracing::debug!("target cluster resolved and discovered");
     render_ctx.cluster = info.as_ref();
-    let rendered = render_fetched(&render_ctx, release, &fetched)
-        .await
+    let objects = match content {
+        Some(content) => content,
+        None => render_content(&render_ctx, release, &fetched).await,
+    };
+    let rendered = objects
+        .and_then(|objects| finish_render(&render_ctx, release, objects))
         .map_err(|e| render_failure(e, attempt.clone()))?;
     attempt.resolved_mutations = rendered.resolved_mutations.clone();
     attempt.render_ref = Some(rendered.render_ref.clone());

@@ -18,4 +18,7 @@ pub mod values;
 pub use error::RenderError;
 pub use helm::ClusterInfo;
 pub use object::Object;
-pub use release::{Fetched, RenderContext, Rendered, fetch_source, render_fetched, render_release};
+pub use release::{
+    Fetched, RenderContext, Rendered, content_needs_cluster, fetch_source, finish_render,
+    render_content, render_fetched, render_release,
+};

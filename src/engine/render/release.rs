@@ -106,19 +106,44 @@ pub async fn render_fetched(
     release: &Release,
     fetched: &Fetched,
 ) -> Result<Rendered, RenderError> {
+    let objects = render_content(ctx, release, fetched).await?;
+    finish_render(ctx, release, objects)
+}
+
+/// Whether rendering the content itself asks the target cluster (Helm's capabilities); the
+/// other content types only need it afterwards, in [`finish_render`], so a reconcile can
+/// render them while it discovers the cluster.
+pub fn content_needs_cluster(release: &Release) -> bool {
+    release.spec.content.content_type == ContentType::Helm
+}
+
+/// stageRender steps 3–4: values and the content's objects, before mutations.
+pub async fn render_content(
+    ctx: &RenderContext<'_>,
+    release: &Release,
+    fetched: &Fetched,
+) -> Result<Vec<Object>, RenderError> {
     let release_namespace = release.metadata.namespace.clone().unwrap_or_default();
     let release_name = release.metadata.name.clone().unwrap_or_default();
     let content = &release.spec.content;
     let root = content_root(&fetched.artifact.path, release.spec.source.path.as_deref())?;
     let started = std::time::Instant::now();
 
-    let mut objects = match content.content_type {
+    let objects = match content.content_type {
         ContentType::Jsonnet => {
             return Err(RenderError::Unsupported(
                 "content type jsonnet is not supported: render it to manifests, or use kustomize or helm".into(),
             ));
         }
-        ContentType::Manifests => manifests::load_dir(&root).map_err(RenderError::Manifests)?,
+        // Off the async threads: reading and parsing is CPU work, and a reconcile discovers
+        // the target cluster meanwhile.
+        ContentType::Manifests => {
+            let dir = root.clone();
+            tokio::task::spawn_blocking(move || manifests::load_dir(&dir))
+                .await
+                .map_err(|e| RenderError::Tool(format!("reading manifests failed: {e}")))?
+                .map_err(RenderError::Manifests)?
+        }
         ContentType::Kustomize => kustomize::build(&root).await?,
         ContentType::Helm => {
             let helm_spec = content.helm.clone().unwrap_or_default();
@@ -144,12 +169,21 @@ pub async fn render_fetched(
             helm::template(&chart, name, namespace, &values, ctx.cluster).await?
         }
     };
-
     tracing::debug!(
         objects = objects.len(),
         elapsed_ms = started.elapsed().as_millis() as u64,
         "rendered content"
     );
+    Ok(objects)
+}
+
+/// stageRender steps 5–6: mutations, the target namespace, apply order and the renderRef.
+pub fn finish_render(
+    ctx: &RenderContext<'_>,
+    release: &Release,
+    mut objects: Vec<Object>,
+) -> Result<Rendered, RenderError> {
+    let started = std::time::Instant::now();
     let resolved_mutations = apply_mutations(&mut objects, &release.spec.mutations)?;
     if let Some(target) = &release.spec.target_namespace {
         default_namespace(&mut objects, target, ctx.cluster);
