@@ -691,3 +691,54 @@ async fn a_source_that_cannot_be_fetched_is_source_not_ready_and_retried() {
     assert_eq!(attempt.failure.unwrap().stage, "SourceResolution");
     assert!(status.last_successful.is_none());
 }
+
+/// The source is fetched while the cluster is resolved, yet failures keep the spec's order:
+/// stageRender step 1 (fetch), step 2 (cluster), then the render itself.
+#[tokio::test]
+async fn failures_are_reported_in_the_spec_order_although_fetch_and_cluster_run_together() {
+    let f = Fixture::new(
+        "sync-failure-order",
+        &[(
+            "bad.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: [unclosed\n",
+        )],
+        json!({"cluster": "gone"}),
+    )
+    .await;
+    f.add_unreachable_cluster("gone").await;
+    // A manifest that does not parse, on an unreachable cluster: the cluster step comes first.
+    let result = f.sync().await;
+    let outcome = result.outcome.unwrap();
+    assert_eq!(
+        outcome.reason,
+        reasons::CLUSTER_NOT_READY,
+        "{}",
+        outcome.message
+    );
+    // A source that cannot be fetched, on the same unreachable cluster: the fetch comes first.
+    f.kubectl_apply(
+        &json!({"apiVersion": "source.convoy.kumodo.io/v1alpha1", "kind": "GitRepository",
+        "metadata": {"name": "missing", "namespace": f.env.namespace},
+        "spec": {"url": "file:///nonexistent/convoy-test.git", "ref": {"branch": "main"}}}),
+    )
+    .await;
+    f.kubectl_apply(
+        &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+        "metadata": {"name": "both", "namespace": f.env.namespace},
+        "spec": {"source": {"kind": "GitRepository", "name": "missing"}, "cluster": "gone"}}),
+    )
+    .await;
+    let result = f.sync_named("both").await;
+    let outcome = result.outcome.unwrap();
+    assert_eq!(
+        outcome.reason,
+        reasons::SOURCE_NOT_READY,
+        "{}",
+        outcome.message
+    );
+    let status = f.releases().get("both").await.unwrap().status.unwrap();
+    assert_eq!(
+        status.last_attempted.unwrap().failure.unwrap().stage,
+        "SourceResolution"
+    );
+}
