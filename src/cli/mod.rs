@@ -126,13 +126,17 @@ pub fn main() -> ExitCode {
         }
     };
     let mut printer = Printer::stdout(cli.global.output, cli.global.no_color);
-    match runtime.block_on(run(cli, &mut printer)) {
-        Ok(status) => status.into(),
+    let status = match runtime.block_on(run(cli, &mut printer)) {
+        Ok(status) => status,
         Err(err) => {
             eprintln!("error: {:#}", err.error);
-            err.status.into()
+            err.status
         }
-    }
+    };
+    // The command is done and its output flushed: leave the async runtime's idle threads to
+    // the operating system instead of waking and joining each (it shows on short commands).
+    runtime.shutdown_background();
+    status.into()
 }
 
 /// Run one parsed command.

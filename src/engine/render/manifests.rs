@@ -113,25 +113,23 @@ impl StreamingParse {
         }
     }
 
-    /// Take the next piece of the text.
+    /// Take the next piece of the text. Whole documents go to workers in batches of about
+    /// [`Self::BATCH`] bytes: many small batches share two cores more evenly than a few big
+    /// ones, and the parse ends sooner after the tool does.
     pub fn feed(&mut self, bytes: &[u8]) {
         self.pending.extend_from_slice(bytes);
-        if self.pending.len() < Self::BATCH {
-            return;
+        while let Some(cut) = marker_line_from(&self.pending, Self::BATCH) {
+            let rest = self.pending.split_off(cut);
+            let batch = std::mem::replace(&mut self.pending, rest);
+            let (file, document, line) = (self.file.clone(), self.next_document, self.next_line);
+            // A marker line and newlines are ASCII, so the batch ends on a character boundary.
+            let text = String::from_utf8_lossy(&batch).into_owned();
+            self.next_document += split_documents(&text, document, line).len();
+            self.next_line += batch.iter().filter(|&&b| b == b'\n').count() as u64;
+            self.workers.push(std::thread::spawn(move || {
+                parse_chunks(&split_documents(&text, document, line), &file)
+            }));
         }
-        let Some(cut) = last_marker_line(&self.pending) else {
-            return;
-        };
-        let rest = self.pending.split_off(cut);
-        let batch = std::mem::replace(&mut self.pending, rest);
-        let (file, document, line) = (self.file.clone(), self.next_document, self.next_line);
-        // A marker line and newlines are ASCII, so the batch ends on a character boundary.
-        let text = String::from_utf8_lossy(&batch).into_owned();
-        self.next_document += split_documents(&text, document, line).len();
-        self.next_line += batch.iter().filter(|&&b| b == b'\n').count() as u64;
-        self.workers.push(std::thread::spawn(move || {
-            parse_chunks(&split_documents(&text, document, line), &file)
-        }));
     }
 
     /// The objects of the whole text, in order; the first error in text order if any.
@@ -155,21 +153,18 @@ impl StreamingParse {
     }
 }
 
-/// Where the last document marker line of `bytes` starts, if any line after the first is one
-/// (the text before it is then whole documents).
-fn last_marker_line(bytes: &[u8]) -> Option<usize> {
-    let mut end = bytes.len();
-    while let Some(newline) = bytes[..end].iter().rposition(|&b| b == b'\n') {
-        let start = newline + 1;
-        if let Some(line) = bytes.get(start..)
-            && is_marker_line(line)
-            && line.contains(&b'\n')
-        {
-            return Some(start);
+/// Where the first complete document marker line that starts at or after `from` begins, if
+/// any (the text before it is then whole documents).
+fn marker_line_from(bytes: &[u8], from: usize) -> Option<usize> {
+    let mut newline = from.checked_sub(1)?;
+    loop {
+        newline += bytes.get(newline..)?.iter().position(|&b| b == b'\n')?;
+        let line = &bytes[newline + 1..];
+        if is_marker_line(line) && line.contains(&b'\n') {
+            return Some(newline + 1);
         }
-        end = newline;
+        newline += 1;
     }
-    None
 }
 
 /// A line that is a document marker (`---` at column 0, alone or before a space or tab).
