@@ -3,7 +3,7 @@ use std::sync::Arc;
 use convoy::engine::source::{Credentials, GitReference, SourceError, SourceRequest};
 
 use crate::coordinator;
-use crate::support::servers::{GitRepo, git_daemon, http_server};
+use crate::support::servers::{GitRepo, git_daemon, http_server, sshd, user_name};
 
 fn git(url: &str, reference: GitReference) -> SourceRequest {
     SourceRequest::Git {
@@ -186,5 +186,65 @@ async fn concurrent_fetches_of_one_revision_are_deduplicated() {
         coordinator.fetch_count(),
         1,
         "six concurrent requests, one fetch"
+    );
+}
+
+#[tokio::test]
+async fn over_ssh_with_a_key_and_known_hosts_from_credentials() {
+    let repo = GitRepo::new();
+    repo.commit(&[("a.yaml", "v: ssh\n")], "first");
+    let keys = tempfile::tempdir().unwrap();
+    let (server, identity, known_hosts) = sshd(keys.path());
+    let url = format!(
+        "ssh://{}@127.0.0.1:{}{}",
+        user_name(),
+        server.port,
+        repo.base().join("repo.git").display()
+    );
+    let request = git(&url, GitReference::Branch("main".into()));
+    // The keys of the GitRepository's secretRef Secret, as the controller reads them.
+    let secret_data = std::collections::BTreeMap::from([
+        ("identity".to_string(), identity.clone()),
+        ("known_hosts".to_string(), known_hosts.into_bytes()),
+    ]);
+    let good = Credentials::from_secret_data(&secret_data);
+    let (_dir, coordinator) = coordinator();
+    let artifact = coordinator.ensure(&request, Some(&good)).await.unwrap();
+    assert_eq!(read(&artifact, "a.yaml"), "v: ssh\n");
+    assert!(
+        artifact.revision.starts_with("main@sha1:"),
+        "{}",
+        artifact.revision
+    );
+
+    // known_hosts pins the server: another host key is refused, not accepted.
+    let other = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(other.path().join("k"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let impostor = format!(
+        "[127.0.0.1]:{} {}",
+        server.port,
+        std::fs::read_to_string(other.path().join("k.pub"))
+            .unwrap()
+            .trim()
+    );
+    let pinned_elsewhere = Credentials {
+        identity: Some(identity),
+        known_hosts: Some(impostor.into_bytes()),
+        ..Default::default()
+    };
+    let (_dir2, fresh) = crate::coordinator();
+    let err = fresh
+        .ensure(&request, Some(&pinned_elsewhere))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SourceError::NotReady { .. }), "{err}");
+    assert!(
+        err.to_string().to_lowercase().contains("host key"),
+        "the error names the host key check: {err}"
     );
 }

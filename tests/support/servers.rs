@@ -93,6 +93,64 @@ pub fn git_daemon(base: &Path) -> Server {
     Server { port, child }
 }
 
+/// OpenSSH's `sshd` on loopback, for Git over `ssh://`: it lets the current user in with the
+/// key pair it makes under `dir`. Returns the server, the client's private key and a
+/// known_hosts line for the server's host key.
+pub fn sshd(dir: &Path) -> (Server, Vec<u8>, String) {
+    let sshd = Path::new("/usr/sbin/sshd");
+    assert!(
+        sshd.is_file(),
+        "sshd is required for the ssh:// Git test: apt-get install openssh-server (.ci/run does)"
+    );
+    // sshd wants its privilege separation directory; .ci/run creates it.
+    assert!(
+        Path::new("/run/sshd").is_dir(),
+        "sshd needs /run/sshd: sudo mkdir -p /run/sshd (.ci/run does)"
+    );
+    for key in ["host_key", "client_key"] {
+        let out = Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(dir.join(key))
+            .output()
+            .expect("ssh-keygen is required for the ssh:// Git test (openssh-client)");
+        assert!(out.status.success(), "ssh-keygen: {out:?}");
+    }
+    std::fs::copy(dir.join("client_key.pub"), dir.join("authorized_keys")).unwrap();
+    let port = free_port();
+    let config = dir.join("sshd_config");
+    std::fs::write(
+        &config,
+        format!(
+            "Port {port}\nListenAddress 127.0.0.1\nHostKey {dir}/host_key\n\
+AuthorizedKeysFile {dir}/authorized_keys\nPidFile {dir}/sshd.pid\nStrictModes no\nUsePAM no\n\
+PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n\
+PermitRootLogin prohibit-password\n",
+            dir = dir.display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new(sshd)
+        .arg("-D")
+        .arg("-e")
+        .arg("-f")
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sshd");
+    wait_for_port(port, "sshd");
+    let host_key = std::fs::read_to_string(dir.join("host_key.pub")).unwrap();
+    let known_hosts = format!("[127.0.0.1]:{port} {}", host_key.trim());
+    let identity = std::fs::read(dir.join("client_key")).unwrap();
+    (Server { port, child }, identity, known_hosts)
+}
+
+/// The current user's name, for `ssh://USER@host` URLs.
+pub fn user_name() -> String {
+    let out = Command::new("id").arg("-un").output().expect("id");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// distribution's `registry` on loopback, storing under `dir`.
 pub fn registry(dir: &Path) -> Server {
     let port = free_port();

@@ -131,6 +131,29 @@ pub async fn fetch(
     })
 }
 
+/// The lines of git's (and ssh's) error output that say what went wrong, at most three: the
+/// `fatal:`/`error:` lines and the verdicts ("Host key verification failed.", "Permission
+/// denied"), not ssh's `@@@` warning banner or its advice.
+fn error_lines(stderr: &str) -> Vec<&str> {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('@'))
+        .collect();
+    let telling: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| {
+            let lower = l.to_lowercase();
+            ["fatal:", "error:", "failed", "denied", "host key"]
+                .iter()
+                .any(|word| lower.contains(word))
+        })
+        .collect();
+    let chosen = if telling.is_empty() { lines } else { telling };
+    chosen.into_iter().take(3).collect()
+}
+
 fn revision_key(url: &str, sha: &str) -> String {
     format!("git:{url}@{sha}")
 }
@@ -274,11 +297,7 @@ impl Runner<'_> {
             return Ok(out.stdout);
         }
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let message: Vec<&str> = stderr
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .take(3)
-            .collect();
+        let message = error_lines(&stderr);
         let message = if message.is_empty() {
             format!(
                 "git {} failed ({})",
@@ -289,5 +308,31 @@ impl Runner<'_> {
             message.join("; ")
         };
         Err(SourceError::not_ready(self.url, message))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ssh_host_key_error_is_told_without_the_banner() {
+        let stderr = "@@@@@@@@@@@@\n@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\n@@@@@@@@@@@@\n\
+IT IS POSSIBLE THAT SOMEONE IS DOING SOMETHING NASTY!\n\
+Host key for [127.0.0.1]:2222 has changed and you have requested strict checking.\n\
+Host key verification failed.\nfatal: Could not read from remote repository.\n\n\
+Please make sure you have the correct access rights\n";
+        assert_eq!(
+            error_lines(stderr),
+            [
+                "Host key for [127.0.0.1]:2222 has changed and you have requested strict checking.",
+                "Host key verification failed.",
+                "fatal: Could not read from remote repository."
+            ]
+        );
+        assert_eq!(
+            error_lines("warning: x\nsomething odd\n"),
+            ["warning: x", "something odd"]
+        );
     }
 }
