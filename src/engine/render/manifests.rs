@@ -38,6 +38,9 @@ pub enum ManifestError {
     },
     #[error("{} does not exist or is not a directory", path.display())]
     NoDirectory { path: PathBuf },
+    /// A parser thread panicked: the render is incomplete and must not be used.
+    #[error("{file}: the YAML parser stopped unexpectedly")]
+    ParserStopped { file: String },
 }
 
 /// The YAML options that match kubectl's reading of manifests.
@@ -70,7 +73,13 @@ pub fn parse_documents(text: &str, file: &str) -> Result<Vec<Object>, ManifestEr
                     .collect();
                 handles
                     .into_iter()
-                    .map(|h| h.join().unwrap_or_else(|_| Ok(Vec::new())))
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(ManifestError::ParserStopped {
+                                file: file.to_string(),
+                            })
+                        })
+                    })
                     .collect()
             })
         };
@@ -84,23 +93,34 @@ pub fn parse_documents(text: &str, file: &str) -> Result<Vec<Object>, ManifestEr
 }
 
 /// Parses a text that arrives in pieces — a tool's standard output — while the rest is still
-/// coming: documents that a later document marker shows complete are parsed on worker threads
+/// coming: documents that a later document marker shows complete are parsed by worker threads
 /// at once. `helm template` writes its output in one go and then takes milliseconds to exit;
 /// the parse runs in that time instead of after it.
 pub struct StreamingParse {
     file: String,
-    /// Bytes not handed to a worker yet; they start at a document boundary.
+    /// Bytes not handed to the workers yet; they start at a document boundary.
     pending: Vec<u8>,
     /// Number of the first document, and first line, of `pending`.
     next_document: usize,
     next_line: u64,
-    workers: Vec<std::thread::JoinHandle<Parsed>>,
+    batches: usize,
+    /// The workers' shared queue; they start with the first batch.
+    queue: Option<std::sync::mpsc::Sender<Batch>>,
+    workers: Vec<std::thread::JoinHandle<Vec<(usize, Parsed)>>>,
+}
+
+/// Whole documents of the text: the `index`th batch, its first document's number and line.
+struct Batch {
+    index: usize,
+    text: String,
+    document: usize,
+    line: u64,
 }
 
 type Parsed = Result<Vec<(usize, Value)>, ManifestError>;
 
 impl StreamingParse {
-    /// Below this, pieces wait for more: a thread per few documents costs more than it saves.
+    /// Batches are about this big: many small batches share the cores evenly.
     const BATCH: usize = 16 * 1024;
 
     pub fn new(file: &str) -> Self {
@@ -109,45 +129,86 @@ impl StreamingParse {
             pending: Vec::new(),
             next_document: 1,
             next_line: 1,
+            batches: 0,
+            queue: None,
             workers: Vec::new(),
         }
     }
 
-    /// Take the next piece of the text. Whole documents go to workers in batches of about
-    /// [`Self::BATCH`] bytes: many small batches share two cores more evenly than a few big
-    /// ones, and the parse ends sooner after the tool does.
+    /// Take the next piece of the text.
     pub fn feed(&mut self, bytes: &[u8]) {
         self.pending.extend_from_slice(bytes);
         while let Some(cut) = marker_line_from(&self.pending, Self::BATCH) {
             let rest = self.pending.split_off(cut);
             let batch = std::mem::replace(&mut self.pending, rest);
-            let (file, document, line) = (self.file.clone(), self.next_document, self.next_line);
             // A marker line and newlines are ASCII, so the batch ends on a character boundary.
             let text = String::from_utf8_lossy(&batch).into_owned();
+            let (document, line) = (self.next_document, self.next_line);
             self.next_document += split_documents(&text, document, line).len();
             self.next_line += batch.iter().filter(|&&b| b == b'\n').count() as u64;
-            self.workers.push(std::thread::spawn(move || {
-                parse_chunks(&split_documents(&text, document, line), &file)
-            }));
+            let batch = Batch {
+                index: self.batches,
+                text,
+                document,
+                line,
+            };
+            self.batches += 1;
+            let queue = self.queue.get_or_insert_with(|| {
+                let (queue, batches) = std::sync::mpsc::channel::<Batch>();
+                let batches = std::sync::Arc::new(std::sync::Mutex::new(batches));
+                let threads = std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(1)
+                    .clamp(1, 8);
+                for _ in 0..threads {
+                    let (batches, file) = (batches.clone(), self.file.clone());
+                    self.workers.push(std::thread::spawn(move || {
+                        let mut done = Vec::new();
+                        loop {
+                            let next = match batches.lock() {
+                                Ok(receiver) => receiver.recv(),
+                                Err(poisoned) => poisoned.into_inner().recv(),
+                            };
+                            let Ok(batch) = next else { break };
+                            let chunks = split_documents(&batch.text, batch.document, batch.line);
+                            done.push((batch.index, parse_chunks(&chunks, &file)));
+                        }
+                        done
+                    }));
+                }
+                queue
+            });
+            // The workers only stop once the queue is dropped, so sending cannot fail.
+            let _ = queue.send(batch);
         }
     }
 
     /// The objects of the whole text, in order; the first error in text order if any.
-    pub fn finish(self) -> Result<Vec<Object>, ManifestError> {
+    pub fn finish(mut self) -> Result<Vec<Object>, ManifestError> {
+        self.queue = None;
         let text = String::from_utf8_lossy(&self.pending);
         let last = parse_chunks(
             &split_documents(&text, self.next_document, self.next_line),
             &self.file,
         );
-        let mut objects = Vec::new();
+        let mut parts: Vec<(usize, Parsed)> = Vec::with_capacity(self.batches + 1);
         for worker in self.workers {
-            let part = worker.join().unwrap_or_else(|_| Ok(Vec::new()));
+            match worker.join() {
+                Ok(done) => parts.extend(done),
+                Err(_) => {
+                    return Err(ManifestError::ParserStopped {
+                        file: self.file.clone(),
+                    });
+                }
+            }
+        }
+        parts.sort_by_key(|(index, _)| *index);
+        parts.push((self.batches, last));
+        let mut objects = Vec::new();
+        for (_, part) in parts {
             for (document, value) in part? {
                 push_object(value, &self.file, document, &mut objects)?;
             }
-        }
-        for (document, value) in last? {
-            push_object(value, &self.file, document, &mut objects)?;
         }
         Ok(objects)
     }
@@ -341,7 +402,13 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Object>, ManifestError> {
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Ok(Vec::new())))
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(ManifestError::ParserStopped {
+                        file: dir.display().to_string(),
+                    })
+                })
+            })
             .collect()
     });
     let mut objects = Vec::new();
