@@ -61,35 +61,22 @@ pub fn parse_documents(text: &str, file: &str) -> Result<Vec<Object>, ManifestEr
         .map(|n| n.get())
         .unwrap_or(1)
         .min(8);
-    let parsed: Vec<Result<Vec<(usize, Value)>, ManifestError>> =
-        if text.len() < 64 * 1024 || threads < 2 {
-            vec![parse_chunks(&chunks, file)]
-        } else {
-            let per_thread = chunks.len().div_ceil(threads);
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = chunks
-                    .chunks(per_thread.max(1))
-                    .map(|part| scope.spawn(move || parse_chunks(part, file)))
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join().unwrap_or_else(|_| {
-                            Err(ManifestError::ParserStopped {
-                                file: file.to_string(),
-                            })
-                        })
-                    })
-                    .collect()
-            })
-        };
-    let mut objects = Vec::new();
-    for part in parsed {
-        for (document, value) in part? {
-            push_object(value, file, document, &mut objects)?;
-        }
-    }
-    Ok(objects)
+    let parsed: Vec<Parsed> = if text.len() < 64 * 1024 || threads < 2 {
+        vec![parse_chunks(&chunks, file)]
+    } else {
+        let per_thread = chunks.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = chunks
+                .chunks(per_thread.max(1))
+                .map(|part| scope.spawn(move || parse_chunks(part, file)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| stopped(file)))
+                .collect()
+        })
+    };
+    assemble(parsed, file)
 }
 
 /// Parses a text that arrives in pieces — a tool's standard output — while the rest is still
@@ -117,7 +104,39 @@ struct Batch {
     line: u64,
 }
 
-type Parsed = Result<Vec<(usize, Value)>, ManifestError>;
+/// The documents of a group of chunks, in order, up to the first YAML error (kept with them,
+/// so an earlier document's own error is still reported first).
+struct Parsed {
+    documents: Vec<(usize, Value)>,
+    error: Option<ManifestError>,
+}
+
+/// Objects from parsed groups in text order; the first error in text order, whether a YAML
+/// error or a document that is not an object, however the text was grouped.
+fn assemble(
+    parts: impl IntoIterator<Item = Parsed>,
+    file: &str,
+) -> Result<Vec<Object>, ManifestError> {
+    let mut objects = Vec::new();
+    for part in parts {
+        for (document, value) in part.documents {
+            push_object(value, file, document, &mut objects)?;
+        }
+        if let Some(error) = part.error {
+            return Err(error);
+        }
+    }
+    Ok(objects)
+}
+
+fn stopped(file: &str) -> Parsed {
+    Parsed {
+        documents: Vec::new(),
+        error: Some(ManifestError::ParserStopped {
+            file: file.to_string(),
+        }),
+    }
+}
 
 impl StreamingParse {
     /// Batches are about this big: many small batches share the cores evenly.
@@ -195,22 +214,12 @@ impl StreamingParse {
         for worker in self.workers {
             match worker.join() {
                 Ok(done) => parts.extend(done),
-                Err(_) => {
-                    return Err(ManifestError::ParserStopped {
-                        file: self.file.clone(),
-                    });
-                }
+                Err(_) => parts.push((0, stopped(&self.file))),
             }
         }
         parts.sort_by_key(|(index, _)| *index);
         parts.push((self.batches, last));
-        let mut objects = Vec::new();
-        for (_, part) in parts {
-            for (document, value) in part? {
-                push_object(value, &self.file, document, &mut objects)?;
-            }
-        }
-        Ok(objects)
+        assemble(parts.into_iter().map(|(_, part)| part), &self.file)
     }
 }
 
@@ -273,15 +282,16 @@ fn split_documents(text: &str, first_document: usize, first_line: u64) -> Vec<Ch
         .collect()
 }
 
-fn parse_chunks(chunks: &[Chunk<'_>], file: &str) -> Result<Vec<(usize, Value)>, ManifestError> {
-    let mut out = Vec::new();
+fn parse_chunks(chunks: &[Chunk<'_>], file: &str) -> Parsed {
+    let mut documents = Vec::new();
     for chunk in chunks {
         if let Some(docs) = plain_yaml::parse(chunk.text) {
-            out.extend(docs.into_iter().map(|d| (chunk.document, d)));
+            documents.extend(docs.into_iter().map(|d| (chunk.document, d)));
             continue;
         }
-        let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(chunk.text, yaml_options())
-            .map_err(|e| {
+        match serde_saphyr::from_multiple_with_options::<Value>(chunk.text, yaml_options()) {
+            Ok(docs) => documents.extend(docs.into_iter().map(|d| (chunk.document, d))),
+            Err(e) => {
                 let location = e.location();
                 // `Location` counts from 1; a missing one means the chunk's first line.
                 let line = location.as_ref().map(|l| l.line()).unwrap_or(1) + chunk.first_line - 1;
@@ -293,7 +303,7 @@ fn parse_chunks(chunks: &[Chunk<'_>], file: &str) -> Result<Vec<(usize, Value)>,
                     Some(rest) => rest.split_once(": ").map(|(_, m)| m).unwrap_or(rest),
                     None => text,
                 };
-                ManifestError::Parse {
+                let error = ManifestError::Parse {
                     file: file.to_string(),
                     line,
                     message: if column > 0 {
@@ -301,11 +311,18 @@ fn parse_chunks(chunks: &[Chunk<'_>], file: &str) -> Result<Vec<(usize, Value)>,
                     } else {
                         format!("line {line}: {text}")
                     },
-                }
-            })?;
-        out.extend(docs.into_iter().map(|d| (chunk.document, d)));
+                };
+                return Parsed {
+                    documents,
+                    error: Some(error),
+                };
+            }
+        }
     }
-    Ok(out)
+    Parsed {
+        documents,
+        error: None,
+    }
 }
 
 fn push_object(
@@ -569,7 +586,17 @@ secret: {secretName: s, defaultMode: 0644}\n";
             not_object_error.starts_with("big.yaml: document 552:"),
             "{not_object_error}"
         );
+        // Both: the earlier one wins, however the text is grouped for the workers.
+        let both = not_object.replacen("data: {k: \"580 €\"", "data: {k: [", 1);
+        assert_eq!(
+            parse_documents(&both, "big.yaml").unwrap_err().to_string(),
+            not_object_error
+        );
         for size in [1, 4096, 64 * 1024] {
+            assert_eq!(
+                streamed(&both, size).unwrap_err().to_string(),
+                not_object_error
+            );
             assert_eq!(
                 streamed(&broken, size).unwrap_err().to_string(),
                 whole_error

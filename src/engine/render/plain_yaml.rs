@@ -18,16 +18,39 @@ use serde_json::{Map, Value};
 /// document is a mapping, else `None`. Documents that are empty or `null` are skipped, as
 /// serde-saphyr's `from_multiple` skips them.
 pub fn parse(text: &str) -> Option<Vec<Value>> {
+    // serde-saphyr refuses texts beyond its budget (depth, nodes, documents, scalar bytes) and
+    // runs of more than 32 comments where it looks ahead. Texts anywhere near those limits go
+    // the long way, so a text is accepted or refused the same either way.
+    if text.len() > limits::BYTES || text.bytes().filter(|&b| b == b'#').count() > limits::HASHES {
+        return None;
+    }
     let mut options = granit_parser::Options::default();
     options.set_emit_comments(false);
     let parser = Parser::new_from_str_with_options(text, options);
     let mut documents = Vec::new();
     let mut stack: Vec<Frame> = Vec::new();
     let mut root: Option<Value> = None;
+    let (mut nodes, mut document_count) = (0usize, 0usize);
     for item in parser {
         let (event, _span) = item.ok()?;
+        if matches!(
+            event,
+            Event::Scalar(..) | Event::SequenceStart(..) | Event::MappingStart(..)
+        ) {
+            nodes += 1;
+            if nodes > limits::NODES || stack.len() >= limits::DEPTH {
+                return None;
+            }
+        }
         let value = match event {
-            Event::StreamStart | Event::DocumentStart(..) => continue,
+            Event::StreamStart => continue,
+            Event::DocumentStart(..) => {
+                document_count += 1;
+                if document_count > limits::DOCUMENTS {
+                    return None;
+                }
+                continue;
+            }
             Event::StreamEnd => break,
             Event::DocumentEnd => {
                 match root.take() {
@@ -85,6 +108,16 @@ pub fn parse(text: &str) -> Option<Vec<Value>> {
         }
     }
     Some(documents)
+}
+
+/// Half of serde-saphyr's default budget (depth 64, 250,000 nodes, 1,024 documents, 64 MiB
+/// of scalars), and fewer `#` in the whole text than it buffers comments (32).
+mod limits {
+    pub const DEPTH: usize = 32;
+    pub const NODES: usize = 125_000;
+    pub const DOCUMENTS: usize = 512;
+    pub const BYTES: usize = 32 * 1024 * 1024;
+    pub const HASHES: usize = 16;
 }
 
 /// A collection being built; a mapping holds the key waiting for its value.
@@ -379,6 +412,25 @@ mod tests {
             quick_reads >= 8,
             "the quick path read only {quick_reads} example files"
         );
+    }
+
+    #[test]
+    fn texts_near_serde_saphyrs_limits_go_the_long_way() {
+        // 33 comments between a key and its block: serde-saphyr refuses to buffer them.
+        let comments: String = (0..33).map(|i| format!("# c{i}\n")).collect();
+        let text = format!("items:\n{comments}- a\n");
+        assert!(serde_saphyr::from_multiple::<Value>(&text).is_err());
+        long_way(&text);
+        // Nesting deeper than its budget.
+        let deep = format!("{}1{}\n", "[".repeat(65), "]".repeat(65));
+        assert!(serde_saphyr::from_multiple::<Value>(&deep).is_err());
+        long_way(&deep);
+        // Well inside the limits, the quick path still reads.
+        quick(&format!(
+            "a: {}1{}\n# one\n# two\n",
+            "[".repeat(20),
+            "]".repeat(20)
+        ));
     }
 
     #[test]
