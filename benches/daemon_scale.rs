@@ -157,21 +157,8 @@ async fn main() {
         .map(|(p, c)| (p.as_str(), c.as_str()))
         .collect();
     repo.commit(&refs, "bench");
-    let kubectl_apply = |object: serde_json::Value| {
-        let file = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(file.path(), object.to_string()).unwrap();
-        let out = env.kubectl(&[
-            "apply",
-            "--server-side",
-            "-f",
-            file.path().to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let kubectl_apply =
+        |object: serde_json::Value| env.kubectl_apply_text(&object.to_string(), &["--server-side"]);
     kubectl_apply(json!({
         "apiVersion": "source.convoy.kumodo.io/v1alpha1", "kind": "GitRepository",
         "metadata": {"name": "repo", "namespace": env.namespace},

@@ -59,29 +59,9 @@ pub fn yaml_documents<'a>(
     objects: impl IntoIterator<Item = &'a serde_json::Value>,
 ) -> Result<String, String> {
     let objects: Vec<&serde_json::Value> = objects.into_iter().collect();
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(8);
-    if objects.len() < 64 || threads < 2 {
-        return yaml_part(&objects);
-    }
-    let parts: Vec<Result<String, String>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = objects
-            .chunks(objects.len().div_ceil(threads))
-            .map(|part| scope.spawn(move || yaml_part(part)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("a YAML writer panicked".into()))
-            })
-            .collect()
-    });
     let mut out = String::new();
-    for part in parts {
-        out.push_str(&part?);
+    for part in crate::engine::parallel::map_runs(&objects, 64, yaml_part) {
+        out.push_str(&part.unwrap_or_else(|| Err("a YAML writer panicked".into()))?);
     }
     Ok(out)
 }

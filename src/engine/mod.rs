@@ -16,6 +16,7 @@ pub mod http;
 pub mod install;
 pub mod inventory;
 pub mod objects;
+pub mod parallel;
 pub mod reconcile;
 pub mod render;
 pub mod requests;

@@ -337,20 +337,7 @@ async fn a_release_on_the_cluster_reads_its_value_layers_from_the_cluster() {
         "      - {kind: Secret, name: layer-two}",
     ]
     .join("\n");
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), manifest).unwrap();
-    let out = env.kubectl(&[
-        "apply",
-        "-n",
-        &env.namespace,
-        "-f",
-        file.path().to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    env.kubectl_apply_text(&manifest, &["-n", &env.namespace]);
 
     let out = env.convoy(&["render", "greeter"]);
     let stdout = String::from_utf8_lossy(&out.stdout).replace(&env.namespace, "NAMESPACE");

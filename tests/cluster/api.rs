@@ -69,19 +69,7 @@ async fn kubectl_get_releases_shows_the_printer_columns() {
 spec:\n  source:\n    kind: GitRepository\n    name: repo\n",
         env.namespace
     );
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), release).unwrap();
-    let out = env.kubectl(&[
-        "apply",
-        "--server-side",
-        "-f",
-        file.path().to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    env.kubectl_apply_text(&release, &["--server-side"]);
 
     let out = env.kubectl(&["get", "releases", "-n", &env.namespace]);
     assert!(

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use convoy::engine::api::{HealthState, HookPhase, HookState, ReleaseInventory, reasons};
+use convoy::engine::api::{
+    Condition, HealthState, HookPhase, HookState, ReleaseInventory, reasons,
+};
 use convoy::engine::health::{HealthMemory, health_pass};
 use convoy::engine::inventory::{HookMember, InventoryHandle};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -14,6 +16,16 @@ use serde_json::json;
 
 use crate::support::fixture::{Fixture, config_map, deployment};
 use crate::support::{client_for, eventually, owners_of, still_control_plane};
+
+/// One health pass over the Release with a fresh memory: the Healthy condition it writes.
+async fn healthy_condition(f: &Fixture) -> Condition {
+    health_pass(&f.ctx, &HealthMemory::default(), &f.release().await)
+        .await
+        .unwrap()
+        .unwrap()
+        .condition
+        .unwrap()
+}
 
 async fn inventory(f: &Fixture) -> ReleaseInventory {
     let api: Api<ReleaseInventory> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
@@ -194,11 +206,7 @@ async fn a_cel_compile_error_makes_healthy_unknown_naming_the_rule() {
         "spec": {"rules": [{"name": "half", "match": {"kind": "ConfigMap"}, "healthy": "object.data.value =="}]}}))
     .await;
     f.sync().await;
-    let pass = health_pass(&f.ctx, &HealthMemory::default(), &f.release().await)
-        .await
-        .unwrap()
-        .unwrap();
-    let condition = pass.condition.unwrap();
+    let condition = healthy_condition(&f).await;
     assert_eq!(
         (condition.status.as_str(), condition.reason.as_str()),
         ("Unknown", "Unknown")
@@ -219,13 +227,9 @@ async fn a_cel_compile_error_makes_healthy_unknown_naming_the_rule() {
         "spec": {"rules": [{"name": "half", "match": {"kind": "ConfigMap"}, "healthy": "'yes'"}]}}),
     )
     .await;
-    let pass = health_pass(&f.ctx, &HealthMemory::default(), &f.release().await)
-        .await
-        .unwrap()
-        .unwrap();
     assert!(
-        pass.condition
-            .unwrap()
+        healthy_condition(&f)
+            .await
             .message
             .contains("healthy must return a bool")
     );
@@ -471,11 +475,7 @@ async fn without_health_assessment_healthy_is_not_configured() {
     )
     .await;
     f.sync().await;
-    let pass = health_pass(&f.ctx, &HealthMemory::default(), &f.release().await)
-        .await
-        .unwrap()
-        .unwrap();
-    let condition = pass.condition.unwrap();
+    let condition = healthy_condition(&f).await;
     assert_eq!(
         (condition.status.as_str(), condition.reason.as_str()),
         ("True", "NotConfigured")
@@ -492,11 +492,7 @@ async fn an_invalid_selector_makes_healthy_unknown_for_that_release_only() {
     )
     .await;
     f.sync().await;
-    let pass = health_pass(&f.ctx, &HealthMemory::default(), &f.release().await)
-        .await
-        .unwrap()
-        .unwrap();
-    let condition = pass.condition.unwrap();
+    let condition = healthy_condition(&f).await;
     assert_eq!(
         (condition.status.as_str(), condition.reason.as_str()),
         ("Unknown", "Unknown")

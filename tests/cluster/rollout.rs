@@ -60,6 +60,17 @@ async fn value_of(f: &Fixture, name: &str) -> Option<String> {
         .map(|c| c["data"]["value"].as_str().unwrap().to_string())
 }
 
+/// The renderRef of `status.lastHealthy`.
+async fn last_healthy(f: &Fixture) -> String {
+    f.release()
+        .await
+        .status
+        .unwrap()
+        .last_healthy
+        .unwrap()
+        .render_ref
+}
+
 /// A Deployment the scheduler can never place: it stays Progressing, then Degraded.
 fn unschedulable(name: &str, wave: i32) -> String {
     deployment(name, wave, 1).replace(
@@ -417,16 +428,7 @@ async fn a_wave_timeout_with_rollback_rolls_back_to_the_last_healthy_render() {
     .await;
     until_healthy(&f, "web").await;
     f.sync().await;
-    assert_eq!(
-        f.release()
-            .await
-            .status
-            .unwrap()
-            .last_healthy
-            .unwrap()
-            .render_ref,
-        good
-    );
+    assert_eq!(last_healthy(&f).await, good);
 
     // Wave 0 of the next render never becomes healthy: past waves.timeout it rolls back.
     let files = held_waves();
@@ -648,16 +650,7 @@ async fn gc_keeps_max_history_entries_and_every_referenced_render() {
     // r1 is assessed healthy and becomes lastHealthy; the later renders are never assessed.
     until_healthy(&f, "web").await;
     f.sync().await;
-    assert_eq!(
-        f.release()
-            .await
-            .status
-            .unwrap()
-            .last_healthy
-            .unwrap()
-            .render_ref,
-        r1
-    );
+    assert_eq!(last_healthy(&f).await, r1);
     let mut refs = vec![r1.clone()];
     for value in ["r2", "r3", "r4"] {
         f.commit(&[("cm.yaml", &config_map("conf", 0, value))]);

@@ -650,12 +650,7 @@ async fn a_source_that_cannot_be_fetched_is_source_not_ready_and_retried() {
         json!({}),
     )
     .await;
-    f.kubectl_apply(
-        &json!({"apiVersion": "source.convoy.kumodo.io/v1alpha1", "kind": "GitRepository",
-        "metadata": {"name": "missing", "namespace": f.env.namespace},
-        "spec": {"url": "file:///nonexistent/convoy-test.git", "ref": {"branch": "main"}}}),
-    )
-    .await;
+    f.add_unfetchable_git_repository("missing").await;
     f.kubectl_apply(
         &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
         "metadata": {"name": "broken", "namespace": f.env.namespace},
@@ -716,12 +711,7 @@ async fn failures_are_reported_in_the_spec_order_although_fetch_and_cluster_run_
         outcome.message
     );
     // A source that cannot be fetched, on the same unreachable cluster: the fetch comes first.
-    f.kubectl_apply(
-        &json!({"apiVersion": "source.convoy.kumodo.io/v1alpha1", "kind": "GitRepository",
-        "metadata": {"name": "missing", "namespace": f.env.namespace},
-        "spec": {"url": "file:///nonexistent/convoy-test.git", "ref": {"branch": "main"}}}),
-    )
-    .await;
+    f.add_unfetchable_git_repository("missing").await;
     f.kubectl_apply(
         &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
         "metadata": {"name": "both", "namespace": f.env.namespace},

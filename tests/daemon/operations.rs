@@ -130,21 +130,14 @@ async fn the_installed_rbac_is_enough_for_the_daemon() {
     );
     let out = f.env.convoy(&["install", "--dry-run", "-n", &install_ns]);
     assert!(out.status.success());
-    let manifest = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(manifest.path(), &out.stdout).unwrap();
-    let dry = f.env.kubectl(&[
-        "apply",
-        "--server-side",
-        // A control plane reused across runs holds an earlier install's bindings.
-        "--force-conflicts",
-        "--dry-run=server",
-        "-f",
-        manifest.path().to_str().unwrap(),
-    ]);
-    assert!(
-        dry.status.success(),
-        "{}",
-        String::from_utf8_lossy(&dry.stderr)
+    f.env.kubectl_apply_text(
+        &String::from_utf8_lossy(&out.stdout),
+        &[
+            "--server-side",
+            // A control plane reused across runs holds an earlier install's bindings.
+            "--force-conflicts",
+            "--dry-run=server",
+        ],
     );
     // …and for real; the daemon then runs on the service accounts' tokens alone.
     let out = f.env.convoy(&["install", "-n", &install_ns]);

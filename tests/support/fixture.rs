@@ -97,20 +97,13 @@ impl Fixture {
 
     /// Create or update an object with SSA as a test user (`test-user`).
     pub async fn kubectl_apply(&self, object: &Value) {
-        let file = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(file.path(), serde_json::to_string(object).unwrap()).unwrap();
-        let out = self.env.kubectl(&[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=test-user",
-            "-f",
-            file.path().to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        self.env.kubectl_apply_text(
+            &object.to_string(),
+            &[
+                "--server-side",
+                "--force-conflicts",
+                "--field-manager=test-user",
+            ],
         );
     }
 
@@ -145,6 +138,16 @@ impl Fixture {
             "metadata": {"name": name, "namespace": self.env.namespace},
             "spec": spec,
         }))
+        .await;
+    }
+
+    /// A GitRepository `name` whose URL (`file:///nonexistent/convoy-test.git`) cannot be fetched.
+    pub async fn add_unfetchable_git_repository(&self, name: &str) {
+        self.kubectl_apply(
+            &json!({"apiVersion": "source.convoy.kumodo.io/v1alpha1", "kind": "GitRepository",
+            "metadata": {"name": name, "namespace": self.env.namespace},
+            "spec": {"url": "file:///nonexistent/convoy-test.git", "ref": {"branch": "main"}}}),
+        )
         .await;
     }
 

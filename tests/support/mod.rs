@@ -192,6 +192,22 @@ impl TestEnv {
             .expect("cannot run kubectl")
     }
 
+    /// `kubectl apply ARGS -f FILE` of `text` (YAML or JSON) through a temporary file; the apply
+    /// must succeed.
+    pub fn kubectl_apply_text(&self, text: &str, args: &[&str]) {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), text).unwrap();
+        let mut all = vec!["apply"];
+        all.extend_from_slice(args);
+        all.extend(["-f", file.path().to_str().unwrap()]);
+        let out = self.kubectl(&all);
+        assert!(
+            out.status.success(),
+            "kubectl {all:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Run the convoy binary against this control plane, in this test's namespace.
     pub fn convoy(&self, args: &[&str]) -> Output {
         Command::new(convoy_bin())

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anstyle::{AnsiColor, Style};
 use clap::Args;
 
-use crate::cli::commands::render::render_failure;
+use crate::cli::commands::render::render_input;
 use crate::cli::exit::{CliError, CommandResult, ExitStatus};
 use crate::cli::output::{OutputFormat, Printer};
 use crate::cli::release_input::load;
@@ -19,7 +19,7 @@ use crate::engine::drift::text::{Tag, hunks};
 use crate::engine::drift::{Action, DiffReport, diff_objects, render_desired};
 use crate::engine::inventory::InventoryHandle;
 use crate::engine::reconcile::Context;
-use crate::engine::render::{ClusterInfo, RenderContext, render_release};
+use crate::engine::render::ClusterInfo;
 use crate::engine::source::{Cache, Coordinator};
 
 /// Show what a sync would change: a diff per object, drift named by field manager.
@@ -85,16 +85,8 @@ pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> 
                 )
             })?;
             let cluster = ClusterInfo::discover(&target.conn.client).await.ok();
-            let coordinator = Coordinator::new(cache);
-            let ctx = RenderContext {
-                reader: &input.reader,
-                coordinator: &coordinator,
-                source_dir: args.source_dir.as_deref(),
-                cluster: cluster.as_ref(),
-            };
-            let (_, rendered) = render_release(&ctx, &input.release)
-                .await
-                .map_err(|e| render_failure(&input, e))?;
+            let rendered =
+                render_input(&input, cache, args.source_dir.as_deref(), cluster.as_ref()).await?;
             (rendered.render_ref, rendered.objects, target)
         }
     };

@@ -1,6 +1,6 @@
 //! `convoy render`: render a Release and print its objects and renderRef.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 
@@ -9,7 +9,7 @@ use crate::cli::output::{OutputFormat, Printer, yaml_documents};
 use crate::cli::release_input::{ReleaseInput, load};
 use crate::cli::{GlobalArgs, io_error};
 use crate::engine::cluster::resolve_target;
-use crate::engine::render::{ClusterInfo, RenderContext, RenderError, render_release};
+use crate::engine::render::{ClusterInfo, RenderContext, RenderError, Rendered, render_release};
 use crate::engine::source::{Cache, Coordinator};
 
 /// Render a Release: print its objects in apply order and its renderRef.
@@ -39,18 +39,9 @@ pub struct RenderArgs {
 pub async fn run(global: &GlobalArgs, args: RenderArgs, printer: &mut Printer) -> CommandResult {
     let input = load(global, args.name.as_deref(), &args.files).await?;
     let cluster = cluster_info(&input).await;
-    let coordinator = Coordinator::new(Cache::new(
-        args.cache_dir.clone().unwrap_or_else(Cache::default_root),
-    ));
-    let ctx = RenderContext {
-        reader: &input.reader,
-        coordinator: &coordinator,
-        source_dir: args.source_dir.as_deref(),
-        cluster: cluster.as_ref(),
-    };
-    let (_, rendered) = render_release(&ctx, &input.release)
-        .await
-        .map_err(|e| render_failure(&input, e))?;
+    let cache = Cache::new(args.cache_dir.clone().unwrap_or_else(Cache::default_root));
+    let rendered =
+        render_input(&input, cache, args.source_dir.as_deref(), cluster.as_ref()).await?;
     if args.ref_only {
         printer.line(&rendered.render_ref).map_err(io_error)?;
         return Ok(ExitStatus::Success);
@@ -73,6 +64,26 @@ pub async fn run(global: &GlobalArgs, args: RenderArgs, printer: &mut Printer) -
     // the operating system spends no time on.
     std::mem::forget((rendered, text));
     Ok(ExitStatus::Success)
+}
+
+/// Fetch (or take `source_dir` for) the Release's source and render it, as the CLI reports it.
+pub async fn render_input(
+    input: &ReleaseInput,
+    cache: Cache,
+    source_dir: Option<&Path>,
+    cluster: Option<&ClusterInfo>,
+) -> Result<Rendered, CliError> {
+    let coordinator = Coordinator::new(cache);
+    let ctx = RenderContext {
+        reader: &input.reader,
+        coordinator: &coordinator,
+        source_dir,
+        cluster,
+    };
+    let (_, rendered) = render_release(&ctx, &input.release)
+        .await
+        .map_err(|e| render_failure(input, e))?;
+    Ok(rendered)
 }
 
 /// The target cluster's version and APIs, when the Release came from a cluster. A cluster

@@ -56,27 +56,9 @@ pub fn yaml_options() -> serde_saphyr::Options {
 /// Large texts (a chart's `helm template` output) are split at their `---` document markers
 /// and the pieces parsed on several threads: parsing is most of convoy's own cost in a render.
 pub fn parse_documents(text: &str, file: &str) -> Result<Vec<Object>, ManifestError> {
-    let chunks = split_documents(text, 1, 1);
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(8);
-    let parsed: Vec<Parsed> = if text.len() < 64 * 1024 || threads < 2 {
-        vec![parse_chunks(&chunks, file)]
-    } else {
-        let per_thread = chunks.len().div_ceil(threads);
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = chunks
-                .chunks(per_thread.max(1))
-                .map(|part| scope.spawn(move || parse_chunks(part, file)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| stopped(file)))
-                .collect()
-        })
-    };
-    assemble(parsed, file)
+    let mut parse = StreamingParse::new(file);
+    parse.feed(text.as_bytes());
+    parse.finish()
 }
 
 /// Parses a text that arrives in pieces — a tool's standard output — while the rest is still
@@ -129,15 +111,6 @@ fn assemble(
     Ok(objects)
 }
 
-fn stopped(file: &str) -> Parsed {
-    Parsed {
-        documents: Vec::new(),
-        error: Some(ManifestError::ParserStopped {
-            file: file.to_string(),
-        }),
-    }
-}
-
 impl StreamingParse {
     /// Batches are about this big: many small batches share the cores evenly.
     const BATCH: usize = 16 * 1024;
@@ -175,11 +148,7 @@ impl StreamingParse {
             let queue = self.queue.get_or_insert_with(|| {
                 let (queue, batches) = std::sync::mpsc::channel::<Batch>();
                 let batches = std::sync::Arc::new(std::sync::Mutex::new(batches));
-                let threads = std::thread::available_parallelism()
-                    .map(|n| n.get())
-                    .unwrap_or(1)
-                    .clamp(1, 8);
-                for _ in 0..threads {
+                for _ in 0..crate::engine::parallel::threads() {
                     let (batches, file) = (batches.clone(), self.file.clone());
                     self.workers.push(std::thread::spawn(move || {
                         let mut done = Vec::new();
@@ -214,7 +183,12 @@ impl StreamingParse {
         for worker in self.workers {
             match worker.join() {
                 Ok(done) => parts.extend(done),
-                Err(_) => parts.push((0, stopped(&self.file))),
+                // A panicked worker lost its batches: the render must fail, not shrink.
+                Err(_) => {
+                    return Err(ManifestError::ParserStopped {
+                        file: self.file.clone(),
+                    });
+                }
             }
         }
         parts.sort_by_key(|(index, _)| *index);
@@ -397,10 +371,6 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Object>, ManifestError> {
         texts.push((shown, text));
     }
     // Many small files parse in parallel, like one large text does.
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(8);
     let parse_all = |part: &[(String, String)]| -> Result<Vec<Object>, ManifestError> {
         let mut objects = Vec::new();
         for (shown, text) in part {
@@ -408,29 +378,13 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Object>, ManifestError> {
         }
         Ok(objects)
     };
-    if texts.len() < 64 || threads < 2 {
-        return parse_all(&texts);
-    }
-    let per_thread = texts.len().div_ceil(threads);
-    let parts: Vec<Result<Vec<Object>, ManifestError>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = texts
-            .chunks(per_thread)
-            .map(|part| scope.spawn(move || parse_all(part)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(ManifestError::ParserStopped {
-                        file: dir.display().to_string(),
-                    })
-                })
-            })
-            .collect()
-    });
     let mut objects = Vec::new();
-    for part in parts {
-        objects.extend(part?);
+    for part in crate::engine::parallel::map_runs(&texts, 64, parse_all) {
+        objects.extend(part.unwrap_or_else(|| {
+            Err(ManifestError::ParserStopped {
+                file: dir.display().to_string(),
+            })
+        })?);
     }
     Ok(objects)
 }
