@@ -156,14 +156,7 @@ impl TestEnv {
     /// A fresh namespace on this binary's control plane. `name` becomes part of it, so a
     /// failing test's objects are easy to find.
     pub async fn new(name: &str) -> Self {
-        let plane = control_plane();
-        let client = client_for(&plane.kubeconfig).await;
-        let namespace = unique_namespace(&client, name).await;
-        Self {
-            client,
-            kubeconfig: plane.kubeconfig.clone(),
-            namespace,
-        }
+        Self::on(control_plane(), name).await
     }
 
     /// A fresh namespace on the control plane without controllers, with convoy's CRDs: for
@@ -173,6 +166,10 @@ impl TestEnv {
         static CRDS: OnceLock<()> = OnceLock::new();
         let plane = still_control_plane();
         CRDS.get_or_init(|| install_crds(&plane.kubeconfig));
+        Self::on(plane, name).await
+    }
+
+    async fn on(plane: &ControlPlane, name: &str) -> Self {
         let client = client_for(&plane.kubeconfig).await;
         let namespace = unique_namespace(&client, name).await;
         Self {
