@@ -159,13 +159,24 @@ async fn controller_and_observer_as_two_processes_behave_like_one() {
     )
     .await;
     all_true(&f).await;
-    assert!(controller.metric("convoy_reconciles_total", &["loop=\"controller\""]) > 0.0);
+    // A loop counts a pass when it ends, just after its status write: wait for the counts.
+    let (controller, observer) = (&controller, &observer);
+    eventually(
+        "each role's loops to count their passes",
+        Duration::from_secs(30),
+        || async move {
+            let counted = controller.metric("convoy_reconciles_total", &["loop=\"controller\""])
+                > 0.0
+                && observer.metric("convoy_reconciles_total", &["loop=\"health\""]) > 0.0
+                && observer.metric("convoy_reconciles_total", &["loop=\"drift\""]) > 0.0;
+            counted.then_some(())
+        },
+    )
+    .await;
     assert_eq!(
         controller.metric("convoy_reconciles_total", &["loop=\"health\""]),
         0.0
     );
-    assert!(observer.metric("convoy_reconciles_total", &["loop=\"health\""]) > 0.0);
-    assert!(observer.metric("convoy_reconciles_total", &["loop=\"drift\""]) > 0.0);
     assert_eq!(
         observer.metric("convoy_reconciles_total", &["loop=\"controller\""]),
         0.0
