@@ -84,12 +84,49 @@ impl InventoryEntry {
 }
 
 /// Identity of an object on a cluster, as the inventory keys it.
-#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Serialize, Deserialize, Debug, Clone, Default, Hash)]
 pub struct ObjectKey {
     pub group: String,
     pub kind: String,
     pub namespace: String,
     pub name: String,
+}
+
+// Keys are compared by hand, field by field as a derive would, because most keys hold an
+// empty group or namespace: comparing two empty `String`s calls `memcmp` with length 0 on
+// their placeholder address 0x1, and glibc's AVX-512 `memcmp` loads from it under a mask,
+// which costs the CPU a fault-suppression assist (~140 ns instead of ~3 ns, measured on this
+// project's machines). Sorting and de-duplicating a 600-object render took 4 ms that way.
+impl Ord for ObjectKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        text_cmp(&self.group, &other.group)
+            .then_with(|| text_cmp(&self.kind, &other.kind))
+            .then_with(|| text_cmp(&self.namespace, &other.namespace))
+            .then_with(|| text_cmp(&self.name, &other.name))
+    }
+}
+
+impl PartialOrd for ObjectKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for ObjectKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for ObjectKey {}
+
+/// `a.cmp(b)`, without calling `memcmp` when either is empty (see [`ObjectKey`]'s `Ord`).
+fn text_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    if a.is_empty() || b.is_empty() {
+        a.len().cmp(&b.len())
+    } else {
+        a.cmp(b)
+    }
 }
 
 impl std::fmt::Display for ObjectKey {
@@ -172,5 +209,48 @@ impl HookState {
     /// Whether the hook has ended.
     pub fn is_terminal(self) -> bool {
         matches!(self, HookState::Succeeded | HookState::Failed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(group: &str, kind: &str, namespace: &str, name: &str) -> ObjectKey {
+        ObjectKey {
+            group: group.into(),
+            kind: kind.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn keys_order_field_by_field_with_empty_fields_first() {
+        let texts = ["", "a", "apps", "b", "ab"];
+        let mut keys = Vec::new();
+        for g in texts {
+            for k in texts {
+                for ns in texts {
+                    for n in ["", "x", "web"] {
+                        keys.push(key(g, k, ns, n));
+                    }
+                }
+            }
+        }
+        let tuple = |k: &ObjectKey| {
+            (
+                k.group.clone(),
+                k.kind.clone(),
+                k.namespace.clone(),
+                k.name.clone(),
+            )
+        };
+        for a in &keys {
+            for b in &keys {
+                assert_eq!(a.cmp(b), tuple(a).cmp(&tuple(b)), "{a:?} vs {b:?}");
+                assert_eq!(a == b, tuple(a) == tuple(b), "{a:?} vs {b:?}");
+            }
+        }
     }
 }
