@@ -84,7 +84,7 @@ impl InventoryEntry {
 }
 
 /// Identity of an object on a cluster, as the inventory keys it.
-#[derive(Serialize, Deserialize, Debug, Clone, Default, Hash)]
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
 pub struct ObjectKey {
     pub group: String,
     pub kind: String,
@@ -119,6 +119,15 @@ impl PartialEq for ObjectKey {
 }
 
 impl Eq for ObjectKey {}
+
+impl std::hash::Hash for ObjectKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.group.hash(state);
+        self.kind.hash(state);
+        self.namespace.hash(state);
+        self.name.hash(state);
+    }
+}
 
 /// `a.cmp(b)`, without calling `memcmp` when either is empty (see [`ObjectKey`]'s `Ord`).
 fn text_cmp(a: &str, b: &str) -> std::cmp::Ordering {
