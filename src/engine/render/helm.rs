@@ -232,6 +232,9 @@ pub async fn template(
         .map_err(|e| RenderError::Tool(format!("cannot run {}: {e}", helm.display())))?;
     tracing::debug!("helm template started");
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    if let Some(stdout) = &stdout {
+        widen_pipe(stdout);
+    }
     let read_failed = |e: std::io::Error| {
         RenderError::Tool(format!("cannot read the output of {}: {e}", helm.display()))
     };
@@ -239,7 +242,7 @@ pub async fn template(
     let parse = async {
         let mut parse = StreamingParse::new("helm template output");
         if let Some(mut stdout) = stdout {
-            let mut buf = vec![0u8; 64 * 1024];
+            let mut buf = vec![0u8; 256 * 1024];
             loop {
                 let n = stdout.read(&mut buf).await?;
                 if n == 0 {
@@ -269,6 +272,24 @@ pub async fn template(
     tracing::debug!("helm template finished");
     parse.finish().map_err(RenderError::Manifests)
 }
+
+/// helm prints its whole output in one write once it has rendered, then exits. In a pipe of
+/// the default 64 KiB it waits for the reader to take each 64 KiB, competing for the cores
+/// with the parse of what it already wrote; a pipe as large as the system allows (1 MiB by
+/// default) takes a large chart's output at once and lets helm exit while it is parsed.
+#[cfg(target_os = "linux")]
+fn widen_pipe(pipe: &impl std::os::fd::AsFd) {
+    let max = std::fs::read_to_string("/proc/sys/fs/pipe-max-size")
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .unwrap_or(1 << 20);
+    if let Err(e) = rustix::pipe::fcntl_setpipe_size(pipe, max.min(16 << 20)) {
+        tracing::debug!("cannot enlarge the pipe from helm: {e}");
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn widen_pipe<T>(_pipe: &T) {}
 
 fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
