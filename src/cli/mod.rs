@@ -7,6 +7,7 @@ pub mod commands;
 pub mod exit;
 pub mod generate;
 pub mod output;
+pub mod plain_yaml_out;
 pub mod progress;
 pub mod release_input;
 pub mod store_args;

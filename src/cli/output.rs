@@ -70,6 +70,11 @@ fn yaml_part(objects: &[&serde_json::Value]) -> Result<String, String> {
     let mut out = String::new();
     for object in objects {
         out.push_str("---\n");
+        let start = out.len();
+        if crate::cli::plain_yaml_out::write_document(&mut out, object) {
+            continue;
+        }
+        out.truncate(start);
         let text =
             serde_saphyr::to_string(&Ordered(object, Level::Top)).map_err(|e| e.to_string())?;
         out.push_str(&text);
@@ -78,6 +83,19 @@ fn yaml_part(objects: &[&serde_json::Value]) -> Result<String, String> {
         }
     }
     Ok(out)
+}
+
+/// The same documents, all written by serde-saphyr (what the quick writer is tested against).
+#[cfg(test)]
+pub fn yaml_documents_long_way<'a>(
+    objects: impl IntoIterator<Item = &'a serde_json::Value>,
+) -> String {
+    let mut out = String::new();
+    for object in objects {
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(&Ordered(object, Level::Top)).unwrap_or_default());
+    }
+    out
 }
 
 /// One value as YAML with the same key order.
@@ -101,8 +119,8 @@ impl serde::Serialize for Ordered<'_> {
         match self.0 {
             Value::Object(map) => {
                 let first: &[&str] = match self.1 {
-                    Level::Top => &["apiVersion", "kind", "metadata"],
-                    Level::Metadata => &["name", "namespace", "labels", "annotations"],
+                    Level::Top => crate::cli::plain_yaml_out::TOP_FIRST,
+                    Level::Metadata => crate::cli::plain_yaml_out::METADATA_FIRST,
                     Level::Other => &[],
                 };
                 let mut m = serializer.serialize_map(Some(map.len()))?;

@@ -130,7 +130,7 @@ enum Frame {
 /// `8080/TCP`) is a string when it holds a character no number, `.inf` or `.nan` spelling has;
 /// any other is a string unless it is one of the words YAML 1.1 or 1.2 read as null, a bool or
 /// a float.
-fn plain_is_string(text: &str) -> bool {
+pub fn plain_is_string(text: &str) -> bool {
     const WORDS: [&str; 12] = [
         "null", "true", "false", "yes", "no", "y", "n", "on", "off", "nan", "inf", "infinity",
     ];
