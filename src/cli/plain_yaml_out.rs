@@ -148,6 +148,8 @@ fn is_plain_text(s: &str) -> bool {
             .iter()
             .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'/' | b'-' | b':'))
         && crate::engine::render::plain_yaml::plain_is_string(s)
+        // A YAML 1.1 timestamp (`2001-12-14T21:59:43Z`), which serde-saphyr quotes.
+        && !(first.is_ascii_digit() && s.contains(['T', 't', 'Z', 'z']))
 }
 
 #[cfg(test)]
@@ -321,6 +323,15 @@ mod tests {
             "sh -c 'echo hi'",
             "C:\\dir",
             "\u{85}x",
+            "2001-12-14T21:59:43Z",
+            "2001-12-14t21:59:43Z",
+            "2024-01-01T00:00:00.123Z",
+            "2001-1-1T1:2:3Z",
+            "2001-12-14T21:59:43",
+            "1Z",
+            "1z",
+            "1t",
+            "v2001-12-14T21:59:43Z",
         ];
         let long: Vec<String> = [79, 80, 81, 200]
             .iter()

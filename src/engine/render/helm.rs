@@ -276,7 +276,9 @@ pub async fn template(
 /// helm prints its whole output in one write once it has rendered, then exits. In a pipe of
 /// the default 64 KiB it waits for the reader to take each 64 KiB, competing for the cores
 /// with the parse of what it already wrote; a pipe as large as the system allows (1 MiB by
-/// default) takes a large chart's output at once and lets helm exit while it is parsed.
+/// default) takes a large chart's output at once and lets helm exit while it is parsed. Each
+/// such pipe counts against the user's pipe quota (`pipe-user-pages-soft`, 64 MiB by default)
+/// while helm runs; past it widening fails and new pipes are smaller, which costs only speed.
 #[cfg(target_os = "linux")]
 fn widen_pipe(pipe: &impl std::os::fd::AsFd) {
     let max = std::fs::read_to_string("/proc/sys/fs/pipe-max-size")
