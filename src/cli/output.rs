@@ -85,29 +85,45 @@ fn yaml_part(objects: &[&serde_json::Value]) -> Result<String, String> {
     Ok(out)
 }
 
-/// The same documents, all written by serde-saphyr (what the quick writer is tested against).
-#[cfg(test)]
-pub fn yaml_documents_long_way<'a>(
-    objects: impl IntoIterator<Item = &'a serde_json::Value>,
-) -> String {
-    let mut out = String::new();
-    for object in objects {
-        out.push_str("---\n");
-        out.push_str(&serde_saphyr::to_string(&Ordered(object, Level::Top)).unwrap_or_default());
-    }
-    out
-}
-
 /// One value as YAML with the same key order.
 pub fn yaml_value(value: &serde_json::Value) -> Result<String, String> {
     serde_saphyr::to_string(&Ordered(value, Level::Top)).map_err(|e| e.to_string())
 }
 
+/// Where a mapping sits in an object, which decides the order of its keys.
 #[derive(Clone, Copy, PartialEq)]
-enum Level {
+pub(crate) enum Level {
     Top,
     Metadata,
     Other,
+}
+
+impl Level {
+    /// A mapping's entries in the order people read them — `apiVersion`, `kind`, `metadata`
+    /// first at the top, `name`, `namespace`, `labels`, `annotations` first in `metadata`, then
+    /// the rest alphabetically (serde_json's map order) — each with its value's level.
+    pub(crate) fn entries(
+        self,
+        map: &serde_json::Map<String, serde_json::Value>,
+    ) -> impl Iterator<Item = (&String, &serde_json::Value, Level)> {
+        let first: &'static [&'static str] = match self {
+            Level::Top => &["apiVersion", "kind", "metadata"],
+            Level::Metadata => &["name", "namespace", "labels", "annotations"],
+            Level::Other => &[],
+        };
+        let firsts = first.iter().filter_map(|k| map.get_key_value(*k));
+        let rest = map
+            .iter()
+            .filter(move |(k, _)| !first.contains(&k.as_str()));
+        firsts.chain(rest).map(move |(k, v)| {
+            let level = if self == Level::Top && k == "metadata" {
+                Level::Metadata
+            } else {
+                Level::Other
+            };
+            (k, v, level)
+        })
+    }
 }
 
 struct Ordered<'a>(&'a serde_json::Value, Level);
@@ -118,26 +134,9 @@ impl serde::Serialize for Ordered<'_> {
         use serde_json::Value;
         match self.0 {
             Value::Object(map) => {
-                let first: &[&str] = match self.1 {
-                    Level::Top => crate::cli::plain_yaml_out::TOP_FIRST,
-                    Level::Metadata => crate::cli::plain_yaml_out::METADATA_FIRST,
-                    Level::Other => &[],
-                };
                 let mut m = serializer.serialize_map(Some(map.len()))?;
-                for key in first {
-                    if let Some(v) = map.get(*key) {
-                        let level = if self.1 == Level::Top && *key == "metadata" {
-                            Level::Metadata
-                        } else {
-                            Level::Other
-                        };
-                        m.serialize_entry(key, &Ordered(v, level))?;
-                    }
-                }
-                for (k, v) in map {
-                    if !first.contains(&k.as_str()) {
-                        m.serialize_entry(k, &Ordered(v, Level::Other))?;
-                    }
+                for (k, v, level) in self.1.entries(map) {
+                    m.serialize_entry(k, &Ordered(v, level))?;
                 }
                 m.end()
             }

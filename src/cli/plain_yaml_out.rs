@@ -9,33 +9,28 @@
 
 use serde_json::Value;
 
-/// Keys written first, in this order, at the top level and in `metadata`; then the rest in
-/// alphabetical order (serde_json's map order).
-pub const TOP_FIRST: &[&str] = &["apiVersion", "kind", "metadata"];
-pub const METADATA_FIRST: &[&str] = &["name", "namespace", "labels", "annotations"];
+use crate::cli::output::Level;
 
 /// Append `object` (a mapping) as one YAML document body, or return `false` when it holds
 /// something this writer leaves to serde-saphyr (`out` then holds a partial text the caller
 /// cuts off).
 pub fn write_document(out: &mut String, object: &Value) -> bool {
     match object {
-        Value::Object(map) if !map.is_empty() => write_map(out, map, 0, TOP_FIRST, false),
+        Value::Object(map) if !map.is_empty() => write_map(out, map, 0, Level::Top, false),
         _ => false,
     }
 }
 
-/// Mapping entries at `indent` spaces, one per line; with `inline_first` the first entry
-/// follows a `- ` already written.
+/// Mapping entries at `indent` spaces, one per line, in `level`'s key order; with
+/// `inline_first` the first entry follows a `- ` already written.
 fn write_map(
     out: &mut String,
     map: &serde_json::Map<String, Value>,
     indent: usize,
-    first: &[&str],
+    level: Level,
     inline_first: bool,
 ) -> bool {
-    let firsts = first.iter().filter_map(|k| map.get_key_value(*k));
-    let rest = map.iter().filter(|(k, _)| !first.contains(&k.as_str()));
-    for (i, (key, value)) in firsts.chain(rest).enumerate() {
+    for (i, (key, value, inner_level)) in level.entries(map).enumerate() {
         // serde-saphyr quotes keys with a colon.
         if key.len() > FOLD_AFTER || !is_plain_text(key) || key.contains(':') {
             return false;
@@ -48,12 +43,7 @@ fn write_map(
         let ok = match value {
             Value::Object(inner) if !inner.is_empty() => {
                 out.push('\n');
-                let inner_first = if first == TOP_FIRST && key == "metadata" {
-                    METADATA_FIRST
-                } else {
-                    &[]
-                };
-                write_map(out, inner, indent + 2, inner_first, false)
+                write_map(out, inner, indent + 2, inner_level, false)
             }
             Value::Array(items) if !items.is_empty() => {
                 out.push('\n');
@@ -81,7 +71,7 @@ fn write_seq(out: &mut String, items: &[Value], indent: usize, inline_first: boo
         out.push_str("- ");
         let ok = match item {
             Value::Object(inner) if !inner.is_empty() => {
-                write_map(out, inner, indent + 2, &[], true)
+                write_map(out, inner, indent + 2, Level::Other, true)
             }
             Value::Array(inner) if !inner.is_empty() => write_seq(out, inner, indent + 2, true),
             scalar => write_line(out, scalar, indent + 2),
@@ -159,9 +149,7 @@ mod tests {
 
     /// What serde-saphyr writes for the object, the way `convoy render` calls it.
     fn long_way(object: &Value) -> String {
-        let mut one = crate::cli::output::yaml_documents_long_way(std::iter::once(object));
-        one.drain(..4);
-        one
+        crate::cli::output::yaml_value(object).unwrap()
     }
 
     /// The quick writer's text, or `None` where it leaves the object to serde-saphyr.
