@@ -176,6 +176,7 @@ async fn main() {
         .arg(&env.kubeconfig)
         .args([
             "daemon",
+            "--allow-file-urls",
             "--listen",
             &format!("127.0.0.1:{port}"),
             "--watch-namespace",

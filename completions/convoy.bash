@@ -185,7 +185,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__daemon)
-            opts="-n -o -v -q -h --role --shards --lease-namespace --identity --lease-duration --listen --workers --concurrency --cache-dir --watch-namespace --render-store --resync --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            opts="-n -o -v -q -h --role --shards --lease-namespace --identity --lease-duration --listen --workers --concurrency --cache-dir --watch-namespace --render-store --resync --allow-file-urls --default-service-account --allow-cross-namespace-refs --insecure-kubeconfig-exec --insecure-kubeconfig-tls --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -239,6 +239,10 @@ _convoy() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --default-service-account)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --kubeconfig)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -275,7 +279,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__diff)
-            opts="-f -U -n -o -v -q -h --filename --source-dir --concurrency --unified --cache-dir --render-store --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            opts="-f -U -n -o -v -q -h --filename --source-dir --concurrency --unified --cache-dir --render-store --default-service-account --allow-cross-namespace-refs --insecure-kubeconfig-exec --insecure-kubeconfig-tls --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -310,6 +314,10 @@ _convoy() {
                     return 0
                     ;;
                 --render-store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --default-service-account)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -391,12 +399,16 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__health)
-            opts="-n -o -v -q -h --watch --live --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            opts="-n -o -v -q -h --watch --live --default-service-account --allow-cross-namespace-refs --insecure-kubeconfig-exec --insecure-kubeconfig-tls --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --default-service-account)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --kubeconfig)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -675,13 +687,17 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__install)
-            opts="-n -o -v -q -h --crds-only --dry-run --image --timeout --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            opts="-n -o -v -q -h --crds-only --dry-run --image --cluster-admin --tenant --timeout --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --image)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tenant)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -771,7 +787,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__render)
-            opts="-f -n -o -v -q -h --filename --source-dir --ref-only --cache-dir --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            opts="-f -n -o -v -q -h --filename --source-dir --ref-only --cache-dir --default-service-account --allow-cross-namespace-refs --insecure-kubeconfig-exec --insecure-kubeconfig-tls --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -790,6 +806,10 @@ _convoy() {
                     return 0
                     ;;
                 --cache-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --default-service-account)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -871,7 +891,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__sync)
-            opts="-y -n -o -v -q -h --force --yes --request --wait --timeout --concurrency --cache-dir --render-store --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            opts="-y -n -o -v -q -h --force --yes --request --wait --timeout --concurrency --cache-dir --render-store --default-service-account --allow-cross-namespace-refs --insecure-kubeconfig-exec --insecure-kubeconfig-tls --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -890,6 +910,10 @@ _convoy() {
                     return 0
                     ;;
                 --render-store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --default-service-account)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

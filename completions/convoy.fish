@@ -54,6 +54,7 @@ complete -c convoy -n "__fish_convoy_needs_command" -f -a "help" -d 'Print this 
 complete -c convoy -n "__fish_convoy_using_subcommand render" -s f -l filename -d 'Read the Release, its source objects and value layers from these files instead of the cluster' -r -F
 complete -c convoy -n "__fish_convoy_using_subcommand render" -l source-dir -d 'Use this local directory as the source\'s root (spec.source.path applies inside it)' -r -F
 complete -c convoy -n "__fish_convoy_using_subcommand render" -l cache-dir -d 'Where fetched sources are cached (default: $CONVOY_CACHE_DIR or ~/.cache/convoy)' -r -F
+complete -c convoy -n "__fish_convoy_using_subcommand render" -l default-service-account -d 'Impersonate this ServiceAccount of each Release\'s namespace for Releases that name no spec.serviceAccountName (Releases never act as convoy itself then)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand render" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
 complete -c convoy -n "__fish_convoy_using_subcommand render" -l context -d 'The kubeconfig context to use' -r
 complete -c convoy -n "__fish_convoy_using_subcommand render" -s n -l namespace -d 'Namespace of the Release (default: the context\'s namespace)' -r
@@ -64,6 +65,9 @@ diff\t'Only for `convoy diff`'"
 complete -c convoy -n "__fish_convoy_using_subcommand render" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
 complete -c convoy -n "__fish_convoy_using_subcommand render" -l ref-only -d 'Print only the renderRef'
+complete -c convoy -n "__fish_convoy_using_subcommand render" -l allow-cross-namespace-refs -d 'Let a Release target, mutate into or render objects for namespaces other than its own'
+complete -c convoy -n "__fish_convoy_using_subcommand render" -l insecure-kubeconfig-exec -d 'Let a Cluster\'s kubeconfig run exec credential and auth-provider plugins (they run commands as convoy)'
+complete -c convoy -n "__fish_convoy_using_subcommand render" -l insecure-kubeconfig-tls -d 'Let a Cluster\'s kubeconfig turn off TLS verification'
 complete -c convoy -n "__fish_convoy_using_subcommand render" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
 complete -c convoy -n "__fish_convoy_using_subcommand render" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand render" -s q -l quiet -d 'Only errors on stderr'
@@ -74,6 +78,7 @@ complete -c convoy -n "__fish_convoy_using_subcommand diff" -l concurrency -d 'D
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -s U -l unified -d 'Lines of context around each change (like diff -U)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -l cache-dir -d 'Where fetched sources are cached (default: $CONVOY_CACHE_DIR or ~/.cache/convoy)' -r -F
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -l render-store -d 'Where renders and history are kept: kubernetes (Secrets in convoy-system, as the daemon keeps them), kubernetes:NAMESPACE, dir:PATH, or none' -r
+complete -c convoy -n "__fish_convoy_using_subcommand diff" -l default-service-account -d 'Impersonate this ServiceAccount of each Release\'s namespace for Releases that name no spec.serviceAccountName (Releases never act as convoy itself then)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -l context -d 'The kubeconfig context to use' -r
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -s n -l namespace -d 'Namespace of the Release (default: the context\'s namespace)' -r
@@ -83,6 +88,9 @@ json\t''
 diff\t'Only for `convoy diff`'"
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
+complete -c convoy -n "__fish_convoy_using_subcommand diff" -l allow-cross-namespace-refs -d 'Let a Release target, mutate into or render objects for namespaces other than its own'
+complete -c convoy -n "__fish_convoy_using_subcommand diff" -l insecure-kubeconfig-exec -d 'Let a Cluster\'s kubeconfig run exec credential and auth-provider plugins (they run commands as convoy)'
+complete -c convoy -n "__fish_convoy_using_subcommand diff" -l insecure-kubeconfig-tls -d 'Let a Cluster\'s kubeconfig turn off TLS verification'
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -s q -l quiet -d 'Only errors on stderr'
@@ -91,6 +99,7 @@ complete -c convoy -n "__fish_convoy_using_subcommand sync" -l timeout -d 'How l
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -l concurrency -d 'Requests in flight per apply step' -r
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -l cache-dir -d 'Where fetched sources are cached (default: $CONVOY_CACHE_DIR or ~/.cache/convoy)' -r -F
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -l render-store -d 'Where renders and history are kept: kubernetes (Secrets in convoy-system, as the daemon keeps them), kubernetes:NAMESPACE, dir:PATH, or none' -r
+complete -c convoy -n "__fish_convoy_using_subcommand sync" -l default-service-account -d 'Impersonate this ServiceAccount of each Release\'s namespace for Releases that name no spec.serviceAccountName (Releases never act as convoy itself then)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -l context -d 'The kubeconfig context to use' -r
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -s n -l namespace -d 'Namespace of the Release (default: the context\'s namespace)' -r
@@ -104,6 +113,9 @@ complete -c convoy -n "__fish_convoy_using_subcommand sync" -l force -d 'A force
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -s y -l yes -d 'Do not ask for confirmation of --force'
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -l request -d 'Only write the /sync request for the daemon; do not reconcile here'
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -l wait -d 'With --request: wait until the daemon handled the request'
+complete -c convoy -n "__fish_convoy_using_subcommand sync" -l allow-cross-namespace-refs -d 'Let a Release target, mutate into or render objects for namespaces other than its own'
+complete -c convoy -n "__fish_convoy_using_subcommand sync" -l insecure-kubeconfig-exec -d 'Let a Cluster\'s kubeconfig run exec credential and auth-provider plugins (they run commands as convoy)'
+complete -c convoy -n "__fish_convoy_using_subcommand sync" -l insecure-kubeconfig-tls -d 'Let a Cluster\'s kubeconfig turn off TLS verification'
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -s q -l quiet -d 'Only errors on stderr'
@@ -121,6 +133,7 @@ complete -c convoy -n "__fish_convoy_using_subcommand status" -l no-color -d 'Ne
 complete -c convoy -n "__fish_convoy_using_subcommand status" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand status" -s q -l quiet -d 'Only errors on stderr'
 complete -c convoy -n "__fish_convoy_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c convoy -n "__fish_convoy_using_subcommand health" -l default-service-account -d 'Impersonate this ServiceAccount of each Release\'s namespace for Releases that name no spec.serviceAccountName (Releases never act as convoy itself then)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand health" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
 complete -c convoy -n "__fish_convoy_using_subcommand health" -l context -d 'The kubeconfig context to use' -r
 complete -c convoy -n "__fish_convoy_using_subcommand health" -s n -l namespace -d 'Namespace of the Release (default: the context\'s namespace)' -r
@@ -132,6 +145,9 @@ complete -c convoy -n "__fish_convoy_using_subcommand health" -l log-format -d '
 json\t''"
 complete -c convoy -n "__fish_convoy_using_subcommand health" -l watch -d 'Redraw on every change until every object is Healthy (or Ctrl-C)'
 complete -c convoy -n "__fish_convoy_using_subcommand health" -l live -d 'Assess now with the same rules as the health loop, writing nothing'
+complete -c convoy -n "__fish_convoy_using_subcommand health" -l allow-cross-namespace-refs -d 'Let a Release target, mutate into or render objects for namespaces other than its own'
+complete -c convoy -n "__fish_convoy_using_subcommand health" -l insecure-kubeconfig-exec -d 'Let a Cluster\'s kubeconfig run exec credential and auth-provider plugins (they run commands as convoy)'
+complete -c convoy -n "__fish_convoy_using_subcommand health" -l insecure-kubeconfig-tls -d 'Let a Cluster\'s kubeconfig turn off TLS verification'
 complete -c convoy -n "__fish_convoy_using_subcommand health" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
 complete -c convoy -n "__fish_convoy_using_subcommand health" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand health" -s q -l quiet -d 'Only errors on stderr'
@@ -192,6 +208,7 @@ complete -c convoy -n "__fish_convoy_using_subcommand history" -s v -l verbose -
 complete -c convoy -n "__fish_convoy_using_subcommand history" -s q -l quiet -d 'Only errors on stderr'
 complete -c convoy -n "__fish_convoy_using_subcommand history" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l image -d 'Image of the daemon' -r
+complete -c convoy -n "__fish_convoy_using_subcommand install" -l tenant -d 'Only set up namespace NS for a locked-down daemon: the convoy-deployer ServiceAccount, bound to the built-in admin role in NS' -r
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l timeout -d 'How long to wait for the CRDs to become Established' -r
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l context -d 'The kubeconfig context to use' -r
@@ -204,6 +221,7 @@ complete -c convoy -n "__fish_convoy_using_subcommand install" -l log-format -d 
 json\t''"
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l crds-only -d 'Install only the CRDs (enough for `convoy sync` from a laptop)'
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l dry-run -d 'Print what would be installed instead of applying it'
+complete -c convoy -n "__fish_convoy_using_subcommand install" -l cluster-admin -d 'Give the daemon write access to every kind in every namespace and let Releases without a ServiceAccount act as convoy (anyone who can write a Release or its source then controls the cluster)'
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
 complete -c convoy -n "__fish_convoy_using_subcommand install" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand install" -s q -l quiet -d 'Only errors on stderr'
@@ -222,6 +240,7 @@ complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l cache-dir -d 'W
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l watch-namespace -d 'Watch only these namespaces (comma-separated or repeated; default: all)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l render-store -d 'Where renders and history are kept: kubernetes (Secrets in the Lease namespace), kubernetes:NAMESPACE, dir:PATH, or none (no pins, rollbacks or history)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l resync -d 'How often every Release is looked at again even without events' -r
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l default-service-account -d 'Impersonate this ServiceAccount of each Release\'s namespace for Releases that name no spec.serviceAccountName (Releases never act as convoy itself then)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l context -d 'The kubeconfig context to use' -r
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -s n -l namespace -d 'Namespace of the Release (default: the context\'s namespace)' -r
@@ -231,6 +250,10 @@ json\t''
 diff\t'Only for `convoy diff`'"
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l allow-file-urls -d 'Let GitRepositories name file:// URLs (local paths on the daemon\'s machine; never convoy\'s own cache)'
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l allow-cross-namespace-refs -d 'Let a Release target, mutate into or render objects for namespaces other than its own'
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l insecure-kubeconfig-exec -d 'Let a Cluster\'s kubeconfig run exec credential and auth-provider plugins (they run commands as convoy)'
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l insecure-kubeconfig-tls -d 'Let a Cluster\'s kubeconfig turn off TLS verification'
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -s q -l quiet -d 'Only errors on stderr'

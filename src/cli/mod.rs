@@ -12,6 +12,7 @@ pub mod progress;
 pub mod release_input;
 pub mod store_args;
 pub mod table;
+pub mod tenancy_args;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -36,7 +36,7 @@ use self::shard::{HeldShards, LeaseConfig, cluster_key};
 use crate::engine::api::{
     Cluster, GitRepository, HelmRegistry, OCIRegistry, Release, ReleaseInventory,
 };
-use crate::engine::connect::Connection;
+use crate::engine::connect::{ClientFactory, Connection};
 use crate::engine::health::HealthMemory;
 use crate::engine::reconcile::{Context, OwnsEveryShard, ShardGate};
 use crate::engine::source::{Cache as SourceCache, Coordinator};
@@ -79,13 +79,17 @@ pub struct DaemonConfig {
     pub resync: Duration,
     /// Only these namespaces (all when empty).
     pub namespaces: Vec<String>,
+    /// As whom Releases act and what they may reach.
+    pub tenancy: crate::engine::tenancy::Tenancy,
+    /// What sources may be fetched from.
+    pub sources: crate::engine::source::SourcePolicy,
 }
 
 /// Why the daemon could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
     #[error("cannot build the Kubernetes client")]
-    Client(#[source] kube::Error),
+    Connect(#[source] crate::engine::connect::ConnectError),
     #[error("cannot listen on {addr}")]
     Listen {
         addr: SocketAddr,
@@ -110,17 +114,16 @@ impl crate::engine::reconcile::ReleaseIndex for ReleasesByCluster {
 /// Run until SIGTERM or Ctrl-C; then finish the passes in flight, release the Leases, return.
 pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), DaemonError> {
     let metrics = Metrics::new();
-    let server = kube_config.cluster_url.to_string();
-    let default_namespace = kube_config.default_namespace.clone();
-    let client: Client = kube::client::ClientBuilder::try_from(kube_config)
-        .map_err(DaemonError::Client)?
-        .with_layer(&CountRequestsLayer(metrics.clone()))
-        .build();
-    let home = Connection {
-        client: client.clone(),
-        server,
-        default_namespace,
-    };
+    // Every client the daemon builds (its own, and those that impersonate a Release's
+    // ServiceAccount) counts its requests.
+    let layer = CountRequestsLayer(metrics.clone());
+    let factory: ClientFactory = Arc::new(move |config| {
+        Ok(kube::client::ClientBuilder::try_from(config)?
+            .with_layer(&layer)
+            .build())
+    });
+    let home = Connection::with_factory(kube_config, factory).map_err(DaemonError::Connect)?;
+    let client: Client = home.client.clone();
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
 
     let held = HeldShards::new(config.shards);
@@ -129,9 +132,13 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
     } else {
         Arc::new(held.clone())
     };
-    let coordinator = Arc::new(Coordinator::new(SourceCache::new(config.cache_dir.clone())));
+    let coordinator = Arc::new(Coordinator::with_policy(
+        SourceCache::new(config.cache_dir.clone()),
+        config.sources.clone(),
+    ));
     let mut ctx = Context::new(home.clone(), coordinator);
     ctx.shard = gate;
+    ctx.tenancy = Arc::new(config.tenancy.clone());
     ctx.concurrency = config.concurrency;
     ctx.store = config.render_store.open(&client, &config.lease_namespace);
     let releases: Arc<informer::Cache<Release>> = Arc::default();

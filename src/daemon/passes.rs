@@ -159,7 +159,18 @@ pub async fn cluster(shared: Arc<Shared>, key: String, _failures: u32) -> PassRe
     let mut status = old.clone();
     status.observed_generation = cluster.metadata.generation;
     let at = now();
-    match connect_cluster(&shared.ctx.home, &cluster).await {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let connected = match shared
+        .ctx
+        .tenancy
+        .connection_in(&shared.ctx.home, &namespace)
+    {
+        Ok(tenant) => connect_cluster(&tenant, &shared.ctx.tenancy, &cluster)
+            .await
+            .map_err(anyhow::Error::new),
+        Err(e) => Err(anyhow::Error::new(e)),
+    };
+    match connected {
         Ok(target) => {
             status.version = target.resolved.version.clone();
             status.server = target.resolved.server.clone();
@@ -176,7 +187,7 @@ pub async fn cluster(shared: Arc<Shared>, key: String, _failures: u32) -> PassRe
             );
         }
         Err(e) => {
-            let message = format!("{:#}", anyhow::Error::new(e));
+            let message = format!("{e:#}");
             set_condition(
                 &mut status.conditions,
                 condition(
@@ -363,16 +374,9 @@ pub async fn git(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult
         return PassResult::Skip;
     };
     let namespace = repo.namespace().unwrap_or_default();
-    let reader = ObjectReader::Cluster(shared.ctx.home.client.clone());
-    let result = match git_request(&reader, &namespace, &repo.name_any(), None).await {
-        Err(e) => Err(e.to_string()),
-        Ok(request) => shared
-            .ctx
-            .coordinator
-            .ensure(&request.request, request.credentials.as_ref())
-            .await
-            .map(|a| Some((a.revision, a.digest)))
-            .map_err(|e| format!("{:#}", anyhow::Error::new(e))),
+    let result = match namespace_reader(&shared, &namespace) {
+        Err(e) => Err(e),
+        Ok(reader) => git_source(&shared, &reader, &namespace, &repo.name_any()).await,
     };
     let every = interval(repo.spec.interval.as_deref(), Duration::from_secs(60));
     finish_source(
@@ -386,12 +390,52 @@ pub async fn git(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult
     .await
 }
 
+/// Fetch a GitRepository's own ref: its revision and digest.
+async fn git_source(
+    shared: &Shared,
+    reader: &ObjectReader,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<(String, String)>, String> {
+    let request = git_request(reader, namespace, name, None)
+        .await
+        .map_err(|e| e.to_string())?;
+    shared
+        .ctx
+        .coordinator
+        .ensure(
+            &request.scope,
+            &request.request,
+            request.credentials.as_ref(),
+        )
+        .await
+        .map(|a| Some((a.revision, a.digest)))
+        .map_err(|e| format!("{:#}", anyhow::Error::new(e)))
+}
+
+/// How a source controller reads what a namespace's source names (its Secret): as that
+/// namespace's default ServiceAccount when the daemon impersonates one (engine::tenancy).
+fn namespace_reader(shared: &Shared, namespace: &str) -> Result<ObjectReader, String> {
+    let tenant = shared
+        .ctx
+        .tenancy
+        .connection_in(&shared.ctx.home, namespace)
+        .map_err(|e| format!("{:#}", anyhow::Error::new(e)))?;
+    Ok(ObjectReader::Tenant {
+        own: shared.ctx.home.client.clone(),
+        tenant: tenant.client,
+    })
+}
+
 /// The HelmRegistry controller: the repository index; a new index wakes its Releases.
 pub async fn helm(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
     let Some(registry) = shared.helms.get(&key) else {
         return PassResult::Skip;
     };
-    let reader = ObjectReader::Cluster(shared.ctx.home.client.clone());
+    let reader = match namespace_reader(&shared, &registry.namespace().unwrap_or_default()) {
+        Ok(reader) => reader,
+        Err(e) => return PassResult::Error(e),
+    };
     let credentials = match &registry.spec.secret_ref {
         Some(r) => reader
             .get::<k8s_openapi::api::core::v1::Secret>(

@@ -10,6 +10,7 @@ use kube::Api;
 use crate::engine::api::{Cluster, Release, ResolvedCluster};
 use crate::engine::connect::{ConnectError, Connection};
 use crate::engine::source::resolve::secret_data;
+use crate::engine::tenancy::Tenancy;
 
 /// Why the target cluster is not ready.
 #[derive(Debug, thiserror::Error)]
@@ -57,10 +58,21 @@ pub fn cluster_key(release: &Release) -> String {
     )
 }
 
-pub async fn resolve_target(home: &Connection, release: &Release) -> Result<Target, ClusterError> {
+pub async fn resolve_target(
+    home: &Connection,
+    tenancy: &Tenancy,
+    release: &Release,
+) -> Result<Target, ClusterError> {
     let namespace = release.metadata.namespace.clone().unwrap_or_default();
+    // The Release's identity on the cluster it lives in (see engine::tenancy).
+    let tenant = tenancy
+        .connection_for(home, release)
+        .map_err(|source| ClusterError::Connect {
+            cluster: "(the Release's own cluster)".to_string(),
+            source,
+        })?;
     let Some(name) = release.spec.cluster.clone() else {
-        return probe(home.clone(), None).await;
+        return probe(tenant, None).await;
     };
     let clusters: Api<Cluster> = Api::namespaced(home.client.clone(), &namespace);
     let cluster = clusters
@@ -75,11 +87,18 @@ pub async fn resolve_target(home: &Connection, release: &Release) -> Result<Targ
             namespace: namespace.clone(),
             name: name.clone(),
         })?;
-    connect_cluster(home, &cluster).await
+    connect_cluster(&tenant, tenancy, &cluster).await
 }
 
-/// Connect to a `Cluster` (its kubeconfig Secret, or in-cluster) and probe it.
-pub async fn connect_cluster(home: &Connection, cluster: &Cluster) -> Result<Target, ClusterError> {
+/// Connect to a `Cluster` (its kubeconfig Secret, or in-cluster) and probe it. `tenant` is
+/// the identity that reads the Secret and, for `inCluster`, that acts on the cluster convoy
+/// runs in; the kubeconfig may ask only what `tenancy.kubeconfig` allows.
+pub async fn connect_cluster(
+    tenant: &Connection,
+    tenancy: &Tenancy,
+    cluster: &Cluster,
+) -> Result<Target, ClusterError> {
+    let home = tenant;
     let namespace = cluster.metadata.namespace.clone().unwrap_or_default();
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let invalid = |message: String| ClusterError::Invalid {
@@ -114,7 +133,16 @@ pub async fn connect_cluster(home: &Connection, cluster: &Cluster) -> Result<Tar
         .get(&key)
         .ok_or_else(|| invalid(format!("Secret {:?} has no key {key:?}", secret_ref.name)))?;
     let yaml = String::from_utf8_lossy(bytes);
-    let conn = Connection::from_kubeconfig_yaml(&yaml)
+    let identity = format!(
+        "Cluster {namespace}/{name} Secret {}@{}",
+        secret_ref.name,
+        secret
+            .metadata
+            .resource_version
+            .as_deref()
+            .unwrap_or_default()
+    );
+    let conn = Connection::from_kubeconfig_yaml(&yaml, &tenancy.kubeconfig, identity)
         .await
         .map_err(|source| ClusterError::Connect {
             cluster: format!("{namespace}/{name}"),

@@ -2,9 +2,16 @@
 //! the environment (`KUBECONFIG`, then in-cluster).
 //!
 //! A [`Connection`] keeps the server address next to the client, so every "cannot reach" error
-//! can say which address it tried.
+//! can say which address it tried, and who it acts as, so a connection can be derived that
+//! impersonates a Release's ServiceAccount (tenancy) and caches can be keyed by identity.
+//!
+//! A kubeconfig from a `Cluster`'s Secret is a tenant's input: [`KubeconfigPolicy`] refuses
+//! what would make convoy run a command (exec and auth-provider plugins) or read its own
+//! files (token, certificate and key paths), and TLS without verification, unless the
+//! operator allows them.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -36,7 +43,79 @@ pub enum ConnectError {
         #[source]
         source: kube::Error,
     },
+    /// A kubeconfig from a Secret asks for something the policy refuses.
+    #[error("the kubeconfig {0}")]
+    Refused(String),
 }
+
+/// What a kubeconfig held in a Secret (a `Cluster`'s) may ask for. By default: inline data
+/// only. Flux's `--insecure-kubeconfig-exec` and `--insecure-kubeconfig-tls` are the models.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KubeconfigPolicy {
+    /// Exec credential plugins and auth-provider plugins (they run commands as convoy).
+    pub allow_exec: bool,
+    /// `insecure-skip-tls-verify`.
+    pub allow_insecure_tls: bool,
+}
+
+impl KubeconfigPolicy {
+    /// Refuse what `kubeconfig` asks for beyond the policy, naming the field.
+    pub fn check(&self, kubeconfig: &Kubeconfig) -> Result<(), ConnectError> {
+        let refuse = |what: String| Err(ConnectError::Refused(what));
+        for named in &kubeconfig.auth_infos {
+            let Some(user) = &named.auth_info else {
+                continue;
+            };
+            let at = |field: &str| format!("users[{}].user.{field}", named.name);
+            if !self.allow_exec && user.exec.is_some() {
+                return refuse(format!(
+                    "sets {}: exec credential plugins are refused (--insecure-kubeconfig-exec allows them)",
+                    at("exec")
+                ));
+            }
+            if !self.allow_exec && user.auth_provider.is_some() {
+                return refuse(format!(
+                    "sets {}: auth-provider plugins are refused (--insecure-kubeconfig-exec allows them)",
+                    at("auth-provider")
+                ));
+            }
+            for (field, set) in [
+                ("tokenFile", user.token_file.is_some()),
+                ("client-certificate", user.client_certificate.is_some()),
+                ("client-key", user.client_key.is_some()),
+            ] {
+                if set {
+                    return refuse(format!(
+                        "sets {}: file paths are refused, a kubeconfig in a Secret must carry its credentials inline (token, client-certificate-data, client-key-data)",
+                        at(field)
+                    ));
+                }
+            }
+        }
+        for named in &kubeconfig.clusters {
+            let Some(cluster) = &named.cluster else {
+                continue;
+            };
+            let at = |field: &str| format!("clusters[{}].cluster.{field}", named.name);
+            if cluster.certificate_authority.is_some() {
+                return refuse(format!(
+                    "sets {}: file paths are refused, use certificate-authority-data",
+                    at("certificate-authority")
+                ));
+            }
+            if !self.allow_insecure_tls && cluster.insecure_skip_tls_verify == Some(true) {
+                return refuse(format!(
+                    "sets {}: TLS without verification is refused (--insecure-kubeconfig-tls allows it)",
+                    at("insecure-skip-tls-verify")
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Builds a client from a config (the daemon adds its request-counting layer).
+pub type ClientFactory = Arc<dyn Fn(Config) -> Result<Client, kube::Error> + Send + Sync>;
 
 /// Where to find the kubeconfig, as a user names it.
 #[derive(Debug, Clone, Default)]
@@ -47,7 +126,7 @@ pub struct KubeconfigSource {
     pub context: Option<String>,
 }
 
-/// A client and the address it talks to.
+/// A client, the address it talks to, and who it acts as.
 #[derive(Clone)]
 pub struct Connection {
     pub client: Client,
@@ -55,12 +134,19 @@ pub struct Connection {
     /// The namespace of the kubeconfig context (or the service account), for commands that
     /// default to it.
     pub default_namespace: String,
+    /// Who the client acts as beyond its credentials: empty, or `as <user>` when it
+    /// impersonates, or the Cluster and credential version it came from. Caches of clients
+    /// (appliers, discovery) are keyed by server and identity.
+    pub identity: String,
+    config: Config,
+    factory: ClientFactory,
 }
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Connection")
             .field("server", &self.server)
+            .field("identity", &self.identity)
             .finish()
     }
 }
@@ -103,26 +189,39 @@ pub async fn load_config(source: &KubeconfigSource) -> Result<Config, ConnectErr
 }
 
 impl Connection {
-    /// Connect with a kubeconfig held in memory (a `Cluster`'s Secret).
-    pub async fn from_kubeconfig_yaml(yaml: &str) -> Result<Self, ConnectError> {
+    /// Connect with a kubeconfig held in memory (a `Cluster`'s Secret), as far as `policy`
+    /// allows it; `identity` names where it came from (for caches keyed by identity).
+    pub async fn from_kubeconfig_yaml(
+        yaml: &str,
+        policy: &KubeconfigPolicy,
+        identity: String,
+    ) -> Result<Self, ConnectError> {
         let kubeconfig = Kubeconfig::from_yaml(yaml)
             .map_err(|source| ConnectError::Kubeconfig { path: None, source })?;
+        policy.check(&kubeconfig)?;
         let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
             .map_err(|source| ConnectError::Kubeconfig { path: None, source })?;
-        Self::from_config(config)
+        let mut conn = Self::from_config(config)?;
+        conn.identity = identity;
+        Ok(conn)
     }
 
     /// Wrap a config; convoy's clients are not throttled (kube-rs applies no client-side
     /// rate limit), so concurrent applies and dry runs run at the server's pace.
     pub fn from_config(config: Config) -> Result<Self, ConnectError> {
+        Self::with_factory(config, Arc::new(Client::try_from))
+    }
+
+    /// Wrap a config whose clients `factory` builds (every derived connection uses it too).
+    pub fn with_factory(config: Config, factory: ClientFactory) -> Result<Self, ConnectError> {
         let server = config
             .cluster_url
             .to_string()
             .trim_end_matches('/')
             .to_string();
         let default_namespace = config.default_namespace.clone();
-        let client = Client::try_from(config).map_err(|source| ConnectError::Client {
+        let client = factory(config.clone()).map_err(|source| ConnectError::Client {
             server: server.clone(),
             source,
         })?;
@@ -130,7 +229,40 @@ impl Connection {
             client,
             server,
             default_namespace,
+            identity: String::new(),
+            config,
+            factory,
         })
+    }
+
+    /// The same server and credentials, acting as `user` (Kubernetes impersonation: the
+    /// server checks that this connection may impersonate, then authorizes every request as
+    /// `user`). A ServiceAccount's username gets its groups from the server.
+    pub fn impersonating(&self, user: &str) -> Result<Self, ConnectError> {
+        let mut config = self.config.clone();
+        config.auth_info.impersonate = Some(user.to_string());
+        config.auth_info.impersonate_groups = None;
+        let client = (self.factory)(config.clone()).map_err(|source| ConnectError::Client {
+            server: self.server.clone(),
+            source,
+        })?;
+        Ok(Self {
+            client,
+            server: self.server.clone(),
+            default_namespace: self.default_namespace.clone(),
+            identity: format!("as {user}"),
+            config,
+            factory: self.factory.clone(),
+        })
+    }
+
+    /// The key of caches that hold something per client: server and identity.
+    pub fn cache_key(&self) -> String {
+        if self.identity.is_empty() {
+            self.server.clone()
+        } else {
+            format!("{} {}", self.server, self.identity)
+        }
     }
 
     /// Ask the server for its version: the cheapest proof that it answers.

@@ -127,25 +127,55 @@ pub async fn install_default_rules(conn: &Connection) -> Result<String, InstallE
 pub struct InstallOptions {
     pub namespace: String,
     pub image: String,
+    /// Give both daemon identities write (controller) and dry-run (observer) access to every
+    /// kind in every namespace, and let Releases without a ServiceAccount act as convoy. Off
+    /// by default: Releases then act as [`TENANT_SERVICE_ACCOUNT`] of their namespace.
+    pub cluster_admin: bool,
 }
 
+/// The ServiceAccount a locked-down daemon impersonates for Releases that name none, created
+/// in a namespace by `convoy install --tenant NS`.
+pub const TENANT_SERVICE_ACCOUNT: &str = "convoy-deployer";
+
+const PART_OF: &str = "app.kubernetes.io/part-of";
+
 /// Every object of a full install except the CRDs, in apply order: the namespace, service
-/// accounts and least-privilege RBAC for the controller and the observer, the default health
-/// rules, and the two Deployments running `convoy daemon`.
+/// accounts and least-privilege RBAC for the controller and the observer, the admission
+/// policies that hold convoy's identities to their writes, the default health rules, and the
+/// two Deployments running `convoy daemon`.
+///
+/// What each identity may do (DESIGN.md section 7, "convoy's own identities"): read Releases
+/// and sources, write their status subresources, the inventory, Leases, Events and (the
+/// controller) the render store in its own namespace, and impersonate ServiceAccounts. No
+/// `*`, no Secrets outside its namespace, no `serviceaccounts/token`, no `escalate` or
+/// `bind`. Everything a Release deploys is done as the Release's ServiceAccount.
 pub fn install_manifests(options: &InstallOptions) -> Vec<serde_json::Value> {
     use serde_json::json;
     let ns = &options.namespace;
-    let labels = json!({"app.kubernetes.io/name": "convoy", "app.kubernetes.io/part-of": "convoy"});
+    let labels = json!({"app.kubernetes.io/name": "convoy", PART_OF: "convoy"});
     let read = json!(["get", "list", "watch"]);
     let core = "core.convoy.kumodo.io";
     let source = "source.convoy.kumodo.io";
     let health = "health.convoy.kumodo.io";
     let rule = |groups: &[&str], resources: &[&str], verbs: serde_json::Value| json!({"apiGroups": groups, "resources": resources, "verbs": verbs});
+    let sources = ["gitrepositories", "helmregistries", "ociregistries"];
+    let source_status = [
+        "gitrepositories/status",
+        "helmregistries/status",
+        "ociregistries/status",
+    ];
+    let impersonate = rule(&[""], &["serviceaccounts"], json!(["impersonate"]));
+    let events = rule(
+        &["", "events.k8s.io"],
+        &["events"],
+        json!(["create", "patch"]),
+    );
     let controller_rules = json!([
+        // update: the finalizer (an Update of the whole object, as the spec says).
         rule(
             &[core],
             &["releases"],
-            json!(["get", "list", "watch", "update", "patch"])
+            json!(["get", "list", "watch", "update"])
         ),
         rule(&[core], &["releases/status"], json!(["get", "patch"])),
         rule(
@@ -153,30 +183,19 @@ pub fn install_manifests(options: &InstallOptions) -> Vec<serde_json::Value> {
             &["releaseinventories"],
             json!(["get", "list", "watch", "create", "patch", "delete"])
         ),
-        rule(&[core], &["clusters"], read.clone()),
+        rule(
+            &[core],
+            &["clusters"],
+            json!(["get", "list", "watch", "update"])
+        ),
         rule(&[core], &["clusters/status"], json!(["get", "update"])),
-        rule(
-            &[source],
-            &["gitrepositories", "helmregistries", "ociregistries"],
-            read.clone()
-        ),
-        rule(
-            &[source],
-            &[
-                "gitrepositories/status",
-                "helmregistries/status",
-                "ociregistries/status"
-            ],
-            json!(["get", "update"])
-        ),
-        rule(&[""], &["secrets", "configmaps"], read.clone()),
-        rule(
-            &["", "events.k8s.io"],
-            &["events"],
-            json!(["create", "patch"])
-        ),
+        rule(&[source], &sources, read.clone()),
+        rule(&[source], &source_status, json!(["get", "update"])),
+        impersonate.clone(),
+        events.clone(),
     ]);
     let observer_rules = json!([
+        // patch: the /sync annotation only (the admission policy below holds it to that).
         rule(
             &[core],
             &["releases"],
@@ -189,21 +208,35 @@ pub fn install_manifests(options: &InstallOptions) -> Vec<serde_json::Value> {
             json!(["get", "list", "watch", "patch"])
         ),
         rule(&[core], &["clusters"], read.clone()),
-        rule(
-            &[source],
-            &["gitrepositories", "helmregistries", "ociregistries"],
-            read.clone()
-        ),
+        rule(&[source], &sources, read.clone()),
         rule(
             &[health],
             &["healthrulesets", "globalhealthrulesets"],
             read.clone()
         ),
-        rule(&[""], &["secrets", "configmaps"], read.clone()),
+        impersonate,
+        events,
     ]);
-    // Applying arbitrary rendered objects (and pruning them) needs write access to every
-    // kind; the observer's dry runs need `patch` (the server runs them with dryRun=All).
-    // Narrow these two roles per tenant where Releases only deploy known kinds.
+    let leases = rule(
+        &["coordination.k8s.io"],
+        &["leases"],
+        json!([
+            "get", "list", "watch", "create", "update", "patch", "delete"
+        ]),
+    );
+    // The render store: Secrets in convoy's own namespace (the observer only reads them).
+    let controller_local = json!([
+        leases.clone(),
+        rule(
+            &[""],
+            &["secrets"],
+            json!([
+                "get", "list", "watch", "create", "update", "patch", "delete"
+            ])
+        ),
+    ]);
+    let observer_local = json!([leases, rule(&[""], &["secrets"], read.clone())]);
+    // --cluster-admin only: applying and dry-running arbitrary kinds as convoy itself.
     let applier_rules = json!([rule(
         &["*"],
         &["*"],
@@ -216,40 +249,54 @@ pub fn install_manifests(options: &InstallOptions) -> Vec<serde_json::Value> {
         &["*"],
         json!(["get", "list", "watch", "patch"])
     )]);
-    let leases = json!([rule(
-        &["coordination.k8s.io"],
-        &["leases"],
-        json!([
-            "get", "list", "watch", "create", "update", "patch", "delete"
-        ])
-    ),]);
     let mut objects = vec![
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}),
     ];
-    for (who, rules, extra) in [
-        ("controller", controller_rules, applier_rules),
-        ("observer", observer_rules, dry_run_rules),
+    let binding = |kind: &str, name: &str, role_kind: &str, sa: &str, namespace: Option<&str>| {
+        let mut metadata = json!({"name": name, "labels": labels});
+        if let Some(n) = namespace {
+            metadata["namespace"] = json!(n);
+        }
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": metadata,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]})
+    };
+    for (who, rules, local, extra) in [
+        (
+            "controller",
+            controller_rules,
+            controller_local,
+            applier_rules,
+        ),
+        ("observer", observer_rules, observer_local, dry_run_rules),
     ] {
         let name = format!("convoy-{who}");
         objects.push(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": ns, "labels": labels}}));
-        for (suffix, rules) in [("", rules), ("-workloads", extra)] {
-            let role = format!("{name}{suffix}");
+        let mut cluster_roles = vec![(name.clone(), rules)];
+        if options.cluster_admin {
+            cluster_roles.push((format!("{name}-workloads"), extra));
+        }
+        for (role, rules) in cluster_roles {
             objects.push(
                 json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
                 "metadata": {"name": role, "labels": labels}, "rules": rules}),
             );
-            objects.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                "metadata": {"name": role, "labels": labels},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]}));
+            objects.push(binding(
+                "ClusterRoleBinding",
+                &role,
+                "ClusterRole",
+                &name,
+                None,
+            ));
         }
-        objects.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": format!("{name}-leases"), "namespace": ns, "labels": labels}, "rules": leases}));
-        objects.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": format!("{name}-leases"), "namespace": ns, "labels": labels},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": format!("{name}-leases")},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]}));
+        let local_name = format!("{name}-local");
+        objects.push(
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": local_name, "namespace": ns, "labels": labels}, "rules": local}),
+        );
+        objects.push(binding("RoleBinding", &local_name, "Role", &name, Some(ns)));
     }
+    objects.extend(admission_policies(ns));
     objects.push(
         serde_json::to_value(crate::engine::health::defaults::default_rule_set())
             .unwrap_or_default(),
@@ -258,6 +305,21 @@ pub fn install_manifests(options: &InstallOptions) -> Vec<serde_json::Value> {
         let name = format!("convoy-{who}");
         let pod_labels =
             json!({"app.kubernetes.io/name": "convoy", "app.kubernetes.io/component": who});
+        let mut args = vec![
+            json!("daemon"),
+            json!("--role"),
+            json!(who),
+            json!("--log-format"),
+            json!("json"),
+            json!("-v"),
+            json!("--cache-dir"),
+            json!("/var/cache/convoy"),
+        ];
+        if !options.cluster_admin {
+            args.push(json!(format!(
+                "--default-service-account={TENANT_SERVICE_ACCOUNT}"
+            )));
+        }
         objects.push(json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": name, "namespace": ns, "labels": labels},
@@ -272,7 +334,7 @@ pub fn install_manifests(options: &InstallOptions) -> Vec<serde_json::Value> {
                         "containers": [{
                             "name": "convoy",
                             "image": options.image,
-                            "args": ["daemon", "--role", who, "--log-format", "json", "-v", "--cache-dir", "/var/cache/convoy"],
+                            "args": args,
                             "env": [
                                 {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                                 {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
@@ -292,6 +354,100 @@ pub fn install_manifests(options: &InstallOptions) -> Vec<serde_json::Value> {
         }));
     }
     objects
+}
+
+/// ValidatingAdmissionPolicies (GA since Kubernetes 1.30) that hold convoy's own identities
+/// to what the ownership table gives them, whatever RBAC says: the observer may change
+/// nothing on a Release but the /sync annotation, and neither identity may touch convoy's
+/// own Deployments, ServiceAccounts, RBAC or these policies.
+fn admission_policies(ns: &str) -> Vec<serde_json::Value> {
+    use serde_json::json;
+    let labels = json!({"app.kubernetes.io/name": "convoy", PART_OF: "convoy"});
+    let observer = format!("system:serviceaccount:{ns}:convoy-observer");
+    let controller = format!("system:serviceaccount:{ns}:convoy-controller");
+    let sync = crate::engine::api::annotations::SYNC_REQUESTED_AT;
+    let observer_policy = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "convoy-observer-release-writes", "labels": labels},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": ["core.convoy.kumodo.io"], "apiVersions": ["*"],
+                "operations": ["UPDATE"], "resources": ["releases"],
+            }]},
+            "matchConditions": [{"name": "is-the-observer", "expression": format!("request.userInfo.username == '{observer}'")}],
+            "variables": [
+                {"name": "oldAnnotations", "expression": "has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}"},
+                {"name": "newAnnotations", "expression": "has(object.metadata.annotations) ? object.metadata.annotations : {}"},
+                {"name": "oldLabels", "expression": "has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}"},
+                {"name": "newLabels", "expression": "has(object.metadata.labels) ? object.metadata.labels : {}"},
+                {"name": "oldFinalizers", "expression": "has(oldObject.metadata.finalizers) ? oldObject.metadata.finalizers : []"},
+                {"name": "newFinalizers", "expression": "has(object.metadata.finalizers) ? object.metadata.finalizers : []"},
+            ],
+            "validations": [{
+                "expression": format!(
+                    "object.spec == oldObject.spec && variables.newLabels == variables.oldLabels && variables.newFinalizers == variables.oldFinalizers && variables.oldAnnotations.all(k, k == '{sync}' || (k in variables.newAnnotations && variables.newAnnotations[k] == variables.oldAnnotations[k])) && variables.newAnnotations.all(k, k == '{sync}' || k in variables.oldAnnotations)"
+                ),
+                "message": format!("convoy's observer may change only the {sync} annotation of a Release"),
+            }],
+        },
+    });
+    let own_policy = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "convoy-own-objects", "labels": labels},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [
+                {"apiGroups": ["apps"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE", "DELETE"], "resources": ["deployments"]},
+                {"apiGroups": [""], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE", "DELETE"], "resources": ["serviceaccounts"]},
+                {"apiGroups": ["rbac.authorization.k8s.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE", "DELETE"],
+                 "resources": ["roles", "rolebindings", "clusterroles", "clusterrolebindings"]},
+                {"apiGroups": ["admissionregistration.k8s.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE", "DELETE"],
+                 "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"]},
+            ]},
+            "matchConditions": [{"name": "is-convoy", "expression": format!("request.userInfo.username in ['{controller}', '{observer}']")}],
+            "variables": [
+                {"name": "target", "expression": "request.operation == 'DELETE' ? oldObject : object"},
+            ],
+            "validations": [{
+                "expression": format!(
+                    "request.namespace != '{ns}' && !(has(variables.target.metadata.labels) && '{PART_OF}' in variables.target.metadata.labels && variables.target.metadata.labels['{PART_OF}'] == 'convoy')"
+                ),
+                "message": "convoy's own identities may not change convoy's Deployments, ServiceAccounts, RBAC or admission policies",
+            }],
+        },
+    });
+    let bind = |policy: &str| {
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": policy, "labels": labels},
+            "spec": {"policyName": policy, "validationActions": ["Deny"]},
+        })
+    };
+    vec![
+        observer_policy,
+        bind("convoy-observer-release-writes"),
+        own_policy,
+        bind("convoy-own-objects"),
+    ]
+}
+
+/// What `convoy install --tenant NS` creates: the namespace (if missing) and the
+/// ServiceAccount a locked-down daemon impersonates for its Releases, with the built-in
+/// `admin` role in that namespace only.
+pub fn tenant_manifests(namespace: &str) -> Vec<serde_json::Value> {
+    use serde_json::json;
+    let labels =
+        json!({"app.kubernetes.io/name": "convoy", "app.kubernetes.io/component": "tenant"});
+    vec![
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": TENANT_SERVICE_ACCOUNT, "namespace": namespace, "labels": labels}}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": TENANT_SERVICE_ACCOUNT, "namespace": namespace, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": TENANT_SERVICE_ACCOUNT, "namespace": namespace}]}),
+    ]
 }
 
 /// Apply `objects` with SSA under `convoy-install` (cluster-scoped or namespaced, any kind).

@@ -25,4 +25,5 @@ pub mod source;
 pub mod ssa;
 pub mod status;
 pub mod store;
+pub mod tenancy;
 pub mod tools;

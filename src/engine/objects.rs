@@ -46,6 +46,10 @@ impl ReadError {
 pub enum ObjectReader {
     /// An API server.
     Cluster(Client),
+    /// An API server, reading Secrets and ConfigMaps (what a Release names for its values,
+    /// source credentials and kubeconfig) as the Release's tenant and convoy's own kinds as
+    /// convoy (see `engine::tenancy`).
+    Tenant { own: Client, tenant: Client },
     /// Objects from local files (`convoy render -f`).
     Local(LocalObjects),
 }
@@ -59,8 +63,19 @@ impl ObjectReader {
             + DeserializeOwned
             + std::fmt::Debug,
     {
-        match self {
-            ObjectReader::Cluster(client) => {
+        let client = match self {
+            ObjectReader::Cluster(client) => Some(client),
+            ObjectReader::Tenant { own, tenant } => {
+                Some(if matches!(K::kind(&()).as_ref(), "Secret" | "ConfigMap") {
+                    tenant
+                } else {
+                    own
+                })
+            }
+            ObjectReader::Local(_) => None,
+        };
+        match (self, client) {
+            (_, Some(client)) => {
                 let api: Api<K> = Api::namespaced(client.clone(), namespace);
                 api.get_opt(name).await.map_err(|source| ReadError::Api {
                     kind: K::kind(&()).into_owned(),
@@ -69,14 +84,17 @@ impl ObjectReader {
                     source: Box::new(source),
                 })
             }
-            ObjectReader::Local(local) => local.get::<K>(namespace, name),
+            (ObjectReader::Local(local), None) => local.get::<K>(namespace, name),
+            (_, None) => Ok(None),
         }
     }
 
-    /// The client, when reading from a cluster.
+    /// convoy's own client, when reading from a cluster.
     pub fn client(&self) -> Option<&Client> {
         match self {
-            ObjectReader::Cluster(client) => Some(client),
+            ObjectReader::Cluster(client) | ObjectReader::Tenant { own: client, .. } => {
+                Some(client)
+            }
             ObjectReader::Local(_) => None,
         }
     }

@@ -37,6 +37,8 @@ impl Daemon {
             .args([
                 "daemon",
                 "-v",
+                // The tests' Git repositories are local (file://).
+                "--allow-file-urls",
                 "--listen",
                 &format!("127.0.0.1:{port}"),
                 "--cache-dir",

@@ -139,13 +139,20 @@ async fn the_installed_rbac_is_enough_for_the_daemon() {
             "--dry-run=server",
         ],
     );
-    // …and for real; the daemon then runs on the service accounts' tokens alone.
-    let out = f.env.convoy(&["install", "-n", &install_ns]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // …and for real, with the test namespace set up as a tenant; the daemon then runs on
+    // the service accounts' tokens alone and deploys as the tenant's ServiceAccount, as the
+    // installed Deployments do (`--default-service-account convoy-deployer`).
+    for args in [
+        vec!["install", "-n", install_ns.as_str()],
+        vec!["install", "--tenant", f.env.namespace.as_str()],
+    ] {
+        let out = f.env.convoy(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let kubeconfig_for = |sa: &str| {
         let token = f
             .env
@@ -191,6 +198,8 @@ users:\n- name: {sa}\n  user:\n    token: {token}\ncontexts:\n- name: c\n  conte
             &install_ns,
             "--watch-namespace",
             &f.env.namespace,
+            "--default-service-account",
+            "convoy-deployer",
         ],
     )
     .await;
@@ -205,6 +214,8 @@ users:\n- name: {sa}\n  user:\n    token: {token}\ncontexts:\n- name: c\n  conte
             &install_ns,
             "--watch-namespace",
             &f.env.namespace,
+            "--default-service-account",
+            "convoy-deployer",
         ],
     )
     .await;

@@ -26,7 +26,11 @@ async fn a_branch_a_tag_and_a_commit_over_file_url() {
     let url = repo.file_url();
 
     let main = coordinator
-        .ensure(&git(&url, GitReference::Branch("main".into())), None)
+        .ensure(
+            crate::SCOPE,
+            &git(&url, GitReference::Branch("main".into())),
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(read(&main, "app/cm.yaml"), "v: 2\n");
@@ -34,14 +38,22 @@ async fn a_branch_a_tag_and_a_commit_over_file_url() {
     assert!(main.digest.starts_with("sha256:"));
 
     let tag = coordinator
-        .ensure(&git(&url, GitReference::Tag("v1.0.0".into())), None)
+        .ensure(
+            crate::SCOPE,
+            &git(&url, GitReference::Tag("v1.0.0".into())),
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(read(&tag, "app/cm.yaml"), "v: 1\n");
     assert_eq!(tag.revision, format!("v1.0.0@sha1:{first}"));
 
     let commit = coordinator
-        .ensure(&git(&url, GitReference::Commit(first.clone())), None)
+        .ensure(
+            crate::SCOPE,
+            &git(&url, GitReference::Commit(first.clone())),
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -51,7 +63,7 @@ async fn a_branch_a_tag_and_a_commit_over_file_url() {
     assert_eq!(commit.path, tag.path);
 
     let head = coordinator
-        .ensure(&git(&url, GitReference::Head), None)
+        .ensure(crate::SCOPE, &git(&url, GitReference::Head), None)
         .await
         .unwrap();
     assert_eq!(head.revision, format!("sha1:{second}"));
@@ -63,9 +75,15 @@ async fn a_new_commit_on_the_branch_is_fetched() {
     repo.commit(&[("a.yaml", "v: 1\n")], "first");
     let (_dir, coordinator) = coordinator();
     let request = git(&repo.file_url(), GitReference::Branch("main".into()));
-    let before = coordinator.ensure(&request, None).await.unwrap();
+    let before = coordinator
+        .ensure(crate::SCOPE, &request, None)
+        .await
+        .unwrap();
     let sha = repo.commit(&[("a.yaml", "v: 2\n")], "second");
-    let after = coordinator.ensure(&request, None).await.unwrap();
+    let after = coordinator
+        .ensure(crate::SCOPE, &request, None)
+        .await
+        .unwrap();
     assert_ne!(before.digest, after.digest);
     assert_eq!(after.revision, format!("main@sha1:{sha}"));
 }
@@ -78,7 +96,11 @@ async fn over_a_local_git_daemon() {
     let (_dir, coordinator) = coordinator();
     let url = format!("git://127.0.0.1:{}/repo.git", daemon.port);
     let artifact = coordinator
-        .ensure(&git(&url, GitReference::Branch("main".into())), None)
+        .ensure(
+            crate::SCOPE,
+            &git(&url, GitReference::Branch("main".into())),
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(artifact.revision, format!("main@sha1:{sha}"));
@@ -94,7 +116,10 @@ async fn over_smart_http_with_basic_auth_from_credentials() {
     let request = git(&url, GitReference::Branch("main".into()));
 
     let (_dir, coordinator) = coordinator();
-    let err = coordinator.ensure(&request, None).await.unwrap_err();
+    let err = coordinator
+        .ensure(crate::SCOPE, &request, None)
+        .await
+        .unwrap_err();
     assert!(matches!(err, SourceError::NotReady { .. }), "{err}");
 
     let good = Credentials {
@@ -102,7 +127,10 @@ async fn over_smart_http_with_basic_auth_from_credentials() {
         password: Some("s3cret".into()),
         ..Default::default()
     };
-    let artifact = coordinator.ensure(&request, Some(&good)).await.unwrap();
+    let artifact = coordinator
+        .ensure(crate::SCOPE, &request, Some(&good))
+        .await
+        .unwrap();
     assert_eq!(read(&artifact, "a.yaml"), "v: 1\n");
 
     let (_dir2, fresh) = crate::coordinator();
@@ -112,7 +140,7 @@ async fn over_smart_http_with_basic_auth_from_credentials() {
         ..Default::default()
     };
     let err = fresh
-        .ensure(&request, Some(&wrong))
+        .ensure(crate::SCOPE, &request, Some(&wrong))
         .await
         .unwrap_err()
         .to_string();
@@ -130,6 +158,7 @@ async fn a_symlink_that_leaves_the_checkout_is_refused() {
     let (_dir, coordinator) = coordinator();
     let err = coordinator
         .ensure(
+            crate::SCOPE,
             &git(&repo.file_url(), GitReference::Branch("main".into())),
             None,
         )
@@ -149,6 +178,7 @@ async fn a_missing_branch_is_a_transient_error_naming_the_url() {
     let (_dir, coordinator) = coordinator();
     let err = coordinator
         .ensure(
+            crate::SCOPE,
             &git(&repo.file_url(), GitReference::Branch("nope".into())),
             None,
         )
@@ -173,7 +203,7 @@ async fn concurrent_fetches_of_one_revision_are_deduplicated() {
         .map(|_| {
             let c = coordinator.clone();
             let r = request.clone();
-            tokio::spawn(async move { c.ensure(&r, None).await.unwrap() })
+            tokio::spawn(async move { c.ensure(crate::SCOPE, &r, None).await.unwrap() })
         })
         .collect();
     let mut digests = Vec::new();
@@ -209,7 +239,10 @@ async fn over_ssh_with_a_key_and_known_hosts_from_credentials() {
     ]);
     let good = Credentials::from_secret_data(&secret_data);
     let (_dir, coordinator) = coordinator();
-    let artifact = coordinator.ensure(&request, Some(&good)).await.unwrap();
+    let artifact = coordinator
+        .ensure(crate::SCOPE, &request, Some(&good))
+        .await
+        .unwrap();
     assert_eq!(read(&artifact, "a.yaml"), "v: ssh\n");
     assert!(
         artifact.revision.starts_with("main@sha1:"),
@@ -239,7 +272,7 @@ async fn over_ssh_with_a_key_and_known_hosts_from_credentials() {
     };
     let (_dir2, fresh) = crate::coordinator();
     let err = fresh
-        .ensure(&request, Some(&pinned_elsewhere))
+        .ensure(crate::SCOPE, &request, Some(&pinned_elsewhere))
         .await
         .unwrap_err();
     assert!(matches!(err, SourceError::NotReady { .. }), "{err}");

@@ -34,32 +34,35 @@ async fn a_chart_by_exact_version_and_by_range() {
     let (_dir, coordinator) = coordinator();
 
     let exact = coordinator
-        .ensure(&helm(&url, Some("1.0.0")), None)
+        .ensure(crate::SCOPE, &helm(&url, Some("1.0.0")), None)
         .await
         .unwrap();
     assert_eq!(exact.revision, "1.0.0");
     assert!(chart_version(&exact).contains("version: 1.0.0"));
 
     let range = coordinator
-        .ensure(&helm(&url, Some("^1.0")), None)
+        .ensure(crate::SCOPE, &helm(&url, Some("^1.0")), None)
         .await
         .unwrap();
     assert_eq!(range.revision, "1.2.0");
 
-    let newest = coordinator.ensure(&helm(&url, None), None).await.unwrap();
+    let newest = coordinator
+        .ensure(crate::SCOPE, &helm(&url, None), None)
+        .await
+        .unwrap();
     assert_eq!(
         newest.revision, "1.2.0",
         "pre-releases are not picked without asking"
     );
 
     let pre = coordinator
-        .ensure(&helm(&url, Some(">=2.0.0-rc.0")), None)
+        .ensure(crate::SCOPE, &helm(&url, Some(">=2.0.0-rc.0")), None)
         .await
         .unwrap();
     assert_eq!(pre.revision, "2.0.0-rc.1");
 
     let err = coordinator
-        .ensure(&helm(&url, Some("~3.0")), None)
+        .ensure(crate::SCOPE, &helm(&url, Some("~3.0")), None)
         .await
         .unwrap_err();
     assert!(
@@ -76,7 +79,7 @@ async fn basic_auth_from_credentials() {
     let (_dir, coordinator) = coordinator();
 
     let err = coordinator
-        .ensure(&helm(&url, Some("1.0.0")), None)
+        .ensure(crate::SCOPE, &helm(&url, Some("1.0.0")), None)
         .await
         .unwrap_err();
     assert!(matches!(err, SourceError::NotReady { .. }));
@@ -88,7 +91,7 @@ async fn basic_auth_from_credentials() {
         ..Default::default()
     };
     let artifact = coordinator
-        .ensure(&helm(&url, Some("1.0.0")), Some(&credentials))
+        .ensure(crate::SCOPE, &helm(&url, Some("1.0.0")), Some(&credentials))
         .await
         .unwrap();
     assert_eq!(artifact.revision, "1.0.0");
@@ -127,6 +130,7 @@ async fn a_chart_archive_with_dot_dot_is_refused() {
     let (dir, coordinator) = coordinator();
     let err = coordinator
         .ensure(
+            crate::SCOPE,
             &helm(&format!("http://127.0.0.1:{}", server.port), Some("6.6.6")),
             None,
         )

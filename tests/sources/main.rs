@@ -12,6 +12,9 @@ mod oci;
 
 use convoy::engine::source::{Cache, Coordinator};
 
+/// The source object the fetchers of these tests fetch for.
+pub const SCOPE: &str = "GitRepository/tests/source";
+
 /// A coordinator over a fresh cache.
 pub fn coordinator() -> (tempfile::TempDir, Coordinator) {
     let dir = tempfile::tempdir().unwrap();

@@ -75,14 +75,14 @@ async fn a_manifest_bundle_by_tag_and_by_digest() {
     let (_dir, coordinator) = coordinator();
 
     let by_tag = coordinator
-        .ensure(&oci(&url, Some("v1"), None), None)
+        .ensure(crate::SCOPE, &oci(&url, Some("v1"), None), None)
         .await
         .unwrap();
     assert_eq!(by_tag.revision, format!("v1@{digest}"));
     assert!(by_tag.path.join("app/cm.yaml").is_file());
 
     let by_digest = coordinator
-        .ensure(&oci(&url, None, Some(&digest)), None)
+        .ensure(crate::SCOPE, &oci(&url, None, Some(&digest)), None)
         .await
         .unwrap();
     assert_eq!(by_digest.revision, digest);
@@ -125,7 +125,7 @@ async fn a_helm_chart_pushed_with_helm_push() {
     let (_dir, coordinator) = coordinator();
     let url = format!("oci://127.0.0.1:{}/charts/greeter", server.port);
     let artifact = coordinator
-        .ensure(&oci(&url, Some("0.4.2"), None), None)
+        .ensure(crate::SCOPE, &oci(&url, Some("0.4.2"), None), None)
         .await
         .unwrap();
     let chart_yaml = std::fs::read_to_string(artifact.path.join("greeter/Chart.yaml")).unwrap();
@@ -141,7 +141,7 @@ async fn a_layer_with_an_absolute_path_is_refused() {
     let (_dir, coordinator) = coordinator();
     let url = format!("oci://127.0.0.1:{}/bundles/evil", server.port);
     let err = coordinator
-        .ensure(&oci(&url, Some("v1"), None), None)
+        .ensure(crate::SCOPE, &oci(&url, Some("v1"), None), None)
         .await
         .unwrap_err();
     let message = format!("{:#}", anyhow::Error::new(err));

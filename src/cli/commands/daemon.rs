@@ -69,6 +69,12 @@ pub struct DaemonArgs {
     /// How often every Release is looked at again even without events.
     #[arg(long, default_value = "10m", value_parser = crate::engine::duration::parse_duration)]
     pub resync: Duration,
+    /// Let GitRepositories name file:// URLs (local paths on the daemon's machine; never
+    /// convoy's own cache).
+    #[arg(long)]
+    pub allow_file_urls: bool,
+    #[command(flatten)]
+    pub tenancy: crate::cli::tenancy_args::TenancyArgs,
 }
 
 pub async fn run_daemon(global: &GlobalArgs, args: DaemonArgs) -> CommandResult {
@@ -101,6 +107,10 @@ pub async fn run_daemon(global: &GlobalArgs, args: DaemonArgs) -> CommandResult 
         resync: args.resync,
         namespaces: args.watch_namespaces,
         render_store: args.render_store,
+        tenancy: args.tenancy.tenancy(),
+        sources: crate::engine::source::SourcePolicy {
+            allow_file_urls: args.allow_file_urls,
+        },
     };
     run(config, daemon)
         .await

@@ -55,6 +55,8 @@ pub struct DiffArgs {
     pub cache_dir: Option<PathBuf>,
     #[command(flatten)]
     pub store: crate::cli::store_args::StoreArgs,
+    #[command(flatten)]
+    pub tenancy: crate::cli::tenancy_args::TenancyArgs,
 }
 
 pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> CommandResult {
@@ -68,6 +70,7 @@ pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> 
         (Some(home), None) => {
             let mut ctx = Context::new(home.clone(), Arc::new(Coordinator::new(cache)));
             ctx.store = args.store.open(&home.client);
+            ctx.tenancy = Arc::new(args.tenancy.tenancy());
             let desired = render_desired(&ctx, &input.release)
                 .await
                 .map_err(|outcome| desired_failure(&input.release, &outcome))?;
@@ -78,12 +81,14 @@ pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> 
                 Some(h) => h.clone(),
                 None => global.connect().await?,
             };
-            let target = resolve_target(&home, &input.release).await.map_err(|e| {
-                CliError::new(
-                    ExitStatus::Unreachable,
-                    anyhow::Error::new(e).context("resolve the target cluster"),
-                )
-            })?;
+            let target = resolve_target(&home, &args.tenancy.tenancy(), &input.release)
+                .await
+                .map_err(|e| {
+                    CliError::new(
+                        ExitStatus::Unreachable,
+                        anyhow::Error::new(e).context("resolve the target cluster"),
+                    )
+                })?;
             let cluster = ClusterInfo::discover(&target.conn.client).await.ok();
             let rendered =
                 render_input(&input, cache, args.source_dir.as_deref(), cluster.as_ref()).await?;

@@ -37,6 +37,8 @@ pub struct HealthArgs {
     /// Assess now with the same rules as the health loop, writing nothing.
     #[arg(long)]
     pub live: bool,
+    #[command(flatten)]
+    pub tenancy: crate::cli::tenancy_args::TenancyArgs,
 }
 
 pub async fn run(global: &GlobalArgs, args: HealthArgs, printer: &mut Printer) -> CommandResult {
@@ -46,10 +48,11 @@ pub async fn run(global: &GlobalArgs, args: HealthArgs, printer: &mut Printer) -
     let inventories: Api<ReleaseInventory> = Api::namespaced(conn.client.clone(), &namespace);
 
     if args.live {
-        let ctx = Context::new(
+        let mut ctx = Context::new(
             conn.clone(),
             Arc::new(Coordinator::new(Cache::new(Cache::default_root()))),
         );
+        ctx.tenancy = Arc::new(args.tenancy.tenancy());
         let assessment = assess(&ctx, &release, &crate::engine::status::now())
             .await
             .map_err(|e| CliError::new(ExitStatus::No, anyhow::Error::new(e).context("assess")))?;

@@ -11,6 +11,7 @@ use crate::cli::{GlobalArgs, io_error};
 use crate::engine::cluster::resolve_target;
 use crate::engine::render::{ClusterInfo, RenderContext, RenderError, Rendered, render_release};
 use crate::engine::source::{Cache, Coordinator};
+use crate::engine::tenancy::Tenancy;
 
 /// Render a Release: print its objects in apply order and its renderRef.
 #[derive(Debug, Args)]
@@ -34,11 +35,14 @@ pub struct RenderArgs {
     /// Where fetched sources are cached (default: $CONVOY_CACHE_DIR or ~/.cache/convoy).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub tenancy: crate::cli::tenancy_args::TenancyArgs,
 }
 
 pub async fn run(global: &GlobalArgs, args: RenderArgs, printer: &mut Printer) -> CommandResult {
     let input = load(global, args.name.as_deref(), &args.files).await?;
-    let cluster = cluster_info(&input).await;
+    let tenancy = args.tenancy.tenancy();
+    let cluster = cluster_info(&input, &tenancy).await;
     let cache = Cache::new(args.cache_dir.clone().unwrap_or_else(Cache::default_root));
     let rendered =
         render_input(&input, cache, args.source_dir.as_deref(), cluster.as_ref()).await?;
@@ -88,9 +92,9 @@ pub async fn render_input(
 
 /// The target cluster's version and APIs, when the Release came from a cluster. A cluster
 /// that cannot be reached only costs Helm's capability checks, so it is a warning.
-async fn cluster_info(input: &ReleaseInput) -> Option<ClusterInfo> {
+async fn cluster_info(input: &ReleaseInput, tenancy: &Tenancy) -> Option<ClusterInfo> {
     let home = input.home.as_ref()?;
-    let target = match resolve_target(home, &input.release).await {
+    let target = match resolve_target(home, tenancy, &input.release).await {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(

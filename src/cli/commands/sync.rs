@@ -51,6 +51,8 @@ pub struct SyncArgs {
     pub cache_dir: Option<PathBuf>,
     #[command(flatten)]
     pub store: crate::cli::store_args::StoreArgs,
+    #[command(flatten)]
+    pub tenancy: crate::cli::tenancy_args::TenancyArgs,
 }
 
 pub async fn run(global: &GlobalArgs, args: SyncArgs, printer: &mut Printer) -> CommandResult {
@@ -99,6 +101,7 @@ pub async fn run(global: &GlobalArgs, args: SyncArgs, printer: &mut Printer) -> 
     let mut ctx = Context::new(conn.clone(), Arc::new(Coordinator::new(cache)));
     ctx.concurrency = args.concurrency;
     ctx.store = args.store.open(&conn.client);
+    ctx.tenancy = Arc::new(args.tenancy.tenancy());
     let progress = Arc::new(SyncProgress::new(printer.interactive));
     ctx.progress = Some(progress.clone());
     let result = sync_handler(&ctx, &release, 0).await;

@@ -61,6 +61,12 @@ pub struct ReleaseSpec {
     /// Namespace for namespaced objects of the render that name none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_namespace: Option<String>,
+    /// A ServiceAccount of the Release's namespace that convoy impersonates for everything it
+    /// does for this Release on the cluster the Release lives in: the dry run, apply and prune,
+    /// hooks, the observer's reads and dry runs, and the reads of the Secrets and ConfigMaps
+    /// the Release names. Kubernetes RBAC then decides what the Release may change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync_policy: Option<SyncPolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -162,6 +168,18 @@ pub struct Content {
     pub content_type: ContentType,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helm: Option<HelmContent>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kustomize: Option<KustomizeContent>,
+}
+
+/// kustomize rendering inputs.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KustomizeContent {
+    /// Let kustomize fetch remote bases and components (`https://…`, `git::…`,
+    /// `github.com/…`) from the network. Off by default: a render reads only the source.
+    #[serde(default)]
+    pub allow_remote_bases: bool,
 }
 
 /// Helm rendering inputs.

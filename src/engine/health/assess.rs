@@ -17,7 +17,7 @@ use super::rules::{CollectError, Evaluation, Evaluator, RuleError, collect_rules
 use super::state::derive_state;
 use crate::engine::api::{HealthState, HealthSummary, ObjectKey, Release, ReleaseInventory};
 use crate::engine::apply::Applier;
-use crate::engine::cluster::{ClusterError, Target, resolve_target};
+use crate::engine::cluster::{ClusterError, Target};
 use crate::engine::duration::parse_duration;
 use crate::engine::inventory::{EntryHealth, InventoryHandle, members};
 use crate::engine::reconcile::Context;
@@ -100,7 +100,7 @@ pub async fn assess(
 ) -> Result<Assessment, AssessError> {
     // Steps 1–2: rules.
     let rules = collect_rules(&ctx.home.client, release).await?;
-    let evaluator = Evaluator::new(rules)?;
+    let evaluator = std::sync::Arc::new(Evaluator::new(rules)?);
     // Step 3: the inventory.
     let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release)
         .get()
@@ -110,7 +110,8 @@ pub async fn assess(
         return Ok(Assessment::default());
     };
     // Step 4: the target cluster.
-    let target = resolve_target(&ctx.home, release)
+    let target = ctx
+        .resolve_target(release)
         .await
         .map_err(AssessError::Cluster)?;
     // Step 5: prior states and anchors, read before anything is written.
@@ -158,7 +159,7 @@ pub async fn assess(
 
 async fn evaluate_key(
     applier: &Applier,
-    evaluator: &Evaluator,
+    evaluator: &std::sync::Arc<Evaluator>,
     key: ObjectKey,
 ) -> Result<(ObjectKey, Evaluation), AssessError> {
     let evaluation = assess_item(applier, evaluator, &key).await?;
@@ -170,7 +171,7 @@ async fn evaluate_key(
 /// the whole assessment.
 pub async fn assess_item(
     applier: &Applier,
-    evaluator: &Evaluator,
+    evaluator: &std::sync::Arc<Evaluator>,
     key: &ObjectKey,
 ) -> Result<Evaluation, AssessError> {
     let live = read_object(applier, key).await?;
@@ -178,7 +179,7 @@ pub async fn assess_item(
         None => Ok(Evaluation::Fail {
             message: format!("{key} not found"),
         }),
-        Some(object) => Ok(evaluator.evaluate(&object)?),
+        Some(object) => Ok(evaluator.evaluate_off_runtime(object).await?),
     }
 }
 

@@ -17,7 +17,6 @@ use crate::engine::api::{
     Condition, HealthState, HealthSummary, HookState, Release, ReleaseInventory, condition_types,
     field_managers, reasons,
 };
-use crate::engine::cluster::resolve_target;
 use crate::engine::explain::count;
 use crate::engine::hooks::{find_hook, needs_poll, poll_hook_workload, workload_namespace};
 use crate::engine::inventory::{HookResult, InventoryHandle};
@@ -472,7 +471,7 @@ pub async fn poll_hooks(
     let target = if to_poll.is_empty() {
         None
     } else {
-        match resolve_target(&ctx.home, release).await {
+        match ctx.resolve_target(release).await {
             Ok(t) => Some(t),
             Err(e) => {
                 tracing::warn!(release = %release.name_any(), "cannot poll hooks: {:#}", anyhow::Error::new(e));

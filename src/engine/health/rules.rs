@@ -4,6 +4,15 @@
 //! Spec: health-loop.txt "Assessment" steps 1–2 (collectRules, health.NewEvaluator). A rule
 //! matches objects by group, kind and labels; `healthy` is a CEL expression over `object` that
 //! must return a bool; `message` (optional) explains the verdict.
+//!
+//! A tenant writes HealthRuleSets, so a rule is untrusted code run by the daemon. The `cel`
+//! crate has no execution budget of its own, so convoy bounds each evaluation before it runs:
+//! [`estimated_cost`] counts the expression's nodes, multiplying the body of every
+//! comprehension (`all`, `exists`, `map`, `filter`…) by the size of the largest list or map
+//! in the object (the most it can iterate), and a rule whose estimate for an object exceeds
+//! [`COST_BUDGET`] is not run: that object is Unknown, naming the rule. Evaluations run off
+//! the async threads ([`Evaluator::evaluate_off_runtime`]), one CEL thread at a time, so a
+//! slow rule delays only health assessments, never the probes or the controller.
 
 use std::panic::AssertUnwindSafe;
 
@@ -180,6 +189,72 @@ pub struct Evaluator {
     rules: Vec<CompiledRule>,
 }
 
+/// The most estimated work one rule may do on one object (Kubernetes allows a CEL validation
+/// rule a per-call cost of 1,000,000 as well).
+pub const COST_BUDGET: u64 = 1_000_000;
+
+/// Longest source text of one rule expression.
+pub const MAX_EXPRESSION_CHARS: usize = 4096;
+
+/// One rule evaluation at a time for the whole process: CEL is CPU work, and a tenant's rule
+/// must not take every core.
+static CEL_SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
+/// An estimate of the work evaluating `expr` does when no list or map it iterates has more
+/// than `largest` items: one per node, with comprehension bodies counted once per item.
+pub fn estimated_cost(expr: &cel::IdedExpr, largest: u64) -> u64 {
+    use cel::common::ast::{EntryExpr, Expr};
+    let cost = |e: &cel::IdedExpr| estimated_cost(e, largest);
+    let sum = |items: &mut dyn Iterator<Item = u64>| items.fold(0u64, u64::saturating_add);
+    match &expr.expr {
+        Expr::Unspecified | Expr::Ident(_) | Expr::Literal(_) => 1,
+        Expr::Select(s) => cost(&s.operand).saturating_add(1),
+        Expr::Call(c) => sum(&mut c
+            .target
+            .iter()
+            .map(|t| cost(t))
+            .chain(c.args.iter().map(cost)))
+        .saturating_add(1),
+        Expr::List(l) => sum(&mut l.elements.iter().map(cost)).saturating_add(1),
+        Expr::Map(m) => sum(&mut m.entries.iter().map(|e| match &e.expr {
+            EntryExpr::MapEntry(me) => cost(&me.key).saturating_add(cost(&me.value)),
+            EntryExpr::StructField(f) => cost(&f.value),
+        }))
+        .saturating_add(1),
+        Expr::Struct(st) => sum(&mut st.entries.iter().map(|e| match &e.expr {
+            EntryExpr::MapEntry(me) => cost(&me.key).saturating_add(cost(&me.value)),
+            EntryExpr::StructField(f) => cost(&f.value),
+        }))
+        .saturating_add(1),
+        Expr::Comprehension(c) => {
+            let items = match &c.iter_range.expr {
+                Expr::List(l) => l.elements.len() as u64,
+                _ => largest,
+            };
+            let body = cost(&c.loop_cond)
+                .saturating_add(cost(&c.loop_step))
+                .saturating_add(1);
+            cost(&c.iter_range)
+                .saturating_add(cost(&c.accu_init))
+                .saturating_add(items.saturating_mul(body))
+                .saturating_add(cost(&c.result))
+        }
+    }
+}
+
+/// The number of items of the largest list or map anywhere in `value` (at least 1).
+pub fn largest_collection(value: &Value) -> u64 {
+    match value {
+        Value::Array(items) => {
+            (items.len() as u64).max(items.iter().map(largest_collection).max().unwrap_or(1))
+        }
+        Value::Object(map) => {
+            (map.len() as u64).max(map.values().map(largest_collection).max().unwrap_or(1))
+        }
+        _ => 1,
+    }
+}
+
 /// The verdict of the rules on one object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Evaluation {
@@ -241,6 +316,24 @@ impl Evaluator {
         self.rules.is_empty()
     }
 
+    /// [`Evaluator::evaluate`] on the blocking pool, one evaluation at a time for the process,
+    /// so neither the async threads (probes, the controller's passes) nor other Releases'
+    /// reconciles wait on a tenant's rules beyond their turn.
+    pub async fn evaluate_off_runtime(
+        self: &std::sync::Arc<Self>,
+        object: Value,
+    ) -> Result<Evaluation, RuleError> {
+        let _slot = CEL_SLOTS.acquire().await;
+        let evaluator = self.clone();
+        tokio::task::spawn_blocking(move || evaluator.evaluate(&object))
+            .await
+            .unwrap_or_else(|_| {
+                Ok(Evaluation::Error {
+                    message: "the CEL evaluation stopped unexpectedly".into(),
+                })
+            })
+    }
+
     /// Judge `object` with every rule that matches it: all must pass. A rule that does not
     /// return a bool is a broken rule (`Err`), not an answer about the object.
     pub fn evaluate(&self, object: &Value) -> Result<Evaluation, RuleError> {
@@ -248,6 +341,7 @@ impl Evaluator {
         let group = api_version.split_once('/').map(|(g, _)| g).unwrap_or("");
         let kind = object["kind"].as_str().unwrap_or_default();
         let labels = object["metadata"]["labels"].as_object();
+        let largest = largest_collection(object);
         let mut matched = false;
         let mut passes = Vec::new();
         let mut failures = Vec::new();
@@ -263,6 +357,18 @@ impl Evaluator {
                 continue;
             }
             matched = true;
+            let cost = [Some(&rule.healthy), rule.message.as_ref()]
+                .into_iter()
+                .flatten()
+                .map(|p| estimated_cost(p.expression(), largest))
+                .fold(0u64, u64::saturating_add);
+            if cost > COST_BUDGET {
+                errors.push(format!(
+                    "rule {} of {} is over its cost budget on this object (estimated {cost} > {COST_BUDGET}), so it was not evaluated",
+                    rule.name, rule.set
+                ));
+                continue;
+            }
             let message = rule
                 .message
                 .as_ref()
@@ -309,6 +415,12 @@ impl Evaluator {
 }
 
 fn compile(source: &str) -> Result<cel::Program, String> {
+    if source.len() > MAX_EXPRESSION_CHARS {
+        return Err(format!(
+            "the expression is {} characters long; at most {MAX_EXPRESSION_CHARS} are allowed",
+            source.len()
+        ));
+    }
     std::panic::catch_unwind(|| cel::Program::compile(source))
         .map_err(|_| "the CEL parser failed on this expression".to_string())?
         .map_err(|e| {
@@ -330,4 +442,92 @@ fn run(program: &cel::Program, object: &Value) -> Result<cel::Value, String> {
         program.execute(&ctx).map_err(|e| e.to_string())
     }))
     .unwrap_or_else(|_| Err("the CEL interpreter failed on this object".to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::api::RuleMatch;
+    use serde_json::json;
+
+    fn rule(name: &str, healthy: &str) -> SourcedRule {
+        SourcedRule {
+            set: "HealthRuleSet/team-a/rules".into(),
+            rule: HealthRule {
+                name: name.into(),
+                matches: RuleMatch {
+                    group: String::new(),
+                    kind: "ConfigMap".into(),
+                    label_selector: None,
+                },
+                healthy: healthy.into(),
+                message: None,
+            },
+        }
+    }
+
+    fn config_map(items: usize) -> Value {
+        let data: serde_json::Map<String, Value> = (0..items)
+            .map(|i| (format!("k{i}"), Value::String("v".into())))
+            .collect();
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": data})
+    }
+
+    #[test]
+    fn a_nested_comprehension_over_a_large_object_is_over_budget_and_never_run() {
+        let evaluator = Evaluator::new(vec![rule(
+            "starve",
+            "object.data.all(a, object.data.all(b, object.data.all(c, a != b || b != c)))",
+        )])
+        .unwrap();
+        let started = std::time::Instant::now();
+        let verdict = evaluator.evaluate(&config_map(2000)).unwrap();
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+        match verdict {
+            Evaluation::Error { message } => assert!(
+                message.contains(
+                    "rule starve of HealthRuleSet/team-a/rules is over its cost budget on this object"
+                ),
+                "{message}"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_same_rule_on_a_small_object_runs() {
+        let evaluator = Evaluator::new(vec![rule(
+            "small",
+            "object.data.all(a, object.data.all(b, true))",
+        )])
+        .unwrap();
+        assert_eq!(
+            evaluator.evaluate(&config_map(10)).unwrap(),
+            Evaluation::Pass { message: None }
+        );
+    }
+
+    #[test]
+    fn the_estimate_multiplies_nested_comprehensions_by_the_largest_collection() {
+        let flat = cel::Program::compile("object.a.exists(x, x == 1)").unwrap();
+        let nested =
+            cel::Program::compile("object.a.exists(x, object.a.exists(y, x == y))").unwrap();
+        let small = estimated_cost(flat.expression(), 10);
+        assert!(small > 10 && small < 100, "{small}");
+        assert!(estimated_cost(nested.expression(), 1000) > 1_000_000);
+        assert_eq!(
+            largest_collection(&json!({"a": [1, 2, 3], "b": {"c": [1, 2, 3, 4, 5]}})),
+            5
+        );
+    }
+
+    #[test]
+    fn an_overlong_expression_does_not_compile() {
+        let long = format!("{} == 1", "1 + ".repeat(2000));
+        let err = Evaluator::new(vec![rule("long", &long)]).err().unwrap();
+        assert!(
+            err.to_string().contains("at most 4096 are allowed"),
+            "{err}"
+        );
+    }
 }

@@ -12,7 +12,7 @@ use super::requeue::Requeue;
 use super::{Context, HandlerError};
 use crate::engine::api::{FINALIZER, HookPhase, Release};
 use crate::engine::apply::PruneTarget;
-use crate::engine::cluster::{ClusterError, resolve_target};
+use crate::engine::cluster::ClusterError;
 use crate::engine::inventory::{InventoryHandle, members};
 
 /// How often a deletion waiting for a delete hook is looked at again.
@@ -54,7 +54,7 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
     let target = if keep && !delete_hooks {
         None
     } else {
-        match resolve_target(&ctx.home, release).await {
+        match ctx.resolve_target(release).await {
             Ok(t) => Some(t),
             Err(e @ ClusterError::Connect { .. }) if block => {
                 return Err(fail(format!(

@@ -84,6 +84,8 @@ pub struct Context {
     pub store: Option<Arc<dyn RenderStore>>,
     /// The releaseByCluster index for cluster waves.
     pub releases: Option<Arc<dyn ReleaseIndex>>,
+    /// As whom a Release acts and what it may reach (see `engine::tenancy`).
+    pub tenancy: Arc<crate::engine::tenancy::Tenancy>,
     cluster_info: Mutex<HashMap<String, (Instant, ClusterInfo)>>,
     appliers: Mutex<HashMap<String, Arc<Applier>>>,
 }
@@ -101,6 +103,7 @@ impl Context {
             progress: None,
             store: None,
             releases: None,
+            tenancy: Arc::default(),
             cluster_info: Mutex::new(HashMap::new()),
             appliers: Mutex::new(HashMap::new()),
         }
@@ -112,18 +115,41 @@ impl Context {
         }
     }
 
-    /// The applier for a target, reused across reconciles (its discovery cache with it).
+    /// The applier for a target, reused across reconciles (its discovery cache with it), one
+    /// per server and identity: a Release's impersonated ServiceAccount, or a Cluster's
+    /// credentials at their current version, never another's.
     pub fn applier(&self, target: &Target) -> Arc<Applier> {
         let mut appliers = lock(&self.appliers);
         appliers
-            .entry(target.conn.server.clone())
+            .entry(target.conn.cache_key())
             .or_insert_with(|| Arc::new(Applier::new(target.conn.client.clone(), self.concurrency)))
             .clone()
     }
 
+    /// The connections a reconcile of `release` reads its inputs with: convoy's own kinds as
+    /// convoy, Secrets and ConfigMaps as the Release's tenant.
+    pub fn reader_for(
+        &self,
+        release: &Release,
+    ) -> Result<crate::engine::objects::ObjectReader, crate::engine::connect::ConnectError> {
+        let tenant = self.tenancy.connection_for(&self.home, release)?;
+        Ok(crate::engine::objects::ObjectReader::Tenant {
+            own: self.home.client.clone(),
+            tenant: tenant.client,
+        })
+    }
+
+    /// The target cluster of `release`, as the Release's tenant.
+    pub async fn resolve_target(
+        &self,
+        release: &Release,
+    ) -> Result<Target, crate::engine::cluster::ClusterError> {
+        crate::engine::cluster::resolve_target(&self.home, &self.tenancy, release).await
+    }
+
     /// The target's version and APIs for Helm, cached; `None` if discovery fails.
     pub async fn cluster_info(&self, target: &Target) -> Option<ClusterInfo> {
-        if let Some((at, info)) = lock(&self.cluster_info).get(&target.conn.server)
+        if let Some((at, info)) = lock(&self.cluster_info).get(&target.conn.cache_key())
             && at.elapsed() < CLUSTER_INFO_TTL
         {
             return Some(info.clone());
@@ -131,7 +157,7 @@ impl Context {
         match ClusterInfo::discover(&target.conn.client).await {
             Ok(info) => {
                 lock(&self.cluster_info)
-                    .insert(target.conn.server.clone(), (Instant::now(), info.clone()));
+                    .insert(target.conn.cache_key(), (Instant::now(), info.clone()));
                 Some(info)
             }
             Err(e) => {

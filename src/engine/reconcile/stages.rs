@@ -10,9 +10,8 @@ use crate::engine::api::{
     Attempt, HookState, LifecycleHookStatus, LifecyclePhaseStatus, LifecycleStatus, Release,
     ReleaseInventory, failure_stages, reasons,
 };
-use crate::engine::cluster::{Target, resolve_target};
+use crate::engine::cluster::Target;
 use crate::engine::inventory::InventoryHandle;
-use crate::engine::objects::ObjectReader;
 use crate::engine::render::render_ref::short;
 use crate::engine::render::{
     RenderContext, RenderError, Rendered, content_needs_cluster, fetch_source, finish_render,
@@ -47,7 +46,17 @@ pub async fn stage_render(
         attempted_at: Some(state.now.clone()),
         ..Default::default()
     };
-    let reader = ObjectReader::Cluster(ctx.home.client.clone());
+    // Never a fallback to convoy's own identity: a Release that should act as its
+    // ServiceAccount and cannot stops here.
+    let reader = ctx.reader_for(release).map_err(|e| {
+        Box::new(ReconcileOutcome::failed(
+            reasons::CLUSTER_NOT_READY,
+            failure_stages::CLUSTER_RESOLUTION,
+            format!("{:#}", anyhow::Error::new(e)),
+            attempt.clone(),
+            true,
+        ))
+    })?;
     let mut render_ctx = RenderContext {
         reader: &reader,
         coordinator: &ctx.coordinator,
@@ -67,7 +76,7 @@ pub async fn stage_render(
         Ok::<_, RenderError>((fetched, content))
     };
     let target_and_info = async {
-        let target = resolve_target(&ctx.home, release).await?;
+        let target = ctx.resolve_target(release).await?;
         let info = ctx.cluster_info(&target).await;
         tracing::debug!("target cluster resolved and discovered");
         Ok::<_, crate::engine::cluster::ClusterError>((target, info))

@@ -573,6 +573,15 @@ async fn sync_objects(
         "compared with the cluster"
     );
 
+    // Before step 1, and even for a forced sync: the tenancy rules (engine::tenancy). A
+    // Release that reaches into another namespace is stopped like a dry-run rejection.
+    if let Err(refused) = tenancy_check(ctx, run).await {
+        return syncing_failed(
+            reasons::UNAPPLIABLE,
+            format!("nothing was applied: {refused}"),
+            false,
+        );
+    }
     // Step 1: the dry-run gate (skipped by a forced sync).
     if run.dry_run && !to_send.is_empty() {
         match applier.dry_run_gate(&to_send).await {
@@ -858,6 +867,23 @@ async fn sync_objects(
         message.push_str(&format!(", {pruned} pruned"));
     }
     ReconcileOutcome::applied(attempt, message, wave_status)
+}
+
+/// The tenancy rules on the Release and its objects, with scopes from the target's discovery.
+async fn tenancy_check(
+    ctx: &Context,
+    run: &SyncRun<'_>,
+) -> Result<(), crate::engine::tenancy::TenancyError> {
+    ctx.tenancy.check_release(run.release)?;
+    if ctx.tenancy.allow_cross_namespace_refs {
+        return Ok(());
+    }
+    let info = ctx.cluster_info(run.target).await;
+    ctx.tenancy.check_objects(run.release, run.objects, |o| {
+        info.as_ref()
+            .and_then(|i| i.scopes.get(&(o.group().to_string(), o.kind().to_string())))
+            .copied()
+    })
 }
 
 /// Whether two member lists record the same thing (order aside).

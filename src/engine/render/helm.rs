@@ -4,6 +4,12 @@
 //! name and namespace are passed; the merged user values go in one values file (removed
 //! afterwards: it may hold Secret values); the target cluster's version and API versions are
 //! passed when known so `Capabilities` checks in charts see the real cluster.
+//!
+//! A Release names the release name, the namespace and the chart, and a tenant may write the
+//! Release: each is checked for what it is (a Helm release name, a DNS label, a chart name)
+//! and the positional arguments come after `--`, so none can become a helm flag. helm runs
+//! with an environment of convoy's making: no kubeconfig (a chart's `lookup` sees no
+//! cluster), no plugins, no repositories, a HOME of its own.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -159,6 +165,7 @@ pub fn chart_dir(root: &Path, chart: Option<&str>) -> Result<PathBuf, RenderErro
         return Ok(root.to_path_buf());
     }
     if let Some(name) = chart
+        && check_chart_name(name).is_ok()
         && root.join(name).join("Chart.yaml").is_file()
     {
         return Ok(root.join(name));
@@ -180,6 +187,59 @@ pub fn chart_dir(root: &Path, chart: Option<&str>) -> Result<PathBuf, RenderErro
     }
 }
 
+/// A Helm release name: what `helm install` accepts (a lowercase DNS-1123 subdomain of at
+/// most 53 characters).
+pub fn check_release_name(name: &str) -> Result<(), String> {
+    let valid = !name.is_empty() && name.len() <= 53 && name.split('.').all(is_dns_label_text);
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a valid Helm release name (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 53 characters)"
+        ))
+    }
+}
+
+/// A namespace: a DNS-1123 label of at most 63 characters.
+pub fn check_namespace(name: &str) -> Result<(), String> {
+    if name.len() <= 63 && is_dns_label_text(name) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a valid namespace (lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters)"
+        ))
+    }
+}
+
+/// A chart name as it appears in a repository index and as a directory of an archive: no
+/// path separators, not `.` or `..`, no leading `-`.
+pub fn check_chart_name(name: &str) -> Result<(), String> {
+    let valid = !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.starts_with('-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a valid chart name (letters, digits, '-', '_' and '.', not starting with '-')"
+        ))
+    }
+}
+
+fn is_dns_label_text(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    !bytes.is_empty()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+}
+
 /// Run `helm template` and parse what it prints.
 pub async fn template(
     chart: &Path,
@@ -188,6 +248,10 @@ pub async fn template(
     values: &Value,
     cluster: Option<&ClusterInfo>,
 ) -> Result<Vec<Object>, RenderError> {
+    check_release_name(release_name)
+        .map_err(|why| RenderError::Invalid(format!("spec.content.helm.releaseName {why}")))?;
+    check_namespace(namespace)
+        .map_err(|why| RenderError::Invalid(format!("the target namespace {why}")))?;
     let helm = Tool::Helm.locate()?;
     let scratch = tempfile::tempdir()
         .map_err(|e| RenderError::Tool(format!("cannot create a temporary directory: {e}")))?;
@@ -199,30 +263,40 @@ pub async fn template(
     .map_err(|e| RenderError::Tool(format!("cannot write the values file: {e}")))?;
     let mut cmd = Command::new(&helm);
     cmd.arg("template")
-        .arg(release_name)
-        .arg(chart)
-        .arg("--namespace")
-        .arg(namespace)
+        .arg(format!("--namespace={namespace}"))
         .arg("--values")
         .arg(&values_file)
         .arg("--include-crds")
         .arg("--skip-tests");
     if let Some(info) = cluster {
         if let Some(version) = &info.kube_version {
-            cmd.arg("--kube-version").arg(version);
+            cmd.arg(format!("--kube-version={version}"));
         }
         if !info.api_versions.is_empty() {
-            cmd.arg("--api-versions").arg(info.api_versions.join(","));
+            cmd.arg(format!("--api-versions={}", info.api_versions.join(",")));
         }
     }
-    // Keep the user's helm configuration (repositories, plugins) out of a template run.
+    // Positional arguments after `--`: nothing a Release says can be read as a flag.
+    cmd.arg("--").arg(release_name).arg(chart);
+    // Nothing of the machine's or user's helm and Kubernetes configuration: no kubeconfig
+    // (so a chart's `lookup` and any cluster flag have nothing to reach), no repositories or
+    // plugins, a HOME of helm's own.
+    cmd.env_clear();
+    if let Some(path) = std::env::var_os("PATH") {
+        cmd.env("PATH", path);
+    }
     for (var, sub) in [
+        ("HOME", "home"),
+        ("TMPDIR", "tmp"),
         ("HELM_CONFIG_HOME", "config"),
         ("HELM_CACHE_HOME", "cache"),
         ("HELM_DATA_HOME", "data"),
+        ("HELM_PLUGINS", "plugins"),
+        ("KUBECONFIG", "no-kubeconfig"),
     ] {
         cmd.env(var, scratch.path().join(sub));
     }
+    let _ = std::fs::create_dir(scratch.path().join("tmp"));
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -1,30 +1,415 @@
 //! kustomize content through the `kustomize` binary (`kustomize build`).
+//!
+//! kustomize follows a kustomization's references wherever they point: a resource path like
+//! `../../../../etc` is a base to it, and a URL (`https://…`, `git::…`, `github.com/…`) is
+//! fetched from the network. A source's author must not reach outside the source, so before
+//! kustomize runs, [`check_kustomization`] reads every kustomization the build would load and
+//! checks every path it names (resources, bases, components, patches, generator files,
+//! replacements, CRDs, configurations, OpenAPI schema) against the artifact on disk, links
+//! followed: each must stay inside the artifact. Remote references are refused unless the
+//! Release sets `content.kustomize.allowRemoteBases`. kustomize then runs with the root-only
+//! load restrictor, no plugins, and an environment of convoy's making.
 
-use std::path::Path;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
+use serde_json::Value;
 use tokio::process::Command;
 
 use super::error::RenderError;
 use super::helm::tool_message;
 use super::manifests::parse_documents;
 use super::object::Object;
+use crate::engine::source::archive::resolve_on_disk;
 use crate::engine::tools::Tool;
 
-/// Run `kustomize build dir` and parse what it prints.
-pub async fn build(dir: &Path) -> Result<Vec<Object>, RenderError> {
+/// The names kustomize looks for in a directory, in its order.
+const KUSTOMIZATION_FILES: [&str; 3] = ["kustomization.yaml", "kustomization.yml", "Kustomization"];
+
+/// Run `kustomize build dir` and parse what it prints. `root` is the artifact `dir` lies in:
+/// nothing the build loads may be outside it.
+pub async fn build(
+    root: &Path,
+    dir: &Path,
+    allow_remote: bool,
+) -> Result<Vec<Object>, RenderError> {
+    let (root_owned, dir_owned) = (root.to_path_buf(), dir.to_path_buf());
+    tokio::task::spawn_blocking(move || check_kustomization(&root_owned, &dir_owned, allow_remote))
+        .await
+        .map_err(|e| RenderError::Tool(format!("checking the kustomization failed: {e}")))??;
     let kustomize = Tool::Kustomize.locate()?;
-    let out = Command::new(&kustomize)
-        .arg("build")
+    let home = tempfile::tempdir()
+        .map_err(|e| RenderError::Tool(format!("cannot create a temporary directory: {e}")))?;
+    let mut cmd = Command::new(&kustomize);
+    cmd.arg("build")
+        .arg("--load-restrictor=LoadRestrictionsRootOnly")
+        .arg("--")
         .arg(dir)
+        .env_clear()
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path())
+        .env("KUBECONFIG", home.path().join("no-kubeconfig"))
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_TERMINAL_PROMPT", "0");
+    if let Some(path) = std::env::var_os("PATH") {
+        cmd.env("PATH", path);
+    }
+    let out = cmd
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .output()
         .await
         .map_err(|e| RenderError::Tool(format!("cannot run {}: {e}", kustomize.display())))?;
     if !out.status.success() {
-        return Err(RenderError::Kustomize(tool_message(&out.stderr, &[])));
+        return Err(RenderError::Kustomize(tool_message(&out.stderr, &[root])));
     }
     let text = String::from_utf8_lossy(&out.stdout);
     parse_documents(&text, "kustomize build output").map_err(RenderError::Manifests)
+}
+
+/// Read the kustomization in `dir` and every one it loads, and check that every path they
+/// name stays inside `root` (on disk, links followed) and that nothing is fetched from the
+/// network unless `allow_remote`.
+pub fn check_kustomization(root: &Path, dir: &Path, allow_remote: bool) -> Result<(), RenderError> {
+    let start = dir
+        .strip_prefix(root)
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let mut checker = Checker {
+        root,
+        allow_remote,
+        seen: BTreeSet::new(),
+    };
+    checker.directory(&start, None)
+}
+
+struct Checker<'a> {
+    root: &'a Path,
+    allow_remote: bool,
+    seen: BTreeSet<PathBuf>,
+}
+
+/// Where a reference was found, for messages: the kustomization file and the field.
+struct Site<'a> {
+    file: &'a Path,
+    field: &'a str,
+}
+
+impl Checker<'_> {
+    /// A kustomization directory (`dir` relative to the root, already resolved).
+    fn directory(&mut self, dir: &Path, from: Option<&Site>) -> Result<(), RenderError> {
+        if !self.seen.insert(dir.to_path_buf()) {
+            return Ok(());
+        }
+        let Some(file) = KUSTOMIZATION_FILES
+            .iter()
+            .map(|name| dir.join(name))
+            .find(|f| self.root.join(f).is_file())
+        else {
+            return match from {
+                // The top directory: kustomize says what is missing.
+                None => Ok(()),
+                Some(site) => Err(self.refuse(
+                    site,
+                    &dir.display().to_string(),
+                    "is a directory without a kustomization",
+                )),
+            };
+        };
+        let text = std::fs::read_to_string(self.root.join(&file))
+            .map_err(|e| RenderError::Invalid(format!("cannot read {}: {e}", file.display())))?;
+        let kustomization: Value = serde_saphyr::from_str(&text).map_err(|e| {
+            RenderError::Invalid(format!("{} is not valid YAML: {e}", file.display()))
+        })?;
+        self.kustomization(dir, &file, &kustomization)
+    }
+
+    fn kustomization(&mut self, dir: &Path, file: &Path, k: &Value) -> Result<(), RenderError> {
+        let site = |field: &'static str| (file.to_path_buf(), field);
+        for field in ["helmCharts", "helmGlobals", "helmChartInflationGenerator"] {
+            if !k[field].is_null() {
+                let (file, field) = site(field);
+                return Err(RenderError::Unsupported(format!(
+                    "{}: {field} is not supported: render the chart with content.type helm",
+                    file.display()
+                )));
+            }
+        }
+        // References that may be kustomizations (directories) or files.
+        for field in ["resources", "bases", "components"] {
+            for entry in strings(&k[field]) {
+                let (f, fd) = site(field);
+                self.reference(
+                    dir,
+                    &Site {
+                        file: &f,
+                        field: fd,
+                    },
+                    entry,
+                    true,
+                )?;
+            }
+        }
+        // Plain files.
+        for field in ["crds", "configurations"] {
+            for entry in strings(&k[field]) {
+                let (f, fd) = site(field);
+                self.reference(
+                    dir,
+                    &Site {
+                        file: &f,
+                        field: fd,
+                    },
+                    entry,
+                    false,
+                )?;
+            }
+        }
+        // Files, or inline YAML (which may itself name files, as generator configs do).
+        for field in [
+            "patchesStrategicMerge",
+            "generators",
+            "transformers",
+            "validators",
+        ] {
+            for entry in strings(&k[field]) {
+                let (f, fd) = site(field);
+                let s = Site {
+                    file: &f,
+                    field: fd,
+                };
+                if is_inline(entry) {
+                    if let Ok(inline) = serde_saphyr::from_str::<Value>(entry) {
+                        self.generator(dir, &s, &inline)?;
+                    }
+                } else {
+                    self.reference(dir, &s, entry, field != "patchesStrategicMerge")?;
+                }
+            }
+        }
+        for field in ["patches", "patchesJson6902", "replacements"] {
+            for item in k[field].as_array().into_iter().flatten() {
+                if let Some(path) = item["path"].as_str() {
+                    let (f, fd) = site(field);
+                    self.reference(
+                        dir,
+                        &Site {
+                            file: &f,
+                            field: fd,
+                        },
+                        path,
+                        false,
+                    )?;
+                }
+            }
+        }
+        if let Some(path) = k["openapi"]["path"].as_str() {
+            let (f, fd) = site("openapi");
+            self.reference(
+                dir,
+                &Site {
+                    file: &f,
+                    field: fd,
+                },
+                path,
+                false,
+            )?;
+        }
+        for field in ["configMapGenerator", "secretGenerator"] {
+            for item in k[field].as_array().into_iter().flatten() {
+                let (f, fd) = site(field);
+                self.generator(
+                    dir,
+                    &Site {
+                        file: &f,
+                        field: fd,
+                    },
+                    item,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The files a generator (or a builtin generator's inline config) reads.
+    fn generator(&mut self, dir: &Path, site: &Site, item: &Value) -> Result<(), RenderError> {
+        for file in strings(&item["files"]) {
+            // `key=path` or `path`.
+            let path = file.split_once('=').map_or(file, |(_, p)| p);
+            self.reference(dir, site, path, false)?;
+        }
+        for env in strings(&item["envs"]).chain(item["env"].as_str()) {
+            self.reference(dir, site, env, false)?;
+        }
+        Ok(())
+    }
+
+    /// One path a kustomization names, relative to its directory `dir`.
+    fn reference(
+        &mut self,
+        dir: &Path,
+        site: &Site,
+        entry: &str,
+        may_be_kustomization: bool,
+    ) -> Result<(), RenderError> {
+        if is_remote(entry) {
+            return if self.allow_remote {
+                Ok(())
+            } else {
+                Err(self.refuse(
+                    site,
+                    entry,
+                    "is a remote reference, which convoy does not fetch (set content.kustomize.allowRemoteBases: true to let kustomize fetch it)",
+                ))
+            };
+        }
+        if Path::new(entry).is_absolute() {
+            return Err(self.refuse(
+                site,
+                entry,
+                "is an absolute path; paths must stay inside the source",
+            ));
+        }
+        let resolved = resolve_on_disk(self.root, &dir.join(entry))
+            .map_err(|_| self.refuse(site, entry, "leads outside the source"))?;
+        let on_disk = self.root.join(&resolved);
+        if !on_disk.exists() {
+            // kustomize would try a path it cannot find as a remote reference.
+            return if self.allow_remote {
+                Ok(())
+            } else {
+                Err(self.refuse(site, entry, "does not exist in the source"))
+            };
+        }
+        if may_be_kustomization && on_disk.is_dir() {
+            return self.directory(&resolved, Some(site));
+        }
+        Ok(())
+    }
+
+    fn refuse(&self, site: &Site, entry: &str, why: &str) -> RenderError {
+        RenderError::Invalid(format!(
+            "{}: {} entry {entry:?} {why}",
+            site.file.display(),
+            site.field
+        ))
+    }
+}
+
+/// The string items of a YAML list (or nothing).
+fn strings(value: &Value) -> impl Iterator<Item = &str> {
+    value
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+}
+
+fn is_inline(entry: &str) -> bool {
+    entry.contains('\n') || entry.trim_start().starts_with('{')
+}
+
+/// What kustomize would fetch from the network (or another place by URL).
+fn is_remote(entry: &str) -> bool {
+    entry.contains("://") || entry.starts_with("git::") || entry.starts_with("git@")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, text) in files {
+            let p = dir.path().join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        dir
+    }
+
+    fn check(dir: &tempfile::TempDir, start: &str, remote: bool) -> Result<(), String> {
+        check_kustomization(dir.path(), &dir.path().join(start), remote).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn bases_and_files_inside_the_source_pass() {
+        let dir = tree(&[
+            ("base/kustomization.yaml", "resources: [cm.yaml]\n"),
+            ("base/cm.yaml", "kind: ConfigMap\n"),
+            (
+                "overlay/kustomization.yaml",
+                "resources: [../base]\npatches:\n- path: p.yaml\nconfigMapGenerator:\n- name: x\n  files: [k=f.txt]\n  envs: [e.env]\n",
+            ),
+            ("overlay/p.yaml", "{}\n"),
+            ("overlay/f.txt", "x"),
+            ("overlay/e.env", "A=1"),
+        ]);
+        check(&dir, "overlay", false).unwrap();
+    }
+
+    #[test]
+    fn a_path_out_of_the_source_is_refused_naming_the_file_and_field() {
+        let dir = tree(&[(
+            "app/kustomization.yaml",
+            "resources: [../../../../outside]\n",
+        )]);
+        assert_eq!(
+            check(&dir, "app", false).unwrap_err(),
+            "app/kustomization.yaml: resources entry \"../../../../outside\" leads outside the source"
+        );
+        let dir = tree(&[(
+            "app/kustomization.yaml",
+            "configMapGenerator:\n- name: x\n  files: [key=../../../etc/passwd]\n",
+        )]);
+        assert!(
+            check(&dir, "app", false)
+                .unwrap_err()
+                .contains("leads outside the source")
+        );
+    }
+
+    #[test]
+    fn a_link_out_of_the_source_is_refused() {
+        let outside = tempfile::tempdir().unwrap();
+        let dir = tree(&[("app/kustomization.yaml", "resources: [link/x.yaml]\n")]);
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("app/link")).unwrap();
+        assert!(
+            check(&dir, "app", false)
+                .unwrap_err()
+                .contains("leads outside the source")
+        );
+    }
+
+    #[test]
+    fn remote_bases_are_refused_unless_allowed() {
+        for remote in [
+            "https://github.com/org/repo//base?ref=v1",
+            "git::https://example.com/repo.git",
+            "file:///tmp/x",
+            "github.com/org/repo/base",
+        ] {
+            let dir = tree(&[(
+                "app/kustomization.yaml",
+                &format!("resources: [\"{remote}\"]\n"),
+            )]);
+            let err = check(&dir, "app", false).unwrap_err();
+            assert!(
+                err.contains("remote reference") || err.contains("does not exist in the source"),
+                "{remote}: {err}"
+            );
+            check(&dir, "app", true).unwrap();
+        }
+    }
+
+    #[test]
+    fn helm_charts_in_a_kustomization_are_unsupported() {
+        let dir = tree(&[("kustomization.yaml", "helmCharts:\n- name: x\n")]);
+        assert!(
+            check(&dir, "", false)
+                .unwrap_err()
+                .contains("helmCharts is not supported")
+        );
+    }
 }

@@ -16,7 +16,7 @@ use super::values::resolve_value_layers;
 use super::{kustomize, manifests};
 use crate::engine::api::{ContentType, DependencyMode, Release, ResolvedSource, SourceKind};
 use crate::engine::objects::ObjectReader;
-use crate::engine::source::archive::safe_relative;
+use crate::engine::source::archive::path_inside;
 use crate::engine::source::cache::tree_digest;
 use crate::engine::source::resolve::release_request;
 use crate::engine::source::{Artifact, Coordinator};
@@ -80,7 +80,11 @@ pub async fn fetch_source(
         .map_err(RenderError::SourceObject)?;
     let artifact = ctx
         .coordinator
-        .ensure(&resolved.request, resolved.credentials.as_ref())
+        .ensure(
+            &resolved.scope,
+            &resolved.request,
+            resolved.credentials.as_ref(),
+        )
         .await
         .map_err(|source| RenderError::Fetch {
             kind: resolved.kind.as_str(),
@@ -144,7 +148,13 @@ pub async fn render_content(
                 .map_err(|e| RenderError::Tool(format!("reading manifests failed: {e}")))?
                 .map_err(RenderError::Manifests)?
         }
-        ContentType::Kustomize => kustomize::build(&root).await?,
+        ContentType::Kustomize => {
+            let allow_remote = content
+                .kustomize
+                .as_ref()
+                .is_some_and(|k| k.allow_remote_bases);
+            kustomize::build(&fetched.artifact.path, &root, allow_remote).await?
+        }
         ContentType::Helm => {
             let helm_spec = content.helm.clone().unwrap_or_default();
             if helm_spec.dependency_mode == Some(DependencyMode::Resolve) {
@@ -218,9 +228,8 @@ fn content_root(artifact: &Path, path: Option<&str>) -> Result<PathBuf, RenderEr
     let Some(path) = path.filter(|p| !p.is_empty()) else {
         return Ok(artifact.to_path_buf());
     };
-    let relative = safe_relative(Path::new(path))
+    let root = path_inside(artifact, path)
         .map_err(|why| RenderError::Invalid(format!("spec.source.path {path:?} {why}")))?;
-    let root = artifact.join(relative);
     if !root.exists() {
         return Err(RenderError::Invalid(format!(
             "spec.source.path {path:?} does not exist in the source"

@@ -131,13 +131,16 @@ async fn read_layer(
                 .await
                 .map_err(|e| fail(e.to_string(), false))?;
             let artifact = coordinator
-                .ensure(&resolved.request, resolved.credentials.as_ref())
+                .ensure(
+                    &resolved.scope,
+                    &resolved.request,
+                    resolved.credentials.as_ref(),
+                )
                 .await
                 .map_err(|e| fail(crate::engine::http::describe(&e), false))?;
-            let relative =
-                crate::engine::source::archive::safe_relative(std::path::Path::new(&path))
-                    .map_err(|why| fail(format!("path {path:?} {why}"), false))?;
-            std::fs::read_to_string(artifact.path.join(relative)).map_err(|e| {
+            let file = crate::engine::source::archive::path_inside(&artifact.path, &path)
+                .map_err(|why| fail(format!("path {path:?} {why}"), false))?;
+            std::fs::read_to_string(file).map_err(|e| {
                 fail(
                     format!("cannot read {path} at {}: {e}", artifact.revision),
                     false,

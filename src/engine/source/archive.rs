@@ -40,6 +40,13 @@ pub fn unpack_tar_gz(reader: impl Read, dest: &Path) -> Result<(), ArchiveError>
 }
 
 /// Unpack a tar stream into `dest` (which must exist).
+///
+/// Links are judged against what is on disk, not only lexically: no entry is written
+/// through a link (every directory on its way must be a real directory, and an existing
+/// link at its place is refused), a hard link's source may not pass through a link, and
+/// once the stream is unpacked every symbolic link in `dest` must resolve, following the
+/// links on disk one by one, to a place inside `dest`. A chain of links that are each
+/// lexically inside but together point out is refused.
 pub fn unpack_tar(reader: impl Read, dest: &Path) -> Result<(), ArchiveError> {
     let mut archive = tar::Archive::new(reader);
     archive.set_preserve_permissions(false);
@@ -66,10 +73,7 @@ pub fn unpack_tar(reader: impl Read, dest: &Path) -> Result<(), ArchiveError> {
         let target = dest.join(&relative);
         match kind {
             k if k.is_dir() => {
-                std::fs::create_dir_all(&target).map_err(|source| ArchiveError::Write {
-                    path: target.clone(),
-                    source,
-                })?;
+                create_dirs(dest, &relative, &shown)?;
             }
             k if k.is_file() || k == tar::EntryType::Continuous => {
                 total = total.saturating_add(entry.header().size().unwrap_or(0));
@@ -78,12 +82,8 @@ pub fn unpack_tar(reader: impl Read, dest: &Path) -> Result<(), ArchiveError> {
                         limit: MAX_UNPACKED_BYTES,
                     });
                 }
-                create_parent(&target)?;
-                let mut file =
-                    std::fs::File::create(&target).map_err(|source| ArchiveError::Write {
-                        path: target.clone(),
-                        source,
-                    })?;
+                prepare_leaf(dest, &relative, &shown)?;
+                let mut file = create_file(&target)?;
                 std::io::copy(&mut entry, &mut file).map_err(|source| ArchiveError::Write {
                     path: target.clone(),
                     source,
@@ -106,28 +106,41 @@ pub fn unpack_tar(reader: impl Read, dest: &Path) -> Result<(), ArchiveError> {
                         problem: "is a link without a target",
                     })?
                     .into_owned();
-                let resolved = if k.is_symlink() {
-                    let base = relative.parent().unwrap_or(Path::new(""));
-                    resolve_within(base, &link)
-                } else {
-                    safe_relative(&link).ok()
+                let outside = || ArchiveError::Unsafe {
+                    entry: shown.clone(),
+                    problem: "is a link that points outside the archive",
                 };
-                let Some(resolved) = resolved else {
-                    return Err(ArchiveError::Unsafe {
-                        entry: shown,
-                        problem: "is a link that points outside the archive",
-                    });
-                };
-                create_parent(&target)?;
+                prepare_leaf(dest, &relative, &shown)?;
                 if k.is_symlink() {
-                    std::os::unix::fs::symlink(&link, &target)
+                    let base = relative.parent().unwrap_or(Path::new(""));
+                    resolve_within(base, &link).ok_or_else(outside)?;
+                    std::os::unix::fs::symlink(&link, &target).map_err(|source| {
+                        ArchiveError::Write {
+                            path: target.clone(),
+                            source,
+                        }
+                    })?;
+                    // Judged against the disk as it stands now; the whole tree is judged
+                    // again at the end, when later entries may have changed what it meets.
+                    resolve_on_disk(dest, &relative).map_err(|problem| ArchiveError::Unsafe {
+                        entry: shown.clone(),
+                        problem,
+                    })?;
                 } else {
-                    std::fs::hard_link(dest.join(resolved), &target)
+                    let source = safe_relative(&link).map_err(|_| outside())?;
+                    if !no_link_on_the_way(dest, &source, true) {
+                        return Err(ArchiveError::Unsafe {
+                            entry: shown,
+                            problem: "is a hard link through a symbolic link",
+                        });
+                    }
+                    std::fs::hard_link(dest.join(source), &target).map_err(|source| {
+                        ArchiveError::Write {
+                            path: target.clone(),
+                            source,
+                        }
+                    })?;
                 }
-                .map_err(|source| ArchiveError::Write {
-                    path: target.clone(),
-                    source,
-                })?;
             }
             k => {
                 let kind = if k.is_character_special() || k.is_block_special() {
@@ -141,7 +154,7 @@ pub fn unpack_tar(reader: impl Read, dest: &Path) -> Result<(), ArchiveError> {
             }
         }
     }
-    Ok(())
+    check_tree(dest)
 }
 
 /// A path made only of normal components (and `.`), or the reason it is not one.
@@ -181,7 +194,161 @@ pub fn resolve_within(base: &Path, link: &Path) -> Option<PathBuf> {
     Some(parts.iter().collect())
 }
 
-/// Check a checked-out tree (a Git work tree) for symlinks that leave it.
+/// `path` (as a Release or source names it) inside the artifact at `root`: no `..` or
+/// absolute path, and, with the links on disk followed, still inside. Returns the place on
+/// disk, or why it is refused.
+pub fn path_inside(root: &Path, path: &str) -> Result<PathBuf, &'static str> {
+    let relative = safe_relative(Path::new(path))?;
+    let resolved = resolve_on_disk(root, &relative).map_err(|_| "leads outside the source")?;
+    Ok(root.join(resolved))
+}
+
+/// How many links one path may pass through before it is taken for a loop (Linux's limit).
+const MAX_LINK_HOPS: usize = 40;
+
+/// Follow `relative` (a path inside `root`) on disk, link by link, the way the kernel would:
+/// each symbolic link met is replaced by its target, and `..` steps back. Components that do
+/// not exist are taken lexically. `Ok(path inside root)`, or why it leaves `root`.
+pub fn resolve_on_disk(root: &Path, relative: &Path) -> Result<PathBuf, &'static str> {
+    let mut pending: std::collections::VecDeque<std::ffi::OsString> =
+        std::collections::VecDeque::new();
+    push_front(&mut pending, relative)?;
+    let mut resolved = PathBuf::new();
+    let mut hops = 0;
+    while let Some(part) = pending.pop_front() {
+        if part == ".." {
+            if !resolved.pop() {
+                return Err("is a link that points outside the archive");
+            }
+            continue;
+        }
+        let candidate = resolved.join(&part);
+        match std::fs::symlink_metadata(root.join(&candidate)) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                hops += 1;
+                if hops > MAX_LINK_HOPS {
+                    return Err("is a link loop");
+                }
+                let target = std::fs::read_link(root.join(&candidate))
+                    .map_err(|_| "is a link that cannot be read")?;
+                push_front(&mut pending, &target)?;
+            }
+            _ => resolved = candidate,
+        }
+    }
+    Ok(resolved)
+}
+
+/// Put the components of `path` before what is pending; an absolute path leaves the root.
+fn push_front(
+    pending: &mut std::collections::VecDeque<std::ffi::OsString>,
+    path: &Path,
+) -> Result<(), &'static str> {
+    let mut parts = Vec::new();
+    for component in path.components() {
+        match component {
+            Component::Normal(c) => parts.push(c.to_os_string()),
+            Component::ParentDir => parts.push("..".into()),
+            Component::CurDir => {}
+            Component::RootDir | Component::Prefix(_) => {
+                return Err("is a link that points outside the archive");
+            }
+        }
+    }
+    for part in parts.into_iter().rev() {
+        pending.push_front(part);
+    }
+    Ok(())
+}
+
+/// Whether every directory on the way to `relative` (and, with `leaf`, `relative` itself) is
+/// not a symbolic link on disk.
+fn no_link_on_the_way(root: &Path, relative: &Path, leaf: bool) -> bool {
+    let parts: Vec<_> = relative.components().collect();
+    let upto = if leaf {
+        parts.len()
+    } else {
+        parts.len().saturating_sub(1)
+    };
+    let mut path = root.to_path_buf();
+    for component in &parts[..upto] {
+        path.push(component);
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Make the place of a file or link entry: its directories (never through a link), and no
+/// link already at its place (writing there would write where the link points).
+fn prepare_leaf(root: &Path, relative: &Path, shown: &str) -> Result<(), ArchiveError> {
+    if let Some(parent) = relative.parent() {
+        create_dirs(root, parent, shown)?;
+    }
+    let target = root.join(relative);
+    match std::fs::symlink_metadata(&target) {
+        Ok(meta) if meta.file_type().is_symlink() => Err(ArchiveError::Unsafe {
+            entry: shown.to_string(),
+            problem: "would be written through a link of an earlier entry",
+        }),
+        Ok(meta) if meta.is_dir() => Err(ArchiveError::Unsafe {
+            entry: shown.to_string(),
+            problem: "would replace a directory",
+        }),
+        Ok(_) => std::fs::remove_file(&target).map_err(|source| ArchiveError::Write {
+            path: target.clone(),
+            source,
+        }),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Create `relative`'s directories under `root` one by one, refusing any that is a link.
+fn create_dirs(root: &Path, relative: &Path, shown: &str) -> Result<(), ArchiveError> {
+    let mut path = root.to_path_buf();
+    for component in relative.components() {
+        path.push(component);
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(meta) if meta.file_type().is_symlink() => {
+                return Err(ArchiveError::Unsafe {
+                    entry: shown.to_string(),
+                    problem: "would be written through a link of an earlier entry",
+                });
+            }
+            Ok(_) => {
+                return Err(ArchiveError::Unsafe {
+                    entry: shown.to_string(),
+                    problem: "needs a directory where an earlier entry put a file",
+                });
+            }
+            Err(_) => std::fs::create_dir(&path).map_err(|source| ArchiveError::Write {
+                path: path.clone(),
+                source,
+            })?,
+        }
+    }
+    Ok(())
+}
+
+/// A new file that is not opened through a link: `O_CREAT|O_EXCL` fails on any existing
+/// path, a link included, rather than following it.
+fn create_file(path: &Path) -> Result<std::fs::File, ArchiveError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(path)
+        .map_err(|source| ArchiveError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// Check a tree (an unpacked artifact, a Git work tree) for symbolic links that leave it,
+/// following each link on disk through any others it meets.
 pub fn check_tree(root: &Path) -> Result<(), ArchiveError> {
     fn walk(root: &Path, dir: &Path) -> Result<(), ArchiveError> {
         let read = std::fs::read_dir(dir).map_err(ArchiveError::Read)?;
@@ -191,14 +358,10 @@ pub fn check_tree(root: &Path) -> Result<(), ArchiveError> {
             let file_type = entry.file_type().map_err(ArchiveError::Read)?;
             let relative = path.strip_prefix(root).unwrap_or(&path).to_path_buf();
             if file_type.is_symlink() {
-                let link = std::fs::read_link(&path).map_err(ArchiveError::Read)?;
-                let base = relative.parent().unwrap_or(Path::new(""));
-                if resolve_within(base, &link).is_none() {
-                    return Err(ArchiveError::Unsafe {
-                        entry: relative.display().to_string(),
-                        problem: "is a link that points outside the archive",
-                    });
-                }
+                resolve_on_disk(root, &relative).map_err(|problem| ArchiveError::Unsafe {
+                    entry: relative.display().to_string(),
+                    problem,
+                })?;
             } else if file_type.is_dir() {
                 walk(root, &path)?;
             }
@@ -206,16 +369,6 @@ pub fn check_tree(root: &Path) -> Result<(), ArchiveError> {
         Ok(())
     }
     walk(root, root)
-}
-
-fn create_parent(target: &Path) -> Result<(), ArchiveError> {
-    if let Some(parent) = target.parent() {
-        std::fs::create_dir_all(parent).map_err(|source| ArchiveError::Write {
-            path: parent.to_path_buf(),
-            source,
-        })?;
-    }
-    Ok(())
 }
 
 fn set_executable(path: &Path) -> Result<(), ArchiveError> {
@@ -348,6 +501,102 @@ mod tests {
     fn a_device_is_rejected() {
         let (_dir, result) = unpack(&tar_with(&[("dev", tar::EntryType::Char, None, b"")]));
         assert!(result.unwrap_err().to_string().contains("device"));
+    }
+
+    /// Two links, each lexically inside: `sub/up` is the root, `sub/up2` is `up/..`, which
+    /// on disk is the root's parent.
+    fn chain() -> Vec<(
+        &'static str,
+        tar::EntryType,
+        Option<&'static str>,
+        &'static [u8],
+    )> {
+        vec![
+            ("sub/keep.txt", tar::EntryType::Regular, None, b"k"),
+            ("sub/up", tar::EntryType::Symlink, Some(".."), b""),
+            ("sub/up2", tar::EntryType::Symlink, Some("up/.."), b""),
+        ]
+    }
+
+    #[test]
+    fn a_chain_of_links_that_leaves_the_destination_is_rejected_before_anything_is_written_through_it()
+     {
+        let mut entries = chain();
+        entries.push(("sub/up2/evil.txt", tar::EntryType::Regular, None, b"x"));
+        let (dir, result) = unpack(&tar_with(&entries));
+        let err = result.unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "archive entry \"sub/up2\" is a link that points outside the archive; refusing to unpack outside the cache"
+        );
+        assert!(!dir.path().join("evil.txt").exists());
+    }
+
+    #[test]
+    fn a_file_is_never_written_through_a_link_of_an_earlier_entry() {
+        // Even where the link itself stays inside, writing through it is refused: the
+        // check would otherwise depend on the order of the entries.
+        let (_dir, result) = unpack(&tar_with(&[
+            ("a.txt", tar::EntryType::Regular, None, b"a"),
+            ("dir", tar::EntryType::Symlink, Some("."), b""),
+            ("dir/a.txt", tar::EntryType::Regular, None, b"b"),
+        ]));
+        let err = result.unwrap_err().to_string();
+        assert!(
+            err.contains("\"dir/a.txt\" would be written through a link"),
+            "{err}"
+        );
+        let (dir, result) = unpack(&tar_with(&[
+            ("a.txt", tar::EntryType::Regular, None, b"a"),
+            ("b.txt", tar::EntryType::Symlink, Some("a.txt"), b""),
+            ("b.txt", tar::EntryType::Regular, None, b"b"),
+        ]));
+        assert!(result.unwrap_err().to_string().contains("through a link"));
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("dest/a.txt")).unwrap(),
+            "a"
+        );
+    }
+
+    #[test]
+    fn a_hard_link_through_a_symbolic_link_is_rejected() {
+        let (_dir, result) = unpack(&tar_with(&[
+            ("sub/up", tar::EntryType::Symlink, Some(".."), b""),
+            ("x", tar::EntryType::Link, Some("sub/up/y"), b""),
+        ]));
+        assert!(
+            result
+                .unwrap_err()
+                .to_string()
+                .contains("is a hard link through a symbolic link")
+        );
+    }
+
+    #[test]
+    fn a_link_loop_is_rejected() {
+        let (_dir, result) = unpack(&tar_with(&[
+            ("a", tar::EntryType::Symlink, Some("b"), b""),
+            ("b", tar::EntryType::Symlink, Some("a"), b""),
+        ]));
+        assert!(result.unwrap_err().to_string().contains("is a link loop"));
+    }
+
+    #[test]
+    fn links_are_followed_on_disk_one_by_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::os::unix::fs::symlink("a/b", root.join("deep")).unwrap();
+        std::os::unix::fs::symlink("../..", root.join("a/b/top")).unwrap();
+        assert_eq!(resolve_on_disk(root, Path::new("deep")), Ok("a/b".into()));
+        assert_eq!(resolve_on_disk(root, Path::new("deep/top")), Ok("".into()));
+        // deep/top/.. is the root's parent, though each link is lexically inside.
+        assert!(resolve_on_disk(root, Path::new("deep/top/..")).is_err());
+        // A missing component is taken as written.
+        assert_eq!(
+            resolve_on_disk(root, Path::new("deep/missing/../x")),
+            Ok("a/b/x".into())
+        );
     }
 
     #[test]

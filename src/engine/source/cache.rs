@@ -2,11 +2,18 @@
 //!
 //! Layout under the root (default `$CONVOY_CACHE_DIR` or `~/.cache/convoy`):
 //! - `artifacts/<sha256>/` — an unpacked artifact, named by the digest of its content;
-//! - `revisions/<sha256 of an immutable revision key>` — the digest a revision unpacked to,
-//!   so a commit, chart version or OCI digest seen before needs no network;
-//! - `git/<sha256 of the URL>/` — bare mirrors that Git fetches into;
+//! - `revisions/<sha256 of scope and an immutable revision key>` — the digest a revision
+//!   unpacked to, so a commit, chart version or OCI digest seen before needs no network;
+//! - `git/<sha256 of scope and URL>/` — bare mirrors that Git fetches into;
 //! - `tmp/` — staging directories, renamed into `artifacts/` once complete, so a reader never
 //!   sees half an artifact.
+//!
+//! Every way back into cached content is keyed by a *scope*: the source object that fetched
+//! it (`Kind/namespace/name`, see [`scope_of`]). Another namespace naming the same URL has
+//! its own mirror and its own revision records, so it fetches with its own credentials (and
+//! fails without them) instead of reading what a private repository left in the cache; a
+//! commit prefix resolves only in the mirror of the scope asking. Artifacts themselves are
+//! shared by content digest, which only a fetch of that content yields.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -59,16 +66,14 @@ impl Cache {
             .join(digest.trim_start_matches("sha256:"))
     }
 
-    /// The bare Git mirror for `url`.
-    pub fn git_mirror(&self, url: &str) -> PathBuf {
-        self.root
-            .join("git")
-            .join(&sha256_hex(url.as_bytes())[..32])
+    /// The bare Git mirror for `url`, as `scope` fetches it.
+    pub fn git_mirror(&self, scope: &str, url: &str) -> PathBuf {
+        self.root.join("git").join(&scoped_hex(scope, url)[..32])
     }
 
-    /// The digest an immutable revision unpacked to, if it is still in the cache.
-    pub fn lookup(&self, revision_key: &str) -> Option<String> {
-        let path = self.revision_path(revision_key);
+    /// The digest an immutable revision unpacked to for `scope`, if it is still in the cache.
+    pub fn lookup(&self, scope: &str, revision_key: &str) -> Option<String> {
+        let path = self.revision_path(scope, revision_key);
         let digest = std::fs::read_to_string(path).ok()?;
         let digest = digest.trim().to_string();
         self.artifact_dir(&digest).is_dir().then_some(digest)
@@ -93,10 +98,11 @@ impl Cache {
     }
 
     /// Move a complete staging directory into `artifacts/<digest of its content>` and record
-    /// `revision_key` (when immutable) → digest. Returns the digest.
+    /// `revision_key` (when immutable) → digest for `scope`. Returns the digest.
     pub fn install(
         &self,
         staging: tempfile::TempDir,
+        scope: &str,
         revision_key: Option<&str>,
     ) -> Result<String, CacheError> {
         let digest = tree_digest(staging.path()).map_err(|source| CacheError {
@@ -126,7 +132,7 @@ impl Cache {
             }
         }
         if let Some(key) = revision_key {
-            let path = self.revision_path(key);
+            let path = self.revision_path(scope, key);
             if let Some(parent) = path.parent() {
                 let _ = std::fs::create_dir_all(parent);
             }
@@ -139,9 +145,22 @@ impl Cache {
         Ok(digest)
     }
 
-    fn revision_path(&self, key: &str) -> PathBuf {
-        self.root.join("revisions").join(sha256_hex(key.as_bytes()))
+    fn revision_path(&self, scope: &str, key: &str) -> PathBuf {
+        self.root.join("revisions").join(scoped_hex(scope, key))
     }
+}
+
+/// The scope of a source object: `Kind/namespace/name`.
+pub fn scope_of(kind: &str, namespace: &str, name: &str) -> String {
+    format!("{kind}/{namespace}/{name}")
+}
+
+fn scoped_hex(scope: &str, key: &str) -> String {
+    let mut bytes = Vec::with_capacity(scope.len() + key.len() + 1);
+    bytes.extend_from_slice(scope.as_bytes());
+    bytes.push(0);
+    bytes.extend_from_slice(key.as_bytes());
+    sha256_hex(&bytes)
 }
 
 /// `sha256:<hex>` over a directory tree: every entry's relative path, type, executable bit
@@ -237,10 +256,21 @@ mod tests {
         let cache = Cache::new(root.path());
         let staging = cache.staging().unwrap();
         std::fs::write(staging.path().join("a.yaml"), "a: 1\n").unwrap();
-        let digest = cache.install(staging, Some("git:file:///x@abc")).unwrap();
+        let digest = cache
+            .install(staging, "GitRepository/a/x", Some("git:file:///x@abc"))
+            .unwrap();
         assert!(digest.starts_with("sha256:"));
-        assert_eq!(cache.lookup("git:file:///x@abc"), Some(digest.clone()));
+        assert_eq!(
+            cache.lookup("GitRepository/a/x", "git:file:///x@abc"),
+            Some(digest.clone())
+        );
         assert!(cache.artifact_dir(&digest).join("a.yaml").is_file());
-        assert_eq!(cache.lookup("git:file:///x@def"), None);
+        assert_eq!(cache.lookup("GitRepository/a/x", "git:file:///x@def"), None);
+        // Another scope naming the same revision finds nothing: it must fetch it itself.
+        assert_eq!(cache.lookup("GitRepository/b/x", "git:file:///x@abc"), None);
+        assert_ne!(
+            cache.git_mirror("GitRepository/a/x", "file:///x"),
+            cache.git_mirror("GitRepository/b/x", "file:///x")
+        );
     }
 }

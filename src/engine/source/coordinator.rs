@@ -11,21 +11,29 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::cache::Cache;
-use super::{Artifact, Credentials, SourceError, SourceRequest, git, helm_repo, oci};
+use super::{Artifact, Credentials, SourceError, SourcePolicy, SourceRequest, git, helm_repo, oci};
 
 type Slot = Arc<tokio::sync::Mutex<Option<(Instant, Artifact)>>>;
 
 /// Fetches sources into one cache, de-duplicating concurrent fetches.
 pub struct Coordinator {
     cache: Cache,
+    policy: SourcePolicy,
     slots: Mutex<HashMap<String, Slot>>,
     fetches: AtomicU64,
 }
 
 impl Coordinator {
+    /// A coordinator with the CLI's policy ([`SourcePolicy::default`]: local `file://`
+    /// repositories allowed).
     pub fn new(cache: Cache) -> Self {
+        Self::with_policy(cache, SourcePolicy::default())
+    }
+
+    pub fn with_policy(cache: Cache, policy: SourcePolicy) -> Self {
         Self {
             cache,
+            policy,
             slots: Mutex::new(HashMap::new()),
             fetches: AtomicU64::new(0),
         }
@@ -40,15 +48,17 @@ impl Coordinator {
         self.fetches.load(Ordering::Relaxed)
     }
 
-    /// Resolve `request` to an artifact. A caller that waited while an identical request was
-    /// fetched takes that result instead of fetching again.
+    /// Resolve `request` to an artifact for `scope` (the source object asking, see
+    /// [`super::cache::scope_of`]). A caller that waited while an identical request of the
+    /// same scope was fetched takes that result instead of fetching again.
     pub async fn ensure(
         &self,
+        scope: &str,
         request: &SourceRequest,
         credentials: Option<&Credentials>,
     ) -> Result<Artifact, SourceError> {
         let asked = Instant::now();
-        let slot = self.slot(&request.key());
+        let slot = self.slot(&format!("{scope}\0{}", request.key()));
         let mut result_slot = slot.lock().await;
         if let Some((finished, artifact)) = result_slot.as_ref()
             && *finished >= asked
@@ -57,7 +67,7 @@ impl Coordinator {
         }
         // Requests for different revisions of one Git repository share its mirror.
         let mirror = match request {
-            SourceRequest::Git { url, .. } => Some(self.slot(&format!("mirror:{url}"))),
+            SourceRequest::Git { url, .. } => Some(self.slot(&format!("mirror:{scope}\0{url}"))),
             _ => None,
         };
         let _mirror_guard = match &mirror {
@@ -67,13 +77,31 @@ impl Coordinator {
         self.fetches.fetch_add(1, Ordering::Relaxed);
         let result = match request {
             SourceRequest::Git { url, reference } => {
-                git::fetch(&self.cache, url, reference, credentials).await
+                git::fetch(
+                    &self.cache,
+                    scope,
+                    url,
+                    reference,
+                    credentials,
+                    &self.policy,
+                )
+                .await
             }
             SourceRequest::Helm {
                 url,
                 chart,
                 version,
-            } => helm_repo::fetch(&self.cache, url, chart, version.as_deref(), credentials).await,
+            } => {
+                helm_repo::fetch(
+                    &self.cache,
+                    scope,
+                    url,
+                    chart,
+                    version.as_deref(),
+                    credentials,
+                )
+                .await
+            }
             SourceRequest::Oci {
                 url,
                 tag,
@@ -82,6 +110,7 @@ impl Coordinator {
             } => {
                 oci::fetch(
                     &self.cache,
+                    scope,
                     url,
                     tag.as_deref(),
                     digest.as_deref(),

@@ -4,6 +4,12 @@
 //! Works over `file://`, `git://`, `http(s)://` and `ssh://`. Credentials never appear on a
 //! command line: HTTP auth goes through `GIT_CONFIG_*` environment variables, SSH keys through
 //! a temporary file named in `GIT_SSH_COMMAND`. Git is never allowed to prompt.
+//!
+//! Everything a Release or source names is data to git, never an option: the URL comes after
+//! `--`, refs are checked against git's ref-name rules and commits are hex before they reach
+//! a refspec or a revision. git runs with an empty environment of convoy's making: no system
+//! or global configuration, an empty HOME, hooks pointed at an empty directory, and only the
+//! transports convoy supports allowed (`protocol.allow=never` otherwise).
 
 use std::path::Path;
 use std::process::Stdio;
@@ -13,21 +19,26 @@ use tokio::process::Command;
 
 use super::archive;
 use super::cache::Cache;
-use super::{Artifact, Credentials, GitReference, SourceError};
+use super::{Artifact, Credentials, GitReference, SourceError, SourcePolicy};
 use crate::engine::tools::Tool;
 
-/// Fetch `reference` of `url` and unpack it into the cache.
+/// Fetch `reference` of `url` and unpack it into the cache, in the part of the cache that
+/// belongs to `scope` (the source object asking; see [`Cache`]).
 pub async fn fetch(
     cache: &Cache,
+    scope: &str,
     url: &str,
     reference: &GitReference,
     credentials: Option<&Credentials>,
+    policy: &SourcePolicy,
 ) -> Result<Artifact, SourceError> {
+    check_url(url, cache, policy)?;
+    check_reference(reference).map_err(SourceError::Unsupported)?;
     let git = Tool::Git.locate()?;
-    // A full commit id that was unpacked before needs no network at all.
+    // A full commit id that was unpacked before (for this scope) needs no network at all.
     if let GitReference::Commit(sha) = reference
         && is_full_sha(sha)
-        && let Some(digest) = cache.lookup(&revision_key(url, sha))
+        && let Some(digest) = cache.lookup(scope, &revision_key(url, sha))
     {
         return Ok(Artifact {
             revision: format!("sha1:{sha}"),
@@ -37,8 +48,8 @@ pub async fn fetch(
         });
     }
 
-    let mirror = cache.git_mirror(url);
-    let auth = GitAuth::new(credentials, cache)?;
+    let mirror = cache.git_mirror(scope, url);
+    let auth = GitAuth::new(credentials, cache, url.starts_with("file://"))?;
     let runner = Runner {
         git: &git,
         mirror: &mirror,
@@ -108,7 +119,7 @@ pub async fn fetch(
     };
 
     let key = revision_key(url, &sha);
-    if let Some(digest) = cache.lookup(&key) {
+    if let Some(digest) = cache.lookup(scope, &key) {
         return Ok(Artifact {
             revision,
             path: cache.artifact_dir(&digest),
@@ -122,7 +133,7 @@ pub async fn fetch(
         url: url.to_string(),
         source,
     })?;
-    let digest = cache.install(staging, Some(&key))?;
+    let digest = cache.install(staging, scope, Some(&key))?;
     Ok(Artifact {
         revision,
         path: cache.artifact_dir(&digest),
@@ -154,6 +165,113 @@ fn error_lines(stderr: &str) -> Vec<&str> {
     chosen.into_iter().take(3).collect()
 }
 
+/// Whether convoy may fetch `url`: a scheme it supports (`file://` only where the policy
+/// allows it, and never into convoy's own cache), and nothing git could read as an option or
+/// a transport helper.
+pub fn check_url(url: &str, cache: &Cache, policy: &SourcePolicy) -> Result<(), SourceError> {
+    let refuse = |why: String| Err(SourceError::Unsupported(format!("Git URL {url:?} {why}")));
+    if url.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return refuse("contains a space or a control character".into());
+    }
+    let scheme = ["file://", "git://", "http://", "https://", "ssh://"]
+        .into_iter()
+        .find(|s| url.starts_with(s));
+    let host = match scheme {
+        Some(s) => url[s.len()..].split('/').next().unwrap_or_default(),
+        // scp-like `user@host:path`
+        None if url.contains('@') && url.contains(':') && !url.contains("://") => url
+            .split_once('@')
+            .map(|(_, rest)| rest.split(':').next().unwrap_or_default())
+            .unwrap_or_default(),
+        None => {
+            return refuse(
+                "has an unsupported scheme (use file://, git://, http(s)://, ssh:// or user@host:path)"
+                    .into(),
+            );
+        }
+    };
+    let host = host.rsplit('@').next().unwrap_or_default();
+    if host.starts_with('-') {
+        return refuse("names a host that starts with '-'".into());
+    }
+    if scheme == Some("file://") {
+        if !policy.allow_file_urls {
+            return refuse(
+                "is a local path, which convoy daemon does not fetch unless started with --allow-file-urls"
+                    .into(),
+            );
+        }
+        let path = std::path::Path::new(&url["file://".len()..]);
+        let real = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+        let cache_root = cache
+            .root()
+            .canonicalize()
+            .unwrap_or_else(|_| cache.root().to_path_buf());
+        if real.starts_with(&cache_root) {
+            return refuse("points into convoy's source cache".into());
+        }
+    }
+    Ok(())
+}
+
+/// Refuse a ref git would read as something else: an option, a refspec, a revision
+/// expression. Branch and tag names follow `git check-ref-format`; a commit is 4–64 hex
+/// digits.
+pub fn check_reference(reference: &GitReference) -> Result<(), String> {
+    match reference {
+        GitReference::Head => Ok(()),
+        GitReference::Branch(name) => {
+            check_ref_name(name).map_err(|why| format!("ref.branch {name:?} {why}"))
+        }
+        GitReference::Tag(name) => {
+            check_ref_name(name).map_err(|why| format!("ref.tag {name:?} {why}"))
+        }
+        GitReference::Commit(sha) => {
+            if (4..=64).contains(&sha.len()) && sha.chars().all(|c| c.is_ascii_hexdigit()) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "ref.commit {sha:?} is not a commit id (4 to 64 hexadecimal digits)"
+                ))
+            }
+        }
+    }
+}
+
+/// `git check-ref-format`'s rules for one branch or tag name, plus no leading `-`.
+fn check_ref_name(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() {
+        return Err("is empty");
+    }
+    if name.starts_with('-') {
+        return Err("starts with '-'");
+    }
+    if name == "@" || name.contains("@{") {
+        return Err("is or contains '@{', which git reads as a revision expression");
+    }
+    if name.contains("..") {
+        return Err("contains '..'");
+    }
+    if name.starts_with('/') || name.ends_with('/') || name.contains("//") {
+        return Err("has an empty path component");
+    }
+    if name.ends_with('.') {
+        return Err("ends with '.'");
+    }
+    if name
+        .chars()
+        .any(|c| c.is_ascii_control() || c == ' ' || "~^:?*[\\".contains(c))
+    {
+        return Err("contains a space, a control character or one of ~ ^ : ? * [ \\");
+    }
+    for component in name.split('/') {
+        if component.starts_with('.') || component.ends_with(".lock") {
+            return Err("has a component that starts with '.' or ends with '.lock'");
+        }
+    }
+    Ok(())
+}
+
 fn revision_key(url: &str, sha: &str) -> String {
     format!("git:{url}@{sha}")
 }
@@ -162,23 +280,59 @@ fn is_full_sha(s: &str) -> bool {
     (s.len() == 40 || s.len() == 64) && s.chars().all(|c| c.is_ascii_hexdigit())
 }
 
-/// Environment that carries credentials to git without a command line or a prompt.
+/// The whole environment git runs with: credentials without a command line or a prompt, and
+/// nothing of the machine's or user's git configuration.
 struct GitAuth {
     env: Vec<(String, String)>,
-    /// Keeps the SSH key and known_hosts files alive while git runs.
-    _files: Option<tempfile::TempDir>,
+    /// An empty HOME and hooks directory, and the SSH key and known_hosts files, alive while
+    /// git runs.
+    _files: tempfile::TempDir,
 }
 
+/// The transports convoy fetches over; every other one (`ext::`, `fd::`, remote helpers) is
+/// refused by git itself.
+const ALLOWED_PROTOCOLS: [&str; 4] = ["git", "http", "https", "ssh"];
+
 impl GitAuth {
-    fn new(credentials: Option<&Credentials>, cache: &Cache) -> Result<Self, SourceError> {
+    fn new(
+        credentials: Option<&Credentials>,
+        cache: &Cache,
+        file_transport: bool,
+    ) -> Result<Self, SourceError> {
+        let dir = cache.staging()?;
+        let home = dir.path().join("home");
+        let hooks = dir.path().join("hooks");
+        for d in [&home, &hooks] {
+            std::fs::create_dir(d).map_err(|e| {
+                SourceError::not_ready("git", format!("cannot create {}: {e}", d.display()))
+            })?;
+        }
         let mut env = vec![
             ("GIT_TERMINAL_PROMPT".to_string(), "0".to_string()),
             ("GCM_INTERACTIVE".to_string(), "never".to_string()),
             ("GIT_ASKPASS".to_string(), "true".to_string()),
             ("SSH_ASKPASS".to_string(), "true".to_string()),
+            ("GIT_CONFIG_NOSYSTEM".to_string(), "1".to_string()),
+            ("GIT_CONFIG_GLOBAL".to_string(), "/dev/null".to_string()),
+            ("HOME".to_string(), home.display().to_string()),
+            ("XDG_CONFIG_HOME".to_string(), home.display().to_string()),
+            ("GIT_PROTOCOL_FROM_USER".to_string(), "0".to_string()),
         ];
-        let mut config: Vec<(String, String)> = vec![("credential.helper".into(), String::new())];
-        let mut files = None;
+        if let Some(path) = std::env::var_os("PATH") {
+            env.push(("PATH".into(), path.to_string_lossy().into_owned()));
+        }
+        let mut config: Vec<(String, String)> = vec![
+            ("credential.helper".into(), String::new()),
+            ("core.hooksPath".into(), hooks.display().to_string()),
+            ("core.fsmonitor".into(), "false".into()),
+            ("protocol.allow".into(), "never".into()),
+        ];
+        for protocol in ALLOWED_PROTOCOLS {
+            config.push((format!("protocol.{protocol}.allow"), "always".into()));
+        }
+        if file_transport {
+            config.push(("protocol.file.allow".into(), "always".into()));
+        }
         if let Some(c) = credentials {
             if let Some(token) = &c.bearer_token {
                 config.push((
@@ -198,11 +352,10 @@ impl GitAuth {
                 ));
             }
             if let Some(identity) = &c.identity {
-                let dir = cache.staging()?;
                 let key = dir.path().join("identity");
                 write_private(&key, identity)?;
                 let mut ssh = format!(
-                    "ssh -i '{}' -o IdentitiesOnly=yes -o BatchMode=yes",
+                    "ssh -F /dev/null -i '{}' -o IdentitiesOnly=yes -o BatchMode=yes",
                     key.display()
                 );
                 match &c.known_hosts {
@@ -217,7 +370,6 @@ impl GitAuth {
                     None => ssh.push_str(" -o StrictHostKeyChecking=accept-new"),
                 }
                 env.push(("GIT_SSH_COMMAND".into(), ssh));
-                files = Some(dir);
             }
         }
         env.push(("GIT_CONFIG_COUNT".into(), config.len().to_string()));
@@ -225,7 +377,7 @@ impl GitAuth {
             env.push((format!("GIT_CONFIG_KEY_{i}"), k));
             env.push((format!("GIT_CONFIG_VALUE_{i}"), v));
         }
-        Ok(Self { env, _files: files })
+        Ok(Self { env, _files: dir })
     }
 }
 
@@ -261,12 +413,15 @@ impl Runner<'_> {
             "--force",
             "--no-tags",
             "--no-write-fetch-head",
-            self.url,
+            "--no-recurse-submodules",
         ];
         if refspecs == ["HEAD"] {
             // FETCH_HEAD is how git names what `HEAD` of a remote resolved to.
             args.retain(|a| *a != "--no-write-fetch-head");
         }
+        // The URL after `--`: whatever it says, git takes it as a repository, never an option.
+        args.push("--");
+        args.push(self.url);
         args.extend_from_slice(refspecs);
         self.run(&args).await.map(|_| ())
     }
@@ -287,6 +442,7 @@ impl Runner<'_> {
             .arg("-C")
             .arg(self.mirror)
             .args(args)
+            .env_clear()
             .envs(self.auth.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .kill_on_drop(true)

@@ -28,9 +28,13 @@ struct ChartVersion {
     digest: Option<String>,
 }
 
-/// Fetch `chart` at `version` (exact, range, or newest stable) from the repository at `url`.
+/// Fetch `chart` at `version` (exact, range, or newest stable) from the repository at `url`,
+/// for `scope` (the source object asking; see [`Cache`]). Credentials go only to the
+/// repository's own origin: a chart URL in the index that names another host is fetched
+/// without them, as Helm does unless told `--pass-credentials`.
 pub async fn fetch(
     cache: &Cache,
+    scope: &str,
     url: &str,
     chart: &str,
     version: Option<&str>,
@@ -70,7 +74,7 @@ pub async fn fetch(
         entry.version,
         entry.digest.as_deref().unwrap_or("")
     );
-    if let Some(digest) = cache.lookup(&key) {
+    if let Some(digest) = cache.lookup(scope, &key) {
         return Ok(Artifact {
             revision: entry.version.clone(),
             path: cache.artifact_dir(&digest),
@@ -86,7 +90,8 @@ pub async fn fetch(
     } else {
         format!("{base}/{}", chart_url.trim_start_matches("./"))
     };
-    let archive_bytes = get(&client, &chart_url, credentials).await?;
+    let chart_credentials = credentials.filter(|_| same_origin(&chart_url, base));
+    let archive_bytes = get(&client, &chart_url, chart_credentials).await?;
     if let Some(expected) = &entry.digest {
         let actual = hex::encode(Sha256::digest(&archive_bytes));
         if !expected.eq_ignore_ascii_case(actual.trim_start_matches("sha256:")) {
@@ -105,13 +110,28 @@ pub async fn fetch(
             source,
         }
     })?;
-    let digest = cache.install(staging, Some(&key))?;
+    let digest = cache.install(staging, scope, Some(&key))?;
     Ok(Artifact {
         revision: entry.version.clone(),
         path: cache.artifact_dir(&digest),
         digest,
         url: url.to_string(),
     })
+}
+
+/// Whether two URLs share scheme, host and port.
+fn same_origin(a: &str, b: &str) -> bool {
+    let origin = |u: &str| {
+        reqwest::Url::parse(u).ok().map(|u| {
+            (
+                u.scheme().to_string(),
+                u.host_str().map(str::to_string),
+                u.port_or_known_default(),
+            )
+        })
+    };
+    let (a, b) = (origin(a), origin(b));
+    a.is_some() && a == b
 }
 
 async fn get(

@@ -118,6 +118,22 @@ impl Credentials {
     }
 }
 
+/// What sources a process may fetch from. The CLI fetches what its user names; the daemon
+/// fetches what tenants name, so it refuses local paths unless told otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourcePolicy {
+    /// `file://` Git URLs (never into convoy's own cache, whatever this says).
+    pub allow_file_urls: bool,
+}
+
+impl Default for SourcePolicy {
+    fn default() -> Self {
+        Self {
+            allow_file_urls: true,
+        }
+    }
+}
+
 /// A fetched, immutable artifact in the cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Artifact {

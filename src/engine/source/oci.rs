@@ -21,9 +21,11 @@ const TAR_LAYERS: &[&str] = &["application/vnd.oci.image.layer.v1.tar"];
 /// Layers convoy accepts and ignores (Helm provenance).
 const IGNORED_LAYERS: &[&str] = &["application/vnd.cncf.helm.chart.provenance.v1.prov"];
 
-/// Pull the artifact `tag` or `digest` of the repository at `url` (`oci://host/repo`).
+/// Pull the artifact `tag` or `digest` of the repository at `url` (`oci://host/repo`), for
+/// `scope` (the source object asking; see [`Cache`]).
 pub async fn fetch(
     cache: &Cache,
+    scope: &str,
     url: &str,
     tag: Option<&str>,
     digest: Option<&str>,
@@ -32,7 +34,7 @@ pub async fn fetch(
 ) -> Result<Artifact, SourceError> {
     let reference = reference(url, tag, digest)?;
     if let Some(d) = digest
-        && let Some(found) = cache.lookup(&revision_key(url, d))
+        && let Some(found) = cache.lookup(scope, &revision_key(url, d))
     {
         return Ok(Artifact {
             revision: d.to_string(),
@@ -79,7 +81,7 @@ pub async fn fetch(
         Some(t) if digest.is_none() => format!("{t}@{manifest_digest}"),
         _ => manifest_digest.clone(),
     };
-    if let Some(found) = cache.lookup(&key) {
+    if let Some(found) = cache.lookup(scope, &key) {
         return Ok(Artifact {
             revision,
             path: cache.artifact_dir(&found),
@@ -103,6 +105,7 @@ pub async fn fetch(
     }
     let digest = cache.install(
         staging,
+        scope,
         (!manifest_digest.is_empty()).then_some(key.as_str()),
     )?;
     Ok(Artifact {

@@ -6,6 +6,7 @@
 
 use k8s_openapi::api::core::v1::Secret;
 
+use super::cache::scope_of;
 use super::{Credentials, GitReference, SourceRequest};
 use crate::engine::api::{
     GitRef, GitRepository, HelmRegistry, LocalObjectRef, OCIRegistry, Release, SourceKind,
@@ -36,6 +37,8 @@ impl ResolveError {
 /// A request ready for the coordinator.
 #[derive(Debug, Clone)]
 pub struct ResolvedRequest {
+    /// The part of the source cache this request may use (see [`super::cache::scope_of`]).
+    pub scope: String,
     pub request: SourceRequest,
     pub credentials: Option<Credentials>,
     pub kind: SourceKind,
@@ -64,9 +67,16 @@ pub async fn release_request(
                     release.metadata.name.as_deref().unwrap_or_default()
                 ))
             })?;
+            crate::engine::render::helm::check_chart_name(&chart).map_err(|why| {
+                ResolveError::Unsupported(format!(
+                    "Release {namespace}/{}: spec.source.chart {why}",
+                    release.metadata.name.as_deref().unwrap_or_default()
+                ))
+            })?;
             let credentials =
                 credentials(reader, &namespace, registry.spec.secret_ref.as_ref()).await?;
             Ok(ResolvedRequest {
+                scope: scope_of("HelmRegistry", &namespace, &source.name),
                 request: SourceRequest::Helm {
                     url: registry.spec.url.clone(),
                     chart,
@@ -91,6 +101,7 @@ pub async fn release_request(
             let credentials =
                 credentials(reader, &namespace, registry.spec.secret_ref.as_ref()).await?;
             Ok(ResolvedRequest {
+                scope: scope_of("OCIRegistry", &namespace, &source.name),
                 request: SourceRequest::Oci {
                     url: registry.spec.url.clone(),
                     tag: source.tag.clone(),
@@ -131,6 +142,7 @@ pub async fn git_request(
     }
     let credentials = credentials(reader, namespace, repo.spec.secret_ref.as_ref()).await?;
     Ok(ResolvedRequest {
+        scope: scope_of("GitRepository", namespace, name),
         request: SourceRequest::Git { url, reference },
         credentials,
         kind: SourceKind::GitRepository,

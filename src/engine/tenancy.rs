@@ -1,0 +1,281 @@
+//! Tenancy: as whom convoy reads a Release's inputs and writes its objects, and what a
+//! Release may reach.
+//!
+//! Design: DESIGN.md section 7 ("tenancy"). A Release names `spec.serviceAccountName`, or the
+//! daemon names a default (`--default-service-account`, as Flux's lockdown does): then every
+//! request for that Release to the cluster it lives in — the dry run, the apply, the prune,
+//! hook Jobs, the observer's dry runs and reads, and the reads of the Secrets and ConfigMaps it
+//! names (value layers, source credentials, a Cluster's kubeconfig) — impersonates that
+//! ServiceAccount of the Release's namespace, so Kubernetes RBAC decides what a tenant's
+//! Release can do, not convoy's own ServiceAccount. convoy's own identity keeps only its
+//! bookkeeping: Releases and sources, status, inventories, Leases, Events and the render store.
+//!
+//! A Release may also reach into other namespaces only where the operator allows it
+//! (`--allow-cross-namespace-refs`, Flux's `--no-cross-namespace-refs` turned around): its
+//! `targetNamespace`, a `setNamespace` mutation and the namespace of every namespaced object
+//! it renders for the cluster it lives in must be its own namespace.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::engine::api::Release;
+use crate::engine::connect::{ConnectError, Connection, KubeconfigPolicy};
+use crate::engine::render::Object;
+use crate::engine::render::mutations::is_known_cluster_scoped;
+
+/// What the operator allows Releases, and the impersonating connections made so far.
+#[derive(Debug, Default)]
+pub struct Tenancy {
+    /// The ServiceAccount (of each Release's namespace) to impersonate for Releases that
+    /// name none; `None`: such Releases act as convoy itself.
+    pub default_service_account: Option<String>,
+    /// Let Releases target, mutate into and render objects for other namespaces.
+    pub allow_cross_namespace_refs: bool,
+    /// What a `Cluster`'s kubeconfig may ask for.
+    pub kubeconfig: KubeconfigPolicy,
+    connections: Mutex<HashMap<String, Connection>>,
+}
+
+/// The same rules, with no connections made yet.
+impl Clone for Tenancy {
+    fn clone(&self) -> Self {
+        Self {
+            default_service_account: self.default_service_account.clone(),
+            allow_cross_namespace_refs: self.allow_cross_namespace_refs,
+            kubeconfig: self.kubeconfig,
+            connections: Mutex::default(),
+        }
+    }
+}
+
+/// Why a Release is refused by the tenancy rules.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct TenancyError(pub String);
+
+impl Tenancy {
+    pub fn new(
+        default_service_account: Option<String>,
+        allow_cross_namespace_refs: bool,
+        kubeconfig: KubeconfigPolicy,
+    ) -> Self {
+        Self {
+            default_service_account,
+            allow_cross_namespace_refs,
+            kubeconfig,
+            connections: Mutex::default(),
+        }
+    }
+
+    /// The username of the ServiceAccount `release` acts as, if any.
+    pub fn service_account_user(&self, release: &Release) -> Option<String> {
+        self.user_in(
+            release.metadata.namespace.as_deref().unwrap_or_default(),
+            release.spec.service_account_name.as_deref(),
+        )
+    }
+
+    /// The username of ServiceAccount `named` (or the default one) of `namespace`, if any.
+    fn user_in(&self, namespace: &str, named: Option<&str>) -> Option<String> {
+        let name = named
+            .or(self.default_service_account.as_deref())
+            .filter(|n| !n.is_empty())?;
+        Some(format!("system:serviceaccount:{namespace}:{name}"))
+    }
+
+    /// The connection `release`'s requests to the cluster it lives in use: `home` itself, or
+    /// `home` impersonating the Release's ServiceAccount (made once per ServiceAccount).
+    pub fn connection_for(
+        &self,
+        home: &Connection,
+        release: &Release,
+    ) -> Result<Connection, ConnectError> {
+        self.connection_as(home, self.service_account_user(release))
+    }
+
+    /// The connection for what a namespace's objects name without a Release (a `Cluster`'s
+    /// kubeconfig Secret, read by the Cluster controller): its default ServiceAccount.
+    pub fn connection_in(
+        &self,
+        home: &Connection,
+        namespace: &str,
+    ) -> Result<Connection, ConnectError> {
+        self.connection_as(home, self.user_in(namespace, None))
+    }
+
+    fn connection_as(
+        &self,
+        home: &Connection,
+        user: Option<String>,
+    ) -> Result<Connection, ConnectError> {
+        let Some(user) = user else {
+            return Ok(home.clone());
+        };
+        let key = format!("{} {user}", home.cache_key());
+        let mut connections = match self.connections.lock() {
+            Ok(c) => c,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(conn) = connections.get(&key) {
+            return Ok(conn.clone());
+        }
+        let conn = home.impersonating(&user)?;
+        connections.insert(key, conn.clone());
+        Ok(conn)
+    }
+
+    /// The Release's own references to other namespaces: `targetNamespace` and `setNamespace`
+    /// mutations, when it deploys to the cluster it lives in.
+    pub fn check_release(&self, release: &Release) -> Result<(), TenancyError> {
+        if self.allow_cross_namespace_refs || deploys_elsewhere(release) {
+            return Ok(());
+        }
+        let own = release.metadata.namespace.as_deref().unwrap_or_default();
+        if let Some(target) = release.spec.target_namespace.as_deref()
+            && target != own
+        {
+            return Err(cross_namespace(
+                own,
+                &format!("spec.targetNamespace {target:?}"),
+            ));
+        }
+        for mutation in &release.spec.mutations {
+            if let Some(ns) = mutation.set_namespace.as_deref()
+                && ns != own
+            {
+                return Err(cross_namespace(
+                    own,
+                    &format!("mutation {:?} (setNamespace {ns:?})", mutation.name),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The rendered objects: a namespaced object for the cluster the Release lives in must be
+    /// in the Release's namespace. `namespaced` answers from discovery when it knows the kind.
+    pub fn check_objects(
+        &self,
+        release: &Release,
+        objects: &[Object],
+        namespaced: impl Fn(&Object) -> Option<bool>,
+    ) -> Result<(), TenancyError> {
+        if self.allow_cross_namespace_refs || deploys_elsewhere(release) {
+            return Ok(());
+        }
+        let own = release.metadata.namespace.as_deref().unwrap_or_default();
+        for object in objects {
+            let Some(ns) = object.namespace().filter(|ns| !ns.is_empty()) else {
+                continue;
+            };
+            let is_namespaced =
+                namespaced(object).unwrap_or_else(|| !is_known_cluster_scoped(object.kind()));
+            if is_namespaced && ns != own {
+                return Err(cross_namespace(own, &format!("the render's {object}")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether the Release deploys to another cluster (a `Cluster` with a kubeconfig): that
+/// cluster's own credentials decide what it may do there.
+fn deploys_elsewhere(release: &Release) -> bool {
+    release.spec.cluster.is_some()
+}
+
+fn cross_namespace(own: &str, what: &str) -> TenancyError {
+    TenancyError(format!(
+        "{what} is outside the Release's namespace {own:?}: cross-namespace references are refused (--allow-cross-namespace-refs allows them)"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn release(spec: serde_json::Value) -> Release {
+        let mut value = json!({
+            "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+            "metadata": {"name": "web", "namespace": "team-a"},
+            "spec": {"source": {"kind": "GitRepository", "name": "repo"}},
+        });
+        for (k, v) in spec.as_object().unwrap() {
+            value["spec"][k] = v.clone();
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn object(value: serde_json::Value) -> Object {
+        Object(value)
+    }
+
+    #[test]
+    fn the_service_account_is_the_releases_or_the_default() {
+        let tenancy = Tenancy {
+            default_service_account: Some("convoy-deployer".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            tenancy.service_account_user(&release(json!({}))).as_deref(),
+            Some("system:serviceaccount:team-a:convoy-deployer")
+        );
+        assert_eq!(
+            tenancy
+                .service_account_user(&release(json!({"serviceAccountName": "deploy"})))
+                .as_deref(),
+            Some("system:serviceaccount:team-a:deploy")
+        );
+        assert_eq!(
+            Tenancy::default().service_account_user(&release(json!({}))),
+            None
+        );
+    }
+
+    #[test]
+    fn another_namespace_is_refused_unless_allowed() {
+        let strict = Tenancy::default();
+        let err = strict
+            .check_release(&release(json!({"targetNamespace": "team-b"})))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "spec.targetNamespace \"team-b\" is outside the Release's namespace \"team-a\": cross-namespace references are refused (--allow-cross-namespace-refs allows them)"
+        );
+        strict
+            .check_release(&release(json!({"targetNamespace": "team-a"})))
+            .unwrap();
+        let objects = [
+            object(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "team-a"}}),
+            ),
+            object(
+                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "r"}}),
+            ),
+            object(
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "team-b"}}),
+            ),
+        ];
+        let err = strict
+            .check_objects(&release(json!({})), &objects, |_| None)
+            .unwrap_err();
+        assert!(
+            err.0.starts_with("the render's Secret/team-b/s is outside"),
+            "{err}"
+        );
+        strict
+            .check_objects(&release(json!({})), &objects[..2], |_| None)
+            .unwrap();
+        let open = Tenancy {
+            allow_cross_namespace_refs: true,
+            ..Default::default()
+        };
+        open.check_objects(&release(json!({})), &objects, |_| None)
+            .unwrap();
+        // Another cluster's credentials decide there.
+        strict
+            .check_objects(&release(json!({"cluster": "prod"})), &objects, |_| None)
+            .unwrap();
+    }
+}
