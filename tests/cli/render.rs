@@ -353,3 +353,107 @@ async fn a_release_on_the_cluster_reads_its_value_layers_from_the_cluster() {
     );
     insta::assert_snapshot!("render_from_cluster", stdout);
 }
+
+/// A release name that starts with `--` would be a helm flag (`--set-file` renders any file
+/// the daemon can read into the Release's objects): it is refused naming the rule, and helm
+/// never runs with it.
+#[test]
+fn a_helm_release_name_that_is_a_flag_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("daemon-key");
+    std::fs::write(&secret, "PRIVATE KEY").unwrap();
+    for name in [
+        format!("--set-file=stolen={}", secret.display()),
+        "--dry-run=server".to_string(),
+        "Web".to_string(),
+    ] {
+        let file = release_file(
+            dir.path(),
+            "file:///nowhere",
+            &format!("  content: {{type: helm, helm: {{releaseName: \"{name}\"}}}}\n"),
+        );
+        let (code, stdout, stderr) = convoy_in_repo(
+            &["render", "-f", &file, "--source-dir", "examples/helm"],
+            None,
+        );
+        assert_eq!(code, 4, "{stderr}");
+        assert!(!stdout.contains("PRIVATE KEY"));
+        assert_eq!(
+            stderr.trim_end(),
+            format!(
+                "error: render Release apps/web (step Rendering, reason DeployFailed): spec.content.helm.releaseName {name:?} is not a valid Helm release name (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 53 characters)"
+            )
+        );
+    }
+}
+
+/// kustomize never reads outside the source: a base that climbs out of it, or a generator
+/// file outside it, is refused naming the kustomization file and the entry; a remote base is
+/// refused unless the Release opts in.
+#[test]
+fn kustomize_reads_nothing_outside_the_source_and_fetches_nothing() {
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(
+        outside.path().join("kustomization.yaml"),
+        "resources: [stolen.yaml]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        outside.path().join("stolen.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: stolen}\n",
+    )
+    .unwrap();
+    let source = tempfile::tempdir().unwrap();
+    let app = source.path().join("app");
+    std::fs::create_dir(&app).unwrap();
+    let climb = format!(
+        "{}{}",
+        "../".repeat(source.path().components().count() + 1),
+        outside.path().display().to_string().trim_start_matches('/')
+    );
+    let cases = [
+        (
+            format!("resources: [\"{climb}\"]\n"),
+            format!("app/kustomization.yaml: resources entry {climb:?} leads outside the source"),
+        ),
+        (
+            "configMapGenerator:\n- name: x\n  files: [key=../../../../../../etc/hostname]\n"
+                .to_string(),
+            "app/kustomization.yaml: configMapGenerator entry \"../../../../../../etc/hostname\" leads outside the source".to_string(),
+        ),
+        (
+            format!("resources: [\"file://{}\"]\n", outside.path().display()),
+            format!(
+                "app/kustomization.yaml: resources entry \"file://{}\" is a remote reference, which convoy does not fetch (set content.kustomize.allowRemoteBases: true to let kustomize fetch it)",
+                outside.path().display()
+            ),
+        ),
+    ];
+    for (kustomization, expected) in cases {
+        std::fs::write(app.join("kustomization.yaml"), &kustomization).unwrap();
+        let file = release_file(
+            source.path(),
+            "file:///nowhere",
+            "    path: app\n  content: {type: kustomize}\n",
+        );
+        let (code, stdout, stderr) = convoy_in_repo(
+            &[
+                "render",
+                "-f",
+                &file,
+                "--source-dir",
+                source.path().to_str().unwrap(),
+            ],
+            None,
+        );
+        assert_eq!(code, 4, "{kustomization}: {stderr}");
+        assert!(!stdout.contains("stolen"));
+        assert_eq!(
+            stderr.trim_end(),
+            format!(
+                "error: render Release apps/web (step Rendering, reason DeployFailed): {expected}"
+            ),
+            "{kustomization}"
+        );
+    }
+}

@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod attacks;
 mod git;
 mod helm;
 mod oci;

@@ -1,0 +1,423 @@
+//! Sources as an attacker writes them: one who can push to a repository or a chart
+//! repository, or create a source object in another team's namespace. Each test builds the
+//! malicious input and checks what it cannot reach.
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+
+use convoy::engine::source::cache::scope_of;
+use convoy::engine::source::{
+    Cache, Coordinator, Credentials, GitReference, SourceError, SourcePolicy, SourceRequest,
+};
+
+use crate::support::servers::{GitRepo, http_server};
+
+fn git(url: &str, reference: GitReference) -> SourceRequest {
+    SourceRequest::Git {
+        url: url.to_string(),
+        reference,
+    }
+}
+
+fn main_branch() -> GitReference {
+    GitReference::Branch("main".into())
+}
+
+fn message(err: SourceError) -> String {
+    format!("{:#}", anyhow::Error::new(err))
+}
+
+/// Team b's private repository over HTTP with basic auth, fetched by team b into a cache
+/// shared with team a (one daemon). Team a, without credentials, gets nothing out of the cache
+/// by naming the same URL, the commit, a commit prefix, or the cache's own mirror.
+#[tokio::test]
+async fn another_namespace_cannot_read_a_private_repository_out_of_the_shared_cache() {
+    let repo = GitRepo::new();
+    let sha = repo.commit(&[("secret.yaml", "v: team-b\n")], "private");
+    let server = http_server(repo.base(), Some("bob:b-secret"), true);
+    let url = format!("http://127.0.0.1:{}/repo.git", server.port);
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = Cache::new(cache_dir.path());
+    let coordinator = Coordinator::new(cache.clone());
+    let team_b = scope_of("GitRepository", "team-b", "private");
+    let team_a = scope_of("GitRepository", "team-a", "borrowed");
+    let bob = Credentials {
+        username: Some("bob".into()),
+        password: Some("b-secret".into()),
+        ..Default::default()
+    };
+    let fetched = coordinator
+        .ensure(&team_b, &git(&url, main_branch()), Some(&bob))
+        .await
+        .unwrap();
+    assert_eq!(fetched.revision, format!("main@sha1:{sha}"));
+
+    for (what, reference) in [
+        ("the branch", main_branch()),
+        ("the full commit id", GitReference::Commit(sha.clone())),
+        (
+            "a 7-character prefix",
+            GitReference::Commit(sha[..7].to_string()),
+        ),
+    ] {
+        let err = coordinator
+            .ensure(&team_a, &git(&url, reference), None)
+            .await
+            .expect_err(what);
+        assert!(
+            matches!(err, SourceError::NotReady { .. }),
+            "{what}: {}",
+            message(err)
+        );
+    }
+    // A file:// URL into the cache's own mirror of team b's repository.
+    let mirror = cache.git_mirror(&team_b, &url);
+    assert!(mirror.join("HEAD").is_file(), "team b's mirror exists");
+    let err = coordinator
+        .ensure(
+            &team_a,
+            &git(&format!("file://{}", mirror.display()), main_branch()),
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        message(err),
+        format!(
+            "Git URL \"file://{}\" points into convoy's source cache",
+            mirror.display()
+        )
+    );
+}
+
+/// The daemon's policy refuses local paths outright.
+#[tokio::test]
+async fn a_daemon_refuses_file_urls_unless_allowed() {
+    let repo = GitRepo::new();
+    repo.commit(&[("a.yaml", "v: 1\n")], "first");
+    let cache = tempfile::tempdir().unwrap();
+    let strict = Coordinator::with_policy(
+        Cache::new(cache.path()),
+        SourcePolicy {
+            allow_file_urls: false,
+        },
+    );
+    let err = strict
+        .ensure(
+            "GitRepository/a/r",
+            &git(&repo.file_url(), main_branch()),
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is_unsupported());
+    assert_eq!(
+        message(err),
+        format!(
+            "Git URL {:?} is a local path, which convoy daemon does not fetch unless started with --allow-file-urls",
+            repo.file_url()
+        )
+    );
+}
+
+/// Refs and URLs that git would read as options or transports never reach git.
+#[tokio::test]
+async fn a_ref_or_url_that_git_would_read_as_an_option_is_refused_before_git_runs() {
+    let repo = GitRepo::new();
+    repo.commit(&[("a.yaml", "v: 1\n")], "first");
+    let marker = tempfile::tempdir().unwrap();
+    let pwned = marker.path().join("pwned");
+    let (_dir, coordinator) = crate::coordinator();
+    let cases = [
+        (
+            git(
+                &repo.file_url(),
+                GitReference::Branch(format!("--upload-pack=touch {}", pwned.display())),
+            ),
+            "ref.branch \"--upload-pack=touch",
+        ),
+        (
+            git(
+                &repo.file_url(),
+                GitReference::Tag("v1:refs/heads/x".into()),
+            ),
+            "contains a space, a control character or one of",
+        ),
+        (
+            git(&repo.file_url(), GitReference::Commit("HEAD~1".into())),
+            "is not a commit id",
+        ),
+        (
+            git(&format!("--upload-pack={}", pwned.display()), main_branch()),
+            "has an unsupported scheme",
+        ),
+        (
+            git(
+                &format!("ext::sh -c touch% {}", pwned.display()),
+                main_branch(),
+            ),
+            "contains a space",
+        ),
+        (
+            git("ssh://-oProxyCommand=touch/repo.git", main_branch()),
+            "names a host that starts with '-'",
+        ),
+    ];
+    for (request, expected) in cases {
+        let err = coordinator
+            .ensure(crate::SCOPE, &request, None)
+            .await
+            .unwrap_err();
+        assert!(err.is_unsupported(), "{request:?}");
+        let text = message(err);
+        assert!(text.contains(expected), "{request:?}: {text}");
+    }
+    assert!(!pwned.exists(), "nothing ran");
+}
+
+/// A hook planted in the cache's mirror (as an archive that escaped its directory once did)
+/// never runs: git runs with hooks pointed at an empty directory.
+#[tokio::test]
+async fn git_never_runs_a_hook_planted_in_its_mirror() {
+    let repo = GitRepo::new();
+    repo.commit(&[("a.yaml", "v: 1\n")], "first");
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = Cache::new(cache_dir.path());
+    let coordinator = Coordinator::new(cache.clone());
+    let request = git(&repo.file_url(), main_branch());
+    coordinator
+        .ensure(crate::SCOPE, &request, None)
+        .await
+        .unwrap();
+    let marker = tempfile::tempdir().unwrap();
+    let ran = marker.path().join("ran");
+    let hooks = cache
+        .git_mirror(crate::SCOPE, &repo.file_url())
+        .join("hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    for hook in [
+        "reference-transaction",
+        "post-checkout",
+        "post-merge",
+        "pre-auto-gc",
+    ] {
+        let path = hooks.join(hook);
+        let mut file = std::fs::File::create(&path).unwrap();
+        writeln!(file, "#!/bin/sh\ntouch {}", ran.display()).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let sha = repo.commit(&[("a.yaml", "v: 2\n")], "second");
+    let artifact = coordinator
+        .ensure(crate::SCOPE, &request, None)
+        .await
+        .unwrap();
+    assert_eq!(artifact.revision, format!("main@sha1:{sha}"));
+    assert!(!ran.exists(), "a hook in the mirror ran");
+}
+
+/// A gzip'd tar holding `entries` (path, type, link target, data), paths written raw.
+fn tar_gz(entries: &[(&str, tar::EntryType, Option<&str>, &[u8])]) -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (path, kind, link, data) in entries {
+        let mut header = tar::Header::new_gnu();
+        header.as_gnu_mut().unwrap().name[..path.len()].copy_from_slice(path.as_bytes());
+        header.set_entry_type(*kind);
+        header.set_size(data.len() as u64);
+        header.set_mode(0o644);
+        if let Some(link) = link {
+            header.set_link_name(link).unwrap();
+        }
+        header.set_cksum();
+        builder.append(&header, *data).unwrap();
+    }
+    let tar = builder.into_inner().unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&tar).unwrap();
+    gz.finish().unwrap()
+}
+
+/// A chart repository serving one chart archive as `evil` 1.0.0.
+fn chart_repository(archive: &[u8]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("evil-1.0.0.tgz"), archive).unwrap();
+    std::fs::write(
+        dir.path().join("index.yaml"),
+        "apiVersion: v1\nentries:\n  evil:\n  - name: evil\n    version: 1.0.0\n    urls: [evil-1.0.0.tgz]\n",
+    )
+    .unwrap();
+    dir
+}
+
+/// A chart archive whose links are each lexically inside the archive but together climb two
+/// levels above the cache root, then a file written through them: refused at the link,
+/// nothing written outside the cache.
+#[tokio::test]
+async fn a_chart_archive_whose_links_chain_out_of_the_cache_writes_nothing_outside() {
+    let archive = tar_gz(&[
+        (
+            "evil/Chart.yaml",
+            tar::EntryType::Regular,
+            None,
+            b"apiVersion: v2\nname: evil\nversion: 1.0.0\n",
+        ),
+        ("evil/c/d/up", tar::EntryType::Symlink, Some("../.."), b""),
+        (
+            "evil/c/d/up2",
+            tar::EntryType::Symlink,
+            Some("up/../.."),
+            b"",
+        ),
+        (
+            "evil/c/d/up3",
+            tar::EntryType::Symlink,
+            Some("up2/../.."),
+            b"",
+        ),
+        (
+            "evil/c/d/up3/planted.txt",
+            tar::EntryType::Regular,
+            None,
+            b"x",
+        ),
+    ]);
+    let repo = chart_repository(&archive);
+    let server = http_server(repo.path(), None, false);
+    // The cache two levels below a directory of the test's own, so "outside" is observable.
+    let outer = tempfile::tempdir().unwrap();
+    let root = outer.path().join("a/cache");
+    std::fs::create_dir_all(&root).unwrap();
+    let coordinator = Coordinator::new(Cache::new(&root));
+    let err = coordinator
+        .ensure(
+            crate::SCOPE,
+            &SourceRequest::Helm {
+                url: format!("http://127.0.0.1:{}", server.port),
+                chart: "evil".into(),
+                version: None,
+            },
+            None,
+        )
+        .await
+        .unwrap_err();
+    let text = message(err);
+    assert!(
+        text.ends_with("archive entry \"evil/c/d/up2\" is a link that points outside the archive; refusing to unpack outside the cache"),
+        "{text}"
+    );
+    let planted: Vec<_> = walk(outer.path())
+        .into_iter()
+        .filter(|p| p.ends_with("planted.txt"))
+        .collect();
+    assert!(planted.is_empty(), "written: {planted:?}");
+    assert!(!root.join("artifacts").exists(), "nothing was installed");
+}
+
+/// A chart archive that reads a file outside the cache through a chain of links (into a
+/// template) is refused before anything renders it.
+#[tokio::test]
+async fn a_chart_archive_whose_links_chain_to_a_file_outside_is_refused() {
+    let archive = tar_gz(&[
+        (
+            "evil/Chart.yaml",
+            tar::EntryType::Regular,
+            None,
+            b"apiVersion: v2\nname: evil\nversion: 1.0.0\n",
+        ),
+        // Each lexically inside: `up` is the chart, `top` the archive root, and `leak.yaml`
+        // five levels up from `top`, which on disk is far above the cache.
+        (
+            "evil/templates/x/y/up",
+            tar::EntryType::Symlink,
+            Some("../../.."),
+            b"",
+        ),
+        (
+            "evil/templates/x/y/top",
+            tar::EntryType::Symlink,
+            Some("up/.."),
+            b"",
+        ),
+        (
+            "evil/templates/x/y/leak.yaml",
+            tar::EntryType::Symlink,
+            Some("top/../../../../../etc/hostname"),
+            b"",
+        ),
+    ]);
+    let repo = chart_repository(&archive);
+    let server = http_server(repo.path(), None, false);
+    let (_dir, coordinator) = crate::coordinator();
+    let err = coordinator
+        .ensure(
+            crate::SCOPE,
+            &SourceRequest::Helm {
+                url: format!("http://127.0.0.1:{}", server.port),
+                chart: "evil".into(),
+                version: None,
+            },
+            None,
+        )
+        .await
+        .unwrap_err();
+    let text = message(err);
+    assert!(
+        text.ends_with("archive entry \"evil/templates/x/y/leak.yaml\" is a link that points outside the archive; refusing to unpack outside the cache"),
+        "{text}"
+    );
+}
+
+/// Credentials of a chart repository go to that repository only: an index that points the
+/// chart's download at another host gets no Authorization header there (Helm's default).
+#[tokio::test]
+async fn chart_repository_credentials_are_not_sent_to_another_host() {
+    let charts = tempfile::tempdir().unwrap();
+    let chart_dir = crate::support::servers::write_chart(charts.path(), "greeter", "1.0.0");
+    let elsewhere = tempfile::tempdir().unwrap();
+    crate::support::servers::helm_package(&chart_dir, elsewhere.path());
+    // The other host accepts the same credentials: a download there succeeds only if they
+    // were sent.
+    let other = http_server(elsewhere.path(), Some("alice:s3cret"), false);
+    let repo = tempfile::tempdir().unwrap();
+    std::fs::write(
+        repo.path().join("index.yaml"),
+        format!(
+            "apiVersion: v1\nentries:\n  greeter:\n  - name: greeter\n    version: 1.0.0\n    urls: [http://localhost:{}/greeter-1.0.0.tgz]\n",
+            other.port
+        ),
+    )
+    .unwrap();
+    let server = http_server(repo.path(), Some("alice:s3cret"), false);
+    let alice = Credentials {
+        username: Some("alice".into()),
+        password: Some("s3cret".into()),
+        ..Default::default()
+    };
+    let (_dir, coordinator) = crate::coordinator();
+    let err = coordinator
+        .ensure(
+            crate::SCOPE,
+            &SourceRequest::Helm {
+                url: format!("http://127.0.0.1:{}", server.port),
+                chart: "greeter".into(),
+                version: None,
+            },
+            Some(&alice),
+        )
+        .await
+        .unwrap_err();
+    let text = message(err);
+    assert!(text.contains("401"), "{text}");
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        out.push(path.clone());
+        if is_dir {
+            out.extend(walk(&path));
+        }
+    }
+    out
+}
