@@ -16,3 +16,4 @@ mod remote;
 mod rollout;
 mod status;
 mod sync;
+mod tenancy;

@@ -1,0 +1,302 @@
+//! Tenancy on the real control plane: a Release acts as its ServiceAccount (Kubernetes RBAC
+//! decides what it may change), reaches no other namespace, and a Cluster's kubeconfig from a
+//! tenant's Secret cannot run commands or read convoy's files.
+
+use std::sync::Arc;
+
+use convoy::engine::api::reasons;
+use convoy::engine::connect::KubeconfigPolicy;
+use convoy::engine::tenancy::Tenancy;
+use serde_json::json;
+
+use crate::support::fixture::{Fixture, config_map};
+use crate::support::{remote_control_plane, unique_namespace};
+
+const CLUSTER_ROLE_BINDING: &str = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: tenant-escalates}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\nsubjects:\n- {kind: ServiceAccount, name: deployer, namespace: default}\n";
+
+/// A ServiceAccount `name` in the fixture's namespace, bound to ClusterRole `role` there.
+async fn service_account(f: &Fixture, name: &str, role: Option<&str>) {
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": name, "namespace": f.env.namespace}}))
+        .await;
+    if let Some(role) = role {
+        f.kubectl_apply(&json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": f.env.namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": f.env.namespace}]}))
+            .await;
+    }
+}
+
+#[tokio::test]
+async fn a_release_deploys_as_its_service_account_and_rbac_decides() {
+    let f = Fixture::new(
+        "tenancy-sa",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({"serviceAccountName": "deployer"}),
+    )
+    .await;
+    // The ServiceAccount may do nothing yet: the dry run is refused as that identity, and
+    // convoy's own (admin) identity is never used instead.
+    service_account(&f, "deployer", None).await;
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::UNAPPLIABLE, "{}", outcome.message);
+    assert!(
+        outcome.message.contains(&format!(
+            "system:serviceaccount:{}:deployer",
+            f.env.namespace
+        )) && outcome.message.contains("forbidden"),
+        "{}",
+        outcome.message
+    );
+    assert!(f.config_map("a").await.is_none(), "nothing applied");
+
+    // Admin of its namespace: the render lands.
+    service_account(&f, "deployer", Some("admin")).await;
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+    assert!(f.config_map("a").await.is_some());
+
+    // A commit that tries to bind cluster-admin: refused by the dry run, nothing of the
+    // render applied (not even its harmless ConfigMap).
+    f.commit(&[
+        ("a.yaml", &config_map("a", 0, "1")),
+        ("b.yaml", &config_map("b", 0, "2")),
+        ("crb.yaml", CLUSTER_ROLE_BINDING),
+    ]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::UNAPPLIABLE, "{}", outcome.message);
+    assert!(
+        outcome
+            .message
+            .contains("ClusterRoleBinding.rbac.authorization.k8s.io/tenant-escalates: clusterrolebindings.rbac.authorization.k8s.io \"tenant-escalates\" is forbidden"),
+        "{}",
+        outcome.message
+    );
+    assert!(f.config_map("b").await.is_none());
+    let crb = f
+        .env
+        .kubectl(&["get", "clusterrolebinding", "tenant-escalates"]);
+    assert!(!crb.status.success(), "the ClusterRoleBinding exists");
+}
+
+#[tokio::test]
+async fn a_locked_down_daemon_deploys_releases_that_name_no_service_account_as_the_tenants() {
+    let mut f = Fixture::new(
+        "tenancy-default",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({}),
+    )
+    .await;
+    f.ctx.tenancy = Arc::new(Tenancy::new(
+        Some("convoy-deployer".into()),
+        false,
+        KubeconfigPolicy::default(),
+    ));
+    // Before `convoy install --tenant`, the namespace's default deployer does not exist.
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::UNAPPLIABLE, "{}", outcome.message);
+    let out = f
+        .env
+        .convoy(&["install", "--tenant", f.env.namespace.as_str()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+    assert!(f.config_map("a").await.is_some());
+}
+
+#[tokio::test]
+async fn a_release_reaches_no_other_namespace_unless_allowed() {
+    let mut f = Fixture::new(
+        "tenancy-xns",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({}),
+    )
+    .await;
+    let other = unique_namespace(&f.env.client, "tenancy-other").await;
+    // An object of the render in another namespace.
+    let elsewhere = config_map("planted", 0, "x").replace(
+        "  name: planted\n",
+        &format!("  name: planted\n  namespace: {other}\n"),
+    );
+    f.commit(&[
+        ("a.yaml", &config_map("a", 0, "1")),
+        ("planted.yaml", &elsewhere),
+    ]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::UNAPPLIABLE);
+    assert_eq!(
+        outcome.message,
+        format!(
+            "nothing was applied: the render's ConfigMap/{other}/planted is outside the Release's namespace {:?}: cross-namespace references are refused (--allow-cross-namespace-refs allows them)",
+            f.env.namespace
+        )
+    );
+    assert!(f.config_map("a").await.is_none(), "nothing applied");
+    // targetNamespace pointing elsewhere: the same rule.
+    f.commit(&[("a.yaml", &config_map("a", 0, "1"))]);
+    f.patch_spec(json!({"targetNamespace": other})).await;
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::UNAPPLIABLE);
+    assert!(
+        outcome.message.starts_with(&format!(
+            "nothing was applied: spec.targetNamespace {other:?}"
+        )),
+        "{}",
+        outcome.message
+    );
+    // The operator allows it.
+    f.ctx.tenancy = Arc::new(Tenancy::new(None, true, KubeconfigPolicy::default()));
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+}
+
+/// The kubeconfig Secret of a tenant's Cluster: an exec plugin would run a command in the
+/// daemon, a token file or key path would read the daemon's files. Each is refused naming the
+/// field; the remote API server (a second control plane) is never asked.
+#[tokio::test]
+async fn a_cluster_kubeconfig_can_neither_run_commands_nor_read_convoys_files() {
+    let mut f = Fixture::new(
+        "tenancy-kubeconfig",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({"cluster": "far"}),
+    )
+    .await;
+    let remote = std::fs::read_to_string(&remote_control_plane().kubeconfig).unwrap();
+    let server = remote
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .unwrap()
+        .to_string();
+    let ca = remote
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("certificate-authority-data: "))
+        .unwrap()
+        .to_string();
+    let scratch = tempfile::tempdir().unwrap();
+    let ran = scratch.path().join("ran");
+    let daemon_secret = scratch.path().join("daemon-token");
+    std::fs::write(&daemon_secret, "the-daemons-own-token").unwrap();
+    let kubeconfig = |cluster_extra: &str, user: &str| {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: far\n  cluster:\n    server: {server}\n{cluster_extra}\
+users:\n- name: tenant\n  user:\n{user}contexts:\n- name: far\n  context: {{cluster: far, user: tenant}}\ncurrent-context: far\n"
+        )
+    };
+    let with_ca = format!("    certificate-authority-data: {ca}\n");
+    let exec = format!(
+        "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/sh\n      args: [\"-c\", \"touch {} && echo '{{\\\"apiVersion\\\":\\\"client.authentication.k8s.io/v1\\\",\\\"kind\\\":\\\"ExecCredential\\\",\\\"status\\\":{{\\\"token\\\":\\\"x\\\"}}}}'\"]\n      interactiveMode: Never\n",
+        ran.display()
+    );
+    let cases = [
+        (
+            kubeconfig(&with_ca, &exec),
+            "the kubeconfig sets users[tenant].user.exec: exec credential plugins are refused (--insecure-kubeconfig-exec allows them)",
+        ),
+        (
+            kubeconfig(
+                &with_ca,
+                &format!("    tokenFile: {}\n", daemon_secret.display()),
+            ),
+            "the kubeconfig sets users[tenant].user.tokenFile: file paths are refused, a kubeconfig in a Secret must carry its credentials inline (token, client-certificate-data, client-key-data)",
+        ),
+        (
+            kubeconfig(
+                &with_ca,
+                "    client-key: /var/run/secrets/key.pem\n    client-certificate: /var/run/secrets/cert.pem\n",
+            ),
+            "the kubeconfig sets users[tenant].user.client-certificate: file paths are refused",
+        ),
+        (
+            kubeconfig(
+                "    certificate-authority: /etc/ssl/private/ca.pem\n",
+                "    token: t\n",
+            ),
+            "the kubeconfig sets clusters[far].cluster.certificate-authority: file paths are refused, use certificate-authority-data",
+        ),
+        (
+            kubeconfig("    insecure-skip-tls-verify: true\n", "    token: t\n"),
+            "the kubeconfig sets clusters[far].cluster.insecure-skip-tls-verify: TLS without verification is refused (--insecure-kubeconfig-tls allows it)",
+        ),
+    ];
+    for (text, expected) in &cases {
+        f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "far-kc", "namespace": f.env.namespace},
+            "stringData": {"kubeconfig": text}}))
+            .await;
+        f.kubectl_apply(
+            &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Cluster",
+            "metadata": {"name": "far", "namespace": f.env.namespace},
+            "spec": {"kubeconfigSecretRef": {"name": "far-kc"}}}),
+        )
+        .await;
+        let result = f.sync().await;
+        let outcome = result.outcome.unwrap();
+        assert_eq!(outcome.reason, reasons::CLUSTER_NOT_READY, "{expected}");
+        assert!(
+            outcome.message.contains(expected),
+            "{expected}\n  got: {}",
+            outcome.message
+        );
+        assert!(!ran.exists(), "the exec plugin ran");
+    }
+    // The operator's flag lets the plugin run (and only then).
+    f.ctx.tenancy = Arc::new(Tenancy::new(
+        None,
+        false,
+        KubeconfigPolicy {
+            allow_exec: true,
+            allow_insecure_tls: false,
+        },
+    ));
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "far-kc", "namespace": f.env.namespace},
+        "stringData": {"kubeconfig": cases[0].0}}))
+        .await;
+    let _ = f.sync().await;
+    assert!(
+        ran.exists(),
+        "with --insecure-kubeconfig-exec the plugin runs"
+    );
+}
+
+/// The kubeconfig Secret is read as the Release's ServiceAccount: one that may not read
+/// Secrets cannot use a Cluster's credentials (convoy's own identity does not read it for
+/// them).
+#[tokio::test]
+async fn a_clusters_kubeconfig_secret_is_read_as_the_releases_service_account() {
+    let f = Fixture::new(
+        "tenancy-kc-read",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({"cluster": "far", "serviceAccountName": "viewer"}),
+    )
+    .await;
+    service_account(&f, "viewer", Some("view")).await;
+    let remote = std::fs::read_to_string(&remote_control_plane().kubeconfig).unwrap();
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "far-kc", "namespace": f.env.namespace},
+        "stringData": {"kubeconfig": remote}}))
+        .await;
+    f.kubectl_apply(
+        &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "far", "namespace": f.env.namespace},
+        "spec": {"kubeconfigSecretRef": {"name": "far-kc"}}}),
+    )
+    .await;
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(
+        outcome.reason,
+        reasons::CLUSTER_NOT_READY,
+        "{}",
+        outcome.message
+    );
+    assert!(
+        outcome.message.contains("forbidden") || outcome.message.contains("Forbidden"),
+        "{}",
+        outcome.message
+    );
+}
