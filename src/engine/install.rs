@@ -398,8 +398,8 @@ fn admission_policies(ns: &str) -> Vec<serde_json::Value> {
         "spec": {
             "failurePolicy": "Fail",
             "matchConstraints": {"resourceRules": [
-                {"apiGroups": ["apps"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE", "DELETE"], "resources": ["deployments"]},
-                {"apiGroups": [""], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE", "DELETE"], "resources": ["serviceaccounts"]},
+                {"apiGroups": ["apps"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE", "DELETE"], "resources": ["deployments", "deployments/scale"]},
+                {"apiGroups": [""], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE", "DELETE"], "resources": ["serviceaccounts", "serviceaccounts/token"]},
                 {"apiGroups": ["rbac.authorization.k8s.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE", "DELETE"],
                  "resources": ["roles", "rolebindings", "clusterroles", "clusterrolebindings"]},
                 {"apiGroups": ["admissionregistration.k8s.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE", "DELETE"],

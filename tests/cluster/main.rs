@@ -10,6 +10,7 @@ mod api;
 mod drift;
 mod health;
 mod hooks;
+mod install;
 mod inventory;
 mod kwok;
 mod remote;

@@ -1,0 +1,225 @@
+//! `convoy install` on the real control plane: what convoy's own identities may do (the table
+//! in README.md, checked against `kubectl auth can-i --list`), and the admission policies
+//! that hold them to their writes whatever RBAC says.
+//!
+//! The install is cluster-wide (ClusterRoles, admission policies), so one test does it all.
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use crate::support::{STORE_NAMESPACE, TestEnv, repo_root};
+
+/// Resources every authenticated user may use (self-reviews), left out of the table.
+const EVERYONE: [&str; 3] = [
+    "selfsubjectreviews.authentication.k8s.io",
+    "selfsubjectaccessreviews.authorization.k8s.io",
+    "selfsubjectrulesreviews.authorization.k8s.io",
+];
+
+/// `kubectl auth can-i --list` of a ServiceAccount of convoy in `namespace`: resource → verbs.
+fn can_i(env: &TestEnv, who: &str, namespace: &str) -> BTreeMap<String, String> {
+    let out = env.kubectl(&[
+        "auth",
+        "can-i",
+        "--list",
+        &format!("--as=system:serviceaccount:{STORE_NAMESPACE}:{who}"),
+        "-n",
+        namespace,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut rows = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines().skip(1) {
+        // Resource rows start with the resource; non-resource URL rows start with spaces.
+        if line.starts_with(' ') {
+            continue;
+        }
+        let resource = line
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        if EVERYONE.contains(&resource.as_str()) {
+            continue;
+        }
+        let verbs = line
+            .rsplit_once('[')
+            .map(|(_, v)| v.trim_end_matches(']').to_string())
+            .unwrap_or_default();
+        rows.insert(resource, verbs);
+    }
+    rows
+}
+
+/// The RBAC table as README.md holds it, between its markers.
+fn readme_table() -> String {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let start = readme
+        .find("<!-- rbac-table -->")
+        .expect("README.md has <!-- rbac-table -->");
+    let end = readme
+        .find("<!-- /rbac-table -->")
+        .expect("README.md has <!-- /rbac-table -->");
+    readme[start + "<!-- rbac-table -->".len()..end]
+        .trim()
+        .to_string()
+}
+
+#[tokio::test]
+async fn convoys_identities_can_do_what_readme_says_and_admission_holds_them_to_it() {
+    let env = TestEnv::new("install-rbac").await;
+    let workloads = [
+        "clusterrolebinding/convoy-controller-workloads",
+        "clusterrolebinding/convoy-observer-workloads",
+        "clusterrole/convoy-controller-workloads",
+        "clusterrole/convoy-observer-workloads",
+    ];
+    let forget_cluster_admin = || {
+        let mut args = vec!["delete", "--ignore-not-found"];
+        args.extend(workloads);
+        assert!(env.kubectl(&args).status.success());
+    };
+    forget_cluster_admin();
+    let install = env.convoy(&["install", "-n", STORE_NAMESPACE]);
+    assert!(
+        install.status.success(),
+        "{}",
+        String::from_utf8_lossy(&install.stderr)
+    );
+
+    // The table: what each identity may do in every namespace, and beyond that in its own.
+    let mut table = vec![
+        "| identity | where | resource | verbs |".to_string(),
+        "| --- | --- | --- | --- |".to_string(),
+    ];
+    for who in ["convoy-controller", "convoy-observer"] {
+        let everywhere = can_i(&env, who, &env.namespace);
+        let own = can_i(&env, who, STORE_NAMESPACE);
+        for (resource, verbs) in &everywhere {
+            table.push(format!(
+                "| {who} | every namespace | {resource} | {verbs} |"
+            ));
+        }
+        for (resource, verbs) in &own {
+            if everywhere.get(resource) != Some(verbs) {
+                table.push(format!(
+                    "| {who} | {STORE_NAMESPACE} only | {resource} | {verbs} |"
+                ));
+            }
+        }
+        // What neither may do, anywhere.
+        for denied in [
+            "create clusterrolebindings",
+            "bind clusterroles",
+            "escalate clusterroles",
+            "create serviceaccounts/token",
+            "get secrets",
+            "create deployments",
+        ] {
+            let mut args = vec!["auth", "can-i"];
+            args.extend(denied.split(' '));
+            let as_who = format!("--as=system:serviceaccount:{STORE_NAMESPACE}:{who}");
+            args.extend([as_who.as_str(), "-n", env.namespace.as_str()]);
+            let out = env.kubectl(&args);
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout).trim(),
+                "no",
+                "{who} may {denied}"
+            );
+        }
+    }
+    assert_eq!(
+        table.join("\n"),
+        readme_table(),
+        "README.md's RBAC table differs from `kubectl auth can-i --list`"
+    );
+
+    // The observer may patch Releases (RBAC), but only their /sync annotation (admission).
+    env.kubectl_apply_text(
+        &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+            "metadata": {"name": "web", "namespace": env.namespace},
+            "spec": {"source": {"kind": "GitRepository", "name": "repo"}}})
+        .to_string(),
+        &[],
+    );
+    let as_observer = format!("--as=system:serviceaccount:{STORE_NAMESPACE}:convoy-observer");
+    let patch = |body: &str| {
+        env.kubectl(&[
+            &as_observer,
+            "-n",
+            &env.namespace,
+            "patch",
+            "release",
+            "web",
+            "--type=merge",
+            "-p",
+            body,
+        ])
+    };
+    let allowed = patch(
+        r#"{"metadata":{"annotations":{"convoy.kumodo.io/sync-requested-at":"2026-12-01T00:00:00Z"}}}"#,
+    );
+    assert!(
+        allowed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&allowed.stderr)
+    );
+    for body in [
+        r#"{"spec":{"targetNamespace":"kube-system"}}"#,
+        r#"{"spec":{"source":{"path":"../other"}}}"#,
+        r#"{"metadata":{"annotations":{"convoy.kumodo.io/pin":"x"}}}"#,
+        r#"{"metadata":{"labels":{"team":"b"}}}"#,
+    ] {
+        let denied = patch(body);
+        assert!(!denied.status.success(), "{body}");
+        assert!(
+            String::from_utf8_lossy(&denied.stderr).contains(
+                "convoy's observer may change only the convoy.kumodo.io/sync-requested-at annotation of a Release"
+            ),
+            "{body}: {}",
+            String::from_utf8_lossy(&denied.stderr)
+        );
+    }
+
+    // With --cluster-admin the controller may write anything, except convoy itself.
+    let install = env.convoy(&["install", "-n", STORE_NAMESPACE, "--cluster-admin"]);
+    assert!(install.status.success());
+    let as_controller = format!("--as=system:serviceaccount:{STORE_NAMESPACE}:convoy-controller");
+    let scale = env.kubectl(&[
+        &as_controller,
+        "-n",
+        STORE_NAMESPACE,
+        "scale",
+        "deployment/convoy-controller",
+        "--replicas=0",
+    ]);
+    let delete_role = env.kubectl(&[&as_controller, "delete", "clusterrole/convoy-observer"]);
+    let elsewhere = env.kubectl(&[
+        &as_controller,
+        "-n",
+        &env.namespace,
+        "create",
+        "configmap",
+        "written-by-the-controller",
+    ]);
+    forget_cluster_admin();
+    for denied in [scale, delete_role] {
+        assert!(!denied.status.success());
+        assert!(
+            String::from_utf8_lossy(&denied.stderr).contains(
+                "convoy's own identities may not change convoy's Deployments, ServiceAccounts, RBAC or admission policies"
+            ),
+            "{}",
+            String::from_utf8_lossy(&denied.stderr)
+        );
+    }
+    assert!(
+        elsewhere.status.success(),
+        "{}",
+        String::from_utf8_lossy(&elsewhere.stderr)
+    );
+}
