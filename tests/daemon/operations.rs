@@ -221,3 +221,72 @@ users:\n- name: {sa}\n  user:\n    token: {token}\ncontexts:\n- name: c\n  conte
     .await;
     all_true(&f).await;
 }
+
+/// A tenant's HealthRuleSet with a rule that would take the daemon hours on its own large
+/// object: that object is Unknown naming the rule, the probes answer, and another Release
+/// reconciles as usual.
+#[tokio::test]
+async fn an_expensive_health_rule_makes_its_objects_unknown_and_starves_nobody() {
+    let mut big = String::from("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n");
+    for i in 0..3000 {
+        big.push_str(&format!("  k{i}: v\n"));
+    }
+    let f = Fixture::new(
+        "daemon-cel",
+        &[("big.yaml", &big)],
+        json!({
+            "healthAssessment": {"localRuleSetSelector": {"matchLabels": {"team": "a"}}},
+            "syncPolicy": {"interval": "3s"},
+        }),
+    )
+    .await;
+    f.kubectl_apply(&json!({
+        "apiVersion": "health.convoy.kumodo.io/v1alpha1", "kind": "HealthRuleSet",
+        "metadata": {"name": "rules", "namespace": f.env.namespace, "labels": {"team": "a"}},
+        "spec": {"rules": [{"name": "starve", "match": {"kind": "ConfigMap"},
+            "healthy": "object.data.all(a, object.data.all(b, object.data.all(c, a != b || b != c)))"}]},
+    }))
+    .await;
+    f.repo
+        .commit(&[("other/a.yaml", &config_map("other-a", 0, "1"))], "other");
+    f.add_release("other", "other", Fixture::default_health("5m"))
+        .await;
+    f.install_default_rules().await;
+    let daemon = Daemon::start(&f.env.kubeconfig, &["--watch-namespace", &f.env.namespace]).await;
+
+    let inventories: Api<ReleaseInventory> =
+        Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let message = eventually(
+        "the big ConfigMap assessed Unknown",
+        Duration::from_secs(60),
+        || async {
+            let inventory = inventories.get_opt("web").await.ok()??;
+            let entry = inventory.spec.inventory.first()?;
+            (entry.state == Some(convoy::engine::api::HealthState::Unknown))
+                .then(|| entry.message.clone().unwrap_or_default())
+        },
+    )
+    .await;
+    assert!(
+        message.contains(&format!(
+            "rule starve of HealthRuleSet/{}/rules is over its cost budget on this object",
+            f.env.namespace
+        )),
+        "{message}"
+    );
+    // The other Release is Applied and Healthy, and the probes answer, meanwhile.
+    eventually(
+        "Release other Applied and Healthy",
+        Duration::from_secs(60),
+        || async {
+            let r = f.releases().get("other").await.ok()?;
+            let status = r.status?;
+            let ok = ["Applied", "Healthy"]
+                .iter()
+                .all(|t| status.condition(t).is_some_and(|c| c.status == "True"));
+            ok.then_some(())
+        },
+    )
+    .await;
+    assert_eq!(daemon.get("/healthz").map(|(code, _)| code), Some(200));
+}
