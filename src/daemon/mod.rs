@@ -139,6 +139,10 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
     let mut ctx = Context::new(home.clone(), coordinator);
     ctx.shard = gate;
     ctx.tenancy = Arc::new(config.tenancy.clone());
+    ctx.digest_key = Some(Arc::new(crate::engine::digest_key::KeyCell::new(
+        client.clone(),
+        config.lease_namespace.clone(),
+    )));
     ctx.concurrency = config.concurrency;
     ctx.store = config.render_store.open(&client, &config.lease_namespace);
     let releases: Arc<informer::Cache<Release>> = Arc::default();

@@ -15,6 +15,7 @@ mod inventory;
 mod kwok;
 mod remote;
 mod rollout;
+mod secret_digests;
 mod status;
 mod sync;
 mod tenancy;

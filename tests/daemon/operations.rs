@@ -153,38 +153,7 @@ async fn the_installed_rbac_is_enough_for_the_daemon() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let kubeconfig_for = |sa: &str| {
-        let token = f
-            .env
-            .kubectl(&["create", "token", sa, "-n", &install_ns, "--duration", "1h"]);
-        assert!(
-            token.status.success(),
-            "{}",
-            String::from_utf8_lossy(&token.stderr)
-        );
-        let token = String::from_utf8_lossy(&token.stdout).trim().to_string();
-        let admin = std::fs::read_to_string(&f.env.kubeconfig).unwrap();
-        let server = admin
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("server: "))
-            .unwrap()
-            .to_string();
-        let ca = admin
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("certificate-authority-data: "))
-            .unwrap()
-            .to_string();
-        let file = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(
-            file.path(),
-            format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\n\
-users:\n- name: {sa}\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context: {{cluster: c, user: {sa}}}\ncurrent-context: c\n"
-            ),
-        )
-        .unwrap();
-        file
-    };
+    let kubeconfig_for = |sa: &str| f.env.service_account_kubeconfig(&install_ns, sa);
     let controller_kc = kubeconfig_for("convoy-controller");
     let observer_kc = kubeconfig_for("convoy-observer");
     let _controller = Daemon::start(

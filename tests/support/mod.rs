@@ -205,6 +205,41 @@ impl TestEnv {
         );
     }
 
+    /// A kubeconfig for ServiceAccount `name` of `namespace` on this control plane (a token
+    /// valid for an hour): to run a client with exactly that account's rights.
+    pub fn service_account_kubeconfig(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> tempfile::NamedTempFile {
+        let token = self.kubectl(&["create", "token", name, "-n", namespace, "--duration", "1h"]);
+        assert!(
+            token.status.success(),
+            "{}",
+            String::from_utf8_lossy(&token.stderr)
+        );
+        let token = String::from_utf8_lossy(&token.stdout).trim().to_string();
+        let admin = std::fs::read_to_string(&self.kubeconfig).unwrap();
+        let field = |key: &str| {
+            admin
+                .lines()
+                .find_map(|l| l.trim().strip_prefix(key))
+                .unwrap()
+                .to_string()
+        };
+        let (server, ca) = (field("server: "), field("certificate-authority-data: "));
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(
+            file.path(),
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\n\
+users:\n- name: {name}\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context: {{cluster: c, user: {name}}}\ncurrent-context: c\n"
+            ),
+        )
+        .unwrap();
+        file
+    }
+
     /// Run the convoy binary against this control plane, in this test's namespace.
     pub fn convoy(&self, args: &[&str]) -> Output {
         Command::new(convoy_bin())

@@ -15,12 +15,14 @@ use crate::cli::table::plain;
 use crate::cli::{GlobalArgs, io_error};
 use crate::engine::apply::Applier;
 use crate::engine::cluster::resolve_target;
+use crate::engine::digest_key::KeyCell;
 use crate::engine::drift::text::{Tag, hunks};
 use crate::engine::drift::{Action, DiffReport, diff_objects, render_desired};
 use crate::engine::inventory::InventoryHandle;
 use crate::engine::reconcile::Context;
 use crate::engine::render::ClusterInfo;
 use crate::engine::source::{Cache, Coordinator};
+use crate::engine::store::DEFAULT_STORE_NAMESPACE;
 
 /// Show what a sync would change: a diff per object, drift named by field manager.
 #[derive(Debug, Args)]
@@ -71,6 +73,10 @@ pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> 
             let mut ctx = Context::new(home.clone(), Arc::new(Coordinator::new(cache)));
             ctx.store = args.store.open(&home.client);
             ctx.tenancy = Arc::new(args.tenancy.tenancy());
+            ctx.digest_key = Some(Arc::new(KeyCell::new(
+                home.client.clone(),
+                DEFAULT_STORE_NAMESPACE,
+            )));
             let desired = render_desired(&ctx, &input.release)
                 .await
                 .map_err(|outcome| desired_failure(&input.release, &outcome))?;
@@ -104,14 +110,30 @@ pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> 
         None => None,
     };
     let applier = Applier::new(target.conn.client.clone(), args.concurrency);
-    let report = diff_objects(&applier, &objects, inventory.as_ref(), args.concurrency)
-        .await
-        .map_err(|e| {
-            CliError::new(
-                ExitStatus::Unreachable,
-                anyhow::Error::new(e).context(format!("diff against {}", target.conn.server)),
-            )
-        })?;
+    // The installation's digest key, when this user may read it: Secret values are then
+    // shown as keyed digests; otherwise only whether each changed.
+    let digest_key = match &input.home {
+        Some(h) => {
+            KeyCell::new(h.client.clone(), DEFAULT_STORE_NAMESPACE)
+                .get()
+                .await
+        }
+        None => None,
+    };
+    let report = diff_objects(
+        &applier,
+        &objects,
+        inventory.as_ref(),
+        args.concurrency,
+        digest_key.as_ref(),
+    )
+    .await
+    .map_err(|e| {
+        CliError::new(
+            ExitStatus::Unreachable,
+            anyhow::Error::new(e).context(format!("diff against {}", target.conn.server)),
+        )
+    })?;
 
     match printer.format {
         OutputFormat::Json => {
@@ -195,6 +217,14 @@ pub fn render_report(report: &DiffReport, color: bool, context: usize) -> String
             &format!("{mark} {} ({})", object.key, object.describe()),
         ));
         out.push('\n');
+        if object.secret && !object.secret_keys.is_empty() {
+            let keys: Vec<String> = object
+                .secret_keys
+                .iter()
+                .map(|k| format!("{} {}", k.key, k.change.as_str()))
+                .collect();
+            out.push_str(&format!("  keys: {}\n", keys.join(", ")));
+        }
         if object.secret && object.action == Action::Change {
             for change in &object.changes {
                 let show = |v: &Option<serde_json::Value>| {

@@ -103,6 +103,21 @@ pub async fn run(global: &GlobalArgs, args: InstallArgs, printer: &mut Printer) 
     for name in apply_objects(&conn, &rest).await.map_err(failed)? {
         printer.line(&format!("{name} applied")).map_err(io_error)?;
     }
+    if !args.crds_only {
+        // The key of Secret digests: created once, never replaced (engine::digest_key).
+        let created = crate::engine::digest_key::ensure(&conn.client, &options.namespace)
+            .await
+            .map_err(|e| CliError::new(ExitStatus::Invalid, e))?;
+        if created {
+            printer
+                .line(&format!(
+                    "Secret/{}/{} created",
+                    options.namespace,
+                    crate::engine::digest_key::KEY_SECRET
+                ))
+                .map_err(io_error)?;
+        }
+    }
     Ok(ExitStatus::Success)
 }
 

@@ -102,6 +102,10 @@ pub async fn run(global: &GlobalArgs, args: SyncArgs, printer: &mut Printer) -> 
     ctx.concurrency = args.concurrency;
     ctx.store = args.store.open(&conn.client);
     ctx.tenancy = Arc::new(args.tenancy.tenancy());
+    ctx.digest_key = Some(Arc::new(crate::engine::digest_key::KeyCell::new(
+        conn.client.clone(),
+        crate::engine::store::DEFAULT_STORE_NAMESPACE,
+    )));
     let progress = Arc::new(SyncProgress::new(printer.interactive));
     ctx.progress = Some(progress.clone());
     let result = sync_handler(&ctx, &release, 0).await;

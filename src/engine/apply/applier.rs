@@ -15,6 +15,7 @@ use serde_json::Value;
 use super::resources::{ResolveKindError, Resource, ResourceCache};
 use crate::engine::api::{ObjectKey, field_managers};
 use crate::engine::connect::is_unreachable;
+use crate::engine::digest_key::DigestKey;
 use crate::engine::render::Object;
 use crate::engine::ssa;
 
@@ -263,8 +264,11 @@ impl Applier {
         &self,
         objects: &[Object],
         applied_digests: &std::collections::HashMap<ObjectKey, String>,
+        digest_key: Option<&DigestKey>,
     ) -> Vec<bool> {
-        let prepared = self.skip_candidates(objects, applied_digests).await;
+        let prepared = self
+            .skip_candidates(objects, applied_digests, digest_key)
+            .await;
         let live = match self.list_live(prepared.iter().flatten()).await {
             Ok(live) => live,
             Err(_) => return vec![true; objects.len()],
@@ -277,9 +281,12 @@ impl Applier {
         &self,
         objects: &[Object],
         applied_digests: &std::collections::HashMap<ObjectKey, String>,
+        digest_key: Option<&DigestKey>,
         live: &std::collections::HashMap<ObjectKey, Value>,
     ) -> Vec<bool> {
-        let prepared = self.skip_candidates(objects, applied_digests).await;
+        let prepared = self
+            .skip_candidates(objects, applied_digests, digest_key)
+            .await;
         Self::compare(&prepared, live)
     }
 
@@ -289,14 +296,13 @@ impl Applier {
         &self,
         objects: &[Object],
         applied_digests: &std::collections::HashMap<ObjectKey, String>,
+        digest_key: Option<&DigestKey>,
     ) -> Vec<Option<Prepared>> {
         let mut prepared = Vec::with_capacity(objects.len());
         for object in objects {
+            let digest = crate::engine::render::render_ref::object_digest(object, digest_key);
             let candidate = match self.prepare(object).await {
-                Ok(p)
-                    if applied_digests.get(&p.key)
-                        == Some(&crate::engine::render::render_ref::object_digest(object)) =>
-                {
+                Ok(p) if digest.is_some() && applied_digests.get(&p.key) == digest.as_ref() => {
                     Some(p)
                 }
                 _ => None,

@@ -4,13 +4,13 @@
 //! DESIGN.md section 6: every changed field path is (a) a render change, (b) drift made by
 //! another field manager (named from `managedFields`), or (c) a value only the API server
 //! set, which is not a change at all. Secrets never leave this module with a value: their
-//! data is replaced by short digests.
+//! data is replaced by keyed digests or by words saying whether each value changed.
 
 use base64::Engine;
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
 use crate::engine::api::field_managers;
+use crate::engine::digest_key::DigestKey;
 
 /// One step of a field path.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -271,44 +271,135 @@ fn list_key_matches(key: &str, item: &Value, index: usize) -> bool {
     false
 }
 
-/// Replace a Secret's values by short digests, so a diff can say which keys changed and
-/// never what they hold. `stringData` and the last-applied annotation are dropped.
-pub fn redact_secret(secret: &Value) -> Value {
-    let mut v = secret.clone();
-    if let Some(map) = v.as_object_mut() {
-        if let Some(Value::Object(data)) = map.get_mut("data") {
-            for (_, value) in data.iter_mut() {
-                let bytes = value
-                    .as_str()
-                    .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok())
-                    .unwrap_or_default();
-                *value = Value::String(value_digest(&bytes));
-            }
-        }
-        if let Some(Value::Object(data)) = map.remove("stringData") {
-            let entry = map
-                .entry("data")
-                .or_insert_with(|| Value::Object(Map::new()));
-            if let Some(target) = entry.as_object_mut() {
-                for (k, value) in data {
-                    let bytes = value.as_str().unwrap_or_default().as_bytes().to_vec();
-                    target.insert(k, Value::String(value_digest(&bytes)));
-                }
-            }
-        }
-        if let Some(Value::Object(annotations)) = map
-            .get_mut("metadata")
-            .and_then(|m| m.get_mut("annotations"))
-        {
-            annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
-        }
-    }
-    v
+/// What happened to one key of a Secret between the live object and the render.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum KeyChange {
+    Added,
+    Removed,
+    Changed,
+    Unchanged,
 }
 
-/// The digest shown instead of a secret value: `sha256:` and 8 hex characters.
-pub fn value_digest(bytes: &[u8]) -> String {
-    format!("sha256:{}", &hex::encode(Sha256::digest(bytes))[..8])
+impl KeyChange {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyChange::Added => "added",
+            KeyChange::Removed => "removed",
+            KeyChange::Changed => "changed",
+            KeyChange::Unchanged => "unchanged",
+        }
+    }
+}
+
+/// One key of a Secret in a diff: its name and what happened to its value, never the value.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SecretKeyChange {
+    pub key: String,
+    pub change: KeyChange,
+}
+
+/// A Secret's values by key: `data` decoded, `stringData` over it (as the API server does).
+fn secret_values(secret: &Value) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    for (k, v) in secret["data"].as_object().into_iter().flatten() {
+        let bytes = v
+            .as_str()
+            .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok())
+            .unwrap_or_default();
+        out.insert(k.clone(), bytes);
+    }
+    for (k, v) in secret["stringData"].as_object().into_iter().flatten() {
+        out.insert(
+            k.clone(),
+            v.as_str().unwrap_or_default().as_bytes().to_vec(),
+        );
+    }
+    out
+}
+
+/// Replace the values of a Secret's live copy and render by what may be shown of them, and
+/// say what happened to each key. With the installation's key each value becomes a short
+/// keyed digest (`hmac:` and 12 hex digits: equal values look equal, so runs can be compared,
+/// and nothing offline can test a guess against it); without it, a word: `(unchanged)`,
+/// `(old value)`/`(new value)`, `(removed)`. `stringData` and the last-applied annotation are
+/// dropped.
+pub fn redact_secret_pair(
+    live: Option<&Value>,
+    desired: Option<&Value>,
+    key: Option<&DigestKey>,
+) -> (Option<Value>, Option<Value>, Vec<SecretKeyChange>) {
+    let live_values = live.map(secret_values).unwrap_or_default();
+    let desired_values = desired.map(secret_values).unwrap_or_default();
+    let shown = |bytes: &[u8], word: &str| match key {
+        Some(k) => k.digest(bytes, 12),
+        None => word.to_string(),
+    };
+    let mut changes = Vec::new();
+    let mut live_shown = Map::new();
+    let mut desired_shown = Map::new();
+    let names: std::collections::BTreeSet<&String> =
+        live_values.keys().chain(desired_values.keys()).collect();
+    for name in names {
+        let (l, d) = (live_values.get(name), desired_values.get(name));
+        let change = match (l, d) {
+            (Some(a), Some(b)) if a == b => KeyChange::Unchanged,
+            (Some(_), Some(_)) => KeyChange::Changed,
+            (None, Some(_)) => KeyChange::Added,
+            (Some(_), None) => KeyChange::Removed,
+            (None, None) => continue,
+        };
+        if let Some(bytes) = l {
+            let word = match change {
+                KeyChange::Unchanged => "(unchanged)",
+                KeyChange::Changed => "(old value)",
+                _ if desired.is_none() => "(value)",
+                _ => "(removed)",
+            };
+            live_shown.insert(name.clone(), Value::String(shown(bytes, word)));
+        }
+        if let Some(bytes) = d {
+            let word = match change {
+                KeyChange::Unchanged => "(unchanged)",
+                _ => "(new value)",
+            };
+            desired_shown.insert(name.clone(), Value::String(shown(bytes, word)));
+        }
+        if live.is_some() && desired.is_some() {
+            changes.push(SecretKeyChange {
+                key: name.clone(),
+                change,
+            });
+        } else if desired.is_some() {
+            changes.push(SecretKeyChange {
+                key: name.clone(),
+                change: KeyChange::Added,
+            });
+        }
+    }
+    let redact = |secret: &Value, data: Map<String, Value>| {
+        let mut v = secret.clone();
+        if let Some(map) = v.as_object_mut() {
+            map.remove("stringData");
+            if data.is_empty() {
+                map.remove("data");
+            } else {
+                map.insert("data".into(), Value::Object(data));
+            }
+            if let Some(Value::Object(annotations)) = map
+                .get_mut("metadata")
+                .and_then(|m| m.get_mut("annotations"))
+            {
+                annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+            }
+        }
+        v
+    };
+    (
+        live.map(|l| redact(l, live_shown)),
+        desired.map(|d| redact(d, desired_shown)),
+        changes,
+    )
 }
 
 /// Replace values of `changes` by their redacted forms (for Secrets).
@@ -411,23 +502,44 @@ mod tests {
     }
 
     #[test]
-    fn secrets_show_digests_never_values() {
-        let secret = json!({"kind": "Secret", "data": {"password": "aHVudGVyMg=="}, "stringData": {"token": "abc"},
+    fn secrets_show_keyed_digests_or_words_never_values() {
+        let live = json!({"kind": "Secret", "data": {"password": "aHVudGVyMg==", "user": "YXBw", "old": "eA=="},
             "metadata": {"annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{\"data\":{}}"}}});
-        let redacted = redact_secret(&secret);
-        let text = redacted.to_string();
-        assert!(
-            !text.contains("aHVudGVyMg==") && !text.contains("hunter2") && !text.contains("abc\""),
-            "{text}"
+        let desired = json!({"kind": "Secret", "stringData": {"password": "hunter3", "user": "app", "new": "y"}, "metadata": {}});
+        let key = DigestKey::from_bytes([7; 32]);
+        let (l, d, changes) = redact_secret_pair(Some(&live), Some(&desired), Some(&key));
+        let (l, d) = (l.unwrap(), d.unwrap());
+        let text = format!("{l}{d}");
+        for value in ["aHVudGVyMg==", "hunter2", "hunter3", "YXBw", "\"app\""] {
+            assert!(!text.contains(value), "{value} in {text}");
+        }
+        assert_eq!(l["data"]["password"], key.digest(b"hunter2", 12));
+        assert_eq!(d["data"]["password"], key.digest(b"hunter3", 12));
+        assert_eq!(l["data"]["user"], d["data"]["user"]);
+        assert!(d.get("stringData").is_none());
+        assert!(l["metadata"]["annotations"].as_object().unwrap().is_empty());
+        let shown: Vec<(&str, &str)> = changes
+            .iter()
+            .map(|c| (c.key.as_str(), c.change.as_str()))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("new", "added"),
+                ("old", "removed"),
+                ("password", "changed"),
+                ("user", "unchanged")
+            ]
         );
-        assert_eq!(redacted["data"]["password"], value_digest(b"hunter2"));
-        assert_eq!(redacted["data"]["token"], value_digest(b"abc"));
-        assert!(
-            redacted["metadata"]["annotations"]
-                .as_object()
-                .unwrap()
-                .is_empty()
-        );
+        // Without the key: words, and the same report.
+        let (l, d, unkeyed) = redact_secret_pair(Some(&live), Some(&desired), None);
+        let (l, d) = (l.unwrap(), d.unwrap());
+        assert_eq!(l["data"]["password"], "(old value)");
+        assert_eq!(d["data"]["password"], "(new value)");
+        assert_eq!(l["data"]["user"], "(unchanged)");
+        assert_eq!(l["data"]["old"], "(removed)");
+        assert_eq!(d["data"]["new"], "(new value)");
+        assert_eq!(unkeyed, changes);
     }
 
     #[test]

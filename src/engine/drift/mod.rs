@@ -17,7 +17,8 @@ use kube::{Api, ResourceExt};
 use serde_json::Value;
 
 use self::fields::{
-    FieldChange, field_changes, managed_fields, normalize, redact_changes, redact_secret,
+    FieldChange, SecretKeyChange, field_changes, managed_fields, normalize, redact_changes,
+    redact_secret_pair,
 };
 use crate::engine::api::{
     Condition, ObjectKey, Release, ReleaseInventory, SyncMode, condition_types, field_managers,
@@ -25,6 +26,7 @@ use crate::engine::api::{
 };
 use crate::engine::apply::{Applier, ApplyError, Rejection};
 use crate::engine::cluster::Target;
+use crate::engine::digest_key::DigestKey;
 use crate::engine::explain::count;
 use crate::engine::inventory::{InventoryHandle, members};
 use crate::engine::reconcile::{Context, ReconcileOutcome, Requeue, new_reconcile_state, stages};
@@ -57,6 +59,9 @@ pub struct ObjectDiff {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub desired: Option<Value>,
     pub secret: bool,
+    /// A Secret's keys and what happened to each value (never the value).
+    #[serde(rename = "secretKeys", skip_serializing_if = "Vec::is_empty")]
+    pub secret_keys: Vec<SecretKeyChange>,
 }
 
 fn serialize_key<S: serde::Serializer>(key: &ObjectKey, s: S) -> Result<S::Ok, S::Error> {
@@ -194,6 +199,7 @@ pub async fn diff_objects(
     desired: &[Object],
     inventory: Option<&ReleaseInventory>,
     concurrency: usize,
+    digest_key: Option<&DigestKey>,
 ) -> Result<DiffReport, ApplyError> {
     let live = applier.live_objects(desired).await?;
     // Objects applied before exactly as rendered now whose live copy still holds every value
@@ -207,7 +213,9 @@ pub async fn diff_objects(
                 .collect()
         })
         .unwrap_or_default();
-    let changed = applier.changed_given_live(desired, &digests, &live).await;
+    let changed = applier
+        .changed_given_live(desired, &digests, digest_key, &live)
+        .await;
     let results: Vec<Result<Option<DryRun>, ApplyError>> =
         stream::iter(desired.iter().cloned().zip(changed))
             .map(|(object, changed)| async move {
@@ -231,10 +239,15 @@ pub async fn diff_objects(
             desired_keys.insert(key.clone());
             let keep_status = object.0.get("status").is_some();
             let secret = object.is_secret();
-            let shown = live.get(&key).map(|l| {
-                let norm = live_with_type(normalize(l, keep_status), &object.0);
-                if secret { redact_secret(&norm) } else { norm }
-            });
+            let norm = live
+                .get(&key)
+                .map(|l| live_with_type(normalize(l, keep_status), &object.0));
+            let (shown, secret_keys) = if secret {
+                let (l, _, keys) = redact_secret_pair(norm.as_ref(), norm.as_ref(), digest_key);
+                (l, keys)
+            } else {
+                (norm, Vec::new())
+            };
             report.objects.push(ObjectDiff {
                 key,
                 action: Action::Unchanged,
@@ -242,6 +255,7 @@ pub async fn diff_objects(
                 live: shown.clone(),
                 desired: shown,
                 secret,
+                secret_keys,
             });
             continue;
         };
@@ -257,17 +271,20 @@ pub async fn diff_objects(
         let secret = object.is_secret();
         let desired_norm = normalize(&dry, keep_status);
         let Some(live_obj) = live.get(&key) else {
+            let (desired_shown, secret_keys) = if secret {
+                let (_, d, keys) = redact_secret_pair(None, Some(&desired_norm), digest_key);
+                (d, keys)
+            } else {
+                (Some(desired_norm), Vec::new())
+            };
             report.objects.push(ObjectDiff {
                 key,
                 action: Action::Create,
                 changes: Vec::new(),
                 live: None,
-                desired: Some(if secret {
-                    redact_secret(&desired_norm)
-                } else {
-                    desired_norm
-                }),
+                desired: desired_shown,
                 secret,
+                secret_keys,
             });
             continue;
         };
@@ -278,12 +295,14 @@ pub async fn diff_objects(
             &managed_fields(live_obj),
             &managed_fields(&dry),
         );
-        let (live_shown, desired_shown) = if secret {
-            let (l, d) = (redact_secret(&live_norm), redact_secret(&desired_norm));
+        let (live_shown, desired_shown, secret_keys) = if secret {
+            let (l, d, keys) =
+                redact_secret_pair(Some(&live_norm), Some(&desired_norm), digest_key);
+            let (l, d) = (l.unwrap_or_default(), d.unwrap_or_default());
             redact_changes(&mut changes, &l, &d);
-            (l, d)
+            (l, d, keys)
         } else {
-            (live_norm, desired_norm)
+            (live_norm, desired_norm, Vec::new())
         };
         let action = if changes.is_empty() {
             Action::Unchanged
@@ -297,6 +316,7 @@ pub async fn diff_objects(
             live: Some(live_shown),
             desired: Some(desired_shown),
             secret,
+            secret_keys,
         });
     }
     if let Some(inventory) = inventory {
@@ -310,6 +330,7 @@ pub async fn diff_objects(
                     changes: Vec::new(),
                     live: None,
                     desired: None,
+                    secret_keys: Vec::new(),
                 });
             }
         }
@@ -557,11 +578,13 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
         ),
         Ok(desired) => {
             let applier = ctx.applier(&desired.target);
+            let digest_key = Some(ctx.inventory_digest_key().await);
             match diff_objects(
                 &applier,
                 &desired.objects,
                 inventory.as_ref(),
                 ctx.concurrency,
+                digest_key.as_ref(),
             )
             .await
             {

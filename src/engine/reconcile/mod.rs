@@ -86,6 +86,9 @@ pub struct Context {
     pub releases: Option<Arc<dyn ReleaseIndex>>,
     /// As whom a Release acts and what it may reach (see `engine::tenancy`).
     pub tenancy: Arc<crate::engine::tenancy::Tenancy>,
+    /// Where the installation's Secret digest key is read from (`None`: no key; Secrets get
+    /// no digest and are always compared by a dry run).
+    pub digest_key: Option<Arc<crate::engine::digest_key::KeyCell>>,
     cluster_info: Mutex<HashMap<String, (Instant, ClusterInfo)>>,
     appliers: Mutex<HashMap<String, Arc<Applier>>>,
 }
@@ -104,6 +107,7 @@ impl Context {
             store: None,
             releases: None,
             tenancy: Arc::default(),
+            digest_key: None,
             cluster_info: Mutex::new(HashMap::new()),
             appliers: Mutex::new(HashMap::new()),
         }
@@ -124,6 +128,23 @@ impl Context {
             .entry(target.conn.cache_key())
             .or_insert_with(|| Arc::new(Applier::new(target.conn.client.clone(), self.concurrency)))
             .clone()
+    }
+
+    /// The installation's digest key, if this process can read it.
+    pub async fn digest_key(&self) -> Option<crate::engine::digest_key::DigestKey> {
+        match &self.digest_key {
+            Some(cell) => cell.get().await,
+            None => None,
+        }
+    }
+
+    /// The key of the Secret digests this process records in inventories: the
+    /// installation's, else one of this process alone (see `digest_key::ephemeral`).
+    pub async fn inventory_digest_key(&self) -> crate::engine::digest_key::DigestKey {
+        match self.digest_key().await {
+            Some(key) => key,
+            None => crate::engine::digest_key::ephemeral().clone(),
+        }
     }
 
     /// The connections a reconcile of `release` reads its inputs with: convoy's own kinds as

@@ -558,7 +558,10 @@ async fn sync_objects(
         .iter()
         .filter_map(|m| m.digest.clone().map(|d| (m.key.clone(), d)))
         .collect();
-    let changed = applier.changed(objects, &applied_digests).await;
+    let digest_key = Some(ctx.inventory_digest_key().await);
+    let changed = applier
+        .changed(objects, &applied_digests, digest_key.as_ref())
+        .await;
     let to_send: Vec<Object> = objects
         .iter()
         .zip(&changed)
@@ -717,7 +720,7 @@ async fn sync_objects(
                 key,
                 render_ref: render_ref.clone(),
                 wave,
-                digest: Some(object_digest(object)),
+                digest: object_digest(object, digest_key.as_ref()),
             });
         }
         applied.extend(wave_members);

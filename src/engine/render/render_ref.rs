@@ -27,9 +27,19 @@ pub fn render_ref(objects: &[Object]) -> String {
 
 /// A digest of one object (canonical JSON, 32 hex characters): what the inventory records
 /// to know whether an object changed since it was applied.
-pub fn object_digest(object: &Object) -> String {
+///
+/// A Secret's digest is keyed (see `engine::digest_key`), so a reader of the inventory cannot
+/// test guesses of its values against it; without the key there is none, and the object is
+/// then always compared by a dry run.
+pub fn object_digest(
+    object: &Object,
+    key: Option<&crate::engine::digest_key::DigestKey>,
+) -> Option<String> {
     let canonical = serde_json::to_vec(&object.0).unwrap_or_default();
-    hex::encode(&Sha256::digest(&canonical)[..16])
+    if object.is_secret() {
+        return key.map(|k| k.digest(&canonical, 32));
+    }
+    Some(hex::encode(&Sha256::digest(&canonical)[..16]))
 }
 
 /// Whether `s` has the form of a renderRef (64 lowercase hex characters). Pins come from an
