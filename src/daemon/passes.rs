@@ -79,6 +79,25 @@ pub async fn controller(shared: Arc<Shared>, key: String, failures: u32) -> Pass
                     tracing::debug!("cannot record an event: {e}");
                 }
             }
+            // Normal Events for what a person should hear about although nothing failed.
+            if result.wrote_status {
+                for notice in &outcome.notices {
+                    let event = Event {
+                        type_: EventType::Normal,
+                        reason: "HandedOver".into(),
+                        note: Some(truncate(notice, 1000)),
+                        action: "Prune".into(),
+                        secondary: None,
+                    };
+                    if let Err(e) = shared
+                        .recorder
+                        .publish(&event, &release.object_ref(&()))
+                        .await
+                    {
+                        tracing::debug!("cannot record an event: {e}");
+                    }
+                }
+            }
             if outcome.retry {
                 PassResult::Retry {
                     reason: outcome.reason.to_string(),

@@ -204,6 +204,16 @@ impl InventoryHandle {
     /// stageSync steps 4 and 6). Entries not in `members` leave the inventory, even those the
     /// health loop wrote state on.
     pub async fn put(&self, members: &[Member]) -> Result<ReleaseInventory, InventoryError> {
+        self.put_with_pending(members, &[]).await
+    }
+
+    /// `put`, also recording `pending`: the objects about to be applied (they are cleared by
+    /// the next `put`). A crash between the two leaves them known for the next prune.
+    pub async fn put_with_pending(
+        &self,
+        members: &[Member],
+        pending: &[ObjectKey],
+    ) -> Result<ReleaseInventory, InventoryError> {
         let entries: Vec<Value> = members
             .iter()
             .map(|m| {
@@ -218,6 +228,14 @@ impl InventoryHandle {
             .collect();
         let mut patch = self.skeleton();
         patch["inventory"] = Value::Array(entries);
+        if !pending.is_empty() {
+            patch["pending"] = Value::Array(
+                pending
+                    .iter()
+                    .map(|k| Value::Object(key_fields(k)))
+                    .collect(),
+            );
+        }
         let written = self.apply(field_managers::INVENTORY, &patch).await?;
         let keep: BTreeSet<ObjectKey> = members.iter().map(|m| m.key.clone()).collect();
         self.remove_entries_not_in(written, &keep).await
@@ -474,6 +492,22 @@ fn key_fields(key: &ObjectKey) -> Map<String, Value> {
 
 /// The members the controller recorded: entries that carry its renderRef. An entry with only
 /// health fields is a leftover of a race with the health loop and is not a member.
+/// The objects a sync was about to apply when it stopped (see `ReleaseInventory.pending`),
+/// as members of no render: the next sync applies them again or prunes them.
+pub fn pending_members(inventory: &ReleaseInventory) -> Vec<Member> {
+    inventory
+        .spec
+        .pending
+        .iter()
+        .map(|p| Member {
+            key: p.key(),
+            render_ref: String::new(),
+            wave: 0,
+            digest: None,
+        })
+        .collect()
+}
+
 pub fn members(inventory: &ReleaseInventory) -> Vec<&InventoryEntry> {
     inventory
         .spec

@@ -17,6 +17,7 @@ pub mod http;
 pub mod install;
 pub mod inventory;
 pub mod objects;
+pub mod ownership;
 pub mod parallel;
 pub mod reconcile;
 pub mod render;

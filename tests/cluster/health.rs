@@ -516,15 +516,23 @@ async fn an_invalid_selector_makes_healthy_unknown_for_that_release_only() {
                 {"key": "x", "operator": "Exists", "values": ["y"]}]}}}]}}),
     )
     .await;
+    // Each Release renders objects of its own (an object has one owning Release).
+    f.repo.commit(
+        &[
+            ("odd/a.yaml", &config_map("odd-a", 0, "1")),
+            ("plain/a.yaml", &config_map("plain-a", 0, "1")),
+        ],
+        "two more apps",
+    );
     f.add_release(
         "uses-odd",
-        "app",
+        "odd",
         json!({"healthAssessment": {"localRuleSetSelector": {"matchLabels": {"rules": "odd"}}}}),
     )
     .await;
     f.add_release(
         "plain",
-        "app",
+        "plain",
         json!({"healthAssessment": {"localRuleSetSelector": {"matchLabels": {"rules": "none"}}}}),
     )
     .await;

@@ -13,6 +13,7 @@ mod hooks;
 mod install;
 mod inventory;
 mod kwok;
+mod ownership;
 mod remote;
 mod rollout;
 mod secret_digests;

@@ -259,3 +259,92 @@ async fn an_expensive_health_rule_makes_its_objects_unknown_and_starves_nobody()
     .await;
     assert_eq!(daemon.get("/healthz").map(|(code, _)| code), Some(200));
 }
+
+/// A daemon killed (SIGKILL, no goodbye) in the middle of a 500-object wave, then the commit
+/// reverted: the objects it applied but had not recorded are pruned by the next daemon
+/// (ReleaseInventory.pending), and nothing the reverted render holds is touched.
+#[tokio::test]
+async fn sigkill_in_the_middle_of_a_wave_then_a_revert_leaves_nothing_behind() {
+    let f = Fixture::new(
+        "daemon-sigkill",
+        &[("base.yaml", &config_map("base", 0, "1"))],
+        json!({"syncPolicy": {"interval": "2s"}}),
+    )
+    .await;
+    let inventories: Api<ReleaseInventory> =
+        Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let cms: Api<ConfigMap> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let bulk = || async {
+        cms.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|c| {
+                c.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("bulk-"))
+            })
+            .count()
+    };
+    let mut daemon = Daemon::start(
+        &f.env.kubeconfig,
+        &["--concurrency", "2", "--watch-namespace", &f.env.namespace],
+    )
+    .await;
+    eventually(
+        "the base render applied",
+        Duration::from_secs(60),
+        || async { f.config_map("base").await.map(|_| ()) },
+    )
+    .await;
+    let mut files: Vec<(String, String)> = (0..500)
+        .map(|i| {
+            (
+                format!("bulk-{i:03}.yaml"),
+                config_map(&format!("bulk-{i:03}"), 0, "1"),
+            )
+        })
+        .collect();
+    files.push(("base.yaml".into(), config_map("base", 0, "1")));
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    f.commit(&refs);
+    eventually(
+        "the wave to be under way",
+        Duration::from_secs(120),
+        || async { (bulk().await >= 20).then_some(()) },
+    )
+    .await;
+    daemon.kill();
+    let left = bulk().await;
+    let recorded = inventories
+        .get("web")
+        .await
+        .unwrap()
+        .spec
+        .inventory
+        .iter()
+        .filter(|e| e.name.starts_with("bulk-"))
+        .count();
+    assert!(left > 0, "the kill came after the wave started");
+
+    // The commit is reverted; the next daemon prunes everything of the interrupted wave.
+    f.commit(&[("base.yaml", &config_map("base", 0, "1"))]);
+    let _next = Daemon::start(&f.env.kubeconfig, &["--watch-namespace", &f.env.namespace]).await;
+    eventually(
+        "the interrupted wave pruned",
+        Duration::from_secs(120),
+        || async {
+            let inv = inventories.get_opt("web").await.ok().flatten()?;
+            (bulk().await == 0 && inv.spec.pending.is_empty() && inv.spec.inventory.len() == 1)
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(f.config_map("base").await.is_some());
+    eprintln!("killed with {left} bulk objects applied, {recorded} of them recorded");
+}

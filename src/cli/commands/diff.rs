@@ -120,6 +120,8 @@ pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> 
         }
         None => None,
     };
+    // Compared as the apply would send it: with the ownership labels.
+    let objects = crate::engine::ownership::labelled(&input.release, &objects);
     let report = diff_objects(
         &applier,
         &objects,
@@ -206,6 +208,7 @@ pub fn render_report(report: &DiffReport, color: bool, context: usize) -> String
     let mut out = String::new();
     for object in &report.objects {
         let (mark, style) = match object.action {
+            Action::Unchanged if object.noteworthy() => ("=", Style::new()),
             Action::Unchanged => continue,
             Action::Create => ("+", green),
             Action::Prune => ("-", red),

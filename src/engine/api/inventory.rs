@@ -40,6 +40,36 @@ pub struct ReleaseInventoryFields {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name", "phase"]))]
     pub hooks: Vec<HookEntry>,
+    /// Objects of the wave being applied right now (deviation: not in the spec). The
+    /// controller records them before it applies a wave and clears them with the Put after
+    /// it, so objects a crash left applied but not yet in `inventory` are still known, and
+    /// the next sync prunes them if the render no longer holds them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend(
+        "x-kubernetes-list-type" = "map",
+        "x-kubernetes-list-map-keys" = ["group", "kind", "namespace", "name"]
+    ))]
+    pub pending: Vec<PendingEntry>,
+}
+
+/// An object about to be applied (see [`ReleaseInventoryFields::pending`]).
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq, JsonSchema)]
+pub struct PendingEntry {
+    pub group: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl PendingEntry {
+    pub fn key(&self) -> ObjectKey {
+        ObjectKey {
+            group: self.group.clone(),
+            kind: self.kind.clone(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
 }
 
 /// An applied object. The keys are always sent (empty group for the core group, empty

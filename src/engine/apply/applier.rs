@@ -129,6 +129,11 @@ impl Applier {
         &self.client
     }
 
+    /// Requests in flight per step.
+    pub fn concurrency(&self) -> usize {
+        self.concurrency
+    }
+
     pub fn resources(&self) -> &ResourceCache {
         &self.resources
     }

@@ -29,6 +29,7 @@ use crate::engine::cluster::Target;
 use crate::engine::digest_key::DigestKey;
 use crate::engine::explain::count;
 use crate::engine::inventory::{InventoryHandle, members};
+use crate::engine::ownership::Owner;
 use crate::engine::reconcile::{Context, ReconcileOutcome, Requeue, new_reconcile_state, stages};
 use crate::engine::render::Object;
 use crate::engine::requests::request_sync;
@@ -62,6 +63,13 @@ pub struct ObjectDiff {
     /// A Secret's keys and what happened to each value (never the value).
     #[serde(rename = "secretKeys", skip_serializing_if = "Vec::is_empty")]
     pub secret_keys: Vec<SecretKeyChange>,
+    /// Another Release's object (its ownership labels name it): a sync is refused until the
+    /// render adopts it (engine::ownership).
+    #[serde(rename = "ownedBy", skip_serializing_if = "Option::is_none")]
+    pub owned_by: Option<String>,
+    /// The apply would adopt this object from these kubectl field managers.
+    #[serde(rename = "adoptFrom", skip_serializing_if = "Vec::is_empty")]
+    pub adopt_from: Vec<String>,
 }
 
 fn serialize_key<S: serde::Serializer>(key: &ObjectKey, s: S) -> Result<S::Ok, S::Error> {
@@ -85,8 +93,31 @@ impl ObjectDiff {
         out
     }
 
-    /// "render change", "drift by X", or both.
+    /// "render change", "drift by X", or both; with who owns or made the object.
     pub fn describe(&self) -> String {
+        let mut notes = Vec::new();
+        if let Some(owner) = &self.owned_by {
+            notes.push(format!("owned by {owner}"));
+        }
+        if !self.adopt_from.is_empty() {
+            notes.push(format!("adopt from {}", self.adopt_from.join(", ")));
+        }
+        let action = self.describe_action();
+        if notes.is_empty() {
+            action
+        } else if self.action == Action::Unchanged {
+            notes.join("; ")
+        } else {
+            format!("{action}; {}", notes.join("; "))
+        }
+    }
+
+    /// Whether the text view shows this object although nothing of it changes.
+    pub fn noteworthy(&self) -> bool {
+        self.owned_by.is_some() || !self.adopt_from.is_empty()
+    }
+
+    fn describe_action(&self) -> String {
         match self.action {
             Action::Create => "to create".into(),
             Action::Prune => "to prune".into(),
@@ -160,9 +191,13 @@ impl DiffReport {
         s
     }
 
-    /// Nothing would change and nothing was refused.
+    /// Nothing would change, nothing was refused, and nothing belongs to another Release.
     pub fn in_sync(&self) -> bool {
-        self.rejections.is_empty() && self.objects.iter().all(|o| o.action == Action::Unchanged)
+        self.rejections.is_empty()
+            && self
+                .objects
+                .iter()
+                .all(|o| o.action == Action::Unchanged && o.owned_by.is_none())
     }
 }
 
@@ -230,6 +265,8 @@ pub async fn diff_objects(
             .await;
     let mut report = DiffReport::default();
     let mut desired_keys = BTreeSet::new();
+    // The desired object of each ObjectDiff pushed below, in order.
+    let mut sources: Vec<&Object> = Vec::new();
     for (object, result) in desired.iter().zip(results) {
         let Some((key, dry)) = result? else {
             let key = applier
@@ -256,7 +293,10 @@ pub async fn diff_objects(
                 desired: shown,
                 secret,
                 secret_keys,
+                owned_by: None,
+                adopt_from: Vec::new(),
             });
+            sources.push(object);
             continue;
         };
         desired_keys.insert(key.clone());
@@ -285,7 +325,10 @@ pub async fn diff_objects(
                 desired: desired_shown,
                 secret,
                 secret_keys,
+                owned_by: None,
+                adopt_from: Vec::new(),
             });
+            sources.push(object);
             continue;
         };
         let live_norm = live_with_type(normalize(live_obj, keep_status), &desired_norm);
@@ -317,7 +360,28 @@ pub async fn diff_objects(
             desired: Some(desired_shown),
             secret,
             secret_keys,
+            owned_by: None,
+            adopt_from: Vec::new(),
         });
+        sources.push(object);
+    }
+    // Who owns or made what is about to be applied.
+    let recorded: BTreeSet<ObjectKey> = inventory
+        .map(|inv| members(inv).into_iter().map(|e| e.key()).collect())
+        .unwrap_or_default();
+    for (diff, object) in report.objects.iter_mut().zip(sources) {
+        let Some(live_object) = live.get(&diff.key) else {
+            continue;
+        };
+        if let (Some(ours), Some(theirs)) = (Owner::of_live(&object.0), Owner::of_live(live_object))
+            && ours != theirs
+            && !crate::engine::ownership::adopts(object)
+        {
+            diff.owned_by = Some(theirs.to_string());
+        }
+        if !recorded.contains(&diff.key) {
+            diff.adopt_from = crate::engine::ownership::kubectl_managers(live_object);
+        }
     }
     if let Some(inventory) = inventory {
         for entry in members(inventory) {
@@ -331,6 +395,8 @@ pub async fn diff_objects(
                     live: None,
                     desired: None,
                     secret_keys: Vec::new(),
+                    owned_by: None,
+                    adopt_from: Vec::new(),
                 });
             }
         }
@@ -579,9 +645,11 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
         Ok(desired) => {
             let applier = ctx.applier(&desired.target);
             let digest_key = Some(ctx.inventory_digest_key().await);
+            // Compared as the apply would send it: with the ownership labels.
+            let objects = crate::engine::ownership::labelled(release, &desired.objects);
             match diff_objects(
                 &applier,
-                &desired.objects,
+                &objects,
                 inventory.as_ref(),
                 ctx.concurrency,
                 digest_key.as_ref(),

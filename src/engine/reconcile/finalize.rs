@@ -13,7 +13,8 @@ use super::{Context, HandlerError};
 use crate::engine::api::{FINALIZER, HookPhase, Release};
 use crate::engine::apply::PruneTarget;
 use crate::engine::cluster::ClusterError;
-use crate::engine::inventory::{InventoryHandle, members};
+use crate::engine::inventory::{InventoryHandle, members, pending_members};
+use crate::engine::ownership;
 
 /// How often a deletion waiting for a delete hook is looked at again.
 pub const DELETE_HOOK_RECHECK: std::time::Duration = std::time::Duration::from_secs(10);
@@ -106,18 +107,29 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
             .await
             .map_err(|e| fail(format!("{:#}", anyhow::Error::new(e))))?;
         if let Some(current) = current {
-            let targets: Vec<PruneTarget> = members(&current)
+            // pruneRefs: the members, and what a stopped sync was about to apply.
+            let mut targets: Vec<PruneTarget> = members(&current)
                 .into_iter()
                 .map(|e| PruneTarget {
                     key: e.key(),
                     wave: e.wave.unwrap_or(0),
                 })
                 .collect();
-            let report = ctx
-                .applier(target)
-                .prune(&targets)
+            for pending in pending_members(&current) {
+                if !targets.iter().any(|t| t.key == pending.key) {
+                    targets.push(PruneTarget {
+                        key: pending.key,
+                        wave: 0,
+                    });
+                }
+            }
+            let outcome = ownership::prune_refs(&ctx.applier(target), release, &targets)
                 .await
                 .map_err(|e| fail(format!("{:#}", anyhow::Error::new(e))))?;
+            if !outcome.handed_over.is_empty() {
+                tracing::info!(release = %name, "not deleted with the Release: {}", ownership::describe_handed_over(&outcome.handed_over));
+            }
+            let report = outcome.report;
             if !report.failures.is_empty() {
                 let shown: Vec<String> = report
                     .failures

@@ -37,6 +37,9 @@ pub struct ReconcileOutcome {
     /// The attempted render is applied and the inventory shows it assessed Healthy (set by
     /// `reconcile`; status assembly advances `lastHealthy` on it).
     pub render_healthy: bool,
+    /// Things a person should hear about although nothing failed (the daemon records each as
+    /// a Normal Event): objects left to another Release.
+    pub notices: Vec<String>,
 }
 
 impl ReconcileOutcome {
@@ -60,6 +63,7 @@ impl ReconcileOutcome {
             retry: false,
             error: None,
             render_healthy: false,
+            notices: Vec::new(),
         }
     }
 
@@ -79,6 +83,7 @@ impl ReconcileOutcome {
             retry: false,
             error: None,
             render_healthy: false,
+            notices: Vec::new(),
         }
     }
 
@@ -108,6 +113,7 @@ impl ReconcileOutcome {
             retry,
             error: None,
             render_healthy: false,
+            notices: Vec::new(),
         }
     }
 
@@ -136,6 +142,7 @@ impl ReconcileOutcome {
             retry: false,
             error: None,
             render_healthy: false,
+            notices: Vec::new(),
         }
     }
 

@@ -20,7 +20,8 @@ use crate::engine::api::{
 use crate::engine::apply::{ApplyError, PruneTarget, waves};
 use crate::engine::cluster::Target;
 use crate::engine::explain::count;
-use crate::engine::inventory::{InventoryHandle, Member, members};
+use crate::engine::inventory::{InventoryHandle, Member, members, pending_members};
+use crate::engine::ownership;
 use crate::engine::render::Object;
 use crate::engine::render::render_ref::{object_digest, short};
 use crate::engine::rollout::rollback_target;
@@ -216,6 +217,7 @@ pub async fn apply_last_healthy(
             retry: !applied_render,
             error: None,
             render_healthy: false,
+            notices: Vec::new(),
         }
     };
     let Some(last) = status.last_healthy.as_ref() else {
@@ -527,7 +529,9 @@ async fn sync_objects(
 ) -> ReconcileOutcome {
     let attempt = run.attempt.clone();
     let render_ref = run.render_ref.to_string();
-    let objects = run.objects;
+    // What is applied carries the owning Release in its labels (engine::ownership).
+    let labelled = ownership::labelled(run.release, run.objects);
+    let objects = &labelled[..];
     let applier = ctx.applier(run.target);
     let started = std::time::Instant::now();
     let syncing_failed = |reason, message: String, retry| {
@@ -550,17 +554,52 @@ async fn sync_objects(
             );
         }
     };
-    let previous_members: Vec<Member> = previous
+    // What the inventory records, and the objects a stopped sync was about to apply
+    // (ReleaseInventory.pending): applied again if the render holds them, else pruned; until
+    // then every Put keeps them pending.
+    let recorded: Vec<Member> = previous
         .as_ref()
         .map(|inv| members(inv).into_iter().map(Member::from_entry).collect())
         .unwrap_or_default();
+    let carried: Vec<Member> = previous
+        .as_ref()
+        .map(pending_members)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| !recorded.iter().any(|m| m.key == p.key))
+        .collect();
+    let mut pending_in_inventory = previous
+        .as_ref()
+        .is_some_and(|i| !i.spec.pending.is_empty());
+    let previous_members: Vec<Member> = recorded.iter().chain(&carried).cloned().collect();
     let applied_digests: HashMap<ObjectKey, String> = previous_members
         .iter()
         .filter_map(|m| m.digest.clone().map(|d| (m.key.clone(), d)))
         .collect();
     let digest_key = Some(ctx.inventory_digest_key().await);
+    let mut keyed: Vec<(ObjectKey, &Object)> = Vec::with_capacity(objects.len());
+    for object in objects {
+        let key = applier
+            .effective_key(object)
+            .await
+            .unwrap_or_else(|_| object.key());
+        keyed.push((key, object));
+    }
+    // The live objects: what is unchanged, who owns what, what kubectl made.
+    let live = match applier.live_objects(objects).await {
+        Ok(live) => live,
+        Err(e @ ApplyError::Unreachable(_)) => {
+            return syncing_failed(
+                reasons::DEPLOY_FAILED,
+                format!("{:#}", anyhow::Error::new(e)),
+                true,
+            );
+        }
+        // Unreadable: everything counts as changed and the dry run says what it can.
+        Err(_) => HashMap::new(),
+    };
     let changed = applier
-        .changed(objects, &applied_digests, digest_key.as_ref())
+        .changed_given_live(objects, &applied_digests, digest_key.as_ref(), &live)
         .await;
     let to_send: Vec<Object> = objects
         .iter()
@@ -584,6 +623,10 @@ async fn sync_objects(
             format!("nothing was applied: {refused}"),
             false,
         );
+    }
+    // Nor may a render take an object another existing Release owns, unless it adopts it.
+    if let Some(refused) = claimed_objects(ctx, run.release, &keyed, &live).await {
+        return syncing_failed(reasons::UNAPPLIABLE, refused, false);
     }
     // Step 1: the dry-run gate (skipped by a forced sync).
     if run.dry_run && !to_send.is_empty() {
@@ -629,9 +672,9 @@ async fn sync_objects(
             }
         }
     }
-    // Step 2: persistRender.
+    // Step 2: persistRender (the render as rendered, without the ownership labels).
     if run.persist
-        && let Err(message) = persist_render(ctx, run.release, &render_ref, objects).await
+        && let Err(message) = persist_render(ctx, run.release, &render_ref, run.objects).await
     {
         return syncing_failed(reasons::DEPLOY_FAILED, message, true);
     }
@@ -669,7 +712,10 @@ async fn sync_objects(
     // Step 4: the waves, each followed by a Put of everything applied so far.
     let mut applied: Vec<Member> = Vec::new();
     let mut wave_status: Vec<WaveStatus> = Vec::new();
-    let mut last_put: Vec<Member> = previous_members.clone();
+    let mut last_put: Vec<Member> = recorded.clone();
+    let effective: HashMap<ObjectKey, ObjectKey> =
+        keyed.iter().map(|(k, o)| (o.key(), k.clone())).collect();
+    let recorded_keys: BTreeSet<&ObjectKey> = recorded.iter().map(|m| &m.key).collect();
     let mut previous_wave: Option<i32> = None;
     for (wave, wave_objects) in waves::group(objects) {
         if let (Some(policy), Some(before)) = (&run.wave_gate, previous_wave)
@@ -687,6 +733,43 @@ async fn sync_objects(
             wave,
             objects: sending.len(),
         });
+        let sending_keys: Vec<ObjectKey> = sending
+            .iter()
+            .map(|o| effective.get(&o.key()).cloned().unwrap_or_else(|| o.key()))
+            .collect();
+        if !sending.is_empty() {
+            // Intent first: if this process stops during the apply, the next sync knows
+            // what it may have left on the cluster.
+            let mut pending = still_pending(&carried, &applied);
+            pending.extend(sending_keys.iter().cloned());
+            if let Err(e) = inventory.put_with_pending(&last_put, &pending).await {
+                return syncing_failed(
+                    reasons::DEPLOY_FAILED,
+                    format!("{:#}", anyhow::Error::new(e)),
+                    true,
+                )
+                .with_waves(wave_status);
+            }
+            pending_in_inventory = true;
+        }
+        // Adoption from kubectl: an object recorded for the first time takes over the
+        // fields kubectl's managers own, so the render is its whole truth from now on.
+        for key in sending_keys.iter().filter(|k| !recorded_keys.contains(k)) {
+            if let Some(live_object) = live.get(key)
+                && let Err(e) =
+                    ownership::take_over_kubectl_fields(&applier, key, live_object).await
+            {
+                return syncing_failed(
+                    reasons::DEPLOY_FAILED,
+                    format!(
+                        "wave {wave}: adopting {key} from kubectl: {:#}",
+                        anyhow::Error::new(e)
+                    ),
+                    true,
+                )
+                .with_waves(wave_status);
+            }
+        }
         let (keys, failure) = match applier.apply(&sending).await {
             Ok(keys) => (keys, None),
             Err(ApplyError::Failed {
@@ -724,11 +807,16 @@ async fn sync_objects(
             });
         }
         applied.extend(wave_members);
-        let next = union(&previous_members, &applied);
-        let put = if same_members(&next, &last_put) {
+        let next = union(&recorded, &applied);
+        let pending = still_pending(&carried, &applied);
+        let put = if same_members(&next, &last_put) && !pending_in_inventory {
             Ok(())
         } else {
-            inventory.put(&next).await.map(|_| ())
+            pending_in_inventory = !pending.is_empty();
+            inventory
+                .put_with_pending(&next, &pending)
+                .await
+                .map(|_| ())
         };
         last_put = next;
         if let Some(message) = failure {
@@ -759,7 +847,8 @@ async fn sync_objects(
         });
     }
 
-    // Step 5: prune what left the render, never anything outside this inventory.
+    // Step 5: prune what left the render, never anything outside this inventory, and never
+    // an object whose labels now name another Release (it is only dropped from ours).
     let applied_keys: BTreeSet<&ObjectKey> = applied.iter().map(|m| &m.key).collect();
     let targets: Vec<PruneTarget> = previous_members
         .iter()
@@ -769,22 +858,19 @@ async fn sync_objects(
             wave: m.wave,
         })
         .collect();
-    let (final_members, prune_failure) = if targets.is_empty() {
-        (applied.clone(), None)
+    let mut handed_over = Vec::new();
+    // What could not be pruned stays recorded: members as members, carried-over pending
+    // objects as pending.
+    let (not_pruned, prune_failure): (Vec<ObjectKey>, Option<String>) = if targets.is_empty() {
+        (Vec::new(), None)
     } else {
-        match applier.prune(&targets).await {
-            Ok(report) => {
+        match ownership::prune_refs(&applier, run.release, &targets).await {
+            Ok(outcome) => {
                 ctx.report(ProgressEvent::Pruned {
-                    objects: report.deleted.len(),
+                    objects: outcome.report.deleted.len(),
                 });
-                let failed: BTreeSet<&ObjectKey> = report.failures.iter().map(|r| &r.key).collect();
-                let mut keep = applied.clone();
-                keep.extend(
-                    previous_members
-                        .iter()
-                        .filter(|m| failed.contains(&m.key))
-                        .cloned(),
-                );
+                handed_over = outcome.handed_over;
+                let report = outcome.report;
                 let failure = (!report.failures.is_empty()).then(|| {
                     let shown: Vec<String> = report
                         .failures
@@ -798,29 +884,38 @@ async fn sync_objects(
                         shown.join("; ")
                     )
                 });
-                (keep, failure)
+                (
+                    report.failures.into_iter().map(|r| r.key).collect(),
+                    failure,
+                )
             }
-            Err(e) => {
-                let mut keep = applied.clone();
-                keep.extend(
-                    targets
-                        .iter()
-                        .filter_map(|t| previous_members.iter().find(|m| m.key == t.key))
-                        .cloned(),
-                );
-                (keep, Some(format!("prune: {:#}", anyhow::Error::new(e))))
-            }
+            Err(e) => (
+                targets.iter().map(|t| t.key.clone()).collect(),
+                Some(format!("prune: {:#}", anyhow::Error::new(e))),
+            ),
         }
     };
+    let mut final_members = applied.clone();
+    final_members.extend(
+        recorded
+            .iter()
+            .filter(|m| not_pruned.contains(&m.key))
+            .cloned(),
+    );
+    let final_pending: Vec<ObjectKey> = carried
+        .iter()
+        .filter(|m| not_pruned.contains(&m.key))
+        .map(|m| m.key.clone())
+        .collect();
     tracing::debug!(
         elapsed_ms = started.elapsed().as_millis() as u64,
         "waves and prune done"
     );
 
     // Step 6: the inventory is exactly what is on the cluster now.
-    let written = if same_members(&final_members, &previous_members) {
+    let written = if same_members(&final_members, &recorded) && !pending_in_inventory {
         previous.clone().unwrap_or_default()
-    } else if same_members(&final_members, &last_put) {
+    } else if same_members(&final_members, &last_put) && !pending_in_inventory {
         match inventory.get().await {
             Ok(Some(inv)) => inv,
             Ok(None) => Default::default(),
@@ -834,7 +929,10 @@ async fn sync_objects(
             }
         }
     } else {
-        match inventory.put(&final_members).await {
+        match inventory
+            .put_with_pending(&final_members, &final_pending)
+            .await
+        {
             Ok(inv) => inv,
             Err(e) => {
                 return syncing_failed(
@@ -858,7 +956,7 @@ async fn sync_objects(
         return syncing_failed(reasons::PRUNE_FAILED, message, true).with_waves(wave_status);
     }
     // Steps 7–9 (postSync hooks, history, GC) are stage_sync's.
-    let pruned = targets.len();
+    let pruned = targets.len() - handed_over.len();
     // The message stays the same for an unchanged render (however much had to be re-sent),
     // so a steady Release's status does not change.
     let mut message = format!(
@@ -869,7 +967,64 @@ async fn sync_objects(
     if pruned > 0 {
         message.push_str(&format!(", {pruned} pruned"));
     }
-    ReconcileOutcome::applied(attempt, message, wave_status)
+    let mut outcome = ReconcileOutcome::applied(attempt, message, wave_status);
+    if !handed_over.is_empty() {
+        let notice = format!(
+            "left to other Releases, not pruned: {}",
+            ownership::describe_handed_over(&handed_over)
+        );
+        outcome.message.push_str(&format!("; {notice}"));
+        outcome.notices.push(notice);
+    }
+    outcome
+}
+
+/// Objects of the render whose live copy another existing Release owns and that the render
+/// does not adopt: the refusal's message, or `None` when there are none.
+async fn claimed_objects(
+    ctx: &Context,
+    release: &Release,
+    keyed: &[(ObjectKey, &Object)],
+    live: &HashMap<ObjectKey, serde_json::Value>,
+) -> Option<String> {
+    let claimed = ownership::claimed_by_others(release, keyed, live);
+    if claimed.is_empty() {
+        return None;
+    }
+    // A label naming a Release that is gone claims nothing.
+    let mut exists: HashMap<ownership::Owner, bool> = HashMap::new();
+    let mut refused = Vec::new();
+    for (key, owner) in claimed {
+        let present = match exists.get(&owner) {
+            Some(p) => *p,
+            None => {
+                let api: kube::Api<Release> =
+                    kube::Api::namespaced(ctx.home.client.clone(), &owner.namespace);
+                // Unknown (unreadable) counts as present: never take an object by mistake.
+                let p = !matches!(api.get_opt(&owner.name).await, Ok(None));
+                exists.insert(owner.clone(), p);
+                p
+            }
+        };
+        if present {
+            refused.push(format!("{key} belongs to {owner}"));
+        }
+    }
+    if refused.is_empty() {
+        return None;
+    }
+    let total = refused.len();
+    refused.truncate(5);
+    let more = if total > 5 {
+        format!("; and {} more", total - 5)
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "nothing was applied: {}{more} (to hand an object over, set the annotation {}: \"true\" on it in this render)",
+        refused.join("; "),
+        ownership::ADOPT_ANNOTATION
+    ))
 }
 
 /// The tenancy rules on the Release and its objects, with scopes from the target's discovery.
@@ -887,6 +1042,15 @@ async fn tenancy_check(
             .and_then(|i| i.scopes.get(&(o.group().to_string(), o.kind().to_string())))
             .copied()
     })
+}
+
+/// The carried-over pending objects not applied (again) in this sync so far.
+fn still_pending(carried: &[Member], applied: &[Member]) -> Vec<ObjectKey> {
+    carried
+        .iter()
+        .filter(|c| !applied.iter().any(|a| a.key == c.key))
+        .map(|c| c.key.clone())
+        .collect()
 }
 
 /// Whether two member lists record the same thing (order aside).

@@ -1,0 +1,399 @@
+//! Objects convoy shares with others: which Release owns an object, handing one over, taking
+//! over what kubectl made, and pruning only what is still the Release's own.
+//!
+//! Design: DESIGN.md section 7 ("ownership of applied objects", "adoption from kubectl"). Two
+//! Releases apply under the same field manager, so Server-Side Apply cannot tell them apart:
+//! every object convoy applies carries the owning Release in two labels
+//! ([`labels::RELEASE_NAME`], [`labels::RELEASE_NAMESPACE`]). A render that holds an object
+//! another existing Release owns is stopped before anything is applied, unless the render
+//! marks the object [`ADOPT_ANNOTATION`]; prune and deletion ([`prune_refs`]) leave objects
+//! whose labels name another Release alone. Objects kubectl made before convoy are taken
+//! over on the apply that first records them: kubectl's field managers are merged into
+//! `convoy-release` ([`take_over_kubectl_fields`]), so what later leaves the render leaves
+//! the object; other controllers keep their fields.
+
+use std::collections::{BTreeMap, HashMap};
+
+use futures::{StreamExt, stream};
+use kube::Api;
+use kube::api::{DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use crate::engine::api::{ObjectKey, Release, field_managers, labels};
+use crate::engine::apply::{Applier, ApplyError, PruneReport, PruneTarget};
+use crate::engine::render::Object;
+
+/// On an object of a render: hand this object over to this Release from the one that owns it.
+pub const ADOPT_ANNOTATION: &str = "convoy.kumodo.io/adopt";
+
+/// A Release, as the ownership labels name it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Owner {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Owner {
+    pub fn of(release: &Release) -> Self {
+        Self {
+            namespace: release.metadata.namespace.clone().unwrap_or_default(),
+            name: release.metadata.name.clone().unwrap_or_default(),
+        }
+    }
+
+    /// The owner a live object's labels name, if any.
+    pub fn of_live(live: &Value) -> Option<Self> {
+        let labels = live["metadata"]["labels"].as_object()?;
+        Some(Self {
+            name: labels.get(labels::RELEASE_NAME)?.as_str()?.to_string(),
+            namespace: labels
+                .get(labels::RELEASE_NAMESPACE)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+        })
+    }
+}
+
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Release {}/{}", self.namespace, self.name)
+    }
+}
+
+/// `objects` with the ownership labels of `release` (what convoy applies; the render and its
+/// renderRef stay as rendered).
+pub fn labelled(release: &Release, objects: &[Object]) -> Vec<Object> {
+    let owner = Owner::of(release);
+    objects
+        .iter()
+        .map(|o| {
+            let mut o = o.clone();
+            if let Some(meta) = o.0["metadata"].as_object_mut() {
+                let labels = meta
+                    .entry("labels")
+                    .or_insert_with(|| Value::Object(Default::default()));
+                if !labels.is_object() {
+                    *labels = Value::Object(Default::default());
+                }
+                if let Some(labels) = labels.as_object_mut() {
+                    labels.insert(labels::RELEASE_NAME.into(), json!(owner.name));
+                    labels.insert(labels::RELEASE_NAMESPACE.into(), json!(owner.namespace));
+                }
+            }
+            o
+        })
+        .collect()
+}
+
+/// Whether the render hands `object` over to its Release.
+pub fn adopts(object: &Object) -> bool {
+    object.0["metadata"]["annotations"][ADOPT_ANNOTATION].as_str() == Some("true")
+}
+
+/// The objects of `objects` (with their effective keys) whose live copy another Release
+/// owns and that the render does not adopt: candidates for a refusal (the caller checks that
+/// the other Release still exists).
+pub fn claimed_by_others(
+    release: &Release,
+    objects: &[(ObjectKey, &Object)],
+    live: &HashMap<ObjectKey, Value>,
+) -> Vec<(ObjectKey, Owner)> {
+    let me = Owner::of(release);
+    objects
+        .iter()
+        .filter(|(_, o)| !adopts(o))
+        .filter_map(|(key, _)| {
+            let owner = Owner::of_live(live.get(key)?)?;
+            (owner != me).then(|| (key.clone(), owner))
+        })
+        .collect()
+}
+
+/// Whether a field manager is kubectl's (client-side apply, its first-apply bookkeeping, and
+/// its imperative commands), whose fields convoy takes over when it adopts an object.
+pub fn is_kubectl_manager(manager: &str) -> bool {
+    manager == "kubectl"
+        || manager == "kubectl-client-side-apply"
+        || manager == "before-first-apply"
+        || manager.starts_with("kubectl-")
+}
+
+/// kubectl's managers on a live object, sorted.
+pub fn kubectl_managers(live: &Value) -> Vec<String> {
+    let mut out: Vec<String> = live["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["manager"].as_str())
+        .filter(|m| is_kubectl_manager(m))
+        .map(str::to_string)
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The `managedFields` of `live` with every kubectl entry merged into `convoy-release`'s
+/// Apply entry (made if missing), or `None` when kubectl owns nothing there.
+pub fn merged_managed_fields(live: &Value, now: &str) -> Option<Vec<Value>> {
+    let entries = live["metadata"]["managedFields"].as_array()?;
+    if !entries
+        .iter()
+        .any(|e| e["manager"].as_str().is_some_and(is_kubectl_manager))
+    {
+        return None;
+    }
+    let api_version = live["apiVersion"].as_str().unwrap_or_default();
+    let mut taken = json!({});
+    let mut kept = Vec::new();
+    for entry in entries {
+        if entry["manager"].as_str().is_some_and(is_kubectl_manager) {
+            merge_fields(&mut taken, &entry["fieldsV1"]);
+        } else {
+            kept.push(entry.clone());
+        }
+    }
+    let controller = field_managers::CONTROLLER.as_str();
+    match kept.iter_mut().find(|e| {
+        e["manager"] == controller && e["operation"] == "Apply" && e["apiVersion"] == api_version
+    }) {
+        Some(entry) => merge_fields(&mut entry["fieldsV1"], &taken),
+        None => kept.push(json!({
+            "manager": controller,
+            "operation": "Apply",
+            "apiVersion": api_version,
+            "time": now,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": taken,
+        })),
+    }
+    Some(kept)
+}
+
+/// Union of two `fieldsV1` trees.
+fn merge_fields(into: &mut Value, from: &Value) {
+    let Some(from) = from.as_object() else { return };
+    if !into.is_object() {
+        *into = json!({});
+    }
+    if let Some(into) = into.as_object_mut() {
+        for (k, v) in from {
+            merge_fields(into.entry(k.clone()).or_insert_with(|| json!({})), v);
+        }
+    }
+}
+
+/// Adoption from kubectl: move the fields kubectl's managers own on `live` to
+/// `convoy-release`, with the live resourceVersion as a precondition (a concurrent change
+/// makes this fail and the sync retry). The apply that follows then removes what the render
+/// no longer sets, `kubectl.kubernetes.io/last-applied-configuration` included. Returns the
+/// managers taken over from (empty: nothing to do).
+pub async fn take_over_kubectl_fields(
+    applier: &Applier,
+    key: &ObjectKey,
+    live: &Value,
+) -> Result<Vec<String>, ApplyError> {
+    let now = crate::engine::status::now();
+    let now = serde_json::to_value(&now)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let Some(managed) = merged_managed_fields(live, &now) else {
+        return Ok(Vec::new());
+    };
+    let managers = kubectl_managers(live);
+    let resource_version = live["metadata"]["resourceVersion"].clone();
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
+        {"op": "replace", "path": "/metadata/managedFields", "value": managed},
+    ]))
+    .map_err(|e| ApplyError::Read {
+        key: key.to_string(),
+        source: Box::new(kube::Error::SerdeError(e)),
+    })?;
+    let Some(api) = api_for(applier, key).await else {
+        return Ok(Vec::new());
+    };
+    api.patch(
+        &key.name,
+        &PatchParams::default(),
+        &Patch::<()>::Json(patch),
+    )
+    .await
+    .map_err(|source| ApplyError::Read {
+        key: key.to_string(),
+        source: Box::new(source),
+    })?;
+    Ok(managers)
+}
+
+/// The API of `key`'s kind, if the cluster serves it (a kind it cannot resolve has nothing to
+/// read or take over; the apply or prune reports it).
+async fn api_for(applier: &Applier, key: &ObjectKey) -> Option<Api<DynamicObject>> {
+    let resource = applier
+        .resources()
+        .resolve_group_kind(&key.group, &key.kind)
+        .await
+        .ok()??;
+    Some(if resource.namespaced {
+        Api::namespaced_with(applier.client().clone(), &key.namespace, &resource.api)
+    } else {
+        Api::all_with(applier.client().clone(), &resource.api)
+    })
+}
+
+/// What `prune_refs` did.
+#[derive(Debug, Default)]
+pub struct PruneOutcome {
+    pub report: PruneReport,
+    /// Targets left alone because their labels name another Release (dropped from this
+    /// Release's inventory).
+    pub handed_over: Vec<(ObjectKey, Owner)>,
+}
+
+/// `pruneRefs` (reconcile-flow.txt stageSync step 5 and finalize step 3): delete `targets`,
+/// except those whose live labels name another Release: those now belong to it, and are only
+/// reported. Objects without ownership labels (applied before convoy labelled them) are this
+/// Release's.
+pub async fn prune_refs(
+    applier: &Applier,
+    release: &Release,
+    targets: &[PruneTarget],
+) -> Result<PruneOutcome, ApplyError> {
+    let me = Owner::of(release);
+    let owners: Vec<Result<Option<Owner>, ApplyError>> = stream::iter(targets.iter().cloned())
+        .map(|t| async move {
+            let Some(api) = api_for(applier, &t.key).await else {
+                return Ok(None);
+            };
+            match api.get_opt(&t.key.name).await {
+                Ok(found) => Ok(found
+                    .and_then(|o| serde_json::to_value(o).ok())
+                    .and_then(|v| Owner::of_live(&v))),
+                Err(e) if crate::engine::connect::is_unreachable(&e) => {
+                    Err(ApplyError::Unreachable(Box::new(e)))
+                }
+                // Unreadable: the delete will say why.
+                Err(_) => Ok(None),
+            }
+        })
+        .buffered(applier.concurrency())
+        .collect()
+        .await;
+    let mut mine = Vec::new();
+    let mut handed_over = Vec::new();
+    for (target, owner) in targets.iter().zip(owners) {
+        match owner? {
+            Some(owner) if owner != me => handed_over.push((target.key.clone(), owner)),
+            _ => mine.push(target.clone()),
+        }
+    }
+    let report = if mine.is_empty() {
+        PruneReport::default()
+    } else {
+        applier.prune(&mine).await?
+    };
+    Ok(PruneOutcome {
+        report,
+        handed_over,
+    })
+}
+
+/// "ConfigMap/ns/a (Release ns/b)" for a message, the first few and a count.
+pub fn describe_handed_over(handed_over: &[(ObjectKey, Owner)]) -> String {
+    let mut by_owner: BTreeMap<&Owner, Vec<String>> = BTreeMap::new();
+    for (key, owner) in handed_over {
+        by_owner.entry(owner).or_default().push(key.to_string());
+    }
+    by_owner
+        .into_iter()
+        .map(|(owner, keys)| format!("{} now belongs to {owner}", keys.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn release(ns: &str, name: &str) -> Release {
+        serde_json::from_value(json!({
+            "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"source": {"kind": "GitRepository", "name": "repo"}},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn objects_are_labelled_with_their_release() {
+        let objects = vec![Object(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "labels": {"app": "x"}}}))];
+        let out = labelled(&release("team-a", "web"), &objects);
+        assert_eq!(
+            out[0].0["metadata"]["labels"],
+            json!({"app": "x", "convoy.kumodo.io/release": "web", "convoy.kumodo.io/release-namespace": "team-a"})
+        );
+    }
+
+    #[test]
+    fn another_releases_object_is_claimed_unless_adopted() {
+        let key = ObjectKey {
+            group: String::new(),
+            kind: "ConfigMap".into(),
+            namespace: "apps".into(),
+            name: "shared".into(),
+        };
+        let live = HashMap::from([(
+            key.clone(),
+            json!({"metadata": {"labels": {"convoy.kumodo.io/release": "a", "convoy.kumodo.io/release-namespace": "apps"}}}),
+        )]);
+        let plain = Object(json!({"kind": "ConfigMap", "metadata": {"name": "shared"}}));
+        let adopting = Object(json!({"kind": "ConfigMap", "metadata": {"name": "shared",
+            "annotations": {"convoy.kumodo.io/adopt": "true"}}}));
+        let b = release("apps", "b");
+        assert_eq!(
+            claimed_by_others(&b, &[(key.clone(), &plain)], &live),
+            [(
+                key.clone(),
+                Owner {
+                    namespace: "apps".into(),
+                    name: "a".into()
+                }
+            )]
+        );
+        assert!(claimed_by_others(&b, &[(key.clone(), &adopting)], &live).is_empty());
+        assert!(claimed_by_others(&release("apps", "a"), &[(key, &plain)], &live).is_empty());
+    }
+
+    #[test]
+    fn kubectl_fields_move_to_convoy_and_other_managers_keep_theirs() {
+        let live = json!({"apiVersion": "apps/v1", "metadata": {"managedFields": [
+            {"manager": "kubectl-client-side-apply", "operation": "Update", "apiVersion": "apps/v1",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:annotations": {"f:note": {}}}, "f:spec": {"f:replicas": {}}}},
+            {"manager": "kubectl-edit", "operation": "Update", "apiVersion": "apps/v1",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:containers": {}}}}}},
+            {"manager": "hpa-controller", "operation": "Update", "apiVersion": "apps/v1",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:minReadySeconds": {}}}},
+        ]}});
+        let merged = merged_managed_fields(&live, "2026-12-01T00:00:00Z").unwrap();
+        let managers: Vec<&str> = merged
+            .iter()
+            .map(|e| e["manager"].as_str().unwrap())
+            .collect();
+        assert_eq!(managers, ["hpa-controller", "convoy-release"]);
+        assert_eq!(
+            merged[1]["fieldsV1"],
+            json!({"f:metadata": {"f:annotations": {"f:note": {}}},
+                   "f:spec": {"f:replicas": {}, "f:template": {"f:spec": {"f:containers": {}}}}})
+        );
+        assert_eq!(merged[1]["operation"], "Apply");
+        assert_eq!(
+            kubectl_managers(&live),
+            ["kubectl-client-side-apply", "kubectl-edit"]
+        );
+        let untouched = json!({"metadata": {"managedFields": [{"manager": "hpa-controller"}]}});
+        assert_eq!(merged_managed_fields(&untouched, "t"), None);
+    }
+}

@@ -1,0 +1,295 @@
+//! Objects convoy shares with others, on the real control plane: two Releases rendering one
+//! object, objects kubectl made before convoy, and objects a stopped sync left unrecorded.
+
+use convoy::engine::api::{ReleaseInventory, reasons};
+use convoy::engine::inventory::members;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use serde_json::{Value, json};
+
+use crate::support::fixture::{Fixture, config_map, deployment};
+use crate::support::owners_of;
+
+fn adopted(manifest: &str) -> String {
+    manifest.replace(
+        "  annotations:\n",
+        "  annotations:\n    convoy.kumodo.io/adopt: \"true\"\n",
+    )
+}
+
+fn owner_label(cm: &Value) -> (String, String) {
+    let labels = &cm["metadata"]["labels"];
+    (
+        labels["convoy.kumodo.io/release-namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        labels["convoy.kumodo.io/release"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    )
+}
+
+async fn inventory_keys(f: &Fixture, name: &str) -> Vec<String> {
+    let api: Api<ReleaseInventory> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let inventory = api.get(name).await.unwrap();
+    members(&inventory).iter().map(|e| e.name.clone()).collect()
+}
+
+#[tokio::test]
+async fn a_second_release_is_refused_another_releases_object_until_it_adopts_it() {
+    let f = Fixture::new(
+        "owner-two",
+        &[
+            ("shared.yaml", &config_map("shared", 0, "from-a")),
+            ("a.yaml", &config_map("a", 0, "1")),
+        ],
+        json!({}),
+    )
+    .await;
+    let ns = f.env.namespace.clone();
+    f.repo.commit(
+        &[
+            ("b/shared.yaml", &config_map("shared", 0, "from-b")),
+            ("b/b.yaml", &config_map("b", 0, "1")),
+        ],
+        "b",
+    );
+    f.add_release("b", "b", json!({})).await;
+    assert_eq!(f.sync().await.outcome.unwrap().reason, reasons::APPLIED);
+    let shared = f.config_map("shared").await.unwrap();
+    assert_eq!(owner_label(&shared), (ns.clone(), "web".to_string()));
+
+    // B renders A's object: stopped before anything of B is applied.
+    let refused = f.sync_named("b").await.outcome.unwrap();
+    assert_eq!(refused.reason, reasons::UNAPPLIABLE);
+    assert_eq!(
+        refused.message,
+        format!(
+            "nothing was applied: ConfigMap/{ns}/shared belongs to Release {ns}/web (to hand an object over, set the annotation convoy.kumodo.io/adopt: \"true\" on it in this render)"
+        )
+    );
+    assert!(f.config_map("b").await.is_none());
+    assert_eq!(
+        f.config_map("shared").await.unwrap()["data"]["value"],
+        "from-a"
+    );
+
+    // B adopts it explicitly: it is B's now.
+    f.repo.commit(
+        &[(
+            "b/shared.yaml",
+            &adopted(&config_map("shared", 0, "from-b")),
+        )],
+        "b adopts shared",
+    );
+    let outcome = f.sync_named("b").await.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+    let shared = f.config_map("shared").await.unwrap();
+    assert_eq!(owner_label(&shared), (ns.clone(), "b".to_string()));
+    assert_eq!(shared["data"]["value"], "from-b");
+
+    // A stops rendering it: A's prune leaves B's object alone and drops it from A's inventory.
+    f.commit(&[("a.yaml", &config_map("a", 0, "1"))]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+    assert!(
+        outcome.message.ends_with(&format!(
+            "; left to other Releases, not pruned: ConfigMap/{ns}/shared now belongs to Release {ns}/b"
+        )),
+        "{}",
+        outcome.message
+    );
+    assert!(f.config_map("shared").await.is_some(), "B's object stays");
+    assert_eq!(inventory_keys(&f, "web").await, ["a"]);
+}
+
+#[tokio::test]
+async fn deleting_a_release_leaves_objects_another_release_took_over() {
+    let f = Fixture::new(
+        "owner-delete",
+        &[
+            ("shared.yaml", &config_map("shared", 0, "from-a")),
+            ("a.yaml", &config_map("a", 0, "1")),
+        ],
+        json!({}),
+    )
+    .await;
+    f.repo.commit(
+        &[(
+            "b/shared.yaml",
+            &adopted(&config_map("shared", 0, "from-b")),
+        )],
+        "b",
+    );
+    f.add_release("b", "b", json!({})).await;
+    f.sync().await;
+    assert_eq!(
+        f.sync_named("b").await.outcome.unwrap().reason,
+        reasons::APPLIED
+    );
+    // A still lists `shared` in its inventory; its deletion deletes only what is still A's.
+    assert_eq!(inventory_keys(&f, "web").await, ["a", "shared"]);
+    f.releases()
+        .delete("web", &Default::default())
+        .await
+        .unwrap();
+    let release = f.release().await;
+    convoy::engine::reconcile::sync_handler(&f.ctx, &release, 0)
+        .await
+        .unwrap();
+    assert!(f.releases().get_opt("web").await.unwrap().is_none());
+    assert!(
+        f.config_map("a").await.is_none(),
+        "A's own object is pruned"
+    );
+    let shared = f.config_map("shared").await.expect("B's object stays");
+    assert_eq!(
+        shared["metadata"]["labels"]["convoy.kumodo.io/release"],
+        "b"
+    );
+}
+
+/// A Deployment made with `kubectl apply` (client-side), then adopted: kubectl's fields move
+/// to convoy, so an env var and an annotation removed from the render leave the object; a
+/// field another controller owns stays.
+#[tokio::test]
+async fn adopting_an_object_kubectl_made_takes_over_kubectls_fields_only() {
+    let with_extras = deployment("api", 0, 1)
+        .replace(
+            "  annotations:\n",
+            "  annotations:\n    team.example.com/note: from-kubectl\n",
+        )
+        .replace(
+            "        image: nginx:1.27\n",
+            "        image: nginx:1.27\n        env:\n        - {name: LEGACY, value: \"1\"}\n",
+        );
+    let f = Fixture::new("owner-kubectl", &[("api.yaml", &with_extras)], json!({})).await;
+    let ns = f.env.namespace.clone();
+    // kubectl made it first (client-side apply), and a controller owns a field of its own.
+    f.env.kubectl_apply_text(
+        &with_extras.replace(
+            "  name: api\n",
+            &format!("  name: api\n  namespace: {ns}\n"),
+        ),
+        &[],
+    );
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(f.env.client.clone(), &ns);
+    deployments
+        .patch(
+            "api",
+            &kube::api::PatchParams {
+                field_manager: Some("hpa-controller".into()),
+                ..Default::default()
+            },
+            &kube::api::Patch::Merge(json!({"spec": {"minReadySeconds": 5}})),
+        )
+        .await
+        .unwrap();
+    let live = serde_json::to_value(deployments.get("api").await.unwrap()).unwrap();
+    assert!(
+        live["metadata"]["annotations"]
+            .get("kubectl.kubernetes.io/last-applied-configuration")
+            .is_some()
+    );
+
+    // The diff says it will adopt, naming kubectl's managers.
+    let diff = f.env.convoy(&["diff", "web"]);
+    let text = String::from_utf8_lossy(&diff.stdout);
+    assert!(
+        text.contains(&format!(
+            "~ Deployment.apps/{ns}/api (render change; adopt from kubectl-client-side-apply)"
+        )),
+        "{text}"
+    );
+
+    // Adopted with the render as it is, then the env var and annotation leave the render.
+    assert_eq!(f.sync().await.outcome.unwrap().reason, reasons::APPLIED);
+    f.commit(&[("api.yaml", &deployment("api", 0, 1))]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+    let live = serde_json::to_value(deployments.get("api").await.unwrap()).unwrap();
+    let annotations = &live["metadata"]["annotations"];
+    assert!(annotations.get("team.example.com/note").is_none(), "{live}");
+    assert!(
+        annotations
+            .get("kubectl.kubernetes.io/last-applied-configuration")
+            .is_none(),
+        "{live}"
+    );
+    let container = &live["spec"]["template"]["spec"]["containers"][0];
+    assert!(container.get("env").is_none(), "{container}");
+    let managers: Vec<&str> = live["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["manager"].as_str())
+        .collect();
+    assert!(
+        !managers.iter().any(|m| m.starts_with("kubectl")),
+        "{managers:?}"
+    );
+    assert_eq!(live["spec"]["minReadySeconds"], 5);
+    assert_eq!(
+        owners_of(&live, &["f:spec", "f:minReadySeconds"]),
+        ["hpa-controller"]
+    );
+}
+
+/// Objects a stopped sync applied before it recorded them are found from the inventory's
+/// pending list: the next sync of a render without them prunes them.
+#[tokio::test]
+async fn objects_a_stopped_sync_left_unrecorded_are_pruned_after_a_revert() {
+    let f = Fixture::new(
+        "owner-pending",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({}),
+    )
+    .await;
+    f.sync().await;
+    let ns = f.env.namespace.clone();
+    // What a process killed during a wave leaves: the objects applied, the inventory Put
+    // before the wave (with them pending), no Put after.
+    let release = f.release().await;
+    let handle =
+        convoy::engine::inventory::InventoryHandle::for_release(f.env.client.clone(), &release);
+    let inventory = handle.get().await.unwrap().unwrap();
+    let recorded: Vec<_> = members(&inventory)
+        .iter()
+        .map(|e| convoy::engine::inventory::Member::from_entry(e))
+        .collect();
+    let mut pending = Vec::new();
+    for i in 0..5 {
+        let name = format!("orphan-{i}");
+        f.env.kubectl_apply_text(
+            &config_map(&name, 0, "x").replace(
+                &format!("  name: {name}\n"),
+                &format!("  name: {name}\n  namespace: {ns}\n"),
+            ),
+            &["--server-side", "--field-manager=convoy-release"],
+        );
+        pending.push(convoy::engine::api::ObjectKey {
+            group: String::new(),
+            kind: "ConfigMap".into(),
+            namespace: ns.clone(),
+            name,
+        });
+    }
+    handle.put_with_pending(&recorded, &pending).await.unwrap();
+    // The render (reverted) does not hold them: they are pruned, and pending is cleared.
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+    let cms: Api<ConfigMap> = Api::namespaced(f.env.client.clone(), &ns);
+    for key in &pending {
+        assert!(
+            cms.get_opt(&key.name).await.unwrap().is_none(),
+            "{} left",
+            key.name
+        );
+    }
+    let inventory = handle.get().await.unwrap().unwrap();
+    assert!(inventory.spec.pending.is_empty());
+    assert_eq!(inventory_keys(&f, "web").await, ["a"]);
+}
