@@ -10,6 +10,7 @@ pub mod connect;
 pub mod digest_key;
 pub mod drift;
 pub mod duration;
+pub mod exclusions;
 pub mod explain;
 pub mod health;
 pub mod hooks;

@@ -8,6 +8,7 @@ mod support;
 
 mod api;
 mod drift;
+mod exclusions;
 mod health;
 mod hooks;
 mod install;

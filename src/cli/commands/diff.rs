@@ -120,10 +120,9 @@ pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> 
         }
         None => None,
     };
-    // Compared as the apply would send it: with the ownership labels.
-    let objects = crate::engine::ownership::labelled(&input.release, &objects);
     let report = diff_objects(
         &applier,
+        &input.release,
         &objects,
         inventory.as_ref(),
         args.concurrency,

@@ -86,6 +86,25 @@ pub struct ReleaseSpec {
     /// Lifecycle hooks (deviation: in the spec, as with mutations).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lifecycle: Option<Lifecycle>,
+    /// Fields of rendered objects that another writer owns (an HPA's `spec.replicas`, a
+    /// webhook's `caBundle`): never sent by the apply, never reported as drift.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drift_exclusions: Vec<DriftExclusion>,
+}
+
+/// Fields convoy leaves to others on the objects `target` matches.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftExclusion {
+    /// Which rendered objects (required; every set field must match).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<MutationTarget>,
+    /// RFC 6901 JSON pointers of the fields (`/spec/replicas`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub json_pointers: Vec<String>,
+    /// Field managers whose fields on the live object are left to them (`hpa-controller`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub managers: Vec<String>,
 }
 
 /// The kind of source object a Release reads.

@@ -231,12 +231,26 @@ fn live_with_type(mut live: Value, typed: &Value) -> Value {
 /// desired are "to prune". A rejected dry run is reported for its object; the others go on.
 pub async fn diff_objects(
     applier: &Applier,
+    release: &Release,
     desired: &[Object],
     inventory: Option<&ReleaseInventory>,
     concurrency: usize,
     digest_key: Option<&DigestKey>,
 ) -> Result<DiffReport, ApplyError> {
-    let live = applier.live_objects(desired).await?;
+    // Compared as the apply would send it: with the ownership labels, without what is left
+    // to others (engine::ownership, engine::exclusions).
+    let labelled = crate::engine::ownership::labelled(release, desired);
+    let live = applier.live_objects(&labelled).await?;
+    let mut keyed = Vec::with_capacity(labelled.len());
+    for object in labelled {
+        let key = applier
+            .effective_key(&object)
+            .await
+            .unwrap_or_else(|_| object.key());
+        keyed.push((key, object));
+    }
+    let for_cluster = crate::engine::exclusions::for_cluster(release, keyed, &live);
+    let desired = &for_cluster.objects[..];
     // Objects applied before exactly as rendered now whose live copy still holds every value
     // they set are unchanged without a dry run: the sync skips them by the same rule, so the
     // diff shows exactly what a sync would send.
@@ -248,9 +262,18 @@ pub async fn diff_objects(
                 .collect()
         })
         .unwrap_or_default();
-    let changed = applier
+    let mut changed = applier
         .changed_given_live(desired, &digests, digest_key, &live)
         .await;
+    for (c, object) in changed.iter_mut().zip(desired) {
+        let key = applier
+            .effective_key(object)
+            .await
+            .unwrap_or_else(|_| object.key());
+        if for_cluster.keep_as_is.contains(&key) {
+            *c = false;
+        }
+    }
     let results: Vec<Result<Option<DryRun>, ApplyError>> =
         stream::iter(desired.iter().cloned().zip(changed))
             .map(|(object, changed)| async move {
@@ -386,7 +409,7 @@ pub async fn diff_objects(
     if let Some(inventory) = inventory {
         for entry in members(inventory) {
             let key = entry.key();
-            if !desired_keys.contains(&key) {
+            if !desired_keys.contains(&key) && !for_cluster.ignored.contains(&key) {
                 report.objects.push(ObjectDiff {
                     secret: key.kind == "Secret" && key.group.is_empty(),
                     key,
@@ -645,11 +668,10 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
         Ok(desired) => {
             let applier = ctx.applier(&desired.target);
             let digest_key = Some(ctx.inventory_digest_key().await);
-            // Compared as the apply would send it: with the ownership labels.
-            let objects = crate::engine::ownership::labelled(release, &desired.objects);
             match diff_objects(
                 &applier,
-                &objects,
+                release,
+                &desired.objects,
                 inventory.as_ref(),
                 ctx.concurrency,
                 digest_key.as_ref(),

@@ -19,6 +19,7 @@ use crate::engine::api::{
 };
 use crate::engine::apply::{ApplyError, PruneTarget, waves};
 use crate::engine::cluster::Target;
+use crate::engine::exclusions;
 use crate::engine::explain::count;
 use crate::engine::inventory::{InventoryHandle, Member, members, pending_members};
 use crate::engine::ownership;
@@ -529,9 +530,6 @@ async fn sync_objects(
 ) -> ReconcileOutcome {
     let attempt = run.attempt.clone();
     let render_ref = run.render_ref.to_string();
-    // What is applied carries the owning Release in its labels (engine::ownership).
-    let labelled = ownership::labelled(run.release, run.objects);
-    let objects = &labelled[..];
     let applier = ctx.applier(run.target);
     let started = std::time::Instant::now();
     let syncing_failed = |reason, message: String, retry| {
@@ -577,16 +575,11 @@ async fn sync_objects(
         .filter_map(|m| m.digest.clone().map(|d| (m.key.clone(), d)))
         .collect();
     let digest_key = Some(ctx.inventory_digest_key().await);
-    let mut keyed: Vec<(ObjectKey, &Object)> = Vec::with_capacity(objects.len());
-    for object in objects {
-        let key = applier
-            .effective_key(object)
-            .await
-            .unwrap_or_else(|_| object.key());
-        keyed.push((key, object));
-    }
-    // The live objects: what is unchanged, who owns what, what kubectl made.
-    let live = match applier.live_objects(objects).await {
+    // What is applied carries the owning Release in its labels (engine::ownership).
+    let labelled = ownership::labelled(run.release, run.objects);
+    // The live objects: what is unchanged, who owns what, what kubectl made, which fields
+    // others own.
+    let live = match applier.live_objects(&labelled).await {
         Ok(live) => live,
         Err(e @ ApplyError::Unreachable(_)) => {
             return syncing_failed(
@@ -598,9 +591,34 @@ async fn sync_objects(
         // Unreadable: everything counts as changed and the dry run says what it can.
         Err(_) => HashMap::new(),
     };
-    let changed = applier
+    // Fields and objects left to others (engine::exclusions).
+    let mut labelled_keyed = Vec::with_capacity(labelled.len());
+    for object in labelled {
+        let key = applier
+            .effective_key(&object)
+            .await
+            .unwrap_or_else(|_| object.key());
+        labelled_keyed.push((key, object));
+    }
+    let for_cluster = exclusions::for_cluster(run.release, labelled_keyed, &live);
+    let objects = &for_cluster.objects[..];
+    let mut keyed: Vec<(ObjectKey, &Object)> = Vec::with_capacity(objects.len());
+    for object in objects {
+        let key = applier
+            .effective_key(object)
+            .await
+            .unwrap_or_else(|_| object.key());
+        keyed.push((key, object));
+    }
+    let mut changed = applier
         .changed_given_live(objects, &applied_digests, digest_key.as_ref(), &live)
         .await;
+    // `IfNotPresent` objects that exist are never sent again.
+    for (c, (key, _)) in changed.iter_mut().zip(&keyed) {
+        if for_cluster.keep_as_is.contains(key) {
+            *c = false;
+        }
+    }
     let to_send: Vec<Object> = objects
         .iter()
         .zip(&changed)
@@ -852,7 +870,7 @@ async fn sync_objects(
     let applied_keys: BTreeSet<&ObjectKey> = applied.iter().map(|m| &m.key).collect();
     let targets: Vec<PruneTarget> = previous_members
         .iter()
-        .filter(|m| !applied_keys.contains(&m.key))
+        .filter(|m| !applied_keys.contains(&m.key) && !for_cluster.ignored.contains(&m.key))
         .map(|m| PruneTarget {
             key: m.key.clone(),
             wave: m.wave,

@@ -151,7 +151,7 @@ fn set_metadata_map(
     }
 }
 
-fn matches_target(
+pub(crate) fn matches_target(
     object: &Object,
     target: Option<&MutationTarget>,
     selector: Option<&LabelSelector>,

@@ -199,6 +199,7 @@ pub fn finish_render(
         default_namespace(&mut objects, target, ctx.cluster);
     }
     validate(&objects)?;
+    crate::engine::exclusions::validate(release, &objects).map_err(RenderError::Invalid)?;
     sort_for_apply(&mut objects);
     let render_ref = render_ref(&objects);
     tracing::debug!(

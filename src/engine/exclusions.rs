@@ -1,0 +1,363 @@
+//! Fields and objects convoy leaves to others: per object `convoy.kumodo.io/ssa:
+//! IfNotPresent | Ignore`, per Release `spec.driftExclusions`.
+//!
+//! Design: DESIGN.md section 7 ("fields others own"). An excluded field is not sent by the
+//! apply, so the writer that owns it (an HPA, a certificate job) keeps it, and because the
+//! dry run of the drift check sends the same object, it is not drift either. An `Ignore`
+//! object is never applied and never recorded (so never pruned); an `IfNotPresent` object
+//! is created when missing and never sent again while it exists.
+
+use std::collections::{BTreeSet, HashMap};
+
+use serde_json::Value;
+
+use crate::engine::api::{DriftExclusion, ObjectKey, Release};
+use crate::engine::render::Object;
+use crate::engine::render::mutations::{LabelSelector, matches_target};
+
+/// The per-object annotation.
+pub const SSA_ANNOTATION: &str = "convoy.kumodo.io/ssa";
+
+/// What the per-object annotation says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SsaPolicy {
+    /// Applied as usual.
+    Apply,
+    /// Created if missing, never updated.
+    IfNotPresent,
+    /// Never applied, never pruned.
+    Ignore,
+}
+
+/// The object's policy, or why its annotation is not one.
+pub fn ssa_policy(object: &Object) -> Result<SsaPolicy, String> {
+    match object.0["metadata"]["annotations"][SSA_ANNOTATION].as_str() {
+        None => Ok(SsaPolicy::Apply),
+        Some("IfNotPresent") => Ok(SsaPolicy::IfNotPresent),
+        Some("Ignore") => Ok(SsaPolicy::Ignore),
+        Some(other) => Err(format!(
+            "{object}: annotation {SSA_ANNOTATION} is {other:?}; accepted values are IfNotPresent and Ignore"
+        )),
+    }
+}
+
+/// Check the annotations of a render and the Release's exclusions (stageRender: a bad one
+/// fails the render, naming the object or the exclusion, before anything is applied).
+pub fn validate(release: &Release, objects: &[Object]) -> Result<(), String> {
+    for object in objects {
+        ssa_policy(object)?;
+    }
+    for (i, exclusion) in release.spec.drift_exclusions.iter().enumerate() {
+        let name = format!("spec.driftExclusions[{i}]");
+        let Some(target) = &exclusion.target else {
+            return Err(format!(
+                "{name} has no target: name the objects it applies to (group, kind, name, namespace or labelSelector)"
+            ));
+        };
+        if let Some(selector) = &target.label_selector {
+            LabelSelector::parse(selector).map_err(|e| format!("{name}.target: {e}"))?;
+        }
+        if exclusion.json_pointers.is_empty() && exclusion.managers.is_empty() {
+            return Err(format!("{name} names neither jsonPointers nor managers"));
+        }
+        for pointer in &exclusion.json_pointers {
+            parse_pointer(pointer)
+                .map_err(|why| format!("{name}: JSON pointer {pointer:?} {why}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// The tokens of an RFC 6901 pointer (`~1` is `/`, `~0` is `~`).
+fn parse_pointer(pointer: &str) -> Result<Vec<String>, &'static str> {
+    if pointer.is_empty() {
+        return Err("is empty (it would exclude the whole object)");
+    }
+    let Some(rest) = pointer.strip_prefix('/') else {
+        return Err("does not start with '/'");
+    };
+    rest.split('/')
+        .map(|t| {
+            let mut out = String::with_capacity(t.len());
+            let mut chars = t.chars();
+            while let Some(c) = chars.next() {
+                if c == '~' {
+                    match chars.next() {
+                        Some('0') => out.push('~'),
+                        Some('1') => out.push('/'),
+                        _ => return Err("has a '~' not followed by 0 or 1"),
+                    }
+                } else {
+                    out.push(c);
+                }
+            }
+            Ok(out)
+        })
+        .collect()
+}
+
+/// A render made ready for the cluster: what to send and compare, and which objects exist
+/// already and must not be sent (`IfNotPresent`).
+#[derive(Debug, Clone, Default)]
+pub struct ForCluster {
+    pub objects: Vec<Object>,
+    /// Effective keys of `IfNotPresent` objects that exist: members, never sent.
+    pub keep_as_is: BTreeSet<ObjectKey>,
+    /// Effective keys of `Ignore` objects: neither applied nor recorded nor pruned.
+    pub ignored: BTreeSet<ObjectKey>,
+}
+
+/// Apply the exclusions to `objects` (with their effective keys, for `live`): drop `Ignore`
+/// objects, remove excluded fields (by pointer, and those `managers` own on the live
+/// object), and mark existing `IfNotPresent` objects.
+pub fn for_cluster(
+    release: &Release,
+    objects: Vec<(ObjectKey, Object)>,
+    live: &HashMap<ObjectKey, Value>,
+) -> ForCluster {
+    let mut out = ForCluster::default();
+    for (key, mut object) in objects {
+        match ssa_policy(&object).unwrap_or(SsaPolicy::Apply) {
+            SsaPolicy::Ignore => {
+                out.ignored.insert(key);
+                continue;
+            }
+            SsaPolicy::IfNotPresent if live.contains_key(&key) => {
+                out.keep_as_is.insert(key.clone());
+            }
+            _ => {}
+        }
+        for exclusion in &release.spec.drift_exclusions {
+            if applies_to(exclusion, &object) {
+                exclude(&mut object.0, exclusion, live.get(&key));
+            }
+        }
+        out.objects.push(object);
+    }
+    out
+}
+
+fn applies_to(exclusion: &DriftExclusion, object: &Object) -> bool {
+    let Some(target) = &exclusion.target else {
+        return false;
+    };
+    let selector = target
+        .label_selector
+        .as_deref()
+        .and_then(|s| LabelSelector::parse(s).ok());
+    if target.label_selector.is_some() && selector.is_none() {
+        return false;
+    }
+    matches_target(object, Some(target), selector.as_ref())
+}
+
+fn exclude(object: &mut Value, exclusion: &DriftExclusion, live: Option<&Value>) {
+    for pointer in &exclusion.json_pointers {
+        if let Ok(tokens) = parse_pointer(pointer) {
+            remove_path(object, &tokens);
+        }
+    }
+    let Some(live) = live else { return };
+    for entry in live["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let manager = entry["manager"].as_str().unwrap_or_default();
+        if exclusion.managers.iter().any(|m| m == manager) {
+            remove_owned(object, &entry["fieldsV1"]);
+        }
+    }
+}
+
+/// Remove the value at `tokens` (object keys, or array indexes) if it is there.
+fn remove_path(value: &mut Value, tokens: &[String]) {
+    let Some((last, parents)) = tokens.split_last() else {
+        return;
+    };
+    let mut node = value;
+    for token in parents {
+        node = match node {
+            Value::Object(map) => match map.get_mut(token) {
+                Some(next) => next,
+                None => return,
+            },
+            Value::Array(items) => match token.parse::<usize>().ok().and_then(|i| items.get_mut(i))
+            {
+                Some(next) => next,
+                None => return,
+            },
+            _ => return,
+        };
+    }
+    match node {
+        Value::Object(map) => {
+            map.remove(last);
+        }
+        Value::Array(items) => {
+            if let Ok(i) = last.parse::<usize>()
+                && i < items.len()
+            {
+                items.remove(i);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Remove from `value` every field a `fieldsV1` tree owns: `f:` keys, and `k:` list items
+/// matched by their key fields. A node that owns itself (`.`) or has no children is removed
+/// whole.
+fn remove_owned(value: &mut Value, fields: &Value) {
+    let Some(fields) = fields.as_object() else {
+        return;
+    };
+    for (key, sub) in fields {
+        let leaf = sub
+            .as_object()
+            .is_none_or(|m| m.is_empty() || m.contains_key("."));
+        if let Some(name) = key.strip_prefix("f:") {
+            let Some(map) = value.as_object_mut() else {
+                continue;
+            };
+            if leaf {
+                map.remove(name);
+            } else if let Some(child) = map.get_mut(name) {
+                remove_owned(child, sub);
+            }
+        } else if let Some(raw) = key.strip_prefix("k:") {
+            let (Ok(Value::Object(wanted)), Some(items)) =
+                (serde_json::from_str::<Value>(raw), value.as_array_mut())
+            else {
+                continue;
+            };
+            let matches = |item: &Value| {
+                wanted
+                    .iter()
+                    .all(|(k, v)| item.get(k).is_some_and(|x| x == v))
+            };
+            if leaf {
+                items.retain(|item| !matches(item));
+            } else if let Some(item) = items.iter_mut().find(|i| matches(i)) {
+                remove_owned(item, sub);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn release(exclusions: Value) -> Release {
+        serde_json::from_value(json!({
+            "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+            "metadata": {"name": "web", "namespace": "apps"},
+            "spec": {"source": {"kind": "GitRepository", "name": "repo"}, "driftExclusions": exclusions},
+        }))
+        .unwrap()
+    }
+
+    fn key(kind: &str, name: &str) -> ObjectKey {
+        ObjectKey {
+            group: if kind == "Deployment" {
+                "apps".into()
+            } else {
+                String::new()
+            },
+            kind: kind.into(),
+            namespace: "apps".into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn pointers_and_managers_remove_fields_others_own() {
+        let release = release(json!([
+            {"target": {"kind": "Deployment"}, "jsonPointers": ["/spec/replicas"]},
+            {"target": {"kind": "ValidatingWebhookConfiguration"}, "managers": ["cert-job"]},
+        ]));
+        let deploy = Object(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "api", "namespace": "apps"}, "spec": {"replicas": 3, "paused": false}}));
+        let webhook = Object(
+            json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "hook"}, "webhooks": [{"name": "a", "clientConfig": {"caBundle": "old", "url": "https://x"}}]}),
+        );
+        let wh_key = ObjectKey {
+            group: "admissionregistration.k8s.io".into(),
+            kind: "ValidatingWebhookConfiguration".into(),
+            namespace: String::new(),
+            name: "hook".into(),
+        };
+        let live = HashMap::from([(
+            wh_key.clone(),
+            json!({"metadata": {"managedFields": [{"manager": "cert-job", "fieldsV1":
+                {"f:webhooks": {"k:{\"name\":\"a\"}": {"f:clientConfig": {"f:caBundle": {}}}}}}]}}),
+        )]);
+        let out = for_cluster(
+            &release,
+            vec![(key("Deployment", "api"), deploy), (wh_key, webhook)],
+            &live,
+        );
+        assert_eq!(out.objects[0].0["spec"], json!({"paused": false}));
+        assert_eq!(
+            out.objects[1].0["webhooks"][0]["clientConfig"],
+            json!({"url": "https://x"})
+        );
+    }
+
+    #[test]
+    fn ignore_drops_the_object_and_if_not_present_keeps_an_existing_one_as_is() {
+        let release = release(json!([]));
+        let object = |name: &str, policy: &str| {
+            Object(json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": name, "annotations": {SSA_ANNOTATION: policy}}}))
+        };
+        let live = HashMap::from([(key("Secret", "once"), json!({}))]);
+        let out = for_cluster(
+            &release,
+            vec![
+                (key("Secret", "skip"), object("skip", "Ignore")),
+                (key("Secret", "once"), object("once", "IfNotPresent")),
+                (key("Secret", "new"), object("new", "IfNotPresent")),
+            ],
+            &live,
+        );
+        let names: Vec<&str> = out.objects.iter().map(|o| o.name()).collect();
+        assert_eq!(names, ["once", "new"]);
+        assert_eq!(out.keep_as_is, BTreeSet::from([key("Secret", "once")]));
+    }
+
+    #[test]
+    fn bad_annotations_and_exclusions_are_named() {
+        let object = Object(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "apps", "annotations": {SSA_ANNOTATION: "Sometimes"}}}));
+        assert_eq!(
+            validate(&release(json!([])), &[object]).unwrap_err(),
+            "ConfigMap/apps/a: annotation convoy.kumodo.io/ssa is \"Sometimes\"; accepted values are IfNotPresent and Ignore"
+        );
+        assert_eq!(
+            validate(&release(json!([{"jsonPointers": ["/spec/replicas"]}])), &[]).unwrap_err(),
+            "spec.driftExclusions[0] has no target: name the objects it applies to (group, kind, name, namespace or labelSelector)"
+        );
+        assert_eq!(
+            validate(
+                &release(
+                    json!([{"target": {"kind": "Deployment"}, "jsonPointers": ["spec/replicas"]}])
+                ),
+                &[]
+            )
+            .unwrap_err(),
+            "spec.driftExclusions[0]: JSON pointer \"spec/replicas\" does not start with '/'"
+        );
+        assert!(
+            validate(
+                &release(json!([{"target": {"kind": "Deployment"}, "jsonPointers": ["/a~2b"]}])),
+                &[]
+            )
+            .unwrap_err()
+            .contains("has a '~' not followed by 0 or 1")
+        );
+    }
+}
