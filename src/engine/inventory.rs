@@ -85,6 +85,8 @@ pub struct HookMember {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EntryHealth {
     pub key: ObjectKey,
+    /// The rules that judged the object (`set/rule`, `built-in/rule`), if any matched.
+    pub rule: Option<String>,
     pub state: HealthState,
     pub message: Option<String>,
     pub first_unhealthy: Option<Time>,
@@ -288,6 +290,7 @@ impl InventoryHandle {
                         && e.message == r.message
                         && e.first_unhealthy == r.first_unhealthy
                         && e.assessed_render_ref == r.assessed_render_ref
+                        && e.rule == r.rule
                 })
             });
         if unchanged {
@@ -306,6 +309,9 @@ impl InventoryHandle {
                 }
                 if let Some(a) = &r.assessed_render_ref {
                     e.insert("assessedRenderRef".into(), json!(a));
+                }
+                if let Some(rule) = &r.rule {
+                    e.insert("rule".into(), json!(rule));
                 }
                 Value::Object(e)
             })

@@ -467,11 +467,11 @@ async fn wave_completion_requests_a_sync_once_and_a_steady_pass_does_not() {
 }
 
 #[tokio::test]
-async fn without_health_assessment_healthy_is_not_configured() {
+async fn with_the_built_in_rules_off_and_no_selector_healthy_is_not_configured() {
     let f = Fixture::new(
         "health-none",
         &[("a.yaml", &config_map("a", 0, "1"))],
-        json!({}),
+        json!({"healthAssessment": {"builtinRules": false}}),
     )
     .await;
     f.sync().await;

@@ -67,6 +67,7 @@ async fn controller_and_health_loop_own_their_own_fields_of_an_entry() {
 
     let health = vec![
         EntryHealth {
+            rule: None,
             key: deploy.clone(),
             state: HealthState::Progressing,
             message: Some("updatedReplicas 1 of 3".into()),
@@ -74,6 +75,7 @@ async fn controller_and_health_loop_own_their_own_fields_of_an_entry() {
             assessed_render_ref: Some("r1".into()),
         },
         EntryHealth {
+            rule: None,
             key: config.clone(),
             state: HealthState::Healthy,
             message: None,
@@ -192,6 +194,7 @@ async fn a_put_without_an_entry_removes_it_even_with_health_fields_on_it() {
         .await
         .unwrap();
     let health = [EntryHealth {
+        rule: None,
         key: config.clone(),
         state: HealthState::Healthy,
         message: None,
@@ -214,6 +217,7 @@ async fn a_health_write_on_a_stale_read_is_refused() {
     let stale = inv.put(&[member(&deploy, "r1", 0)]).await.unwrap();
     inv.put(&[member(&deploy, "r2", 0)]).await.unwrap();
     let health = [EntryHealth {
+        rule: None,
         key: deploy,
         state: HealthState::Healthy,
         message: None,

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use convoy::engine::api::{Release, RolloutState, condition_types, failure_stages, reasons};
+use convoy::engine::api::{
+    Release, ReleaseInventory, RolloutState, condition_types, failure_stages, reasons,
+};
 use convoy::engine::health::{HealthMemory, health_pass};
 use convoy::engine::reconcile::HandlerResult;
 use convoy::engine::store::{ReleaseId, RenderStore};
@@ -318,14 +320,15 @@ async fn the_deadline_does_not_run_while_the_manual_gate_holds_the_render() {
 }
 
 #[tokio::test]
-async fn without_a_health_assessment_the_wave_gate_is_open() {
+async fn without_health_assessment_the_wave_gate_is_open() {
     let f = Fixture::new(
         "waves-unassessed",
         &[
             ("a.yaml", &config_map("first", 0, "a")),
             ("b.yaml", &config_map("second", 1, "b")),
         ],
-        json!({"syncPolicy": {"waves": {"waitForHealth": true, "timeout": "1m"}}}),
+        json!({"syncPolicy": {"waves": {"waitForHealth": true, "timeout": "1m"}},
+               "healthAssessment": {"builtinRules": false}}),
     )
     .await;
     let outcome = f.sync().await.outcome.unwrap();
@@ -335,6 +338,69 @@ async fn without_a_health_assessment_the_wave_gate_is_open() {
     assert!(
         waves.iter().all(|w| w.applied && w.healthy),
         "NotConfigured: applied waves are healthy: {waves:?}"
+    );
+}
+
+/// Health is on by default: a Release that names no rules has its objects judged by the
+/// built-in rules, so a Deployment that never becomes Available is Progressing, then Degraded
+/// past the deadline, and the rollout rolls back.
+#[tokio::test]
+async fn without_a_health_assessment_the_built_in_rules_judge_and_a_stuck_rollout_rolls_back() {
+    let f = Fixture::new(
+        "health-default",
+        &[("d.yaml", &deployment("web", 0, 1))],
+        json!({"failurePolicy": {"deadline": "5s", "rollback": "OnWaveFailure"}}),
+    )
+    .await
+    .with_dir_store();
+    let good = render_of(&f.sync().await);
+    until_healthy(&f, "web").await;
+    f.sync().await;
+    let status = f.release().await.status.unwrap();
+    assert_eq!(status.rollout.unwrap().state, RolloutState::Succeeded);
+    assert_eq!(status.last_healthy.unwrap().render_ref, good);
+    let inventory: Api<ReleaseInventory> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let entry = inventory.get("web").await.unwrap().spec.inventory[0].clone();
+    assert_eq!(
+        entry.rule.as_deref(),
+        Some("built-in/deployment-available, built-in/ready-condition")
+    );
+
+    f.commit(&[("d.yaml", &unschedulable("web", 0))]);
+    f.sync().await;
+    let memory = HealthMemory::default();
+    let progressing = eventually(
+        "Healthy to turn Progressing",
+        Duration::from_secs(30),
+        || async {
+            let pass = health_pass(&f.ctx, &memory, &f.release().await)
+                .await
+                .ok()??;
+            let c = pass.condition?;
+            (c.reason == "Progressing").then_some(c)
+        },
+    )
+    .await;
+    assert_eq!(progressing.status, "False");
+    eventually(
+        "the rollout to roll back",
+        Duration::from_secs(60),
+        || async {
+            let _ = health_pass(&f.ctx, &memory, &f.release().await).await;
+            let result = f.sync().await;
+            (result.outcome?.reason == reasons::ROLLED_BACK).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        f.release()
+            .await
+            .status
+            .unwrap()
+            .last_successful
+            .unwrap()
+            .render_ref,
+        Some(good)
     );
 }
 

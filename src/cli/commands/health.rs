@@ -109,6 +109,29 @@ pub async fn run(global: &GlobalArgs, args: HealthArgs, printer: &mut Printer) -
     }
 }
 
+/// The rules that judged an object, grouped by set: `convoy-defaults: a, b`, `built-in: a`.
+fn judged_by(rules: &str) -> String {
+    let mut by_set: Vec<(String, Vec<String>)> = Vec::new();
+    for id in rules.split(", ") {
+        let (set, rule) = id.rsplit_once('/').unwrap_or(("", id));
+        // `GlobalHealthRuleSet/name` and `HealthRuleSet/ns/name` read as `name`, `ns/name`.
+        let set = set
+            .strip_prefix("GlobalHealthRuleSet/")
+            .or_else(|| set.strip_prefix("HealthRuleSet/"))
+            .unwrap_or(set)
+            .to_string();
+        match by_set.iter_mut().find(|(s, _)| *s == set) {
+            Some((_, names)) => names.push(rule.to_string()),
+            None => by_set.push((set, vec![rule.to_string()])),
+        }
+    }
+    by_set
+        .into_iter()
+        .map(|(set, names)| format!("{set}: {}", names.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// What `convoy health` shows.
 struct View {
     json: serde_json::Value,
@@ -131,19 +154,21 @@ impl View {
         let mut healthy = true;
         for entry in members(inventory) {
             let key = entry.key();
-            let (state, message, first, assessed) =
+            let (state, message, first, assessed, rule) =
                 match live.and_then(|l| l.iter().find(|r| r.key == key)) {
                     Some(r) => (
                         Some(r.state),
                         r.message.clone(),
                         r.first_unhealthy.clone(),
                         r.assessed_render_ref.clone(),
+                        r.rule.clone(),
                     ),
                     None => (
                         entry.state,
                         entry.message.clone(),
                         entry.first_unhealthy.clone(),
                         entry.assessed_render_ref.clone(),
+                        entry.rule.clone(),
                     ),
                 };
             healthy &= state == Some(HealthState::Healthy);
@@ -160,10 +185,12 @@ impl View {
                     .unwrap_or_else(|| "-".into()),
                 since(first.as_ref()).unwrap_or_else(|| "-".into()),
                 assessed.as_deref().map(short).unwrap_or("-").to_string(),
+                rule.as_deref().map(judged_by).unwrap_or_else(|| "-".into()),
                 message.clone().unwrap_or_default(),
             ]);
             objects.push(json!({"object": key.to_string(), "namespace": key.namespace, "wave": entry.wave,
-                "state": state, "message": message, "firstUnhealthy": first, "assessedRenderRef": assessed}));
+                "state": state, "message": message, "firstUnhealthy": first, "assessedRenderRef": assessed,
+                "rule": rule}));
         }
         let mut text = String::new();
         if rows.is_empty() {
@@ -177,6 +204,7 @@ impl View {
                     "state",
                     "unhealthy for",
                     "assessed render",
+                    "judged by",
                     "message",
                 ],
                 &rows,

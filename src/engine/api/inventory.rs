@@ -99,6 +99,10 @@ pub struct InventoryEntry {
     pub first_unhealthy: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub assessed_render_ref: Option<String>,
+    /// The rules that judged the object: `GlobalHealthRuleSet/name/rule`,
+    /// `HealthRuleSet/ns/name/rule` or `built-in/rule` (deviation: not in the spec's entry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
 }
 
 impl InventoryEntry {

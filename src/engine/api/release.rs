@@ -322,6 +322,11 @@ pub struct HealthAssessment {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("pattern" = super::DURATION_PATTERN))]
     pub deadline: Option<String>,
+    /// Judge objects that no selected rule matches with convoy's built-in rules (the ones
+    /// `convoy install` ships). Default true; `false` with no selector turns health
+    /// assessment off (Healthy is then True with reason NotConfigured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub builtin_rules: Option<bool>,
 }
 
 /// What to do when a rollout fails.

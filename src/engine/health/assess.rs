@@ -100,7 +100,9 @@ pub async fn assess(
 ) -> Result<Assessment, AssessError> {
     // Steps 1–2: rules.
     let rules = collect_rules(&ctx.home.client, release).await?;
-    let evaluator = std::sync::Arc::new(Evaluator::new(rules)?);
+    let evaluator = std::sync::Arc::new(
+        Evaluator::new(rules)?.with_builtin(crate::engine::health::builtin_rules(release)),
+    );
     // Step 3: the inventory.
     let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release)
         .get()
@@ -121,18 +123,19 @@ pub async fn assess(
     let entries = members(&inventory);
     // Step 6: each entry.
     let keys: Vec<ObjectKey> = entries.iter().map(|e| e.key()).collect();
-    let evaluated: Vec<Result<(ObjectKey, Evaluation), AssessError>> = stream::iter(keys)
-        .map(|key| evaluate_key(&applier, &evaluator, key))
-        .buffered(ctx.concurrency.max(1))
-        .collect()
-        .await;
+    let evaluated: Vec<Result<(ObjectKey, (Evaluation, Vec<String>)), AssessError>> =
+        stream::iter(keys)
+            .map(|key| evaluate_key(&applier, &evaluator, key))
+            .buffered(ctx.concurrency.max(1))
+            .collect()
+            .await;
     let mut assessment = Assessment {
         inventory: Some(inventory.clone()),
         target: Some(target),
         ..Default::default()
     };
     for (entry, result) in entries.iter().zip(evaluated) {
-        let (key, evaluation) = result?;
+        let (key, (evaluation, judges)) = result?;
         let (prior_state, anchor) = anchors.get(&key).cloned().unwrap_or_default();
         let derived = derive_state(&evaluation, anchor.as_ref(), now, deadline);
         // Step 7: renderAdvanced.
@@ -147,6 +150,7 @@ pub async fn assess(
             .render_refs
             .insert(key.clone(), entry.render_ref.clone().unwrap_or_default());
         assessment.results.push(EntryHealth {
+            rule: (!judges.is_empty()).then(|| judges.join(", ")),
             key,
             state: derived.state,
             message: derived.message,
@@ -161,7 +165,7 @@ async fn evaluate_key(
     applier: &Applier,
     evaluator: &std::sync::Arc<Evaluator>,
     key: ObjectKey,
-) -> Result<(ObjectKey, Evaluation), AssessError> {
+) -> Result<(ObjectKey, (Evaluation, Vec<String>)), AssessError> {
     let evaluation = assess_item(applier, evaluator, &key).await?;
     Ok((key, evaluation))
 }
@@ -169,16 +173,20 @@ async fn evaluate_key(
 /// `assessItem`: read the object and judge it. A missing object fails ("not found"); a rule
 /// that cannot be evaluated on it is Unknown for this entry only; a rule that is broken fails
 /// the whole assessment.
+/// Also returns the rules that judged it (`set/rule`, `built-in/rule`).
 pub async fn assess_item(
     applier: &Applier,
     evaluator: &std::sync::Arc<Evaluator>,
     key: &ObjectKey,
-) -> Result<Evaluation, AssessError> {
+) -> Result<(Evaluation, Vec<String>), AssessError> {
     let live = read_object(applier, key).await?;
     match live {
-        None => Ok(Evaluation::Fail {
-            message: format!("{key} not found"),
-        }),
+        None => Ok((
+            Evaluation::Fail {
+                message: format!("{key} not found"),
+            },
+            Vec::new(),
+        )),
         Some(object) => Ok(evaluator.evaluate_off_runtime(object).await?),
     }
 }

@@ -136,13 +136,13 @@ pub async fn health_pass(
     // Step 5: health.
     let status = release.status.clone().unwrap_or_default();
     let generation = release.metadata.generation;
-    let (new_condition, summary, assessment) = if release.spec.health_assessment.is_none() {
+    let (new_condition, summary, assessment) = if !super::configured(release) {
         (
             condition(
                 condition_types::HEALTHY,
                 "True",
                 reasons::healthy::NOT_CONFIGURED,
-                "the Release has no healthAssessment",
+                "healthAssessment turns the built-in rules off and selects no rule set",
                 generation,
             ),
             Some(HealthSummary::default()),

@@ -187,6 +187,31 @@ struct CompiledRule {
 /// All rules of a Release, compiled.
 pub struct Evaluator {
     rules: Vec<CompiledRule>,
+    /// Judge objects no rule matches with the built-in rules.
+    builtin: bool,
+}
+
+/// The set name the built-in rules are reported under.
+pub const BUILTIN_SET: &str = "built-in";
+
+/// The built-in rules (the default rule set `convoy install` ships), compiled once.
+fn builtin_evaluator() -> &'static Evaluator {
+    static BUILTIN: std::sync::OnceLock<Evaluator> = std::sync::OnceLock::new();
+    BUILTIN.get_or_init(|| {
+        let rules = crate::engine::health::defaults::default_rule_set()
+            .spec
+            .rules
+            .into_iter()
+            .map(|rule| SourcedRule {
+                set: BUILTIN_SET.to_string(),
+                rule,
+            })
+            .collect();
+        Evaluator::new(rules).unwrap_or(Evaluator {
+            rules: Vec::new(),
+            builtin: false,
+        })
+    })
 }
 
 /// The most estimated work one rule may do on one object (Kubernetes allows a CEL validation
@@ -309,7 +334,16 @@ impl Evaluator {
                 message,
             });
         }
-        Ok(Self { rules: compiled })
+        Ok(Self {
+            rules: compiled,
+            builtin: false,
+        })
+    }
+
+    /// The same rules, with the built-in rules judging what none of them matches.
+    pub fn with_builtin(mut self, builtin: bool) -> Self {
+        self.builtin = builtin;
+        self
     }
 
     pub fn is_empty(&self) -> bool {
@@ -322,27 +356,44 @@ impl Evaluator {
     pub async fn evaluate_off_runtime(
         self: &std::sync::Arc<Self>,
         object: Value,
-    ) -> Result<Evaluation, RuleError> {
+    ) -> Result<(Evaluation, Vec<String>), RuleError> {
         let _slot = CEL_SLOTS.acquire().await;
         let evaluator = self.clone();
-        tokio::task::spawn_blocking(move || evaluator.evaluate(&object))
+        tokio::task::spawn_blocking(move || evaluator.judge(&object))
             .await
             .unwrap_or_else(|_| {
-                Ok(Evaluation::Error {
-                    message: "the CEL evaluation stopped unexpectedly".into(),
-                })
+                Ok((
+                    Evaluation::Error {
+                        message: "the CEL evaluation stopped unexpectedly".into(),
+                    },
+                    Vec::new(),
+                ))
             })
     }
 
     /// Judge `object` with every rule that matches it: all must pass. A rule that does not
     /// return a bool is a broken rule (`Err`), not an answer about the object.
     pub fn evaluate(&self, object: &Value) -> Result<Evaluation, RuleError> {
+        self.judge(object).map(|(evaluation, _)| evaluation)
+    }
+
+    /// `evaluate`, and the rules that judged (`set/rule`, `built-in/rule`), sorted.
+    pub fn judge(&self, object: &Value) -> Result<(Evaluation, Vec<String>), RuleError> {
+        let (evaluation, judges) = self.judge_own(object)?;
+        if evaluation == Evaluation::NoRule && self.builtin {
+            return builtin_evaluator().judge_own(object);
+        }
+        Ok((evaluation, judges))
+    }
+
+    fn judge_own(&self, object: &Value) -> Result<(Evaluation, Vec<String>), RuleError> {
         let api_version = object["apiVersion"].as_str().unwrap_or_default();
         let group = api_version.split_once('/').map(|(g, _)| g).unwrap_or("");
         let kind = object["kind"].as_str().unwrap_or_default();
         let labels = object["metadata"]["labels"].as_object();
         let largest = largest_collection(object);
         let mut matched = false;
+        let mut judges = Vec::new();
         let mut passes = Vec::new();
         let mut failures = Vec::new();
         let mut errors = Vec::new();
@@ -357,6 +408,7 @@ impl Evaluator {
                 continue;
             }
             matched = true;
+            judges.push(format!("{}/{}", rule.set, rule.name));
             let cost = [Some(&rule.healthy), rule.message.as_ref()]
                 .into_iter()
                 .flatten()
@@ -396,7 +448,8 @@ impl Evaluator {
         failures.sort();
         errors.sort();
         passes.sort();
-        Ok(if !matched {
+        judges.sort();
+        let evaluation = if !matched {
             Evaluation::NoRule
         } else if !errors.is_empty() {
             Evaluation::Error {
@@ -410,7 +463,8 @@ impl Evaluator {
             Evaluation::Pass {
                 message: (!passes.is_empty()).then(|| passes.join("; ")),
             }
-        })
+        };
+        Ok((evaluation, judges))
     }
 }
 
@@ -519,6 +573,37 @@ mod tests {
             largest_collection(&json!({"a": [1, 2, 3], "b": {"c": [1, 2, 3, 4, 5]}})),
             5
         );
+    }
+
+    #[test]
+    fn objects_no_selected_rule_matches_are_judged_by_the_built_in_rules() {
+        let stuck = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "api", "generation": 1},
+            "spec": {"replicas": 2},
+            "status": {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "availableReplicas": 0}});
+        let selected = Evaluator::new(vec![rule("cm", "true")]).unwrap();
+        assert_eq!(
+            selected.judge(&stuck).unwrap(),
+            (Evaluation::NoRule, Vec::new())
+        );
+        let (verdict, judges) = Evaluator::new(vec![rule("cm", "true")])
+            .unwrap()
+            .with_builtin(true)
+            .judge(&stuck)
+            .unwrap();
+        assert!(matches!(verdict, Evaluation::Fail { .. }), "{verdict:?}");
+        assert_eq!(
+            judges,
+            ["built-in/deployment-available", "built-in/ready-condition"]
+        );
+        // A selected rule that matches wins over the built-in ones.
+        let (verdict, judges) = Evaluator::new(vec![rule("cm", "true")])
+            .unwrap()
+            .with_builtin(true)
+            .judge(&config_map(1))
+            .unwrap();
+        assert_eq!(verdict, Evaluation::Pass { message: None });
+        assert_eq!(judges, ["HealthRuleSet/team-a/rules/cm"]);
     }
 
     #[test]

@@ -150,7 +150,7 @@ fn advance_last_healthy(
     };
     let running = status.applied_render() == Some(render);
     // Without a health assessment the verdict is NotConfigured: healthy once it runs.
-    let healthy = outcome.render_healthy || release.spec.health_assessment.is_none();
+    let healthy = outcome.render_healthy || !crate::engine::health::configured(release);
     if !(healthy && running) {
         return;
     }

@@ -269,8 +269,8 @@ async fn render_healthy(
     inventory: &InventoryHandle,
     render_ref: &str,
 ) -> bool {
-    // Without a health assessment the verdict is NotConfigured, healthy once applied.
-    if release.spec.health_assessment.is_none() {
+    // Without health assessment the verdict is NotConfigured, healthy once applied.
+    if !crate::engine::health::configured(release) {
         return status.applied_render() == Some(render_ref);
     }
     if !assemble::verdict_healthy(status, render_ref) {

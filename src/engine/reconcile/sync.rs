@@ -308,7 +308,9 @@ async fn wave_health_gate(
 ) -> Option<ReconcileOutcome> {
     // Without a health assessment nothing is ever assessed, and NotConfigured counts as
     // healthy: the gate is open.
-    run.release.spec.health_assessment.as_ref()?;
+    if !crate::engine::health::configured(run.release) {
+        return None;
+    }
     let unhealthy = match inventory.get().await {
         Ok(Some(inv)) => unhealthy_in_wave(&inv, before, run.render_ref),
         Ok(None) => vec![format!("wave {before} is not in the inventory yet")],
@@ -962,7 +964,7 @@ async fn sync_objects(
             }
         }
     };
-    if run.release.spec.health_assessment.is_some() {
+    if crate::engine::health::configured(run.release) {
         mark_healthy_waves(&mut wave_status, &written, &render_ref);
     } else {
         // NotConfigured: an applied wave is a healthy one.
