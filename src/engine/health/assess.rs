@@ -123,12 +123,11 @@ pub async fn assess(
     let entries = members(&inventory);
     // Step 6: each entry.
     let keys: Vec<ObjectKey> = entries.iter().map(|e| e.key()).collect();
-    let evaluated: Vec<Result<(ObjectKey, (Evaluation, Vec<String>)), AssessError>> =
-        stream::iter(keys)
-            .map(|key| evaluate_key(&applier, &evaluator, key))
-            .buffered(ctx.concurrency.max(1))
-            .collect()
-            .await;
+    let evaluated: Vec<Result<(ObjectKey, Judged), AssessError>> = stream::iter(keys)
+        .map(|key| evaluate_key(&applier, &evaluator, key))
+        .buffered(ctx.concurrency.max(1))
+        .collect()
+        .await;
     let mut assessment = Assessment {
         inventory: Some(inventory.clone()),
         target: Some(target),
@@ -161,11 +160,14 @@ pub async fn assess(
     Ok(assessment)
 }
 
+/// A verdict and the rules that gave it.
+type Judged = (Evaluation, Vec<String>);
+
 async fn evaluate_key(
     applier: &Applier,
     evaluator: &std::sync::Arc<Evaluator>,
     key: ObjectKey,
-) -> Result<(ObjectKey, (Evaluation, Vec<String>)), AssessError> {
+) -> Result<(ObjectKey, Judged), AssessError> {
     let evaluation = assess_item(applier, evaluator, &key).await?;
     Ok((key, evaluation))
 }
@@ -178,7 +180,7 @@ pub async fn assess_item(
     applier: &Applier,
     evaluator: &std::sync::Arc<Evaluator>,
     key: &ObjectKey,
-) -> Result<(Evaluation, Vec<String>), AssessError> {
+) -> Result<Judged, AssessError> {
     let live = read_object(applier, key).await?;
     match live {
         None => Ok((
