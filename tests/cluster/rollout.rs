@@ -404,6 +404,43 @@ async fn without_a_health_assessment_the_built_in_rules_judge_and_a_stuck_rollou
     );
 }
 
+/// With only a deadline (no rule selected), the built-in rules take a stuck Deployment from
+/// Progressing to Degraded.
+#[tokio::test]
+async fn a_deadline_alone_degrades_a_stuck_deployment_by_the_built_in_rules() {
+    let f = Fixture::new(
+        "health-default-deadline",
+        &[("d.yaml", &unschedulable("web", 0))],
+        json!({"healthAssessment": {"deadline": "2s"}}),
+    )
+    .await;
+    f.sync().await;
+    let memory = HealthMemory::default();
+    let seen = std::sync::Mutex::new(Vec::<String>::new());
+    eventually(
+        "Healthy to turn Degraded",
+        Duration::from_secs(30),
+        || async {
+            let pass = health_pass(&f.ctx, &memory, &f.release().await)
+                .await
+                .ok()??;
+            let reason = pass.condition?.reason;
+            let mut seen = seen.lock().unwrap();
+            if seen.last() != Some(&reason) {
+                seen.push(reason.clone());
+            }
+            (reason == "Degraded").then_some(())
+        },
+    )
+    .await;
+    let seen = seen.into_inner().unwrap();
+    assert_eq!(
+        seen.first().map(String::as_str),
+        Some("Progressing"),
+        "{seen:?}"
+    );
+}
+
 /// wave 0: a Deployment that never becomes healthy; wave 1: a ConfigMap.
 fn held_waves() -> Vec<(&'static str, String)> {
     vec![
