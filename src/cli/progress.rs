@@ -28,6 +28,17 @@ impl SyncProgress {
         Self { bar }
     }
 
+    /// A line of its own (a hold, a hook): a new spinner message on a terminal.
+    pub fn note(&self, line: &str) {
+        match &self.bar {
+            Some(bar) => {
+                bar.println(format!("  {line}"));
+                bar.set_message(line.to_string());
+            }
+            None => eprintln!("{line}"),
+        }
+    }
+
     /// Stop the spinner (before the result is printed).
     pub fn finish(&self) {
         if let Some(bar) = &self.bar {

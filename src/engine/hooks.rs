@@ -288,6 +288,236 @@ pub fn describe(entry: &HookEntry, now: jiff::Timestamp) -> (HookState, Option<D
     (state, duration, message)
 }
 
+/// Finalizer on the Jobs and Pods of content hooks (engine::content_hooks): a TTL or anyone
+/// else deleting a finished hook Job cannot take its outcome with it before convoy read it.
+/// The poller removes it once it has read a final state; convoy's own deletions remove it
+/// first.
+pub const HOOK_FINALIZER: &str = "convoy.kumodo.io/hook-state";
+/// Label on a content hook object: the render it was armed for (first 12 hex digits).
+pub const HOOK_RENDER_LABEL: &str = "convoy.kumodo.io/hook-render";
+
+/// The dynamic API of a content hook's kind in `namespace`, if the cluster serves it.
+async fn content_api(
+    applier: &crate::engine::apply::Applier,
+    kind: &str,
+    api_version_or_group: (&str, &str),
+    namespace: &str,
+) -> Result<Option<Api<kube::api::DynamicObject>>, String> {
+    let (group, _) = api_version_or_group;
+    let resource = applier
+        .resources()
+        .resolve_group_kind(group, kind)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(resource.map(|r| {
+        if r.namespaced {
+            Api::namespaced_with(applier.client().clone(), namespace, &r.api)
+        } else {
+            Api::all_with(applier.client().clone(), &r.api)
+        }
+    }))
+}
+
+/// What arming a content hook did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Armed {
+    /// Created now (or found, created for this render).
+    Created,
+    /// The previous instance is still going away; try again on the next pass.
+    Waiting,
+}
+
+/// Arm a content hook for `render_ref`: the rendered object as it is (its name kept: charts
+/// refer to it), with the Release's labels, the render label and (Jobs, Pods) the hook
+/// finalizer. An instance of an earlier render is deleted first (it is never patched: a Job's
+/// template cannot change), as Helm's and Argo CD's `before-hook-creation` do.
+pub async fn arm_content_hook(
+    applier: &crate::engine::apply::Applier,
+    release: &Release,
+    hook: &crate::engine::content_hooks::ContentHook,
+    render_ref: &str,
+) -> Result<Armed, String> {
+    let object = &hook.object;
+    let namespace = object.namespace().unwrap_or_default().to_string();
+    let Some(api) = content_api(applier, object.kind(), (object.group(), ""), &namespace).await?
+    else {
+        return Err(format!("the cluster does not serve {}", object.kind()));
+    };
+    let short = render_ref.get(..12).unwrap_or(render_ref);
+    let name = object.name();
+    if let Some(existing) = api.get_opt(name).await.map_err(|e| e.to_string())? {
+        if existing.labels().get(HOOK_RENDER_LABEL).map(String::as_str) == Some(short)
+            && existing.metadata.deletion_timestamp.is_none()
+        {
+            return Ok(Armed::Created);
+        }
+        delete_content_object(&api, name).await?;
+        return Ok(Armed::Waiting);
+    }
+    let mut body = object.0.clone();
+    let labels = &mut body["metadata"]["labels"];
+    if !labels.is_object() {
+        *labels = json!({});
+    }
+    for (k, v) in [
+        (
+            labels::RELEASE,
+            release.metadata.name.clone().unwrap_or_default(),
+        ),
+        (
+            labels::RELEASE_NAMESPACE,
+            release.metadata.namespace.clone().unwrap_or_default(),
+        ),
+        (labels::PHASE, hook.phase.as_str().to_string()),
+        (HOOK_RENDER_LABEL, short.to_string()),
+    ] {
+        labels[k] = json!(v);
+    }
+    if hook.is_workload() {
+        body["metadata"]["finalizers"] = json!([HOOK_FINALIZER]);
+    }
+    match crate::engine::ssa::apply(&api, name, field_managers::CONTROLLER, &body).await {
+        Ok(_) => Ok(Armed::Created),
+        // The previous instance has not gone yet.
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Armed::Waiting),
+        Err(e) => Err(format!(
+            "cannot create {}: {}",
+            hook.id,
+            crate::engine::apply::applier::api_message(&e)
+        )),
+    }
+}
+
+/// Delete a content hook object (its hook finalizer first); gone already is fine.
+async fn delete_content_object(
+    api: &Api<kube::api::DynamicObject>,
+    name: &str,
+) -> Result<(), String> {
+    release_finalizer(api, name).await?;
+    let params = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Background),
+        ..Default::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(format!("cannot delete {name}: {e}")),
+    }
+}
+
+/// Remove the hook finalizer from `name`, if it has it.
+async fn release_finalizer(api: &Api<kube::api::DynamicObject>, name: &str) -> Result<(), String> {
+    let Some(object) = api.get_opt(name).await.map_err(|e| e.to_string())? else {
+        return Ok(());
+    };
+    let finalizers = object.metadata.finalizers.clone().unwrap_or_default();
+    if !finalizers.iter().any(|f| f == HOOK_FINALIZER) {
+        return Ok(());
+    }
+    let remaining: Vec<&String> = finalizers.iter().filter(|f| *f != HOOK_FINALIZER).collect();
+    let patch = json!({"metadata": {"finalizers": remaining,
+        "resourceVersion": object.metadata.resource_version}});
+    match api
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(format!("cannot release the hook finalizer of {name}: {e}")),
+    }
+}
+
+/// Delete the object of a content hook entry (`Kind/namespace/name`), as its delete policy
+/// or the Release's deletion says.
+pub async fn delete_content_hook(
+    applier: &crate::engine::apply::Applier,
+    hook: &crate::engine::content_hooks::ContentHook,
+) -> Result<(), String> {
+    let object = &hook.object;
+    let namespace = object.namespace().unwrap_or_default().to_string();
+    match content_api(applier, object.kind(), (object.group(), ""), &namespace).await? {
+        Some(api) => delete_content_object(&api, object.name()).await,
+        None => Ok(()),
+    }
+}
+
+/// Delete every content hook object the inventory records for `release` (its deletion).
+pub async fn delete_content_hook_objects(
+    applier: &crate::engine::apply::Applier,
+    entries: &[HookEntry],
+) -> Result<usize, String> {
+    let mut deleted = 0;
+    for entry in entries {
+        let Some((kind, namespace, name)) = crate::engine::content_hooks::parse_id(&entry.name)
+        else {
+            continue;
+        };
+        let group = content_group(kind);
+        if let Some(api) = content_api(applier, kind, (group, ""), namespace).await? {
+            delete_content_object(&api, name).await?;
+            deleted += 1;
+        }
+    }
+    Ok(deleted)
+}
+
+/// The group of a content hook's kind as its entry names it (Jobs are batch; other kinds are
+/// looked up by kind alone, which discovery resolves for the common hook kinds).
+fn content_group(kind: &str) -> &'static str {
+    match kind {
+        "Job" => "batch",
+        "Role" | "RoleBinding" | "ClusterRole" | "ClusterRoleBinding" => {
+            "rbac.authorization.k8s.io"
+        }
+        _ => "",
+    }
+}
+
+/// `pollHookWorkload` for a content hook entry (`Kind/namespace/name`): Jobs and Pods as for
+/// lifecycle hooks; any other kind is Succeeded once it exists. A finished Job or Pod gets its
+/// hook finalizer released once its state is read, so a TTL can take it.
+async fn poll_content_hook(
+    client: &Client,
+    entry: &HookEntry,
+    now: &Time,
+) -> Result<Polled, kube::Error> {
+    let Some((kind, namespace, name)) = crate::engine::content_hooks::parse_id(&entry.name) else {
+        return Ok(Polled {
+            state: HookState::Failed,
+            message: format!("{} is not a hook object", entry.name),
+        });
+    };
+    let finished = match kind {
+        "Job" => poll_job(client, namespace, name).await?,
+        "Pod" => poll_pod(client, namespace, name).await?,
+        _ => {
+            return Ok(Polled {
+                state: HookState::Succeeded,
+                message: format!("{kind} {name} created"),
+            });
+        }
+    };
+    if let Some(done) = finished {
+        // The outcome is read: a deletion (a TTL, now or later) may proceed.
+        let resource = if kind == "Job" {
+            kube::api::ApiResource::erase::<Job>(&())
+        } else {
+            kube::api::ApiResource::erase::<Pod>(&())
+        };
+        let api =
+            Api::<kube::api::DynamicObject>::namespaced_with(client.clone(), namespace, &resource);
+        if let Err(e) = release_finalizer(&api, name).await {
+            tracing::warn!(hook = %entry.name, "{e}");
+        }
+        return Ok(done);
+    }
+    Ok(running_or_timed_out(entry, name, None, now))
+}
+
 /// The state of a hook workload and a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Polled {
@@ -305,88 +535,31 @@ pub async fn poll_hook_workload(
     hook: Option<&Hook>,
     now: &Time,
 ) -> Result<Polled, kube::Error> {
+    if crate::engine::content_hooks::parse_id(&entry.name).is_some() {
+        return poll_content_hook(client, entry, now).await;
+    }
     let name = entry.workload_name.clone().unwrap_or_default();
     let is_pod = hook.is_some_and(|h| h.pod.is_some() && h.job.is_none());
     let finished = if is_pod {
-        let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-        match api.get_opt(&name).await? {
-            None => Some(Polled {
-                state: HookState::Failed,
-                message: format!("Pod {name} not found"),
-            }),
-            Some(pod) => match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
-                Some("Succeeded") => Some(Polled {
-                    state: HookState::Succeeded,
-                    message: format!("Pod {name} succeeded"),
-                }),
-                Some("Failed") => Some(Polled {
-                    state: HookState::Failed,
-                    message: format!("Pod {name} failed{}", termination_message_of_pod(&pod)),
-                }),
-                _ => None,
-            },
-        }
+        poll_pod(client, namespace, &name).await?
     } else {
-        let api: Api<Job> = Api::namespaced(client.clone(), namespace);
-        match api.get_opt(&name).await? {
-            None => Some(Polled {
-                state: HookState::Failed,
-                message: format!("Job {name} not found"),
-            }),
-            Some(job) => {
-                let conditions = job
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.clone())
-                    .unwrap_or_default();
-                let has = |t: &str| {
-                    conditions
-                        .iter()
-                        .any(|c| c.type_ == t && c.status == "True")
-                };
-                if has("Complete") {
-                    Some(Polled {
-                        state: HookState::Succeeded,
-                        message: format!("Job {name} completed"),
-                    })
-                } else if has("Failed") {
-                    let reason = conditions
-                        .iter()
-                        .find(|c| c.type_ == "Failed")
-                        .and_then(|c| c.message.clone().or(c.reason.clone()))
-                        .unwrap_or_default();
-                    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-                    let terminated = pods
-                        .list(&ListParams::default().labels(&format!("job-name={name}")))
-                        .await
-                        .map(|l| {
-                            l.items
-                                .iter()
-                                .map(termination_message_of_pod)
-                                .find(|m| !m.is_empty())
-                                .unwrap_or_default()
-                        })
-                        .unwrap_or_default();
-                    Some(Polled {
-                        state: HookState::Failed,
-                        message: format!("Job {name} failed: {reason}{terminated}"),
-                    })
-                } else {
-                    None
-                }
-            }
-        }
+        poll_job(client, namespace, &name).await?
     };
     if let Some(done) = finished {
         return Ok(done);
     }
+    Ok(running_or_timed_out(entry, &name, hook, now))
+}
+
+/// Running, or Failed once `now − createdAt ≥ timeout`.
+fn running_or_timed_out(entry: &HookEntry, name: &str, hook: Option<&Hook>, now: &Time) -> Polled {
     let timeout = hook_timeout(hook);
     let elapsed = entry
         .created_at
         .as_ref()
         .map(|c| Duration::from_secs((now.0.as_second() - c.0.as_second()).max(0) as u64))
         .unwrap_or_default();
-    Ok(if elapsed >= timeout {
+    if elapsed >= timeout {
         Polled {
             state: HookState::Failed,
             message: format!(
@@ -403,7 +576,88 @@ pub async fn poll_hook_workload(
                 crate::engine::duration::human(elapsed)
             ),
         }
+    }
+}
+
+/// A Pod's terminal state, or `None` while it runs.
+async fn poll_pod(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Polled>, kube::Error> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    Ok(match api.get_opt(name).await? {
+        None => Some(Polled {
+            state: HookState::Failed,
+            message: format!("Pod {name} not found"),
+        }),
+        Some(pod) => match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+            Some("Succeeded") => Some(Polled {
+                state: HookState::Succeeded,
+                message: format!("Pod {name} succeeded"),
+            }),
+            Some("Failed") => Some(Polled {
+                state: HookState::Failed,
+                message: format!("Pod {name} failed{}", termination_message_of_pod(&pod)),
+            }),
+            _ => None,
+        },
     })
+}
+
+/// A Job's terminal state, or `None` while it runs.
+async fn poll_job(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Polled>, kube::Error> {
+    let api: Api<Job> = Api::namespaced(client.clone(), namespace);
+    let Some(job) = api.get_opt(name).await? else {
+        return Ok(Some(Polled {
+            state: HookState::Failed,
+            message: format!("Job {name} not found"),
+        }));
+    };
+    let conditions = job
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let has = |t: &str| {
+        conditions
+            .iter()
+            .any(|c| c.type_ == t && c.status == "True")
+    };
+    if has("Complete") {
+        return Ok(Some(Polled {
+            state: HookState::Succeeded,
+            message: format!("Job {name} completed"),
+        }));
+    }
+    if !has("Failed") {
+        return Ok(None);
+    }
+    let reason = conditions
+        .iter()
+        .find(|c| c.type_ == "Failed")
+        .and_then(|c| c.message.clone().or(c.reason.clone()))
+        .unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let terminated = pods
+        .list(&ListParams::default().labels(&format!("job-name={name}")))
+        .await
+        .map(|l| {
+            l.items
+                .iter()
+                .map(termination_message_of_pod)
+                .find(|m| !m.is_empty())
+                .unwrap_or_default()
+        })
+        .unwrap_or_default();
+    Ok(Some(Polled {
+        state: HookState::Failed,
+        message: format!("Job {name} failed: {reason}{terminated}"),
+    }))
 }
 
 fn termination_message_of_pod(pod: &Pod) -> String {

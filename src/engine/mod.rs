@@ -7,6 +7,7 @@ pub mod api;
 pub mod apply;
 pub mod cluster;
 pub mod connect;
+pub mod content_hooks;
 pub mod digest_key;
 pub mod drift;
 pub mod duration;

@@ -457,3 +457,32 @@ fn kustomize_reads_nothing_outside_the_source_and_fetches_nothing() {
         );
     }
 }
+
+/// generateName is for hooks: an ordinary object without a name is refused, naming the file
+/// and the rule.
+#[test]
+fn a_plain_object_with_generate_name_is_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("app")).unwrap();
+    std::fs::write(
+        dir.path().join("app/settings.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  generateName: settings-\ndata: {a: b}\n",
+    )
+    .unwrap();
+    let file = release_file(dir.path(), "file:///nowhere", "    path: app\n");
+    let (code, _, stderr) = convoy_in_repo(
+        &[
+            "render",
+            "-f",
+            &file,
+            "--source-dir",
+            dir.path().to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(code, 4);
+    assert_eq!(
+        stderr.trim_end(),
+        "error: render Release apps/web (step Rendering, reason DeployFailed): read manifests: settings.yaml: document 1: ConfigMap has no metadata.name (only hooks may use generateName: annotate it helm.sh/hook or argocd.argoproj.io/hook, or give it a name)"
+    );
+}

@@ -7,6 +7,7 @@
 mod support;
 
 mod api;
+mod content_hooks;
 mod drift;
 mod exclusions;
 mod health;

@@ -40,7 +40,8 @@ pub struct SyncArgs {
     /// With --request: wait until the daemon handled the request.
     #[arg(long)]
     pub wait: bool,
-    /// How long --wait waits.
+    /// How long --wait waits, and how long a sync waits for its hooks and (with a
+    /// healthAssessment) health.
     #[arg(long, default_value = "5m", value_parser = crate::engine::duration::parse_duration)]
     pub timeout: Duration,
     /// Requests in flight per apply step.
@@ -109,8 +110,13 @@ pub async fn run(global: &GlobalArgs, args: SyncArgs, printer: &mut Printer) -> 
     let progress = Arc::new(SyncProgress::new(printer.interactive));
     ctx.progress = Some(progress.clone());
     let result = sync_handler(&ctx, &release, 0).await;
+    let result = result.map_err(|e| CliError::new(ExitStatus::No, e));
+    let result = match result {
+        Ok(r) => finish_what_it_started(&ctx, &api, &args, r, &progress).await,
+        Err(e) => Err(e),
+    };
     progress.finish();
-    let result = result.map_err(|e| CliError::new(ExitStatus::No, e))?;
+    let result = result?;
     match result.outcome {
         Some(outcome) => report_outcome(&namespace, &args.name, &outcome, printer),
         None => {
@@ -119,6 +125,96 @@ pub async fn run(global: &GlobalArgs, args: SyncArgs, printer: &mut Printer) -> 
                 .map_err(io_error)?;
             Ok(ExitStatus::No)
         }
+    }
+}
+
+/// How often a sync that waits for its hooks and health looks again.
+const FINISH_POLL: Duration = Duration::from_secs(1);
+
+/// Without a daemon nobody else polls hooks or assesses health: a sync held by its hooks or a
+/// wave's health, or whose hooks still run, polls them itself with the health loop's own pass
+/// (same functions, same field managers, so a daemon running meanwhile sees the same values)
+/// and reconciles again, until the render is applied with every hook finished (and Healthy,
+/// where the Release has a healthAssessment), something fails, or `--timeout` passes.
+async fn finish_what_it_started(
+    ctx: &Context,
+    api: &Api<Release>,
+    args: &SyncArgs,
+    first: crate::engine::reconcile::HandlerResult,
+    progress: &SyncProgress,
+) -> Result<crate::engine::reconcile::HandlerResult, CliError> {
+    use crate::engine::api::condition_types;
+    let deadline = tokio::time::Instant::now() + args.timeout;
+    let memory = crate::engine::health::HealthMemory::default();
+    let mut result = first;
+    let mut waited = false;
+    let mut last_note = String::new();
+    loop {
+        let Some(outcome) = &result.outcome else {
+            return Ok(result);
+        };
+        let held = matches!(
+            outcome.reason,
+            reasons::WAITING_FOR_HOOK | reasons::WAITING_FOR_WAVE_HEALTH
+        );
+        let release = api.get(&args.name).await.map_err(|e| {
+            CliError::new(
+                ExitStatus::Unreachable,
+                anyhow::Error::new(e).context("read the Release"),
+            )
+        })?;
+        let status = release.status.clone().unwrap_or_default();
+        let hooks_running = status
+            .condition(condition_types::LIFECYCLE_SUCCEEDED)
+            .is_some_and(|c| c.reason == reasons::lifecycle::RUNNING);
+        let note = if held {
+            outcome.message.clone()
+        } else if outcome.applied_render && hooks_running {
+            "waiting for hooks to finish".to_string()
+        } else if outcome.applied_render && waited && release.spec.health_assessment.is_some() {
+            match status.condition(condition_types::HEALTHY) {
+                Some(c) if c.status == "True" => return Ok(result),
+                Some(c) if c.reason == reasons::healthy::DEGRADED => return Ok(result),
+                _ => "waiting for the render to be healthy".to_string(),
+            }
+        } else {
+            return Ok(result);
+        };
+        waited = true;
+        if note != last_note {
+            progress.note(&note);
+            last_note = note;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(CliError::new(
+                ExitStatus::No,
+                anyhow::anyhow!(
+                    "Release {}: still {} after {} (--timeout)",
+                    args.name,
+                    last_note,
+                    crate::engine::duration::human(args.timeout)
+                ),
+            ));
+        }
+        // The health loop's pass: hook states and object health, written as it writes them.
+        if let Err(e) = crate::engine::health::health_pass(ctx, &memory, &release).await {
+            tracing::warn!("{:#}", anyhow::Error::new(e));
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(FINISH_POLL) => {}
+            _ = tokio::signal::ctrl_c() => {
+                return Err(CliError::new(ExitStatus::No, anyhow::anyhow!("interrupted")));
+            }
+        }
+        let release = api.get(&args.name).await.map_err(|e| {
+            CliError::new(
+                ExitStatus::Unreachable,
+                anyhow::Error::new(e).context("read the Release"),
+            )
+        })?;
+        result = sync_handler(ctx, &release, 0)
+            .await
+            .map_err(|e| CliError::new(ExitStatus::No, e))?;
     }
 }
 

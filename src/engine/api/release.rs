@@ -457,6 +457,9 @@ pub struct Lifecycle {
 #[serde(rename_all = "camelCase")]
 pub enum HookPhase {
     PreSync,
+    /// With the objects of its sync wave (Argo CD's `Sync` hooks): armed after the wave is
+    /// applied, and the next wave waits for it.
+    Sync,
     PostSync,
     SyncFailed,
     PreDelete,
@@ -467,6 +470,7 @@ impl HookPhase {
     pub fn as_str(self) -> &'static str {
         match self {
             HookPhase::PreSync => "preSync",
+            HookPhase::Sync => "sync",
             HookPhase::PostSync => "postSync",
             HookPhase::SyncFailed => "syncFailed",
             HookPhase::PreDelete => "preDelete",

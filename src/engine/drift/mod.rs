@@ -237,9 +237,11 @@ pub async fn diff_objects(
     concurrency: usize,
     digest_key: Option<&DigestKey>,
 ) -> Result<DiffReport, ApplyError> {
-    // Compared as the apply would send it: with the ownership labels, without what is left
-    // to others (engine::ownership, engine::exclusions).
-    let labelled = crate::engine::ownership::labelled(release, desired);
+    // Compared as the apply would send it: without the render's hook objects (they run, they
+    // are not applied), with the ownership labels, without what is left to others
+    // (engine::content_hooks, engine::ownership, engine::exclusions).
+    let applied = crate::engine::content_hooks::split(desired).objects;
+    let labelled = crate::engine::ownership::labelled(release, &applied);
     let live = applier.live_objects(&labelled).await?;
     let mut keyed = Vec::with_capacity(labelled.len());
     for object in labelled {

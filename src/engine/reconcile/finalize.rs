@@ -7,7 +7,7 @@
 
 use kube::{Api, ResourceExt};
 
-use super::hook_phase::{PhaseOutcome, run_hook_phase};
+use super::hook_phase::{HookRun, PhaseOutcome, run_hook_phase};
 use super::requeue::Requeue;
 use super::{Context, HandlerError};
 use crate::engine::api::{FINALIZER, HookPhase, Release};
@@ -45,13 +45,25 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
         .is_some_and(|p| p.block_on_cluster_unreachable);
     let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release);
 
+    // The delete hooks are armed for the render that runs (one arming per render, as ever).
+    let render_ref = release
+        .status
+        .as_ref()
+        .and_then(|s| s.last_successful.as_ref())
+        .and_then(|a| a.render_ref.clone())
+        .unwrap_or_else(|| "none".to_string());
+    // Its content hooks (a chart's pre-delete Job) come from the render store, when there is
+    // one that holds it.
+    let content = running_render_hooks(ctx, release, &render_ref).await;
     // Step 1: clusterForFinalize, only when something must run there (a prune or a delete
     // hook).
     let delete_hooks = release.spec.lifecycle.as_ref().is_some_and(|l| {
         l.hooks
             .iter()
             .any(|h| matches!(h.phase, HookPhase::PreDelete | HookPhase::PostDelete))
-    });
+    }) || content
+        .iter()
+        .any(|h| matches!(h.phase, HookPhase::PreDelete | HookPhase::PostDelete));
     let target = if keep && !delete_hooks {
         None
     } else {
@@ -69,25 +81,21 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
             }
         }
     };
-    // The delete hooks are armed for the render that runs (one arming per render, as ever).
-    let render_ref = release
-        .status
-        .as_ref()
-        .and_then(|s| s.last_successful.as_ref())
-        .and_then(|a| a.render_ref.clone())
-        .unwrap_or_else(|| "none".to_string());
     // Step 2: preDelete hooks. Running or failed: look again in 10 s (a failed preDelete
     // hook holds the deletion until it is fixed or set to `onFailure: Continue`).
-    if let Some(target) = &target {
-        match run_hook_phase(
+    let applier = target.as_ref().map(|t| ctx.applier(t));
+    if let (Some(target), Some(applier)) = (&target, &applier) {
+        let hook_run = HookRun {
             release,
             target,
-            &inventory,
-            HookPhase::PreDelete,
-            &render_ref,
-        )
-        .await
-        .map_err(fail)?
+            applier,
+            inventory: &inventory,
+            render_ref: &render_ref,
+            content: &content,
+        };
+        match run_hook_phase(&hook_run, HookPhase::PreDelete, None)
+            .await
+            .map_err(fail)?
         {
             PhaseOutcome::Done => {}
             PhaseOutcome::Running(hooks) => {
@@ -142,16 +150,18 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
         }
     }
     // Step 4: postDelete hooks. Running: look again in 10 s; failed: only logged.
-    if let Some(target) = &target {
-        match run_hook_phase(
+    if let (Some(target), Some(applier)) = (&target, &applier) {
+        let hook_run = HookRun {
             release,
             target,
-            &inventory,
-            HookPhase::PostDelete,
-            &render_ref,
-        )
-        .await
-        .map_err(fail)?
+            applier,
+            inventory: &inventory,
+            render_ref: &render_ref,
+            content: &content,
+        };
+        match run_hook_phase(&hook_run, HookPhase::PostDelete, None)
+            .await
+            .map_err(fail)?
         {
             PhaseOutcome::Done => {}
             PhaseOutcome::Running(hooks) => {
@@ -161,6 +171,14 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
             PhaseOutcome::Failed { hook, message } => {
                 tracing::warn!(release = %name, hook = %hook, "postDelete hook failed: {message}");
             }
+        }
+        // Content hook objects go with the Release too.
+        if let Ok(Some(current)) = inventory.get().await
+            && let Err(e) =
+                crate::engine::hooks::delete_content_hook_objects(applier, &current.spec.hooks)
+                    .await
+        {
+            tracing::warn!(release = %name, "cannot delete the hook objects: {e}");
         }
         // The hook workloads go with the Release (a failure only leaves them behind).
         if release.spec.lifecycle.is_some() {
@@ -208,5 +226,24 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
             release: name,
             source: Box::new(source),
         }),
+    }
+}
+
+/// The content hooks of the render that runs, from the render store (none without one, or
+/// when it does not hold that render).
+async fn running_render_hooks(
+    ctx: &Context,
+    release: &Release,
+    render_ref: &str,
+) -> Vec<crate::engine::content_hooks::ContentHook> {
+    let Some(store) = &ctx.store else {
+        return Vec::new();
+    };
+    match store
+        .get_render(&crate::engine::store::ReleaseId::of(release), render_ref)
+        .await
+    {
+        Ok(Some(objects)) => crate::engine::content_hooks::split(&objects).hooks,
+        _ => Vec::new(),
     }
 }

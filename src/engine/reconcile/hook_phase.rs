@@ -9,10 +9,13 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::engine::api::{Hook, HookFailurePolicy, HookPhase, HookState, Release};
+use crate::engine::api::{Hook, HookEntry, HookFailurePolicy, HookPhase, HookState, Release};
+use crate::engine::apply::Applier;
 use crate::engine::cluster::Target;
+use crate::engine::content_hooks::{ContentHook, DeletePolicy};
 use crate::engine::hooks::{
-    arm_workload, collect_old_jobs, effective_state, workload_name, workload_namespace,
+    Armed, arm_content_hook, arm_workload, collect_old_jobs, delete_content_hook, effective_state,
+    workload_name, workload_namespace,
 };
 use crate::engine::inventory::{HookMember, InventoryHandle};
 
@@ -27,31 +30,91 @@ pub enum PhaseOutcome {
     Failed { hook: String, message: String },
 }
 
-/// Arm each hook of `phase` that has no workload for this render (and this hook spec) yet,
-/// record the armed set with PutHooks, and report the phase from the states the health loop
-/// wrote. A re-sync of the same render finds its workloads and arms nothing; a new render or
-/// an edited hook gets a new workload (its createdAt is after the old finishedAt, so the
-/// health loop polls it). An error arming or recording is returned as a message.
+/// What a phase of hooks runs with: the Release, where, and the render's content hooks.
+pub struct HookRun<'a> {
+    pub release: &'a Release,
+    pub target: &'a Target,
+    /// The target's applier (content hooks are any kind; its discovery resolves them).
+    pub applier: &'a Applier,
+    pub inventory: &'a InventoryHandle,
+    pub render_ref: &'a str,
+    /// The render's content hooks, every phase (engine::content_hooks).
+    pub content: &'a [ContentHook],
+}
+
+/// One hook of a phase: from `spec.lifecycle.hooks`, or carried by the render.
+#[derive(Clone, Copy)]
+enum Planned<'a> {
+    Spec(&'a Hook),
+    Content(&'a ContentHook),
+}
+
+impl Planned<'_> {
+    fn name(&self) -> &str {
+        match self {
+            Planned::Spec(h) => &h.name,
+            Planned::Content(h) => &h.id,
+        }
+    }
+    fn weight(&self) -> i32 {
+        match self {
+            Planned::Spec(_) => 0,
+            Planned::Content(h) => h.weight,
+        }
+    }
+    /// Hook objects that only need to exist go before the workloads of their weight.
+    fn runs(&self) -> bool {
+        match self {
+            Planned::Spec(_) => true,
+            Planned::Content(h) => h.is_workload(),
+        }
+    }
+    fn on_failure(&self) -> HookFailurePolicy {
+        match self {
+            Planned::Spec(h) => h.on_failure,
+            // A failed Helm or Argo CD hook fails the sync, as in those tools.
+            Planned::Content(_) => HookFailurePolicy::Fail,
+        }
+    }
+}
+
+/// Arm each hook of `phase` (with `wave`, for sync hooks) that has no workload for this
+/// render (and this hook spec) yet, lowest weight first: a weight's hooks start only when the
+/// weight before finished. Record the armed set with PutHooks, and report the phase from the
+/// states the health loop wrote. A re-sync of the same render finds its workloads and arms
+/// nothing; a new render or an edited hook gets a new workload (its createdAt is after the old
+/// finishedAt, so the health loop polls it). Content hooks' delete policies are carried out
+/// here. An error arming or recording is returned as a message.
 pub async fn run_hook_phase(
-    release: &Release,
-    target: &Target,
-    inventory: &InventoryHandle,
+    run: &HookRun<'_>,
     phase: HookPhase,
-    render_ref: &str,
+    wave: Option<i32>,
 ) -> Result<PhaseOutcome, String> {
-    let Some(lifecycle) = release.spec.lifecycle.as_ref() else {
-        return Ok(PhaseOutcome::Done);
-    };
-    let hooks: Vec<&Hook> = lifecycle
-        .hooks
+    let release = run.release;
+    let spec_hooks: Vec<&Hook> = release
+        .spec
+        .lifecycle
+        .as_ref()
+        .map(|l| l.hooks.iter().collect())
+        .unwrap_or_default();
+    let mut planned: Vec<Planned> = spec_hooks
         .iter()
-        .filter(|h| h.phase == phase)
+        .filter(|h| h.phase == phase && (phase != HookPhase::Sync || wave.is_none_or(|w| w == 0)))
+        .map(|h| Planned::Spec(h))
+        .chain(
+            run.content
+                .iter()
+                .filter(|h| h.phase == phase && wave.is_none_or(|w| w == h.wave))
+                .map(Planned::Content),
+        )
         .collect();
-    if hooks.is_empty() {
+    if planned.is_empty() {
         return Ok(PhaseOutcome::Done);
     }
+    planned.sort_by_key(|p| (p.weight(), p.runs()));
     let fail = |e: String| format!("{} hooks: {e}", phase.as_str());
-    let current = inventory
+    let current = run
+        .inventory
         .get()
         .await
         .map_err(|e| fail(format!("{:#}", anyhow::Error::new(e))))?;
@@ -60,97 +123,196 @@ pub async fn run_hook_phase(
         .map(|i| i.spec.hooks.clone())
         .unwrap_or_default();
     let namespace = workload_namespace(release);
-    let client = &target.conn.client;
+    let client = &run.target.conn.client;
 
     let mut running: Vec<String> = Vec::new();
     let mut failed: Option<(String, String)> = None;
     let mut armed: Vec<HookMember> = Vec::new();
-    for hook in &hooks {
-        let name = workload_name(release, hook, render_ref);
-        let entry = entries.iter().find(|e| {
-            e.name == hook.name
-                && e.phase == phase
-                && e.workload_name.as_deref() == Some(name.as_str())
-        });
-        match entry.map(effective_state) {
-            Some(HookState::Running) => running.push(hook.name.clone()),
-            Some(HookState::Succeeded) => {}
-            Some(HookState::Failed) => {
-                let message = entry.and_then(|e| e.message.clone()).unwrap_or_default();
-                match hook.on_failure {
-                    HookFailurePolicy::Fail if failed.is_none() => {
-                        failed = Some((hook.name.clone(), message));
+    let weights: BTreeSet<i32> = planned.iter().map(Planned::weight).collect();
+    'weights: for weight in weights {
+        for hook in planned.iter().filter(|p| p.weight() == weight) {
+            let (workload, entry) = match hook {
+                Planned::Spec(h) => {
+                    let name = workload_name(release, h, run.render_ref);
+                    let entry = entries.iter().find(|e| {
+                        e.name == h.name
+                            && e.phase == phase
+                            && e.workload_name.as_deref() == Some(name.as_str())
+                    });
+                    (name, entry)
+                }
+                Planned::Content(h) => {
+                    let entry = entries.iter().find(|e| {
+                        e.name == h.id
+                            && e.phase == phase
+                            && e.render_ref.as_deref() == Some(run.render_ref)
+                    });
+                    (h.object.name().to_string(), entry)
+                }
+            };
+            // A hook object that only needs to exist is done once it is armed.
+            let state = match (hook, entry) {
+                (Planned::Content(h), Some(_)) if !h.is_workload() => Some(HookState::Succeeded),
+                (_, e) => e.map(effective_state),
+            };
+            match state {
+                Some(HookState::Running) => running.push(hook.name().to_string()),
+                Some(HookState::Succeeded) => {
+                    if let Planned::Content(h) = hook
+                        && h.delete_policies.contains(&DeletePolicy::HookSucceeded)
+                        && let Err(e) = delete_content_hook(run.applier, h).await
+                    {
+                        tracing::warn!(hook = %h.id, "{e}");
                     }
-                    HookFailurePolicy::Fail => {}
-                    HookFailurePolicy::Continue => tracing::info!(
-                        release = %release.metadata.name.as_deref().unwrap_or_default(),
-                        hook = %hook.name,
-                        "{} hook failed (onFailure: Continue): {message}",
-                        phase.as_str()
-                    ),
+                }
+                Some(HookState::Failed) => {
+                    let message = entry.and_then(|e| e.message.clone()).unwrap_or_default();
+                    if let Planned::Content(h) = hook
+                        && h.delete_policies.contains(&DeletePolicy::HookFailed)
+                        && let Err(e) = delete_content_hook(run.applier, h).await
+                    {
+                        tracing::warn!(hook = %h.id, "{e}");
+                    }
+                    match hook.on_failure() {
+                        HookFailurePolicy::Fail if failed.is_none() => {
+                            failed = Some((hook.name().to_string(), message));
+                        }
+                        HookFailurePolicy::Fail => {}
+                        HookFailurePolicy::Continue => tracing::info!(
+                            release = %release.metadata.name.as_deref().unwrap_or_default(),
+                            hook = %hook.name(),
+                            "{} hook failed (onFailure: Continue): {message}",
+                            phase.as_str()
+                        ),
+                    }
+                }
+                None => {
+                    match hook {
+                        Planned::Spec(h) => {
+                            arm_workload(client, release, h, &workload, &namespace)
+                                .await
+                                .map_err(|e| {
+                                    fail(format!(
+                                        "cannot create {workload} in {namespace}: {:#}",
+                                        anyhow::Error::new(e)
+                                    ))
+                                })?;
+                            if let Err(e) =
+                                collect_old_jobs(client, release, h, &namespace, &workload).await
+                            {
+                                tracing::warn!(hook = %h.name, "cannot delete old hook Jobs: {:#}", anyhow::Error::new(e));
+                            }
+                        }
+                        Planned::Content(h) => {
+                            match arm_content_hook(run.applier, release, h, run.render_ref)
+                                .await
+                                .map_err(fail)?
+                            {
+                                Armed::Created => {}
+                                // The previous instance is going: not armed yet.
+                                Armed::Waiting => {
+                                    running.push(h.id.clone());
+                                    continue;
+                                }
+                            }
+                        }
+                    }
+                    if hook.runs() {
+                        running.push(hook.name().to_string());
+                    }
+                    let previous = entries
+                        .iter()
+                        .find(|e| e.name == hook.name() && e.phase == phase);
+                    armed.push(HookMember {
+                        name: hook.name().to_string(),
+                        phase,
+                        workload_name: workload,
+                        created_at: armed_at(previous.and_then(|e| e.finished_at.as_ref())),
+                        render_ref: run.render_ref.to_string(),
+                    });
                 }
             }
-            None => {
-                arm_workload(client, release, hook, &name, &namespace)
-                    .await
-                    .map_err(|e| {
-                        fail(format!(
-                            "cannot create {name} in {namespace}: {:#}",
-                            anyhow::Error::new(e)
-                        ))
-                    })?;
-                if let Err(e) = collect_old_jobs(client, release, hook, &namespace, &name).await {
-                    tracing::warn!(hook = %hook.name, "cannot delete old hook Jobs: {:#}", anyhow::Error::new(e));
-                }
-                running.push(hook.name.clone());
-                let previous = entries
-                    .iter()
-                    .find(|e| e.name == hook.name && e.phase == phase);
-                armed.push(HookMember {
-                    name: hook.name.clone(),
-                    phase,
-                    workload_name: name,
-                    created_at: armed_at(previous.and_then(|e| e.finished_at.as_ref())),
-                    render_ref: render_ref.to_string(),
-                });
-            }
+        }
+        // A weight waits for the one before it.
+        if !running.is_empty() || failed.is_some() {
+            break 'weights;
         }
     }
     if !armed.is_empty() {
-        // PutHooks records exactly the given set: every other armed entry goes along, minus
-        // hooks that left the spec.
-        let in_spec: BTreeSet<(&str, HookPhase)> = lifecycle
-            .hooks
-            .iter()
-            .map(|h| (h.name.as_str(), h.phase))
-            .collect();
-        let rearmed: BTreeSet<(String, HookPhase)> =
-            armed.iter().map(|m| (m.name.clone(), m.phase)).collect();
-        let mut members: Vec<HookMember> = entries
-            .iter()
-            .filter(|e| in_spec.contains(&(e.name.as_str(), e.phase)))
-            .filter(|e| !rearmed.contains(&(e.name.clone(), e.phase)))
-            .filter_map(|e| {
-                Some(HookMember {
-                    name: e.name.clone(),
-                    phase: e.phase,
-                    workload_name: e.workload_name.clone()?,
-                    created_at: e.created_at.clone()?,
-                    render_ref: e.render_ref.clone()?,
-                })
-            })
-            .collect();
-        members.extend(armed);
-        inventory
-            .put_hooks(&members)
-            .await
-            .map_err(|e| fail(format!("{:#}", anyhow::Error::new(e))))?;
+        record_hooks(run, &entries, armed).await.map_err(fail)?;
     }
     Ok(match (failed, running.is_empty()) {
         (Some((hook, message)), _) => PhaseOutcome::Failed { hook, message },
         (None, false) => PhaseOutcome::Running(running),
         (None, true) => PhaseOutcome::Done,
     })
+}
+
+/// PutHooks: record exactly the armed set: `armed`, and every other armed entry of a hook
+/// the Release still has (spec hooks, and the render's content hooks).
+async fn record_hooks(
+    run: &HookRun<'_>,
+    entries: &[HookEntry],
+    armed: Vec<HookMember>,
+) -> Result<(), String> {
+    let rearmed: BTreeSet<(String, HookPhase)> =
+        armed.iter().map(|m| (m.name.clone(), m.phase)).collect();
+    let mut members: Vec<HookMember> = entries
+        .iter()
+        .filter(|e| hook_still_present(run.release, run.content, e))
+        .filter(|e| !rearmed.contains(&(e.name.clone(), e.phase)))
+        .filter_map(|e| {
+            Some(HookMember {
+                name: e.name.clone(),
+                phase: e.phase,
+                workload_name: e.workload_name.clone()?,
+                created_at: e.created_at.clone()?,
+                render_ref: e.render_ref.clone()?,
+            })
+        })
+        .collect();
+    members.extend(armed);
+    run.inventory
+        .put_hooks(&members)
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("{:#}", anyhow::Error::new(e)))
+}
+
+/// Whether a hook entry is of a hook the Release has: in `spec.lifecycle`, or a content
+/// hook of the render.
+fn hook_still_present(release: &Release, content: &[ContentHook], entry: &HookEntry) -> bool {
+    let in_spec = release.spec.lifecycle.as_ref().is_some_and(|l| {
+        l.hooks
+            .iter()
+            .any(|h| h.name == entry.name && h.phase == entry.phase)
+    });
+    in_spec
+        || content
+            .iter()
+            .any(|h| h.id == entry.name && h.phase == entry.phase)
+}
+
+/// Drop hook entries of hooks the Release no longer has (removed from the spec, or from the
+/// render), so the lifecycle status speaks only of current hooks.
+pub async fn forget_removed_hooks(run: &HookRun<'_>) -> Result<(), String> {
+    let current = run
+        .inventory
+        .get()
+        .await
+        .map_err(|e| format!("{:#}", anyhow::Error::new(e)))?;
+    let Some(current) = current else {
+        return Ok(());
+    };
+    if current
+        .spec
+        .hooks
+        .iter()
+        .all(|e| hook_still_present(run.release, run.content, e))
+    {
+        return Ok(());
+    }
+    record_hooks(run, &current.spec.hooks, Vec::new()).await
 }
 
 /// `createdAt` of a workload armed just now: the time after it was created, and always after

@@ -346,17 +346,28 @@ async fn run_stages(
     if outcome.rollout.is_none() {
         outcome.rollout = rollout;
     }
-    // Stage 6: a Syncing failure arms the syncFailed hooks, without waiting for them.
-    if outcome.is_syncing_failure() {
-        let render_ref = &rendered.rendered.render_ref;
-        match hook_phase::run_hook_phase(
-            release,
-            &rendered.target,
-            inventory,
-            crate::engine::api::HookPhase::SyncFailed,
-            render_ref,
+    // Stage 6: a Syncing failure arms the syncFailed hooks, without waiting for them. So does
+    // a failed preSync or sync hook (deviation: the spec names Syncing failures only; Argo CD
+    // runs SyncFail hooks when a PreSync hook fails, and repositories written for it expect so).
+    let hook_failed_before_apply = outcome.attempt.failure.as_ref().is_some_and(|f| {
+        matches!(
+            f.hook_phase,
+            Some(crate::engine::api::HookPhase::PreSync | crate::engine::api::HookPhase::Sync)
         )
-        .await
+    });
+    if outcome.is_syncing_failure() || hook_failed_before_apply {
+        let content = crate::engine::content_hooks::split(&rendered.rendered.objects).hooks;
+        let applier = ctx.applier(&rendered.target);
+        let hook_run = hook_phase::HookRun {
+            release,
+            target: &rendered.target,
+            applier: &applier,
+            inventory,
+            render_ref: &rendered.rendered.render_ref,
+            content: &content,
+        };
+        match hook_phase::run_hook_phase(&hook_run, crate::engine::api::HookPhase::SyncFailed, None)
+            .await
         {
             Ok(_) => {}
             Err(e) => tracing::warn!(release = %release.name_any(), "{e}"),
@@ -474,12 +485,13 @@ pub async fn sync_handler(
         "reconciled"
     );
     // Step 6: status assembly and write.
-    let rollup = stages::apply_lifecycle_rollup(ctx, &release)
-        .await
-        .map_err(|message| HandlerError::Rollup {
-            release: name.clone(),
-            message,
-        })?;
+    let rollup =
+        stages::apply_lifecycle_rollup(ctx, &release, outcome.attempt.render_ref.as_deref())
+            .await
+            .map_err(|message| HandlerError::Rollup {
+                release: name.clone(),
+                message,
+            })?;
     let mut status = assemble::assemble_status(&release, &cached, &outcome, &state, rollup);
     let changed = status_changed(&cached, &status);
     if changed {

@@ -197,60 +197,122 @@ pub async fn stage_render(
 pub async fn apply_lifecycle_rollup(
     ctx: &Context,
     release: &Release,
+    render_ref: Option<&str>,
 ) -> Result<Option<LifecycleRollup>, String> {
-    let Some(lifecycle) = release
-        .spec
-        .lifecycle
-        .as_ref()
-        .filter(|l| !l.hooks.is_empty())
-    else {
-        return Ok(None);
-    };
     let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release)
         .get()
         .await
         .map_err(|e| format!("{:#}", anyhow::Error::new(e)))?;
-    Ok(Some(lifecycle_rollup(lifecycle, inventory.as_ref())))
+    let hooks = rollup_hooks(release, inventory.as_ref(), render_ref);
+    if hooks.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(lifecycle_rollup(&hooks, inventory.as_ref())))
+}
+
+/// The hooks the rollup speaks of: the spec's, then the render's content hooks as the
+/// inventory records them (`Kind/namespace/name`).
+///
+/// A content hook of a sync phase recorded for an earlier render has not run for this one
+/// yet (its next arming replaces the old instance first): it reads Running. Such hooks of
+/// the other phases (syncFailed, the delete phases) are left out until they run again.
+fn rollup_hooks(
+    release: &Release,
+    inventory: Option<&ReleaseInventory>,
+    render_ref: Option<&str>,
+) -> Vec<RollupHook> {
+    use crate::engine::api::HookPhase;
+    let mut hooks: Vec<RollupHook> = release
+        .spec
+        .lifecycle
+        .iter()
+        .flat_map(|l| {
+            l.hooks.iter().map(|h| RollupHook {
+                name: h.name.clone(),
+                phase: h.phase,
+                not_yet_armed: false,
+            })
+        })
+        .collect();
+    for entry in inventory
+        .map(|i| i.spec.hooks.as_slice())
+        .unwrap_or_default()
+    {
+        if crate::engine::content_hooks::parse_id(&entry.name).is_none()
+            || hooks
+                .iter()
+                .any(|h| h.name == entry.name && h.phase == entry.phase)
+        {
+            continue;
+        }
+        let stale = render_ref.is_some() && entry.render_ref.as_deref() != render_ref;
+        let sync_phase = matches!(
+            entry.phase,
+            HookPhase::PreSync | HookPhase::Sync | HookPhase::PostSync
+        );
+        if stale && !sync_phase {
+            continue;
+        }
+        hooks.push(RollupHook {
+            name: entry.name.clone(),
+            phase: entry.phase,
+            not_yet_armed: stale,
+        });
+    }
+    hooks
+}
+
+/// A hook the rollup speaks of.
+pub struct RollupHook {
+    pub name: String,
+    pub phase: crate::engine::api::HookPhase,
+    /// A content hook recorded for an earlier render: it has yet to run for this one.
+    pub not_yet_armed: bool,
 }
 
 /// The pure part of the rollup.
 pub fn lifecycle_rollup(
-    lifecycle: &crate::engine::api::Lifecycle,
+    hooks: &[RollupHook],
     inventory: Option<&ReleaseInventory>,
 ) -> LifecycleRollup {
     let mut phases: Vec<LifecyclePhaseStatus> = Vec::new();
     let mut failed = Vec::new();
     let mut running = Vec::new();
-    for hook in &lifecycle.hooks {
+    for hook in hooks {
+        let (hook_name, hook_phase) = (&hook.name, &hook.phase);
         let entry = inventory.and_then(|inv| {
             inv.spec
                 .hooks
                 .iter()
-                .find(|h| h.name == hook.name && h.phase == hook.phase)
+                .find(|h| h.name == *hook_name && h.phase == *hook_phase)
         });
         // A re-armed hook's old state does not count (hooks::effective_state).
-        let state = entry
-            .filter(|e| e.workload_name.is_some())
-            .map(crate::engine::hooks::effective_state);
+        let state = if hook.not_yet_armed {
+            Some(HookState::Running)
+        } else {
+            entry
+                .filter(|e| e.workload_name.is_some())
+                .map(crate::engine::hooks::effective_state)
+        };
         let stale = entry.is_some_and(|e| e.state != state);
         match state {
             Some(HookState::Failed) => {
-                failed.push(format!("{} ({})", hook.name, hook.phase.as_str()))
+                failed.push(format!("{hook_name} ({})", hook_phase.as_str()))
             }
             Some(HookState::Running) => {
-                running.push(format!("{} ({})", hook.name, hook.phase.as_str()))
+                running.push(format!("{hook_name} ({})", hook_phase.as_str()))
             }
             _ => {}
         }
         let hook_status = LifecycleHookStatus {
-            name: hook.name.clone(),
+            name: hook_name.clone(),
             state: state.map(|s| s.as_str().to_string()),
             message: entry.filter(|_| !stale).and_then(|e| e.message.clone()),
         };
-        match phases.iter_mut().find(|p| p.phase == hook.phase) {
+        match phases.iter_mut().find(|p| p.phase == *hook_phase) {
             Some(p) => p.hooks.push(hook_status),
             None => phases.push(LifecyclePhaseStatus {
-                phase: hook.phase,
+                phase: *hook_phase,
                 hooks: vec![hook_status],
                 finished: false,
             }),

@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::hook_phase::{PhaseOutcome, run_hook_phase};
+use super::hook_phase::{HookRun, PhaseOutcome, forget_removed_hooks, run_hook_phase};
 use super::outcome::{ReconcileOutcome, timed_out, waiting_for};
 use super::stages::RenderStage;
 use super::{Context, ProgressEvent};
@@ -19,6 +19,7 @@ use crate::engine::api::{
 };
 use crate::engine::apply::{ApplyError, PruneTarget, waves};
 use crate::engine::cluster::Target;
+use crate::engine::content_hooks;
 use crate::engine::exclusions;
 use crate::engine::explain::count;
 use crate::engine::inventory::{InventoryHandle, Member, members, pending_members};
@@ -89,15 +90,17 @@ pub async fn stage_sync(
         return outcome;
     }
     // Step 7: postSync hooks are armed; their result does not change this one.
-    if let Err(message) = run_hook_phase(
+    let content = content_hooks::split(&render.rendered.objects).hooks;
+    let applier = ctx.applier(&render.target);
+    let hook_run = HookRun {
         release,
-        &render.target,
+        target: &render.target,
+        applier: &applier,
         inventory,
-        HookPhase::PostSync,
-        &render.rendered.render_ref,
-    )
-    .await
-    {
+        render_ref: &render.rendered.render_ref,
+        content: &content,
+    };
+    if let Err(message) = run_hook_phase(&hook_run, HookPhase::PostSync, None).await {
         return ReconcileOutcome::failed(
             reasons::DEPLOY_FAILED,
             failure_stages::SYNCING,
@@ -577,8 +580,14 @@ async fn sync_objects(
         .filter_map(|m| m.digest.clone().map(|d| (m.key.clone(), d)))
         .collect();
     let digest_key = Some(ctx.inventory_digest_key().await);
+    // Hook objects the render carries run as hooks; the rest is applied
+    // (engine::content_hooks).
+    let content_hooks::Split {
+        objects: to_apply,
+        hooks: content,
+    } = content_hooks::split(run.objects);
     // What is applied carries the owning Release in its labels (engine::ownership).
-    let labelled = ownership::labelled(run.release, run.objects);
+    let labelled = ownership::labelled(run.release, &to_apply);
     // The live objects: what is unchanged, who owns what, what kubectl made, which fields
     // others own.
     let live = match applier.live_objects(&labelled).await {
@@ -699,16 +708,19 @@ async fn sync_objects(
         return syncing_failed(reasons::DEPLOY_FAILED, message, true);
     }
     // Step 3: the preSync hooks hold the waves until they finish.
+    let hook_run = HookRun {
+        release: run.release,
+        target: run.target,
+        applier: &applier,
+        inventory,
+        render_ref: &render_ref,
+        content: &content,
+    };
     if run.hooks {
-        match run_hook_phase(
-            run.release,
-            run.target,
-            inventory,
-            HookPhase::PreSync,
-            &render_ref,
-        )
-        .await
-        {
+        if let Err(message) = forget_removed_hooks(&hook_run).await {
+            return syncing_failed(reasons::DEPLOY_FAILED, message, true);
+        }
+        match run_hook_phase(&hook_run, HookPhase::PreSync, None).await {
             Ok(PhaseOutcome::Done) => {}
             Ok(PhaseOutcome::Running(hooks)) => {
                 return ReconcileOutcome::held(
@@ -865,6 +877,36 @@ async fn sync_objects(
             wave,
             objects: sending.len(),
         });
+        // Sync hooks (Argo CD's `Sync`) run with their wave; the next wave waits for them.
+        if run.hooks {
+            match run_hook_phase(&hook_run, HookPhase::Sync, Some(wave)).await {
+                Ok(PhaseOutcome::Done) => {}
+                Ok(PhaseOutcome::Running(hooks)) => {
+                    return ReconcileOutcome::held(
+                        reasons::WAITING_FOR_HOOK,
+                        format!(
+                            "waiting for sync hooks of wave {wave}: {}",
+                            hooks.join(", ")
+                        ),
+                        attempt,
+                    )
+                    .with_waves(wave_status);
+                }
+                Ok(PhaseOutcome::Failed { hook, message }) => {
+                    return ReconcileOutcome::hook_failed(
+                        &hook,
+                        HookPhase::Sync,
+                        format!("sync hook {hook} of wave {wave} failed: {message}"),
+                        attempt,
+                    )
+                    .with_waves(wave_status);
+                }
+                Err(message) => {
+                    return syncing_failed(reasons::DEPLOY_FAILED, message, true)
+                        .with_waves(wave_status);
+                }
+            }
+        }
     }
 
     // Step 5: prune what left the render, never anything outside this inventory, and never

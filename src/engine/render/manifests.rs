@@ -333,11 +333,14 @@ fn push_object(
             }
             let name = doc["metadata"]["name"].as_str().unwrap_or_default();
             let generate_name = doc["metadata"]["generateName"].as_str().unwrap_or_default();
-            if name.is_empty() {
+            // A hook may use generateName (convoy names it from its content, see
+            // engine::content_hooks); anything applied declaratively needs a name.
+            let hook = crate::engine::content_hooks::has_hook_annotation(&doc);
+            if name.is_empty() && (!hook || generate_name.is_empty()) {
                 let hint = if generate_name.is_empty() {
                     ""
                 } else {
-                    " (generateName cannot be applied declaratively)"
+                    " (only hooks may use generateName: annotate it helm.sh/hook or argocd.argoproj.io/hook, or give it a name)"
                 };
                 return Err(not_object(format!("{kind} has no metadata.name{hint}")));
             }

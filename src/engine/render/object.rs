@@ -63,18 +63,23 @@ impl Object {
         self.0["metadata"]["labels"].as_object()
     }
 
-    /// The sync wave: the integer annotation `convoy.kumodo.io/sync-wave`, default 0.
+    /// The sync wave: the integer annotation `convoy.kumodo.io/sync-wave`, else Argo CD's
+    /// `argocd.argoproj.io/sync-wave` (so a repository written for Argo CD keeps its order),
+    /// default 0.
     pub fn wave(&self) -> Result<i32, String> {
-        match self.annotation(annotations::SYNC_WAVE) {
-            None => Ok(0),
-            Some(raw) => raw.trim().parse().map_err(|_| {
-                format!(
-                    "{}: annotation {} must be an integer, not {raw:?}",
-                    self.key(),
-                    annotations::SYNC_WAVE
-                )
-            }),
-        }
+        let (name, raw) = match self.annotation(annotations::SYNC_WAVE) {
+            Some(raw) => (annotations::SYNC_WAVE, raw),
+            None => match self.annotation(crate::engine::content_hooks::ARGO_SYNC_WAVE) {
+                Some(raw) => (crate::engine::content_hooks::ARGO_SYNC_WAVE, raw),
+                None => return Ok(0),
+            },
+        };
+        raw.trim().parse().map_err(|_| {
+            format!(
+                "{}: annotation {name} must be an integer, not {raw:?}",
+                self.key()
+            )
+        })
     }
 
     /// Set `metadata.namespace`.

@@ -198,7 +198,9 @@ pub fn finish_render(
     if let Some(target) = &release.spec.target_namespace {
         default_namespace(&mut objects, target, ctx.cluster);
     }
+    crate::engine::content_hooks::name_generated(&mut objects);
     validate(&objects)?;
+    crate::engine::content_hooks::validate(&objects).map_err(RenderError::Invalid)?;
     crate::engine::exclusions::validate(release, &objects).map_err(RenderError::Invalid)?;
     sort_for_apply(&mut objects);
     let render_ref = render_ref(&objects);
