@@ -20,6 +20,10 @@ pub struct Cache<K> {
     listed: AtomicUsize,
     /// Watches feeding this cache.
     watches: AtomicUsize,
+    /// Watch errors in a row (a missing RBAC permission, an API server that went away).
+    failing: AtomicUsize,
+    /// Watch errors since the start.
+    errors: AtomicUsize,
 }
 
 impl<K> Default for Cache<K> {
@@ -28,6 +32,8 @@ impl<K> Default for Cache<K> {
             map: RwLock::new(HashMap::new()),
             listed: AtomicUsize::new(0),
             watches: AtomicUsize::new(0),
+            failing: AtomicUsize::new(0),
+            errors: AtomicUsize::new(0),
         }
     }
 }
@@ -51,6 +57,17 @@ impl<K> Cache<K> {
         watches > 0 && self.listed.load(Ordering::Relaxed) >= watches
     }
 
+    /// Whether the watches feeding this cache work: fewer than [`FAILING_WATCH`] errors in a
+    /// row. After that the daemon reports not ready.
+    pub fn watching(&self) -> bool {
+        self.failing.load(Ordering::Relaxed) < FAILING_WATCH
+    }
+
+    /// Watch errors since the start (a metric).
+    pub fn watch_errors(&self) -> usize {
+        self.errors.load(Ordering::Relaxed)
+    }
+
     /// Count one more watch feeding this cache.
     pub fn add_watch(&self) {
         self.watches.fetch_add(1, Ordering::Relaxed);
@@ -70,6 +87,9 @@ impl<K> Cache<K> {
         }
     }
 }
+
+/// Watch errors in a row after which a cache counts as not watching (readiness fails).
+pub const FAILING_WATCH: usize = 5;
 
 /// The cache key of an object.
 pub fn key_of<K: Resource>(object: &K) -> String {
@@ -108,6 +128,9 @@ pub async fn run<K>(
             _ = shutdown.changed() => return,
         };
         let Some(event) = event else { return };
+        if event.is_ok() {
+            cache.failing.store(0, Ordering::Relaxed);
+        }
         match event {
             Ok(Event::Init) => seen_in_list.clear(),
             Ok(Event::InitApply(object)) | Ok(Event::Apply(object)) => {
@@ -148,7 +171,20 @@ pub async fn run<K>(
                     h(Some(&old), None);
                 }
             }
-            Err(e) => tracing::debug!("watch error (retried): {e}"),
+            Err(e) => {
+                let failing = cache.failing.fetch_add(1, Ordering::Relaxed) + 1;
+                cache.errors.fetch_add(1, Ordering::Relaxed);
+                let resource = std::any::type_name::<K>()
+                    .rsplit("::")
+                    .next()
+                    .unwrap_or_default();
+                tracing::warn!(
+                    resource,
+                    namespace = scope.as_deref().unwrap_or("(all)"),
+                    failing,
+                    "watch failed (retried with backoff): {e}"
+                );
+            }
         }
     }
 }

@@ -44,6 +44,11 @@ impl Metrics {
             "Requests to the Kubernetes API, by verb.",
         );
         m.describe("convoy_shards_held", "gauge", "Shards this replica holds.");
+        m.describe(
+            "convoy_watch_errors_total",
+            "counter",
+            "Watch errors per resource since the start.",
+        );
         m
     }
 

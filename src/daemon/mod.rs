@@ -81,8 +81,10 @@ pub struct DaemonConfig {
     pub namespaces: Vec<String>,
     /// As whom Releases act and what they may reach.
     pub tenancy: crate::engine::tenancy::Tenancy,
-    /// What sources may be fetched from.
+    /// What sources may be fetched from, and a fetch's deadline.
     pub sources: crate::engine::source::SourcePolicy,
+    /// The deadline of one render.
+    pub render_timeout: Duration,
 }
 
 /// Why the daemon could not run.
@@ -139,6 +141,7 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
     let mut ctx = Context::new(home.clone(), coordinator);
     ctx.shard = gate;
     ctx.tenancy = Arc::new(config.tenancy.clone());
+    ctx.render_timeout = config.render_timeout;
     ctx.digest_key = Some(Arc::new(crate::engine::digest_key::KeyCell::new(
         client.clone(),
         config.lease_namespace.clone(),
@@ -379,27 +382,43 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
         ));
     }
 
-    // Readiness: every informer this role needs has listed once.
+    // Readiness: every informer this role needs has listed once and its watches work (a
+    // watch failing again and again, say for a missing RBAC permission, makes it unready).
     let ready = Arc::new(AtomicBool::new(false));
     {
         let ready = ready.clone();
         let shared = shared.clone();
         let role = config.role;
+        let metrics = metrics.clone();
+        let mut stop = shutdown_rx.clone();
         tasks.push(tokio::spawn(async move {
+            let mut announced = false;
             loop {
-                let synced = shared.releases.synced()
-                    && shared.inventories.synced()
-                    && (!role.controller()
-                        || (shared.clusters.synced()
-                            && shared.gits.synced()
-                            && shared.helms.synced()
-                            && shared.ocis.synced()));
-                if synced {
-                    ready.store(true, Ordering::Relaxed);
-                    tracing::info!("caches synced");
-                    return;
+                let controller = role.controller();
+                let caches: [(&str, bool, bool, usize); 6] = [
+                    ("Release", true, shared.releases.synced() && shared.releases.watching(), shared.releases.watch_errors()),
+                    ("ReleaseInventory", true, shared.inventories.synced() && shared.inventories.watching(), shared.inventories.watch_errors()),
+                    ("Cluster", controller, shared.clusters.synced() && shared.clusters.watching(), shared.clusters.watch_errors()),
+                    ("GitRepository", controller, shared.gits.synced() && shared.gits.watching(), shared.gits.watch_errors()),
+                    ("HelmRegistry", controller, shared.helms.synced() && shared.helms.watching(), shared.helms.watch_errors()),
+                    ("OCIRegistry", controller, shared.ocis.synced() && shared.ocis.watching(), shared.ocis.watch_errors()),
+                ];
+                let mut all = true;
+                for (resource, needed, ok, errors) in caches {
+                    if needed {
+                        all &= ok;
+                        metrics.set("convoy_watch_errors_total", &[("resource", resource)], errors as f64);
+                    }
                 }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                ready.store(all, Ordering::Relaxed);
+                if all && !announced {
+                    tracing::info!("caches synced");
+                    announced = true;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(if announced { 1000 } else { 100 })) => {}
+                    _ = stop.changed() => return,
+                }
             }
         }));
     }

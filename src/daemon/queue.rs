@@ -1,6 +1,19 @@
 //! A work queue with client-go's semantics: a key is queued at most once, a key being
 //! processed is not handed to a second worker (if it is added meanwhile, it comes back after
 //! `done`), delayed adds, and rate-limited retries per key.
+//!
+//! A key has at most one pending delayed add, the earliest, as client-go's delaying queue and
+//! kube-runtime's scheduler keep it: another `add_after` of the same key keeps the earlier
+//! time, so events and resyncs never stack up timers (passes per interval stay constant
+//! however long the daemon runs).
+//!
+//! Why not kube-runtime's `Controller`: the spec's wake-up rules are cross-object and
+//! asymmetric (`shouldEnqueueOnUpdate` per loop, an inventory change waking the controller
+//! and the observer on different fields, a status change waking *other* Releases of a higher
+//! cluster wave, source revisions waking their Releases), and the controller's requeue delay
+//! comes out of the reconcile's own status assembly. kube-runtime expresses part of that
+//! (`reconcile_on`, predicates); this queue, fed by the informers of `daemon::informer`,
+//! expresses all of it with one mechanism that the unit tests below pin down.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -19,6 +32,8 @@ struct State {
     dirty: HashSet<String>,
     processing: HashSet<String>,
     failures: HashMap<String, u32>,
+    /// The one pending delayed add of a key: when it is due.
+    delayed: HashMap<String, tokio::time::Instant>,
     shutting_down: bool,
 }
 
@@ -55,18 +70,48 @@ impl WorkQueue {
         }
     }
 
-    /// Queue `key` after `delay`.
+    /// Queue `key` after `delay`, unless an earlier delayed add of it is pending already.
     pub fn add_after(&self, key: &str, delay: Duration) {
         if delay.is_zero() {
             self.add(key);
             return;
         }
+        let due = tokio::time::Instant::now() + delay;
+        {
+            let mut s = self.lock();
+            if s.shutting_down {
+                return;
+            }
+            match s.delayed.get(key) {
+                Some(pending) if *pending <= due => return,
+                _ => {
+                    s.delayed.insert(key.to_string(), due);
+                }
+            }
+        }
         let queue = self.clone();
         let key = key.to_string();
         tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            queue.add(&key);
+            tokio::time::sleep_until(due).await;
+            // Only the timer of the pending time adds; one replaced by an earlier time ends.
+            let mine = {
+                let mut s = queue.lock();
+                if s.delayed.get(&key) == Some(&due) {
+                    s.delayed.remove(&key);
+                    true
+                } else {
+                    false
+                }
+            };
+            if mine {
+                queue.add(&key);
+            }
         });
+    }
+
+    /// Keys with a pending delayed add.
+    pub fn delayed(&self) -> usize {
+        self.lock().delayed.len()
     }
 
     /// Queue `key` after its per-key exponential retry delay, and count the failure.
@@ -137,6 +182,7 @@ impl WorkQueue {
         s.shutting_down = true;
         s.queue.clear();
         s.dirty.clear();
+        s.delayed.clear();
         drop(s);
         self.notify.notify_waiters();
     }
@@ -181,6 +227,35 @@ mod tests {
         tokio::task::yield_now().await;
         q.shut_down();
         assert_eq!(waiter.await.unwrap(), None);
+    }
+
+    /// Every event and resync of a long-running daemon re-adds its keys with a delay; those
+    /// adds must not stack up into more passes.
+    #[tokio::test(start_paused = true)]
+    async fn repeated_delayed_adds_of_a_key_deliver_it_once_at_the_earliest_time() {
+        let q = WorkQueue::new();
+        for i in 0..100u64 {
+            q.add_after("r", Duration::from_secs(30 + i % 7));
+        }
+        q.add_after("r", Duration::from_secs(20));
+        assert_eq!(q.delayed(), 1);
+        tokio::time::advance(Duration::from_secs(19)).await;
+        tokio::task::yield_now().await;
+        assert_eq!(q.depth(), 0, "not before the earliest time");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        // Let the timers that woke run.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(q.depth(), 1);
+        assert_eq!(q.get().await.as_deref(), Some("r"));
+        q.done("r");
+        tokio::time::advance(Duration::from_secs(120)).await;
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(q.depth(), 0, "one delivery for all those adds");
+        assert_eq!(q.delayed(), 0);
     }
 
     #[test]

@@ -4,11 +4,17 @@
 //! Design: DESIGN.md "Sharding". A Cluster's shard is a stable hash of its namespace/name
 //! modulo the shard count (a Release without `spec.cluster` belongs to `<namespace>/`).
 //! A replica takes a free shard at once while it holds none, a second one only after a lease
-//! duration (so starting replicas spread out), and an expired one (its holder died). It drops
-//! a shard the moment it cannot renew it, before the lease could expire and another replica
-//! take it: nothing is applied by two replicas at once.
+//! duration (so starting replicas spread out), and an expired one (its holder died).
+//!
+//! Ownership is checked against time at the moment of use, as client-go's leader election and
+//! kubert do: every successful renewal makes a shard valid for the *renew deadline* (two
+//! thirds of the lease duration) from the moment the renewal was sent, and `owns` answers no
+//! once that has passed, whatever the lease loop is doing. A renewal that hangs (every Lease
+//! call has a deadline too) or a process that was stopped (SIGSTOP) therefore loses the shard
+//! before the lease expires and another replica may take it: nothing is applied by two
+//! replicas at once.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -20,7 +26,7 @@ use kube::{Api, Client};
 use crate::engine::api::Release;
 use crate::engine::reconcile::ShardGate;
 
-/// The shard of a cluster key (FNV-1a, stable across builds and platforms).
+/// The shard of a cluster key (stable across builds and platforms).
 pub fn shard_of(cluster_key: &str, shards: u32) -> u32 {
     // The first 8 bytes of a SHA-256: every bit depends on every input byte. (FNV-1a modulo
     // a power of two, used before, kept only the parity of the key's odd bytes for 2 shards,
@@ -34,10 +40,10 @@ pub fn shard_of(cluster_key: &str, shards: u32) -> u32 {
 
 pub use crate::engine::cluster::cluster_key;
 
-/// The shards this replica holds, shared with every loop's gate.
+/// The shards this replica holds, shared with every loop's gate: each until when it is valid.
 #[derive(Clone)]
 pub struct HeldShards {
-    held: Arc<RwLock<BTreeSet<u32>>>,
+    held: Arc<RwLock<BTreeMap<u32, Instant>>>,
     shards: u32,
 }
 
@@ -49,33 +55,50 @@ impl HeldShards {
         }
     }
 
+    /// The shards held and still valid now.
     pub fn held(&self) -> BTreeSet<u32> {
+        let now = Instant::now();
+        self.read()
+            .iter()
+            .filter(|(_, until)| **until > now)
+            .map(|(shard, _)| *shard)
+            .collect()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<u32, Instant>> {
         match self.held.read() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
         }
     }
 
-    fn set(&self, shard: u32, holding: bool) {
+    /// Hold `shard` until `until`, or (`None`) not at all.
+    fn set(&self, shard: u32, until: Option<Instant>) {
         let mut g = match self.held.write() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
-        if holding {
-            g.insert(shard);
-        } else {
-            g.remove(&shard);
+        match until {
+            Some(until) => {
+                g.insert(shard, until);
+            }
+            None => {
+                g.remove(&shard);
+            }
         }
+    }
+
+    /// Whether `shard` is held and valid at this moment.
+    pub fn owns_shard(&self, shard: u32) -> bool {
+        self.read()
+            .get(&shard)
+            .is_some_and(|until| *until > Instant::now())
     }
 }
 
 impl ShardGate for HeldShards {
     fn owns(&self, release: &Release) -> bool {
-        let shard = shard_of(&cluster_key(release), self.shards);
-        match self.held.read() {
-            Ok(g) => g.contains(&shard),
-            Err(p) => p.into_inner().contains(&shard),
-        }
+        self.owns_shard(shard_of(&cluster_key(release), self.shards))
     }
 }
 
@@ -107,31 +130,33 @@ pub async fn run_leases(
 ) {
     let api: Api<Lease> = Api::namespaced(client, &config.namespace);
     let renew_every = config.duration / 3;
+    // Renew deadline < lease duration: a shard is given up before anyone else may take it.
+    let renew_deadline = config.duration * 2 / 3;
     let started = Instant::now();
-    let mut last_renewed: std::collections::HashMap<u32, Instant> = Default::default();
     loop {
         for shard in 0..held.shards {
-            match step(
-                &api,
-                &config,
-                shard,
-                held.held().len(),
-                started.elapsed() >= config.duration,
+            let sent = Instant::now();
+            let stepped = tokio::time::timeout(
+                renew_deadline / 2,
+                step(
+                    &api,
+                    &config,
+                    shard,
+                    held.held().len(),
+                    started.elapsed() >= config.duration,
+                ),
             )
-            .await
-            {
-                Ok(true) => {
-                    held.set(shard, true);
-                    last_renewed.insert(shard, Instant::now());
-                }
-                Ok(false) => held.set(shard, false),
-                Err(e) => tracing::warn!(shard, "lease: {e}"),
-            }
-            // Drop a shard we could not renew in time, before anyone else may take it.
-            if let Some(at) = last_renewed.get(&shard)
-                && at.elapsed() > config.duration * 2 / 3
-            {
-                held.set(shard, false);
+            .await;
+            match stepped {
+                // Valid for the renew deadline from when the renewal was sent.
+                Ok(Ok(true)) => held.set(shard, Some(sent + renew_deadline)),
+                Ok(Ok(false)) => held.set(shard, None),
+                Ok(Err(e)) => tracing::warn!(shard, "lease: {e}"),
+                Err(_) => tracing::warn!(
+                    shard,
+                    "lease: no answer within {}s; the shard lapses unless a renewal succeeds in time",
+                    (renew_deadline / 2).as_secs()
+                ),
             }
         }
         tokio::select! {
@@ -139,27 +164,36 @@ pub async fn run_leases(
             _ = shutdown.changed() => break,
         }
     }
-    for shard in held.held() {
-        held.set(shard, false);
-        if let Ok(Some(mut lease)) = api.get_opt(&lease_name(&config.prefix, shard)).await
-            && lease
-                .spec
-                .as_ref()
-                .and_then(|s| s.holder_identity.as_deref())
-                == Some(config.identity.as_str())
-        {
-            if let Some(spec) = lease.spec.as_mut() {
-                spec.holder_identity = None;
-                spec.renew_time = None;
+    let release_all = async {
+        for shard in held.held() {
+            held.set(shard, None);
+            if let Ok(Some(mut lease)) = api.get_opt(&lease_name(&config.prefix, shard)).await
+                && lease
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.holder_identity.as_deref())
+                    == Some(config.identity.as_str())
+            {
+                if let Some(spec) = lease.spec.as_mut() {
+                    spec.holder_identity = None;
+                    spec.renew_time = None;
+                }
+                let _ = api
+                    .replace(
+                        &lease_name(&config.prefix, shard),
+                        &PostParams::default(),
+                        &lease,
+                    )
+                    .await;
             }
-            let _ = api
-                .replace(
-                    &lease_name(&config.prefix, shard),
-                    &PostParams::default(),
-                    &lease,
-                )
-                .await;
         }
+    };
+    // Releasing is a courtesy (the leases expire anyway): it may not hold up the exit.
+    if tokio::time::timeout(renew_deadline, release_all)
+        .await
+        .is_err()
+    {
+        tracing::warn!("lease: could not release the leases in time; they expire by themselves");
     }
 }
 
@@ -235,6 +269,18 @@ async fn step(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shard_is_owned_only_until_its_renew_deadline() {
+        let held = HeldShards::new(2);
+        held.set(1, Some(Instant::now() + Duration::from_secs(60)));
+        held.set(0, Some(Instant::now() - Duration::from_millis(1)));
+        assert!(held.owns_shard(1));
+        assert!(!held.owns_shard(0), "a lapsed shard is not owned");
+        assert_eq!(held.held(), BTreeSet::from([1]));
+        held.set(1, None);
+        assert!(!held.owns_shard(1));
+    }
 
     #[test]
     fn the_shard_of_a_cluster_is_stable_and_in_range() {

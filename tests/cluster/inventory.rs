@@ -1,11 +1,15 @@
 //! The ReleaseInventory's four writers share entries through list-map keys.
 
-use convoy::engine::api::{HealthState, HookPhase, HookState, ObjectKey};
+use convoy::engine::api::{HealthState, HookPhase, HookState, ObjectKey, reasons};
 use convoy::engine::inventory::{EntryHealth, HookMember, HookResult, InventoryHandle, Member};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Api;
+use kube::api::ListParams;
 use serde_json::{Value, json};
 
 use crate::support::TestEnv;
+use crate::support::fixture::Fixture;
 
 fn key(kind: &str, name: &str, ns: &str) -> ObjectKey {
     ObjectKey {
@@ -238,4 +242,50 @@ async fn a_health_write_on_a_stale_read_is_refused() {
     inv.delete().await.unwrap();
     assert!(inv.write_inventory_health(&read, &health).await.is_err());
     assert!(inv.get().await.unwrap().is_none());
+}
+
+/// A render of 20,000 objects would not fit in one ReleaseInventory: the sync refuses it
+/// before applying anything, naming the limit, instead of applying what it cannot record.
+#[tokio::test]
+async fn a_render_too_large_for_its_inventory_is_refused_before_anything_is_applied() {
+    let files: Vec<(String, String)> = (0..20_000)
+        .map(|i| {
+            (
+                format!("cm-{i:05}.yaml"),
+                crate::support::fixture::config_map(&format!("cm-{i:05}"), 0, "x"),
+            )
+        })
+        .collect();
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    let f = Fixture::new("inventory-too-large", &refs, json!({})).await;
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::UNAPPLIABLE);
+    assert!(
+        outcome.message.starts_with("nothing was applied: the render has 20000 objects; recording them would take its ReleaseInventory to about"),
+        "{}",
+        outcome.message
+    );
+    assert!(
+        outcome.message.contains("split the Release"),
+        "{}",
+        outcome.message
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let applied = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|c| {
+            c.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("cm-"))
+        })
+        .count();
+    assert_eq!(applied, 0);
 }

@@ -12,7 +12,7 @@ use kube::api::PostParams;
 use serde_json::json;
 
 use crate::support::fixture::{Fixture, config_map, deployment};
-use crate::support::owners_of;
+use crate::support::{eventually, owners_of};
 
 #[tokio::test]
 async fn the_first_sync_applies_the_render_as_convoy_release() {
@@ -731,4 +731,42 @@ async fn failures_are_reported_in_the_spec_order_although_fetch_and_cluster_run_
         status.last_attempted.unwrap().failure.unwrap().stage,
         "SourceResolution"
     );
+}
+
+/// A kind the cluster did not serve is looked up again after a while: a CRD someone installs
+/// later makes the Release appliable without a restart (the same Context, its discovery
+/// cache included).
+#[tokio::test]
+async fn a_crd_installed_later_is_found_without_a_restart() {
+    let gadget = "apiVersion: discovery.convoy.test/v1\nkind: Gadget\nmetadata:\n  name: one\nspec:\n  size: 1\n";
+    let f = Fixture::new("sync-late-crd", &[("gadget.yaml", gadget)], json!({})).await;
+    let crd = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: gadgets.discovery.convoy.test\nspec:\n  group: discovery.convoy.test\n  scope: Namespaced\n  names: {kind: Gadget, plural: gadgets, singular: gadget, listKind: GadgetList}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}\n";
+    // A control plane reused across runs may hold the CRD from an earlier one.
+    let _ = f.env.kubectl(&[
+        "delete",
+        "crd",
+        "gadgets.discovery.convoy.test",
+        "--ignore-not-found",
+        "--wait",
+    ]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, reasons::UNAPPLIABLE, "{}", outcome.message);
+    assert!(outcome.message.contains("Gadget"), "{}", outcome.message);
+    f.env.kubectl_apply_text(crd, &[]);
+    let out = f.env.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/gadgets.discovery.convoy.test",
+        "--timeout=60s",
+    ]);
+    assert!(out.status.success());
+    eventually(
+        "the Release to apply the Gadget",
+        Duration::from_secs(60),
+        || async {
+            let outcome = f.sync().await.outcome?;
+            (outcome.reason == reasons::APPLIED).then_some(())
+        },
+    )
+    .await;
 }

@@ -28,6 +28,17 @@ pub struct Daemon {
 impl Daemon {
     /// Start `convoy daemon` with `args` against `kubeconfig`, and wait until it is ready.
     pub async fn start(kubeconfig: &Path, args: &[&str]) -> Self {
+        let daemon = Self::spawn(kubeconfig, args);
+        support::eventually("the daemon to be ready", Duration::from_secs(30), || {
+            let ready = daemon.get("/readyz").is_some_and(|(code, _)| code == 200);
+            async move { ready.then_some(()) }
+        })
+        .await;
+        daemon
+    }
+
+    /// Start `convoy daemon` without waiting for it to be ready.
+    pub fn spawn(kubeconfig: &Path, args: &[&str]) -> Self {
         let port = free_port();
         let log = tempfile::NamedTempFile::new().unwrap();
         let cache = std::env::temp_dir().join(format!("convoy-daemon-cache-{port}"));
@@ -51,11 +62,9 @@ impl Daemon {
             .spawn()
             .unwrap();
         let daemon = Self { child, port, log };
-        support::eventually("the daemon to be ready", Duration::from_secs(30), || {
-            let ready = daemon.get("/readyz").is_some_and(|(code, _)| code == 200);
-            async move { ready.then_some(()) }
-        })
-        .await;
+        support::eventually_sync("the daemon to listen", Duration::from_secs(30), || {
+            daemon.get("/healthz").map(|_| ())
+        });
         daemon
     }
 

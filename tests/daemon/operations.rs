@@ -348,3 +348,57 @@ async fn sigkill_in_the_middle_of_a_wave_then_a_revert_leaves_nothing_behind() {
     assert!(f.config_map("base").await.is_some());
     eprintln!("killed with {left} bulk objects applied, {recorded} of them recorded");
 }
+
+/// A watch that keeps failing (here a missing RBAC permission) is loud: a warning naming the
+/// resource, a metric, and /readyz failing.
+#[tokio::test]
+async fn a_failing_watch_is_logged_counted_and_keeps_the_daemon_unready() {
+    let env = crate::support::TestEnv::new("daemon-watch-rbac").await;
+    let ns = env.namespace.clone();
+    env.kubectl_apply_text(
+        &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "half", "namespace": ns}})
+            .to_string(),
+        &[],
+    );
+    // Everything the controller watches except GitRepositories.
+    let role = format!("{ns}-half");
+    env.kubectl_apply_text(
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": role},
+            "rules": [
+                {"apiGroups": ["core.convoy.kumodo.io"], "resources": ["releases", "releaseinventories", "clusters"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["source.convoy.kumodo.io"], "resources": ["helmregistries", "ociregistries"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["*"]},
+            ]})
+        .to_string(),
+        &[],
+    );
+    env.kubectl_apply_text(
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": "half", "namespace": ns}]})
+        .to_string(),
+        &[],
+    );
+    let kubeconfig = env.service_account_kubeconfig(&ns, "half");
+    let daemon = Daemon::spawn(
+        kubeconfig.path(),
+        &["--role", "controller", "--render-store", "none"],
+    );
+    eventually(
+        "the watch failures to be counted",
+        Duration::from_secs(60),
+        || async {
+            (daemon.metric("convoy_watch_errors_total", &["resource=\"GitRepository\""]) >= 1.0)
+                .then_some(())
+        },
+    )
+    .await;
+    let logs = daemon.logs();
+    assert!(
+        logs.contains("watch failed (retried with backoff)") && logs.contains("GitRepository"),
+        "{logs}"
+    );
+    assert_eq!(daemon.get("/readyz").map(|(code, _)| code), Some(503));
+}

@@ -100,6 +100,7 @@ async fn a_daemon_refuses_file_urls_unless_allowed() {
         Cache::new(cache.path()),
         SourcePolicy {
             allow_file_urls: false,
+            ..Default::default()
         },
     );
     let err = strict

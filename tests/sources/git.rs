@@ -281,3 +281,41 @@ async fn over_ssh_with_a_key_and_known_hosts_from_credentials() {
         "the error names the host key check: {err}"
     );
 }
+
+/// A server that accepts and never answers: the fetch ends at its deadline, naming it, and
+/// the coordinator is free for the next request.
+#[tokio::test]
+async fn a_fetch_that_hangs_ends_at_the_fetch_deadline() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let _held = std::thread::spawn(move || {
+        // Accept and hold every connection open, saying nothing.
+        let mut open = Vec::new();
+        for stream in listener.incoming() {
+            open.push(stream);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let coordinator = convoy::engine::source::Coordinator::with_policy(
+        convoy::engine::source::Cache::new(dir.path()),
+        convoy::engine::source::SourcePolicy {
+            fetch_timeout: std::time::Duration::from_secs(2),
+            ..Default::default()
+        },
+    );
+    let url = format!("http://127.0.0.1:{port}/repo.git");
+    let started = std::time::Instant::now();
+    let err = coordinator
+        .ensure(
+            crate::SCOPE,
+            &git(&url, GitReference::Branch("main".into())),
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    assert_eq!(
+        err.to_string(),
+        format!("cannot fetch {url}: the fetch did not finish within 2s (the fetch deadline)")
+    );
+}

@@ -311,6 +311,25 @@ where
     }
 }
 
+/// Poll `check` (a blocking one) until it returns `Some`, or fail after `timeout`.
+pub fn eventually_sync<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// The field managers that own `path` (a `managedFields` fieldsV1 path such as
 /// `["f:status", "f:conditions", "k:{\"type\":\"Applied\"}"]`) of an object.
 pub fn owners_of(object: &serde_json::Value, path: &[&str]) -> Vec<String> {

@@ -73,6 +73,12 @@ pub struct DaemonArgs {
     /// convoy's own cache).
     #[arg(long)]
     pub allow_file_urls: bool,
+    /// The deadline of one source fetch (git, a chart repository, an OCI registry).
+    #[arg(long, default_value = "2m", value_parser = crate::engine::duration::parse_duration)]
+    pub fetch_timeout: Duration,
+    /// The deadline of one render (helm template, kustomize build); the tool is killed past it.
+    #[arg(long, default_value = "2m", value_parser = crate::engine::duration::parse_duration)]
+    pub render_timeout: Duration,
     #[command(flatten)]
     pub tenancy: crate::cli::tenancy_args::TenancyArgs,
 }
@@ -110,7 +116,9 @@ pub async fn run_daemon(global: &GlobalArgs, args: DaemonArgs) -> CommandResult 
         tenancy: args.tenancy.tenancy(),
         sources: crate::engine::source::SourcePolicy {
             allow_file_urls: args.allow_file_urls,
+            fetch_timeout: args.fetch_timeout,
         },
+        render_timeout: args.render_timeout,
     };
     run(config, daemon)
         .await

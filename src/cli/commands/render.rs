@@ -83,6 +83,7 @@ pub async fn render_input(
         coordinator: &coordinator,
         source_dir,
         cluster,
+        timeout: crate::engine::render::DEFAULT_RENDER_TIMEOUT,
     };
     let (_, rendered) = render_release(&ctx, &input.release)
         .await

@@ -3,10 +3,12 @@
 //! Resolved through discovery once per group-version and cached, so applying a thousand
 //! objects of three kinds costs two discovery requests. A CRD applied by the render itself
 //! makes its kind appear later: `forget` drops the cached group-version so the next lookup
-//! asks again.
+//! asks again. A miss (a group-version or kind the cluster did not serve) is asked again at
+//! most every [`MISS_RETRY`]: a CRD someone installs later is found without a restart.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use kube::Client;
 use kube::core::{ApiResource, GroupVersion};
@@ -36,10 +38,13 @@ pub enum ResolveKindError {
 /// does not serve it.
 type GroupVersionResources = Option<Vec<(ApiResource, ApiCapabilities)>>;
 
-/// A per-cluster cache of discovery answers.
+/// How long a discovery miss is believed before the cluster is asked again.
+pub const MISS_RETRY: Duration = Duration::from_secs(10);
+
+/// A per-cluster cache of discovery answers, each with when it was learned.
 pub struct ResourceCache {
     client: Client,
-    groups: Mutex<HashMap<String, GroupVersionResources>>,
+    groups: Mutex<HashMap<String, (Instant, GroupVersionResources)>>,
     fetch: tokio::sync::Mutex<()>,
 }
 
@@ -62,12 +67,20 @@ impl ResourceCache {
             group_version: api_version.to_string(),
             kind: kind.to_string(),
         };
-        let resources = match self.cached(api_version) {
+        let serves = |r: &GroupVersionResources| {
+            r.as_ref()
+                .is_some_and(|list| list.iter().any(|(ar, _)| ar.kind == kind))
+        };
+        let fresh = |cached: &Option<(Instant, GroupVersionResources)>| match cached {
+            Some((at, r)) if serves(r) || at.elapsed() < MISS_RETRY => Some(r.clone()),
+            _ => None,
+        };
+        let resources = match fresh(&self.cached(api_version)) {
             Some(r) => r,
             None => {
                 // One discovery request per group-version, even with many concurrent lookups.
                 let _guard = self.fetch.lock().await;
-                match self.cached(api_version) {
+                match fresh(&self.cached(api_version)) {
                     Some(r) => r,
                     None => self.discover(api_version).await?,
                 }
@@ -116,11 +129,11 @@ impl ResourceCache {
         self.lock().remove(api_version);
     }
 
-    fn cached(&self, api_version: &str) -> Option<GroupVersionResources> {
+    fn cached(&self, api_version: &str) -> Option<(Instant, GroupVersionResources)> {
         self.lock().get(api_version).cloned()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, GroupVersionResources>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, GroupVersionResources)>> {
         match self.groups.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
@@ -142,7 +155,8 @@ impl ResourceCache {
                 });
             }
         };
-        self.lock().insert(api_version.to_string(), found.clone());
+        self.lock()
+            .insert(api_version.to_string(), (Instant::now(), found.clone()));
         Ok(found)
     }
 }

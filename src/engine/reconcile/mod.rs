@@ -86,12 +86,19 @@ pub struct Context {
     pub releases: Option<Arc<dyn ReleaseIndex>>,
     /// As whom a Release acts and what it may reach (see `engine::tenancy`).
     pub tenancy: Arc<crate::engine::tenancy::Tenancy>,
+    /// The deadline of one render (helm, kustomize).
+    pub render_timeout: Duration,
     /// Where the installation's Secret digest key is read from (`None`: no key; Secrets get
     /// no digest and are always compared by a dry run).
     pub digest_key: Option<Arc<crate::engine::digest_key::KeyCell>>,
     cluster_info: Mutex<HashMap<String, (Instant, ClusterInfo)>>,
-    appliers: Mutex<HashMap<String, Arc<Applier>>>,
+    /// Appliers per server and identity, with when each was last used.
+    appliers: Mutex<HashMap<String, (Instant, Arc<Applier>)>>,
 }
+
+/// An applier unused this long is dropped (a Cluster's rotated credentials, a deleted
+/// Release's ServiceAccount): its client and discovery cache go with it.
+const APPLIER_IDLE: Duration = Duration::from_secs(3600);
 
 /// How long a target's discovery answers (version, API versions, scopes) are reused.
 const CLUSTER_INFO_TTL: Duration = Duration::from_secs(600);
@@ -107,6 +114,7 @@ impl Context {
             store: None,
             releases: None,
             tenancy: Arc::default(),
+            render_timeout: crate::engine::render::DEFAULT_RENDER_TIMEOUT,
             digest_key: None,
             cluster_info: Mutex::new(HashMap::new()),
             appliers: Mutex::new(HashMap::new()),
@@ -124,10 +132,18 @@ impl Context {
     /// credentials at their current version, never another's.
     pub fn applier(&self, target: &Target) -> Arc<Applier> {
         let mut appliers = lock(&self.appliers);
-        appliers
-            .entry(target.conn.cache_key())
-            .or_insert_with(|| Arc::new(Applier::new(target.conn.client.clone(), self.concurrency)))
-            .clone()
+        let key = target.conn.cache_key();
+        if !appliers.contains_key(&key) {
+            appliers.retain(|_, (used, _)| used.elapsed() < APPLIER_IDLE);
+        }
+        let entry = appliers.entry(key).or_insert_with(|| {
+            (
+                Instant::now(),
+                Arc::new(Applier::new(target.conn.client.clone(), self.concurrency)),
+            )
+        });
+        entry.0 = Instant::now();
+        entry.1.clone()
     }
 
     /// The installation's digest key, if this process can read it.
@@ -493,6 +509,18 @@ pub async fn sync_handler(
                 message,
             })?;
     let mut status = assemble::assemble_status(&release, &cached, &outcome, &state, rollup);
+    // The shard may have lapsed during the pass (a renewal that could not be made in time):
+    // another replica may own the Release now, so this one writes nothing more.
+    if !ctx.shard.owns(&release) {
+        tracing::warn!(release = %name, "the shard lapsed during the reconcile; its status is not written");
+        return Ok(HandlerResult {
+            outcome: None,
+            status: None,
+            wrote_status: false,
+            requeue: Requeue::Never,
+            error: None,
+        });
+    }
     let changed = status_changed(&cached, &status);
     if changed {
         status.reconciled_at = Some(state.now.clone());

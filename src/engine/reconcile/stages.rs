@@ -62,6 +62,7 @@ pub async fn stage_render(
         coordinator: &ctx.coordinator,
         source_dir: None,
         cluster: None,
+        timeout: ctx.render_timeout,
     };
     // Steps 1 and 2 at once: fetching the source (and rendering content that does not ask
     // the cluster) while the target cluster is resolved and discovered. Failures are still

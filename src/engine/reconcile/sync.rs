@@ -653,6 +653,15 @@ async fn sync_objects(
             false,
         );
     }
+    // Nothing is applied that the inventory cannot record.
+    let all_keys: Vec<ObjectKey> = keyed.iter().map(|(k, _)| k.clone()).collect();
+    if let Err(refused) = crate::engine::inventory::check_capacity(&all_keys) {
+        return syncing_failed(
+            reasons::UNAPPLIABLE,
+            format!("nothing was applied: {refused}"),
+            false,
+        );
+    }
     // Nor may a render take an object another existing Release owns, unless it adopts it.
     if let Some(refused) = claimed_objects(ctx, run.release, &keyed, &live).await {
         return syncing_failed(reasons::UNAPPLIABLE, refused, false);
@@ -750,6 +759,18 @@ async fn sync_objects(
     let recorded_keys: BTreeSet<&ObjectKey> = recorded.iter().map(|m| &m.key).collect();
     let mut previous_wave: Option<i32> = None;
     for (wave, wave_objects) in waves::group(objects) {
+        // The shard is checked at the moment of use: a replica whose shard lapsed (a hung
+        // renewal, a stopped process) applies nothing more.
+        if !ctx.shard.owns(run.release) {
+            return syncing_failed(
+                reasons::DEPLOY_FAILED,
+                format!(
+                    "stopped before wave {wave}: this replica no longer holds the Release's shard"
+                ),
+                true,
+            )
+            .with_waves(wave_status);
+        }
         if let (Some(policy), Some(before)) = (&run.wave_gate, previous_wave)
             && let Some(hold) = wave_health_gate(run, inventory, policy, before, wave).await
         {

@@ -344,7 +344,11 @@ pub async fn template(
         )));
     }
     tracing::debug!("helm template finished");
-    parse.finish().map_err(RenderError::Manifests)
+    // Joining the parse workers blocks: off the async threads.
+    tokio::task::spawn_blocking(move || parse.finish())
+        .await
+        .map_err(|e| RenderError::Tool(format!("parsing the helm output failed: {e}")))?
+        .map_err(RenderError::Manifests)
 }
 
 /// helm prints its whole output in one write once it has rendered, then exits. In a pipe of

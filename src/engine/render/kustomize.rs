@@ -64,8 +64,13 @@ pub async fn build(
     if !out.status.success() {
         return Err(RenderError::Kustomize(tool_message(&out.stderr, &[root])));
     }
-    let text = String::from_utf8_lossy(&out.stdout);
-    parse_documents(&text, "kustomize build output").map_err(RenderError::Manifests)
+    tokio::task::spawn_blocking(move || {
+        let text = String::from_utf8_lossy(&out.stdout);
+        parse_documents(&text, "kustomize build output")
+    })
+    .await
+    .map_err(|e| RenderError::Tool(format!("parsing the kustomize output failed: {e}")))?
+    .map_err(RenderError::Manifests)
 }
 
 /// Read the kustomization in `dir` and every one it loads, and check that every path they

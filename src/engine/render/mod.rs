@@ -19,6 +19,6 @@ pub use error::RenderError;
 pub use helm::ClusterInfo;
 pub use object::Object;
 pub use release::{
-    Fetched, RenderContext, Rendered, content_needs_cluster, fetch_source, finish_render,
-    render_content, render_fetched, render_release,
+    DEFAULT_RENDER_TIMEOUT, Fetched, RenderContext, Rendered, content_needs_cluster, fetch_source,
+    finish_render, render_content, render_fetched, render_release,
 };

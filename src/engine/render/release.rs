@@ -30,7 +30,12 @@ pub struct RenderContext<'a> {
     pub source_dir: Option<&'a Path>,
     /// The target cluster, when known: Helm capabilities and object scopes.
     pub cluster: Option<&'a ClusterInfo>,
+    /// The deadline of rendering the content (helm, kustomize): the tool is killed past it.
+    pub timeout: std::time::Duration,
 }
+
+/// The default deadline of a render.
+pub const DEFAULT_RENDER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// A fetched source.
 #[derive(Debug, Clone)]
@@ -121,8 +126,23 @@ pub fn content_needs_cluster(release: &Release) -> bool {
     release.spec.content.content_type == ContentType::Helm
 }
 
-/// stageRender steps 3–4: values and the content's objects, before mutations.
+/// stageRender steps 3–4: values and the content's objects, before mutations, within the
+/// render deadline (helm or kustomize is killed past it: `kill_on_drop`).
 pub async fn render_content(
+    ctx: &RenderContext<'_>,
+    release: &Release,
+    fetched: &Fetched,
+) -> Result<Vec<Object>, RenderError> {
+    match tokio::time::timeout(ctx.timeout, render_content_now(ctx, release, fetched)).await {
+        Ok(result) => result,
+        Err(_) => Err(RenderError::Tool(format!(
+            "rendering did not finish within {} (the render deadline)",
+            crate::engine::duration::human(ctx.timeout)
+        ))),
+    }
+}
+
+async fn render_content_now(
     ctx: &RenderContext<'_>,
     release: &Release,
     fetched: &Fetched,

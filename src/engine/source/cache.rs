@@ -145,6 +145,41 @@ impl Cache {
         Ok(digest)
     }
 
+    /// Unpack into a fresh staging directory with `unpack` and install the result, on the
+    /// blocking pool: unpacking and hashing a tree is file work that must not hold an async
+    /// thread (the probes and other reconciles run there).
+    pub async fn unpack_and_install<E, F>(
+        &self,
+        scope: &str,
+        revision_key: Option<&str>,
+        unpack: F,
+    ) -> Result<Result<String, CacheError>, E>
+    where
+        F: FnOnce(&Path) -> Result<(), E> + Send + 'static,
+        E: Send + 'static,
+    {
+        let cache = self.clone();
+        let scope = scope.to_string();
+        let key = revision_key.map(str::to_string);
+        let joined = tokio::task::spawn_blocking(move || {
+            let staging = match cache.staging() {
+                Ok(s) => s,
+                Err(e) => return Ok(Err(e)),
+            };
+            unpack(staging.path())?;
+            Ok(cache.install(staging, &scope, key.as_deref()))
+        })
+        .await;
+        match joined {
+            Ok(result) => result,
+            Err(e) => Ok(Err(CacheError {
+                action: "unpack into",
+                path: self.root.join("tmp"),
+                source: std::io::Error::other(e.to_string()),
+            })),
+        }
+    }
+
     fn revision_path(&self, scope: &str, key: &str) -> PathBuf {
         self.root.join("revisions").join(scoped_hex(scope, key))
     }

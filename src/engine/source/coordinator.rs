@@ -75,51 +75,67 @@ impl Coordinator {
             None => None,
         };
         self.fetches.fetch_add(1, Ordering::Relaxed);
-        let result = match request {
-            SourceRequest::Git { url, reference } => {
-                git::fetch(
-                    &self.cache,
-                    scope,
-                    url,
-                    reference,
-                    credentials,
-                    &self.policy,
-                )
-                .await
-            }
-            SourceRequest::Helm {
-                url,
-                chart,
-                version,
-            } => {
-                helm_repo::fetch(
-                    &self.cache,
-                    scope,
+        // Every fetch has a deadline; a git child still running is killed when its future is
+        // dropped (`kill_on_drop`).
+        let fetch = async {
+            match request {
+                SourceRequest::Git { url, reference } => {
+                    git::fetch(
+                        &self.cache,
+                        scope,
+                        url,
+                        reference,
+                        credentials,
+                        &self.policy,
+                    )
+                    .await
+                }
+                SourceRequest::Helm {
                     url,
                     chart,
-                    version.as_deref(),
-                    credentials,
-                )
-                .await
-            }
-            SourceRequest::Oci {
-                url,
-                tag,
-                digest,
-                insecure,
-            } => {
-                oci::fetch(
-                    &self.cache,
-                    scope,
+                    version,
+                } => {
+                    helm_repo::fetch(
+                        &self.cache,
+                        scope,
+                        url,
+                        chart,
+                        version.as_deref(),
+                        credentials,
+                    )
+                    .await
+                }
+                SourceRequest::Oci {
                     url,
-                    tag.as_deref(),
-                    digest.as_deref(),
-                    *insecure,
-                    credentials,
-                )
-                .await
+                    tag,
+                    digest,
+                    insecure,
+                } => {
+                    oci::fetch(
+                        &self.cache,
+                        scope,
+                        url,
+                        tag.as_deref(),
+                        digest.as_deref(),
+                        *insecure,
+                        credentials,
+                    )
+                    .await
+                }
             }
         };
+        let timeout = self.policy.fetch_timeout;
+        let result = match tokio::time::timeout(timeout, fetch).await {
+            Ok(result) => result,
+            Err(_) => Err(SourceError::not_ready(
+                request.url(),
+                format!(
+                    "the fetch did not finish within {} (the fetch deadline)",
+                    crate::engine::duration::human(timeout)
+                ),
+            )),
+        };
+
         if let Ok(artifact) = &result {
             *result_slot = Some((Instant::now(), artifact.clone()));
         }

@@ -128,12 +128,15 @@ pub async fn fetch(
         });
     }
     let tar = runner.output(&["archive", "--format=tar", &sha]).await?;
-    let staging = cache.staging()?;
-    archive::unpack_tar(tar.as_slice(), staging.path()).map_err(|source| SourceError::Archive {
-        url: url.to_string(),
-        source,
-    })?;
-    let digest = cache.install(staging, scope, Some(&key))?;
+    let digest = cache
+        .unpack_and_install(scope, Some(&key), move |dir| {
+            archive::unpack_tar(tar.as_slice(), dir)
+        })
+        .await
+        .map_err(|source| SourceError::Archive {
+            url: url.to_string(),
+            source,
+        })??;
     Ok(Artifact {
         revision,
         path: cache.artifact_dir(&digest),

@@ -103,14 +103,15 @@ pub async fn fetch(
             ));
         }
     }
-    let staging = cache.staging()?;
-    archive::unpack_tar_gz(archive_bytes.as_slice(), staging.path()).map_err(|source| {
-        SourceError::Archive {
+    let digest = cache
+        .unpack_and_install(scope, Some(&key), move |dir| {
+            archive::unpack_tar_gz(archive_bytes.as_slice(), dir)
+        })
+        .await
+        .map_err(|source| SourceError::Archive {
             url: chart_url.clone(),
             source,
-        }
-    })?;
-    let digest = cache.install(staging, scope, Some(&key))?;
+        })??;
     Ok(Artifact {
         revision: entry.version.clone(),
         path: cache.artifact_dir(&digest),

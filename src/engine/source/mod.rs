@@ -124,12 +124,19 @@ impl Credentials {
 pub struct SourcePolicy {
     /// `file://` Git URLs (never into convoy's own cache, whatever this says).
     pub allow_file_urls: bool,
+    /// The deadline of one fetch (git, HTTP, OCI), unpacking included; a fetch past it is
+    /// stopped (its git process killed) and fails naming the deadline.
+    pub fetch_timeout: std::time::Duration,
 }
+
+/// The default deadline of a fetch.
+pub const DEFAULT_FETCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
 impl Default for SourcePolicy {
     fn default() -> Self {
         Self {
             allow_file_urls: true,
+            fetch_timeout: DEFAULT_FETCH_TIMEOUT,
         }
     }
 }

@@ -89,25 +89,31 @@ pub async fn fetch(
             url: url.to_string(),
         });
     }
-    let staging = cache.staging()?;
-    for layer in &image.layers {
-        let unpacked = if TAR_GZIP_LAYERS.contains(&layer.media_type.as_str()) {
-            archive::unpack_tar_gz(layer.data.as_ref(), staging.path())
-        } else if TAR_LAYERS.contains(&layer.media_type.as_str()) {
-            archive::unpack_tar(layer.data.as_ref(), staging.path())
-        } else {
-            continue;
-        };
-        unpacked.map_err(|source| SourceError::Archive {
+    let layers: Vec<(String, Vec<u8>)> = image
+        .layers
+        .iter()
+        .map(|l| (l.media_type.clone(), l.data.to_vec()))
+        .collect();
+    let digest = cache
+        .unpack_and_install(
+            scope,
+            (!manifest_digest.is_empty()).then_some(key.as_str()),
+            move |dir| {
+                for (media_type, data) in &layers {
+                    if TAR_GZIP_LAYERS.contains(&media_type.as_str()) {
+                        archive::unpack_tar_gz(data.as_slice(), dir)?;
+                    } else if TAR_LAYERS.contains(&media_type.as_str()) {
+                        archive::unpack_tar(data.as_slice(), dir)?;
+                    }
+                }
+                Ok(())
+            },
+        )
+        .await
+        .map_err(|source| SourceError::Archive {
             url: url.to_string(),
             source,
-        })?;
-    }
-    let digest = cache.install(
-        staging,
-        scope,
-        (!manifest_digest.is_empty()).then_some(key.as_str()),
-    )?;
+        })??;
     Ok(Artifact {
         revision,
         path: cache.artifact_dir(&digest),
