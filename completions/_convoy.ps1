@@ -108,7 +108,7 @@ Register-ArgumentCompleter -Native -CommandName 'convoy' -ScriptBlock {
             break
         }
         'convoy;sync' {
-            [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'How long --wait waits')
+            [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'How long --wait waits, and how long a sync waits for its hooks and (with a healthAssessment) health')
             [CompletionResult]::new('--concurrency', '--concurrency', [CompletionResultType]::ParameterName, 'Requests in flight per apply step')
             [CompletionResult]::new('--cache-dir', '--cache-dir', [CompletionResultType]::ParameterName, 'Where fetched sources are cached (default: $CONVOY_CACHE_DIR or ~/.cache/convoy)')
             [CompletionResult]::new('--render-store', '--render-store', [CompletionResultType]::ParameterName, 'Where renders and history are kept: kubernetes (Secrets in convoy-system, as the daemon keeps them), kubernetes:NAMESPACE, dir:PATH, or none')
@@ -285,6 +285,8 @@ Register-ArgumentCompleter -Native -CommandName 'convoy' -ScriptBlock {
             [CompletionResult]::new('--watch-namespace', '--watch-namespace', [CompletionResultType]::ParameterName, 'Watch only these namespaces (comma-separated or repeated; default: all)')
             [CompletionResult]::new('--render-store', '--render-store', [CompletionResultType]::ParameterName, 'Where renders and history are kept: kubernetes (Secrets in the Lease namespace), kubernetes:NAMESPACE, dir:PATH, or none (no pins, rollbacks or history)')
             [CompletionResult]::new('--resync', '--resync', [CompletionResultType]::ParameterName, 'How often every Release is looked at again even without events')
+            [CompletionResult]::new('--fetch-timeout', '--fetch-timeout', [CompletionResultType]::ParameterName, 'The deadline of one source fetch (git, a chart repository, an OCI registry)')
+            [CompletionResult]::new('--render-timeout', '--render-timeout', [CompletionResultType]::ParameterName, 'The deadline of one render (helm template, kustomize build); the tool is killed past it')
             [CompletionResult]::new('--default-service-account', '--default-service-account', [CompletionResultType]::ParameterName, 'Impersonate this ServiceAccount of each Release''s namespace for Releases that name no spec.serviceAccountName (Releases never act as convoy itself then)')
             [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)')
             [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The kubeconfig context to use')

@@ -185,7 +185,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__daemon)
-            opts="-n -o -v -q -h --role --shards --lease-namespace --identity --lease-duration --listen --workers --concurrency --cache-dir --watch-namespace --render-store --resync --allow-file-urls --default-service-account --allow-cross-namespace-refs --insecure-kubeconfig-exec --insecure-kubeconfig-tls --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            opts="-n -o -v -q -h --role --shards --lease-namespace --identity --lease-duration --listen --workers --concurrency --cache-dir --watch-namespace --render-store --resync --allow-file-urls --fetch-timeout --render-timeout --default-service-account --allow-cross-namespace-refs --insecure-kubeconfig-exec --insecure-kubeconfig-tls --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -236,6 +236,14 @@ _convoy() {
                     return 0
                     ;;
                 --resync)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --fetch-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --render-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -102,7 +102,7 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand --help 'Print help (see more with ''--help'')'
         }
         &'convoy;sync'= {
-            cand --timeout 'How long --wait waits'
+            cand --timeout 'How long --wait waits, and how long a sync waits for its hooks and (with a healthAssessment) health'
             cand --concurrency 'Requests in flight per apply step'
             cand --cache-dir 'Where fetched sources are cached (default: $CONVOY_CACHE_DIR or ~/.cache/convoy)'
             cand --render-store 'Where renders and history are kept: kubernetes (Secrets in convoy-system, as the daemon keeps them), kubernetes:NAMESPACE, dir:PATH, or none'
@@ -271,6 +271,8 @@ set edit:completion:arg-completer[convoy] = {|@words|
             cand --watch-namespace 'Watch only these namespaces (comma-separated or repeated; default: all)'
             cand --render-store 'Where renders and history are kept: kubernetes (Secrets in the Lease namespace), kubernetes:NAMESPACE, dir:PATH, or none (no pins, rollbacks or history)'
             cand --resync 'How often every Release is looked at again even without events'
+            cand --fetch-timeout 'The deadline of one source fetch (git, a chart repository, an OCI registry)'
+            cand --render-timeout 'The deadline of one render (helm template, kustomize build); the tool is killed past it'
             cand --default-service-account 'Impersonate this ServiceAccount of each Release''s namespace for Releases that name no spec.serviceAccountName (Releases never act as convoy itself then)'
             cand --kubeconfig 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)'
             cand --context 'The kubeconfig context to use'

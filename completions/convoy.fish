@@ -95,7 +95,7 @@ complete -c convoy -n "__fish_convoy_using_subcommand diff" -l no-color -d 'Neve
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -s q -l quiet -d 'Only errors on stderr'
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c convoy -n "__fish_convoy_using_subcommand sync" -l timeout -d 'How long --wait waits' -r
+complete -c convoy -n "__fish_convoy_using_subcommand sync" -l timeout -d 'How long --wait waits, and how long a sync waits for its hooks and (with a healthAssessment) health' -r
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -l concurrency -d 'Requests in flight per apply step' -r
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -l cache-dir -d 'Where fetched sources are cached (default: $CONVOY_CACHE_DIR or ~/.cache/convoy)' -r -F
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -l render-store -d 'Where renders and history are kept: kubernetes (Secrets in convoy-system, as the daemon keeps them), kubernetes:NAMESPACE, dir:PATH, or none' -r
@@ -240,6 +240,8 @@ complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l cache-dir -d 'W
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l watch-namespace -d 'Watch only these namespaces (comma-separated or repeated; default: all)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l render-store -d 'Where renders and history are kept: kubernetes (Secrets in the Lease namespace), kubernetes:NAMESPACE, dir:PATH, or none (no pins, rollbacks or history)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l resync -d 'How often every Release is looked at again even without events' -r
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l fetch-timeout -d 'The deadline of one source fetch (git, a chart repository, an OCI registry)' -r
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l render-timeout -d 'The deadline of one render (helm template, kustomize build); the tool is killed past it' -r
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l default-service-account -d 'Impersonate this ServiceAccount of each Release\'s namespace for Releases that name no spec.serviceAccountName (Releases never act as convoy itself then)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l context -d 'The kubeconfig context to use' -r

@@ -10,6 +10,10 @@ use crate::engine::render::render_ref::short;
 /// Shows reconcile progress.
 pub struct SyncProgress {
     bar: Option<ProgressBar>,
+    /// Lines shown so far, and whether the reconciles now are follow-ups of a sync that waits
+    /// for its hooks or health: those repeat the render and the empty waves every poll, which
+    /// says nothing new, so only lines not shown before and waves that apply something show.
+    shown: std::sync::Mutex<(std::collections::HashSet<String>, bool)>,
 }
 
 impl SyncProgress {
@@ -25,7 +29,17 @@ impl SyncProgress {
             bar.set_message("rendering");
             bar
         });
-        Self { bar }
+        Self {
+            bar,
+            shown: Default::default(),
+        }
+    }
+
+    /// From now on, reconciles follow up the first one: show only what is new.
+    pub fn following_up(&self) {
+        if let Ok(mut shown) = self.shown.lock() {
+            shown.1 = true;
+        }
     }
 
     /// A line of its own (a hold, a hook): a new spinner message on a terminal.
@@ -49,6 +63,13 @@ impl SyncProgress {
 
 impl Progress for SyncProgress {
     fn event(&self, event: ProgressEvent) {
+        let nothing_applied = matches!(
+            event,
+            ProgressEvent::WaveStarted { objects: 0, .. }
+                | ProgressEvent::WaveApplied { objects: 0, .. }
+                | ProgressEvent::Pruned { objects: 0 }
+                | ProgressEvent::DryRunPassed { .. }
+        );
         let line = match event {
             ProgressEvent::Rendered {
                 render_ref,
@@ -71,6 +92,13 @@ impl Progress for SyncProgress {
             }
             ProgressEvent::Pruned { objects } => format!("pruned {}", count(objects, "object")),
         };
+        if let Ok(mut shown) = self.shown.lock() {
+            let following_up = shown.1;
+            let new = shown.0.insert(line.clone());
+            if following_up && (nothing_applied || !new) {
+                return;
+            }
+        }
         match &self.bar {
             Some(bar) => {
                 bar.println(format!("  {line}"));

@@ -116,9 +116,23 @@ pub async fn run(global: &GlobalArgs, args: SyncArgs, printer: &mut Printer) -> 
         Err(e) => Err(e),
     };
     progress.finish();
-    let result = result?;
+    let (result, gave_up) = result?;
     match result.outcome {
-        Some(outcome) => report_outcome(&namespace, &args.name, &outcome, printer),
+        Some(outcome) => {
+            let status = report_outcome(&namespace, &args.name, &outcome, printer)?;
+            match gave_up {
+                // The state at the deadline is on stdout; why the command stopped goes to stderr.
+                Some(waiting) => Err(CliError::new(
+                    ExitStatus::No,
+                    anyhow::anyhow!(
+                        "stopped waiting after {} (--timeout): {waiting}; a daemon, or the next \
+                         convoy sync, carries on from here",
+                        crate::engine::duration::human(args.timeout)
+                    ),
+                )),
+                None => Ok(status),
+            }
+        }
         None => {
             printer
                 .line("the Release is being deleted; nothing to sync")
@@ -135,14 +149,15 @@ const FINISH_POLL: Duration = Duration::from_secs(1);
 /// wave's health, or whose hooks still run, polls them itself with the health loop's own pass
 /// (same functions, same field managers, so a daemon running meanwhile sees the same values)
 /// and reconciles again, until the render is applied with every hook finished (and Healthy,
-/// where the Release has a healthAssessment), something fails, or `--timeout` passes.
+/// where the Release has a healthAssessment), something fails, or `--timeout` passes. At the
+/// deadline it returns the last result with what it still waited for.
 async fn finish_what_it_started(
     ctx: &Context,
     api: &Api<Release>,
     args: &SyncArgs,
     first: crate::engine::reconcile::HandlerResult,
     progress: &SyncProgress,
-) -> Result<crate::engine::reconcile::HandlerResult, CliError> {
+) -> Result<(crate::engine::reconcile::HandlerResult, Option<String>), CliError> {
     use crate::engine::api::condition_types;
     let deadline = tokio::time::Instant::now() + args.timeout;
     let memory = crate::engine::health::HealthMemory::default();
@@ -151,7 +166,7 @@ async fn finish_what_it_started(
     let mut last_note = String::new();
     loop {
         let Some(outcome) = &result.outcome else {
-            return Ok(result);
+            return Ok((result, None));
         };
         let held = matches!(
             outcome.reason,
@@ -173,12 +188,12 @@ async fn finish_what_it_started(
             "waiting for hooks to finish".to_string()
         } else if outcome.applied_render && waited && release.spec.health_assessment.is_some() {
             match status.condition(condition_types::HEALTHY) {
-                Some(c) if c.status == "True" => return Ok(result),
-                Some(c) if c.reason == reasons::healthy::DEGRADED => return Ok(result),
+                Some(c) if c.status == "True" => return Ok((result, None)),
+                Some(c) if c.reason == reasons::healthy::DEGRADED => return Ok((result, None)),
                 _ => "waiting for the render to be healthy".to_string(),
             }
         } else {
-            return Ok(result);
+            return Ok((result, None));
         };
         waited = true;
         if note != last_note {
@@ -186,15 +201,7 @@ async fn finish_what_it_started(
             last_note = note;
         }
         if tokio::time::Instant::now() >= deadline {
-            return Err(CliError::new(
-                ExitStatus::No,
-                anyhow::anyhow!(
-                    "Release {}: still {} after {} (--timeout)",
-                    args.name,
-                    last_note,
-                    crate::engine::duration::human(args.timeout)
-                ),
-            ));
+            return Ok((result, Some(last_note)));
         }
         // The health loop's pass: hook states and object health, written as it writes them.
         if let Err(e) = crate::engine::health::health_pass(ctx, &memory, &release).await {
@@ -212,6 +219,7 @@ async fn finish_what_it_started(
                 anyhow::Error::new(e).context("read the Release"),
             )
         })?;
+        progress.following_up();
         result = sync_handler(ctx, &release, 0)
             .await
             .map_err(|e| CliError::new(ExitStatus::No, e))?;

@@ -451,14 +451,15 @@ pub struct Lifecycle {
 }
 
 /// When a hook runs.
+// `sync` runs with the objects of its sync wave (Argo CD's `Sync` hooks): armed after the wave
+// is applied, and the next wave waits for it. (A plain comment: a doc comment on one variant
+// turns the CRD's enum into a oneOf and drops `null` from the optional uses.)
 #[derive(
     Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
 )]
 #[serde(rename_all = "camelCase")]
 pub enum HookPhase {
     PreSync,
-    /// With the objects of its sync wave (Argo CD's `Sync` hooks): armed after the wave is
-    /// applied, and the next wave waits for it.
     Sync,
     PostSync,
     SyncFailed,
