@@ -101,7 +101,7 @@ _convoy() {
 
     case "${cmd}" in
         convoy)
-            opts="-n -o -v -q -h -V --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help --version render diff sync status health get pin unpin history install daemon completions help"
+            opts="-n -o -v -q -h -V --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --request-timeout --help --version render diff sync status health get pin unpin history install daemon completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -135,6 +135,10 @@ _convoy() {
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
+                --request-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -143,7 +147,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__completions)
-            opts="-n -o -v -q -h --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help bash zsh fish powershell elvish"
+            opts="-n -o -v -q -h --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --request-timeout --help bash zsh fish powershell elvish"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -177,6 +181,10 @@ _convoy() {
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
+                --request-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -185,7 +193,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__daemon)
-            opts="-n -o -v -q -h --role --shards --lease-namespace --identity --lease-duration --listen --workers --concurrency --cache-dir --watch-namespace --render-store --resync --allow-file-urls --fetch-timeout --render-timeout --default-service-account --allow-cross-namespace-refs --insecure-kubeconfig-exec --insecure-kubeconfig-tls --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            opts="-n -o -v -q -h --role --shards --lease-namespace --identity --lease-duration --listen --workers --concurrency --cache-dir --watch-namespace --render-store --resync --allow-file-urls --fetch-timeout --render-timeout --shutdown-grace --default-service-account --allow-cross-namespace-refs --insecure-kubeconfig-exec --insecure-kubeconfig-tls --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --request-timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -247,6 +255,10 @@ _convoy() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --shutdown-grace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --default-service-account)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -279,6 +291,10 @@ _convoy() {
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
+                --request-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -287,7 +303,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__diff)
-            opts="-f -U -n -o -v -q -h --filename --source-dir --concurrency --unified --cache-dir --render-store --default-service-account --allow-cross-namespace-refs --insecure-kubeconfig-exec --insecure-kubeconfig-tls --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            opts="-f -U -n -o -v -q -h --filename --source-dir --concurrency --unified --cache-dir --render-store --default-service-account --allow-cross-namespace-refs --insecure-kubeconfig-exec --insecure-kubeconfig-tls --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --request-timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -357,6 +373,10 @@ _convoy() {
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
+                --request-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -365,7 +385,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__get)
-            opts="-A -n -o -v -q -h --all-namespaces --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            opts="-A -n -o -v -q -h --all-namespaces --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --request-timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -399,6 +419,10 @@ _convoy() {
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
+                --request-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -407,7 +431,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__health)
-            opts="-n -o -v -q -h --watch --live --default-service-account --allow-cross-namespace-refs --insecure-kubeconfig-exec --insecure-kubeconfig-tls --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            opts="-n -o -v -q -h --watch --live --default-service-account --allow-cross-namespace-refs --insecure-kubeconfig-exec --insecure-kubeconfig-tls --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --request-timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -443,6 +467,10 @@ _convoy() {
                     ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                --request-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)
@@ -649,7 +677,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__history)
-            opts="-n -o -v -q -h --render-store --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            opts="-n -o -v -q -h --render-store --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --request-timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -687,6 +715,10 @@ _convoy() {
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
+                --request-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -695,7 +727,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__install)
-            opts="-n -o -v -q -h --crds-only --dry-run --image --cluster-admin --tenant --timeout --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            opts="-n -o -v -q -h --crds-only --dry-run --image --cluster-admin --tenant --timeout --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --request-timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -741,6 +773,10 @@ _convoy() {
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
+                --request-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -749,7 +785,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__pin)
-            opts="-n -o -v -q -h --render-store --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            opts="-n -o -v -q -h --render-store --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --request-timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -787,6 +823,10 @@ _convoy() {
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
+                --request-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -795,7 +835,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__render)
-            opts="-f -n -o -v -q -h --filename --source-dir --ref-only --cache-dir --default-service-account --allow-cross-namespace-refs --insecure-kubeconfig-exec --insecure-kubeconfig-tls --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            opts="-f -n -o -v -q -h --filename --source-dir --ref-only --cache-dir --default-service-account --allow-cross-namespace-refs --insecure-kubeconfig-exec --insecure-kubeconfig-tls --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --request-timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -849,6 +889,10 @@ _convoy() {
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
+                --request-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -857,7 +901,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__status)
-            opts="-n -o -v -q -h --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            opts="-n -o -v -q -h --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --request-timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -891,6 +935,10 @@ _convoy() {
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
+                --request-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -899,7 +947,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__sync)
-            opts="-y -n -o -v -q -h --force --yes --request --wait --timeout --concurrency --cache-dir --render-store --default-service-account --allow-cross-namespace-refs --insecure-kubeconfig-exec --insecure-kubeconfig-tls --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            opts="-y -n -o -v -q -h --force --yes --request --wait --timeout --concurrency --cache-dir --render-store --default-service-account --allow-cross-namespace-refs --insecure-kubeconfig-exec --insecure-kubeconfig-tls --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --request-timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -953,6 +1001,10 @@ _convoy() {
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
+                --request-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -961,7 +1013,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__unpin)
-            opts="-n -o -v -q -h --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --help"
+            opts="-n -o -v -q -h --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --request-timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -993,6 +1045,10 @@ _convoy() {
                     ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                --request-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_convoy_global_optspecs
-    string join \n kubeconfig= context= n/namespace= o/output= no-color v/verbose q/quiet log-format= h/help V/version
+    string join \n kubeconfig= context= n/namespace= o/output= no-color v/verbose q/quiet log-format= request-timeout= h/help V/version
 end
 
 function __fish_convoy_needs_command
@@ -33,6 +33,7 @@ json\t''
 diff\t'Only for `convoy diff`'"
 complete -c convoy -n "__fish_convoy_needs_command" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
+complete -c convoy -n "__fish_convoy_needs_command" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
 complete -c convoy -n "__fish_convoy_needs_command" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
 complete -c convoy -n "__fish_convoy_needs_command" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_needs_command" -s q -l quiet -d 'Only errors on stderr'
@@ -64,6 +65,7 @@ json\t''
 diff\t'Only for `convoy diff`'"
 complete -c convoy -n "__fish_convoy_using_subcommand render" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
+complete -c convoy -n "__fish_convoy_using_subcommand render" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand render" -l ref-only -d 'Print only the renderRef'
 complete -c convoy -n "__fish_convoy_using_subcommand render" -l allow-cross-namespace-refs -d 'Let a Release target, mutate into or render objects for namespaces other than its own'
 complete -c convoy -n "__fish_convoy_using_subcommand render" -l insecure-kubeconfig-exec -d 'Let a Cluster\'s kubeconfig run exec credential and auth-provider plugins (they run commands as convoy)'
@@ -88,6 +90,7 @@ json\t''
 diff\t'Only for `convoy diff`'"
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
+complete -c convoy -n "__fish_convoy_using_subcommand diff" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -l allow-cross-namespace-refs -d 'Let a Release target, mutate into or render objects for namespaces other than its own'
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -l insecure-kubeconfig-exec -d 'Let a Cluster\'s kubeconfig run exec credential and auth-provider plugins (they run commands as convoy)'
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -l insecure-kubeconfig-tls -d 'Let a Cluster\'s kubeconfig turn off TLS verification'
@@ -109,6 +112,7 @@ json\t''
 diff\t'Only for `convoy diff`'"
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
+complete -c convoy -n "__fish_convoy_using_subcommand sync" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -l force -d 'A forced sync: skip the server-side dry-run gate'
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -s y -l yes -d 'Do not ask for confirmation of --force'
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -l request -d 'Only write the /sync request for the daemon; do not reconcile here'
@@ -129,6 +133,7 @@ json\t''
 diff\t'Only for `convoy diff`'"
 complete -c convoy -n "__fish_convoy_using_subcommand status" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
+complete -c convoy -n "__fish_convoy_using_subcommand status" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand status" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
 complete -c convoy -n "__fish_convoy_using_subcommand status" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand status" -s q -l quiet -d 'Only errors on stderr'
@@ -143,6 +148,7 @@ json\t''
 diff\t'Only for `convoy diff`'"
 complete -c convoy -n "__fish_convoy_using_subcommand health" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
+complete -c convoy -n "__fish_convoy_using_subcommand health" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand health" -l watch -d 'Redraw on every change until every object is Healthy (or Ctrl-C)'
 complete -c convoy -n "__fish_convoy_using_subcommand health" -l live -d 'Assess now with the same rules as the health loop, writing nothing'
 complete -c convoy -n "__fish_convoy_using_subcommand health" -l allow-cross-namespace-refs -d 'Let a Release target, mutate into or render objects for namespaces other than its own'
@@ -161,6 +167,7 @@ json\t''
 diff\t'Only for `convoy diff`'"
 complete -c convoy -n "__fish_convoy_using_subcommand get" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
+complete -c convoy -n "__fish_convoy_using_subcommand get" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand get" -s A -l all-namespaces -d 'List Releases in every namespace'
 complete -c convoy -n "__fish_convoy_using_subcommand get" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
 complete -c convoy -n "__fish_convoy_using_subcommand get" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
@@ -176,6 +183,7 @@ json\t''
 diff\t'Only for `convoy diff`'"
 complete -c convoy -n "__fish_convoy_using_subcommand pin" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
+complete -c convoy -n "__fish_convoy_using_subcommand pin" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand pin" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
 complete -c convoy -n "__fish_convoy_using_subcommand pin" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand pin" -s q -l quiet -d 'Only errors on stderr'
@@ -189,6 +197,7 @@ json\t''
 diff\t'Only for `convoy diff`'"
 complete -c convoy -n "__fish_convoy_using_subcommand unpin" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
+complete -c convoy -n "__fish_convoy_using_subcommand unpin" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand unpin" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
 complete -c convoy -n "__fish_convoy_using_subcommand unpin" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand unpin" -s q -l quiet -d 'Only errors on stderr'
@@ -203,6 +212,7 @@ json\t''
 diff\t'Only for `convoy diff`'"
 complete -c convoy -n "__fish_convoy_using_subcommand history" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
+complete -c convoy -n "__fish_convoy_using_subcommand history" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand history" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
 complete -c convoy -n "__fish_convoy_using_subcommand history" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand history" -s q -l quiet -d 'Only errors on stderr'
@@ -219,6 +229,7 @@ json\t''
 diff\t'Only for `convoy diff`'"
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
+complete -c convoy -n "__fish_convoy_using_subcommand install" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l crds-only -d 'Install only the CRDs (enough for `convoy sync` from a laptop)'
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l dry-run -d 'Print what would be installed instead of applying it'
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l cluster-admin -d 'Give the daemon write access to every kind in every namespace and let Releases without a ServiceAccount act as convoy (anyone who can write a Release or its source then controls the cluster)'
@@ -242,6 +253,7 @@ complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l render-store -d
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l resync -d 'How often every Release is looked at again even without events' -r
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l fetch-timeout -d 'The deadline of one source fetch (git, a chart repository, an OCI registry)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l render-timeout -d 'The deadline of one render (helm template, kustomize build); the tool is killed past it' -r
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l shutdown-grace -d 'How long SIGTERM waits for the passes in flight before it cancels them (keep it under the Pod\'s terminationGracePeriodSeconds)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l default-service-account -d 'Impersonate this ServiceAccount of each Release\'s namespace for Releases that name no spec.serviceAccountName (Releases never act as convoy itself then)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l context -d 'The kubeconfig context to use' -r
@@ -252,6 +264,7 @@ json\t''
 diff\t'Only for `convoy diff`'"
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
+complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l allow-file-urls -d 'Let GitRepositories name file:// URLs (local paths on the daemon\'s machine; never convoy\'s own cache)'
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l allow-cross-namespace-refs -d 'Let a Release target, mutate into or render objects for namespaces other than its own'
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l insecure-kubeconfig-exec -d 'Let a Cluster\'s kubeconfig run exec credential and auth-provider plugins (they run commands as convoy)'
@@ -269,6 +282,7 @@ json\t''
 diff\t'Only for `convoy diff`'"
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
+complete -c convoy -n "__fish_convoy_using_subcommand completions" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -s q -l quiet -d 'Only errors on stderr'

@@ -68,6 +68,9 @@ pub struct GlobalArgs {
     /// Log format on stderr.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// How long one API request may wait for the server's answer (watches excepted).
+    #[arg(long, global = true, default_value = "30s", value_parser = crate::engine::duration::parse_duration)]
+    pub request_timeout: std::time::Duration,
 }
 
 /// `--log-format`.
@@ -86,6 +89,7 @@ impl GlobalArgs {
         };
         Connection::from_source(&source)
             .await
+            .and_then(|c| c.with_api_timeout(self.request_timeout))
             .map_err(|e| CliError::new(ExitStatus::Unreachable, e))
     }
 }

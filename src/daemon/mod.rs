@@ -85,6 +85,10 @@ pub struct DaemonConfig {
     pub sources: crate::engine::source::SourcePolicy,
     /// The deadline of one render.
     pub render_timeout: Duration,
+    /// The deadline of one API call (`--request-timeout`).
+    pub api_timeout: Duration,
+    /// How long SIGTERM waits for the passes in flight before it cancels them.
+    pub shutdown_grace: Duration,
 }
 
 /// Why the daemon could not run.
@@ -124,9 +128,13 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
             .with_layer(&layer)
             .build())
     });
-    let home = Connection::with_factory(kube_config, factory).map_err(DaemonError::Connect)?;
+    let home = Connection::with_factory(kube_config, factory)
+        .and_then(|c| c.with_api_timeout(config.api_timeout))
+        .map_err(DaemonError::Connect)?;
     let client: Client = home.client.clone();
+    let watch_client: Client = home.watch_client.clone();
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+    let (release_leases_tx, release_leases_rx) = tokio::sync::watch::channel(false);
 
     let held = HeldShards::new(config.shards);
     let gate: Arc<dyn ShardGate> = if config.shards == 0 {
@@ -239,7 +247,7 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
         }
     }
     watch::<Release>(
-        &client,
+        &watch_client,
         &config.namespaces,
         shared.releases.clone(),
         release_handlers,
@@ -281,7 +289,7 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
         }));
     }
     watch::<ReleaseInventory>(
-        &client,
+        &watch_client,
         &config.namespaces,
         shared.inventories.clone(),
         inventory_handlers,
@@ -291,7 +299,7 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
 
     if config.role.controller() {
         watch::<Cluster>(
-            &client,
+            &watch_client,
             &config.namespaces,
             shared.clusters.clone(),
             vec![generation_handler(cluster_queue.clone())],
@@ -299,7 +307,7 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
             &mut tasks,
         );
         watch::<GitRepository>(
-            &client,
+            &watch_client,
             &config.namespaces,
             shared.gits.clone(),
             vec![generation_handler(git_queue.clone())],
@@ -307,7 +315,7 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
             &mut tasks,
         );
         watch::<HelmRegistry>(
-            &client,
+            &watch_client,
             &config.namespaces,
             shared.helms.clone(),
             vec![generation_handler(helm_queue.clone())],
@@ -315,7 +323,7 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
             &mut tasks,
         );
         watch::<OCIRegistry>(
-            &client,
+            &watch_client,
             &config.namespaces,
             shared.ocis.clone(),
             vec![generation_handler(oci_queue.clone())],
@@ -492,11 +500,13 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
                 }
             }
         }));
+        // The Leases are kept until the passes in flight are done or cancelled: released
+        // earlier, another replica could start on a shard this one still writes to.
         Some(tokio::spawn(shard::run_leases(
             client.clone(),
             lease_config,
             held.clone(),
-            shutdown_rx.clone(),
+            release_leases_rx,
         )))
     } else {
         None
@@ -517,7 +527,10 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
     )));
 
     wait_for_signal().await;
-    tracing::info!("shutting down: finishing the passes in flight");
+    tracing::info!(
+        grace_seconds = config.shutdown_grace.as_secs_f64(),
+        "shutting down: finishing the passes in flight"
+    );
     let _ = shutdown_tx.send(true);
     for queue in [
         &shared.controller_queue,
@@ -530,9 +543,30 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
     ] {
         queue.shut_down();
     }
-    for w in workers {
-        let _ = w.await;
+    // Passes in flight get the grace period; then they are cancelled where they stand (a
+    // cancelled pass leaves what a crash leaves: the inventory's pending wave covers it).
+    let mut finished = 0;
+    let drained = tokio::time::timeout(config.shutdown_grace, async {
+        for w in workers.iter_mut() {
+            let _ = w.await;
+            finished += 1;
+        }
+    })
+    .await;
+    if drained.is_err() {
+        let running = workers.iter().filter(|w| !w.is_finished()).count();
+        tracing::warn!(
+            running,
+            "passes still running after the grace period of {}; cancelled",
+            crate::engine::duration::human(config.shutdown_grace)
+        );
+        // A handle already awaited to its end may not be polled again.
+        for w in workers.into_iter().skip(finished) {
+            w.abort();
+            let _ = w.await;
+        }
     }
+    let _ = release_leases_tx.send(true);
     if let Some(lease_task) = lease_task {
         let _ = lease_task.await;
     }

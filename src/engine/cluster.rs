@@ -142,12 +142,13 @@ pub async fn connect_cluster(
             .as_deref()
             .unwrap_or_default()
     );
-    let conn = Connection::from_kubeconfig_yaml(&yaml, &tenancy.kubeconfig, identity)
-        .await
-        .map_err(|source| ClusterError::Connect {
-            cluster: format!("{namespace}/{name}"),
-            source,
-        })?;
+    let conn =
+        Connection::from_kubeconfig_yaml(&yaml, &tenancy.kubeconfig, identity, home.api_timeout)
+            .await
+            .map_err(|source| ClusterError::Connect {
+                cluster: format!("{namespace}/{name}"),
+                source,
+            })?;
     probe(conn, Some(name)).await
 }
 

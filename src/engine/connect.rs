@@ -12,6 +12,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -114,6 +115,11 @@ impl KubeconfigPolicy {
     }
 }
 
+/// How long one API call may wait for the server (kube's read and write timeouts: a call whose
+/// answer stalls this long fails with a timeout, which callers treat as unreachable). Watches
+/// are long polls the server ends itself; they go through [`Connection::watch_client`].
+pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Builds a client from a config (the daemon adds its request-counting layer).
 pub type ClientFactory = Arc<dyn Fn(Config) -> Result<Client, kube::Error> + Send + Sync>;
 
@@ -138,6 +144,11 @@ pub struct Connection {
     /// impersonates, or the Cluster and credential version it came from. Caches of clients
     /// (appliers, discovery) are keyed by server and identity.
     pub identity: String,
+    /// The same server and credentials without the per-call deadline, for watches (long
+    /// polls that the server ends after its own timeout).
+    pub watch_client: Client,
+    /// The deadline of one call of `client`.
+    pub api_timeout: Duration,
     config: Config,
     factory: ClientFactory,
 }
@@ -149,6 +160,29 @@ impl std::fmt::Debug for Connection {
             .field("identity", &self.identity)
             .finish()
     }
+}
+
+/// A client whose calls have `api_timeout` as their deadline, and one for watches with kube's
+/// own (longer than the server's watch timeout).
+fn build_clients(
+    factory: &ClientFactory,
+    config: &Config,
+    api_timeout: Duration,
+    server: &str,
+) -> Result<(Client, Client), ConnectError> {
+    let error = |source| ConnectError::Client {
+        server: server.to_string(),
+        source,
+    };
+    let mut calls = config.clone();
+    // The connection (TCP and TLS handshake), each read and each write: a server that
+    // accepts and says nothing is given up on after `api_timeout` at every step.
+    calls.connect_timeout = Some(api_timeout);
+    calls.read_timeout = Some(api_timeout);
+    calls.write_timeout = Some(api_timeout);
+    let client = factory(calls).map_err(error)?;
+    let watch_client = factory(config.clone()).map_err(error)?;
+    Ok((client, watch_client))
 }
 
 impl Connection {
@@ -195,6 +229,7 @@ impl Connection {
         yaml: &str,
         policy: &KubeconfigPolicy,
         identity: String,
+        api_timeout: Duration,
     ) -> Result<Self, ConnectError> {
         let kubeconfig = Kubeconfig::from_yaml(yaml)
             .map_err(|source| ConnectError::Kubeconfig { path: None, source })?;
@@ -204,6 +239,9 @@ impl Connection {
             .map_err(|source| ConnectError::Kubeconfig { path: None, source })?;
         let mut conn = Self::from_config(config)?;
         conn.identity = identity;
+        if api_timeout != conn.api_timeout {
+            conn = conn.with_api_timeout(api_timeout)?;
+        }
         Ok(conn)
     }
 
@@ -221,18 +259,28 @@ impl Connection {
             .trim_end_matches('/')
             .to_string();
         let default_namespace = config.default_namespace.clone();
-        let client = factory(config.clone()).map_err(|source| ConnectError::Client {
-            server: server.clone(),
-            source,
-        })?;
+        let (client, watch_client) =
+            build_clients(&factory, &config, DEFAULT_API_TIMEOUT, &server)?;
         Ok(Self {
             client,
             server,
             default_namespace,
             identity: String::new(),
+            watch_client,
+            api_timeout: DEFAULT_API_TIMEOUT,
             config,
             factory,
         })
+    }
+
+    /// The same connection with another deadline per API call.
+    pub fn with_api_timeout(mut self, timeout: Duration) -> Result<Self, ConnectError> {
+        let (client, watch_client) =
+            build_clients(&self.factory, &self.config, timeout, &self.server)?;
+        self.client = client;
+        self.watch_client = watch_client;
+        self.api_timeout = timeout;
+        Ok(self)
     }
 
     /// The same server and credentials, acting as `user` (Kubernetes impersonation: the
@@ -242,15 +290,15 @@ impl Connection {
         let mut config = self.config.clone();
         config.auth_info.impersonate = Some(user.to_string());
         config.auth_info.impersonate_groups = None;
-        let client = (self.factory)(config.clone()).map_err(|source| ConnectError::Client {
-            server: self.server.clone(),
-            source,
-        })?;
+        let (client, watch_client) =
+            build_clients(&self.factory, &config, self.api_timeout, &self.server)?;
         Ok(Self {
             client,
             server: self.server.clone(),
             default_namespace: self.default_namespace.clone(),
             identity: format!("as {user}"),
+            watch_client,
+            api_timeout: self.api_timeout,
             config,
             factory: self.factory.clone(),
         })

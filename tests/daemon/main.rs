@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod faults;
 mod loops;
 mod operations;
 mod sharding;

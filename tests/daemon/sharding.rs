@@ -132,3 +132,144 @@ async fn two_replicas_split_the_shards_and_a_killed_one_hands_its_shard_over() {
     )
     .await;
 }
+
+/// A replica whose renewals hang (SIGSTOP) keeps its shard only until the Lease expires; the
+/// other takes it then, not before, and the stopped one, continued, applies nothing for it.
+#[tokio::test]
+async fn a_stopped_replica_loses_its_shard_at_expiry_and_applies_nothing_when_it_continues() {
+    let mut by_shard: Vec<Option<Fixture>> = vec![None, None];
+    for attempt in 0..12 {
+        let f = Fixture::new(
+            &format!("stop{attempt}"),
+            &[("a.yaml", &config_map("a", 0, "1"))],
+            json!({"syncPolicy": {"interval": "2s"}}),
+        )
+        .await;
+        let shard = shard_of(&cluster_key(&f.release().await), 2) as usize;
+        if by_shard[shard].is_none() {
+            by_shard[shard] = Some(f);
+        }
+        if by_shard.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    let [Some(zero), Some(one)] = [by_shard[0].take(), by_shard[1].take()] else {
+        panic!("no namespace hashed to one of the shards")
+    };
+    let lease_ns = zero.env.namespace.clone();
+    let watched = format!("{},{}", zero.env.namespace, one.env.namespace);
+    let args = |id: &str| {
+        vec![
+            "--shards".to_string(),
+            "2".into(),
+            "--lease-duration".into(),
+            "6s".into(),
+            "--identity".into(),
+            id.into(),
+            "--lease-namespace".into(),
+            lease_ns.clone(),
+            "--watch-namespace".into(),
+            watched.clone(),
+        ]
+    };
+    let (a_args, b_args) = (args("replica-a"), args("replica-b"));
+    let a_refs: Vec<&str> = a_args.iter().map(String::as_str).collect();
+    let b_refs: Vec<&str> = b_args.iter().map(String::as_str).collect();
+    let a = Daemon::start(&zero.env.kubeconfig, &a_refs).await;
+    let b = Daemon::start(&zero.env.kubeconfig, &b_refs).await;
+    let leases: Api<Lease> = Api::namespaced(zero.env.client.clone(), &lease_ns);
+    let holders = eventually(
+        "both shards held by different replicas",
+        Duration::from_secs(30),
+        || async {
+            let h0 = holder(&leases.get_opt("convoy-all-shard-0").await.ok()??)?;
+            let h1 = holder(&leases.get_opt("convoy-all-shard-1").await.ok()??)?;
+            (h0 != h1).then_some((h0, h1))
+        },
+    )
+    .await;
+    for f in [&zero, &one] {
+        eventually("Applied", Duration::from_secs(30), || async {
+            let status = f.release().await.status?;
+            (status.condition("Applied")?.status == "True").then_some(())
+        })
+        .await;
+    }
+    let (a_shard, a_fixture) = if holders.0 == "replica-a" {
+        (0, &zero)
+    } else {
+        (1, &one)
+    };
+    let lease_name = format!("convoy-all-shard-{a_shard}");
+
+    // A hangs: no renewal, no pass, its process alive.
+    let signal = |sig: &str| {
+        let status = std::process::Command::new("kill")
+            .args([sig, &a.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    // (Its metrics cannot be read while it is stopped.) A steady pass writes nothing, so the
+    // count holds until A writes for a shard.
+    let a_patches = a.metric("convoy_api_requests_total", &["verb=\"patch\""]);
+    signal("-STOP");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let last_renewal = leases
+        .get(&lease_name)
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .renew_time
+        .unwrap()
+        .0;
+    let taken = eventually("B to take A's shard", Duration::from_secs(30), || async {
+        let lease = leases.get_opt(&lease_name).await.ok()??;
+        let spec = lease.spec?;
+        (spec.holder_identity.as_deref() == Some("replica-b")).then_some(spec.acquire_time?.0)
+    })
+    .await;
+    let waited = taken.duration_since(last_renewal);
+    assert!(
+        waited >= jiff::SignedDuration::from_secs(6),
+        "B took the shard {waited:?} after A's last renewal, before the Lease (6s) expired"
+    );
+    a_fixture.commit(&[("a.yaml", &config_map("a", 0, "2"))]);
+    eventually(
+        "B to apply A's Release",
+        Duration::from_secs(30),
+        || async {
+            let cm = a_fixture.config_map("a").await?;
+            (cm["data"]["value"] == "2").then_some(())
+        },
+    )
+    .await;
+
+    // A continues: it finds its ownership expired and writes nothing for the shard, while
+    // B applies the next change.
+    signal("-CONT");
+    eventually("A to hold no shard", Duration::from_secs(30), || async {
+        (a.metric("convoy_shards_held", &[]) == 0.0).then_some(())
+    })
+    .await;
+    a_fixture.commit(&[("a.yaml", &config_map("a", 0, "3"))]);
+    eventually(
+        "B to apply the next change",
+        Duration::from_secs(30),
+        || async {
+            let cm = a_fixture.config_map("a").await?;
+            (cm["data"]["value"] == "3").then_some(())
+        },
+    )
+    .await;
+    // Both Releases' intervals (2s) pass a few times over.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        a.metric("convoy_api_requests_total", &["verb=\"patch\""]),
+        a_patches,
+        "the continued replica applied or wrote status for a shard it no longer holds:\n{}",
+        a.logs()
+    );
+    assert_eq!(b.metric("convoy_shards_held", &[]), 2.0);
+}

@@ -41,7 +41,11 @@ impl Fixture {
     /// A namespace, a Git repository holding `files` under `app/`, a GitRepository and a
     /// Release `web` (targetNamespace: the test namespace) with `spec_extra` merged in.
     pub async fn new(test: &str, files: &[(&str, &str)], spec_extra: Value) -> Self {
-        let env = TestEnv::new(test).await;
+        Self::in_env(TestEnv::new(test).await, files, spec_extra).await
+    }
+
+    /// [`Fixture::new`] in a namespace `env` already made (on another control plane).
+    pub async fn in_env(env: TestEnv, files: &[(&str, &str)], spec_extra: Value) -> Self {
         let repo = GitRepo::new();
         let files: Vec<(String, &str)> = files
             .iter()

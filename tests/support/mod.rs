@@ -51,6 +51,113 @@ pub fn testenv_bin() -> PathBuf {
 pub struct ControlPlane {
     pub kubeconfig: PathBuf,
     pub dir: Option<PathBuf>,
+    /// A test's own control plane goes down when the test drops it.
+    stop_on_drop: bool,
+    /// Components [`ControlPlane::restart`] started again (reaped when dropped).
+    restarted: std::sync::Mutex<Vec<std::process::Child>>,
+}
+
+impl ControlPlane {
+    /// A control plane of one test's own, with convoy's CRDs: for tests that stop, hang or
+    /// restart its parts. It goes down when dropped (and with the test binary, whatever
+    /// happens).
+    pub fn own(name: &str, flags: &[&str]) -> Self {
+        let mut plane = start_control_plane(name, flags);
+        plane.stop_on_drop = true;
+        install_crds(&plane.kubeconfig);
+        plane
+    }
+
+    /// The pid of a component (`etcd`, `kube-apiserver`, …): the latest one started.
+    pub fn pid(&self, component: &str) -> u32 {
+        let dir = self
+            .dir
+            .as_ref()
+            .expect("a control plane this binary started");
+        let pids = std::fs::read_to_string(dir.join("pids")).expect("read the pids file");
+        pids.lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(_, name)| *name == component)
+            .filter_map(|(pid, _)| pid.parse().ok())
+            .next_back()
+            .unwrap_or_else(|| panic!("no {component} in {}", dir.display()))
+    }
+
+    /// Send `signal` (`STOP`, `CONT`, …) to a component.
+    pub fn signal(&self, component: &str, signal: &str) {
+        let pid = self.pid(component);
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("cannot run kill");
+        assert!(status.success(), "kill -{signal} {component} ({pid})");
+    }
+
+    /// Kill a component (SIGKILL) and start it again with the same command line, waiting
+    /// `down` in between.
+    pub fn restart(&self, component: &str, down: Duration) {
+        let dir = self
+            .dir
+            .as_ref()
+            .expect("a control plane this binary started");
+        let pid = self.pid(component);
+        let argv: Vec<String> = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .expect("read the command line")
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+        eventually_sync(
+            &format!("{component} to exit"),
+            Duration::from_secs(10),
+            || {
+                let state =
+                    std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                // Gone, or a zombie of the shell that started it.
+                (state.is_empty() || state.split_whitespace().nth(2) == Some("Z")).then_some(())
+            },
+        );
+        std::thread::sleep(down);
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join("logs").join(format!("{component}.log")))
+            .expect("open the component's log");
+        // setsid, as testenv starts it: its own process group, which `testenv down` stops.
+        let child = Command::new("setsid")
+            .args(&argv)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("restart the component");
+        let mut pids = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join("pids"))
+            .expect("open the pids file");
+        use std::io::Write;
+        writeln!(pids, "{} {component}", child.id()).expect("record the pid");
+        self.restarted.lock().unwrap().push(child);
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        if let (true, Some(dir)) = (self.stop_on_drop, &self.dir) {
+            let _ = Command::new(repo_root().join("scripts/testenv"))
+                .arg("down")
+                .arg("--dir")
+                .arg(dir)
+                .output();
+        }
+        for mut child in self.restarted.lock().unwrap().drain(..) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 /// The control plane of this test binary: started on first use, with convoy's CRDs installed.
@@ -61,6 +168,8 @@ pub fn control_plane() -> &'static ControlPlane {
             let plane = ControlPlane {
                 kubeconfig: PathBuf::from(path),
                 dir: None,
+                stop_on_drop: false,
+        restarted: Default::default(),
             };
             install_crds(&plane.kubeconfig);
             return plane;
@@ -105,6 +214,8 @@ fn start_control_plane(name: &str, flags: &[&str]) -> ControlPlane {
     ControlPlane {
         kubeconfig: dir.join("admin.kubeconfig"),
         dir: Some(dir),
+        stop_on_drop: false,
+        restarted: Default::default(),
     }
 }
 
@@ -169,7 +280,8 @@ impl TestEnv {
         Self::on(plane, name).await
     }
 
-    async fn on(plane: &ControlPlane, name: &str) -> Self {
+    /// A fresh namespace on `plane`.
+    pub async fn on(plane: &ControlPlane, name: &str) -> Self {
         let client = client_for(&plane.kubeconfig).await;
         let namespace = unique_namespace(&client, name).await;
         Self {

@@ -79,6 +79,10 @@ pub struct DaemonArgs {
     /// The deadline of one render (helm template, kustomize build); the tool is killed past it.
     #[arg(long, default_value = "2m", value_parser = crate::engine::duration::parse_duration)]
     pub render_timeout: Duration,
+    /// How long SIGTERM waits for the passes in flight before it cancels them (keep it under
+    /// the Pod's terminationGracePeriodSeconds).
+    #[arg(long, default_value = "20s", value_parser = crate::engine::duration::parse_duration)]
+    pub shutdown_grace: Duration,
     #[command(flatten)]
     pub tenancy: crate::cli::tenancy_args::TenancyArgs,
 }
@@ -119,6 +123,8 @@ pub async fn run_daemon(global: &GlobalArgs, args: DaemonArgs) -> CommandResult 
             fetch_timeout: args.fetch_timeout,
         },
         render_timeout: args.render_timeout,
+        api_timeout: global.request_timeout,
+        shutdown_grace: args.shutdown_grace,
     };
     run(config, daemon)
         .await

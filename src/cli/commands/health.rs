@@ -73,7 +73,8 @@ pub async fn run(global: &GlobalArgs, args: HealthArgs, printer: &mut Printer) -
     view.print(printer)?;
     let releases: Api<Release> = Api::namespaced(conn.client.clone(), &namespace);
     // Watch errors back off (a lost API server is retried, not spun on).
-    let stream = watcher::watch_object(inventories, &args.name).default_backoff();
+    let watched: Api<ReleaseInventory> = Api::namespaced(conn.watch_client.clone(), &namespace);
+    let stream = watcher::watch_object(watched, &args.name).default_backoff();
     let mut stream = std::pin::pin!(stream);
     loop {
         tokio::select! {

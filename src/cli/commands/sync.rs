@@ -93,7 +93,8 @@ pub async fn run(global: &GlobalArgs, args: SyncArgs, printer: &mut Printer) -> 
         if !args.wait {
             return Ok(ExitStatus::Success);
         }
-        let release = wait_for_handling(&api, &args.name, &request, args.timeout).await?;
+        let watched: Api<Release> = Api::namespaced(conn.watch_client.clone(), &namespace);
+        let release = wait_for_handling(&watched, &args.name, &request, args.timeout).await?;
         return report_status(&release, printer);
     }
 

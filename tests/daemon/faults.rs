@@ -1,0 +1,357 @@
+//! Faults a daemon that runs for months lives through, each on a control plane of the test's
+//! own (so stopping its parts disturbs no other test): an API server that hangs for 30 s, an
+//! etcd that restarts in the middle of a sync, and SIGTERM with a pass that would never end.
+
+use std::time::{Duration, Instant};
+
+use convoy::engine::api::ReleaseInventory;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::ListParams;
+use serde_json::json;
+
+use crate::Daemon;
+use crate::support::fixture::Fixture;
+use crate::support::{ControlPlane, TestEnv, eventually};
+
+/// Every Release's interval: the daemon must be back within one after a fault ends.
+const INTERVAL: Duration = Duration::from_secs(30);
+
+/// `objects` ConfigMaps of Release `release`, spread over three waves, all holding `value`.
+fn objects(release: &str, objects: usize, value: &str) -> String {
+    (0..objects)
+        .map(|j| {
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {release}-{j}\n  labels: {{app: demo}}\n  annotations:\n    convoy.kumodo.io/sync-wave: \"{}\"\ndata:\n  value: \"{value}\"\n",
+                j % 3
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// `releases` Releases (`web` on `app/`, `r1`… on `r1/`…) of `per_release` ConfigMaps each,
+/// with `value`, on `plane`; the GitRepository is looked at every 2 s.
+async fn releases_on(
+    plane: &ControlPlane,
+    test: &str,
+    releases: usize,
+    per_release: usize,
+) -> Fixture {
+    let env = TestEnv::on(plane, test).await;
+    let spec = json!({"syncPolicy": {"interval": format!("{}s", INTERVAL.as_secs())}});
+    let f = Fixture::in_env(
+        env,
+        &[("cm.yaml", &objects("web", per_release, "1"))],
+        spec.clone(),
+    )
+    .await;
+    let files: Vec<(String, String)> = (1..releases)
+        .map(|i| {
+            (
+                format!("r{i}/cm.yaml"),
+                objects(&format!("r{i}"), per_release, "1"),
+            )
+        })
+        .collect();
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_str()))
+        .collect();
+    f.repo.commit(&refs, "more releases");
+    for i in 1..releases {
+        f.add_release(&format!("r{i}"), &format!("r{i}"), spec.clone())
+            .await;
+    }
+    f.kubectl_apply(&json!({
+        "apiVersion": "source.convoy.kumodo.io/v1alpha1", "kind": "GitRepository",
+        "metadata": {"name": "repo", "namespace": f.env.namespace},
+        "spec": {"url": f.repo.file_url(), "ref": {"branch": "main"}, "interval": "2s"},
+    }))
+    .await;
+    f
+}
+
+/// Commit `value` into every Release's ConfigMaps.
+fn commit_value(f: &Fixture, releases: usize, per_release: usize, value: &str) {
+    let mut files = vec![(
+        "app/cm.yaml".to_string(),
+        objects("web", per_release, value),
+    )];
+    files.extend((1..releases).map(|i| {
+        (
+            format!("r{i}/cm.yaml"),
+            objects(&format!("r{i}"), per_release, value),
+        )
+    }));
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_str()))
+        .collect();
+    f.repo.commit(&refs, &format!("value {value}"));
+}
+
+/// `Some` once all `expected` ConfigMaps hold `value` and every Release is Applied.
+async fn all_applied(f: &Fixture, expected: usize, value: &str) -> Option<()> {
+    let cms: Api<ConfigMap> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let list = cms
+        .list(&ListParams::default().labels("app=demo"))
+        .await
+        .ok()?;
+    let holding = list
+        .items
+        .iter()
+        .filter(|c| {
+            c.data
+                .as_ref()
+                .and_then(|d| d.get("value"))
+                .map(String::as_str)
+                == Some(value)
+        })
+        .count();
+    if holding != expected {
+        return None;
+    }
+    let releases = f.releases().list(&ListParams::default()).await.ok()?;
+    releases
+        .items
+        .iter()
+        .all(|r| {
+            r.status
+                .as_ref()
+                .and_then(|s| s.condition("Applied"))
+                .is_some_and(|c| c.status == "True")
+        })
+        .then_some(())
+}
+
+/// CPU seconds the process has used (user and system).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command (which may hold spaces) start at the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    let hz = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .unwrap_or(100.0);
+    ticks / hz
+}
+
+#[tokio::test]
+async fn an_api_server_that_hangs_for_30s_neither_stops_nor_spins_the_daemon_and_all_come_back_within_an_interval()
+ {
+    const RELEASES: usize = 50;
+    let plane = ControlPlane::own("hung", &["--no-controllers"]);
+    let f = releases_on(&plane, "hung", RELEASES, 2).await;
+    let mut daemon =
+        Daemon::start(&f.env.kubeconfig, &["--watch-namespace", &f.env.namespace]).await;
+    eventually("all 50 Releases Applied", Duration::from_secs(120), || {
+        all_applied(&f, RELEASES * 2, "1")
+    })
+    .await;
+
+    // The API server stops answering (SIGSTOP: connections open, nothing said) while a new
+    // commit waits for every Release.
+    let pid = daemon.child.id();
+    let cpu_before = cpu_seconds(pid);
+    plane.signal("kube-apiserver", "STOP");
+    commit_value(&f, RELEASES, 2, "2");
+    let hung = Instant::now();
+    // A CLI call meanwhile ends at its deadline and says which server did not answer.
+    let started = Instant::now();
+    let out = f.env.convoy(&["get", "--request-timeout", "2s"]);
+    let cli_took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(3), "unreachable: {stderr}");
+    assert!(
+        cli_took < Duration::from_secs(20),
+        "the CLI gave up after {cli_took:?}"
+    );
+    assert!(stderr.contains("127.0.0.1"), "names the server: {stderr}");
+    while hung.elapsed() < Duration::from_secs(30) {
+        assert!(
+            daemon.child.try_wait().unwrap().is_none(),
+            "the daemon exited while the API server hung:\n{}",
+            daemon.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let cpu = cpu_seconds(pid) - cpu_before;
+    plane.signal("kube-apiserver", "CONT");
+    let back = Instant::now();
+    eventually(
+        "all 50 Releases Applied with the new commit",
+        INTERVAL,
+        || all_applied(&f, RELEASES * 2, "2"),
+    )
+    .await;
+    let recovered = back.elapsed();
+    println!(
+        "hung API server (30 s, {RELEASES} Releases): daemon CPU {cpu:.2} s during the hang; all Applied {:.1} s after it answered again; a CLI call gave up after {:.1} s",
+        recovered.as_secs_f64(),
+        cli_took.as_secs_f64()
+    );
+    assert!(
+        cpu < 6.0,
+        "the daemon spun while the API server hung: {cpu:.2} CPU seconds in 30 s"
+    );
+    assert!(daemon.child.try_wait().unwrap().is_none());
+}
+
+#[tokio::test]
+async fn an_etcd_restart_in_the_middle_of_a_sync_is_survived_and_all_come_back_within_an_interval()
+{
+    const RELEASES: usize = 10;
+    const PER_RELEASE: usize = 50;
+    let plane = ControlPlane::own("etcd", &["--no-controllers"]);
+    let f = releases_on(&plane, "etcd", RELEASES, PER_RELEASE).await;
+    let mut daemon =
+        Daemon::start(&f.env.kubeconfig, &["--watch-namespace", &f.env.namespace]).await;
+    // Mid-sync: the first objects are there, not all of them.
+    let cms: Api<ConfigMap> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let seen = eventually("the first objects", Duration::from_secs(60), || async {
+        let n = cms
+            .list(&ListParams::default().labels("app=demo"))
+            .await
+            .ok()?
+            .items
+            .len();
+        (n > 0).then_some(n)
+    })
+    .await;
+    let pid = daemon.child.id();
+    let cpu_before = cpu_seconds(pid);
+    plane.restart("etcd", Duration::from_secs(10));
+    let back = Instant::now();
+    let cpu = cpu_seconds(pid) - cpu_before;
+    eventually(
+        "all Releases Applied after etcd's restart",
+        INTERVAL,
+        || all_applied(&f, RELEASES * PER_RELEASE, "1"),
+    )
+    .await;
+    let recovered = back.elapsed();
+    println!(
+        "etcd restart ({} of {} objects applied at the kill, 10 s down): daemon CPU {cpu:.2} s while etcd was down; all Applied {:.1} s after it was back",
+        seen,
+        RELEASES * PER_RELEASE,
+        recovered.as_secs_f64()
+    );
+    assert!(
+        daemon.child.try_wait().unwrap().is_none(),
+        "the daemon exited:\n{}",
+        daemon.logs()
+    );
+    assert!(
+        cpu < 3.0,
+        "the daemon spun while etcd was down: {cpu:.2} CPU seconds"
+    );
+    // Nothing the render holds was pruned, and every object is in its inventory.
+    let inventories: Api<ReleaseInventory> =
+        Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    for r in f
+        .releases()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+    {
+        let name = r.metadata.name.clone().unwrap();
+        let inventory = inventories.get(&name).await.unwrap();
+        assert_eq!(
+            inventory.spec.inventory.len(),
+            PER_RELEASE,
+            "inventory of {name}"
+        );
+        assert!(
+            inventory.spec.pending.is_empty(),
+            "nothing pending in {name}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn sigterm_gives_passes_in_flight_a_grace_period_then_cancels_them_and_releases_the_leases() {
+    // A Git server that accepts and never answers: a fetch that would run for the whole
+    // fetch deadline (10 minutes here).
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (accepted_tx, accepted) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for stream in listener.incoming() {
+            open.push(stream);
+            let _ = accepted_tx.send(());
+        }
+    });
+    let env = TestEnv::new("grace").await;
+    let f = Fixture::in_env(env, &[("cm.yaml", &objects("web", 1, "1"))], json!({})).await;
+    f.kubectl_apply(&json!({
+        "apiVersion": "source.convoy.kumodo.io/v1alpha1", "kind": "GitRepository",
+        "metadata": {"name": "hangs", "namespace": f.env.namespace},
+        "spec": {"url": format!("http://127.0.0.1:{port}/repo.git"), "ref": {"branch": "main"}},
+    }))
+    .await;
+    let mut daemon = Daemon::start(
+        &f.env.kubeconfig,
+        &[
+            "--watch-namespace",
+            &f.env.namespace,
+            "--fetch-timeout",
+            "10m",
+            "--shutdown-grace",
+            "2s",
+            "--shards",
+            "1",
+            "--lease-namespace",
+            &f.env.namespace,
+            "--identity",
+            "graceful",
+        ],
+    )
+    .await;
+    let leases: Api<Lease> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    eventually("the shard Lease held", Duration::from_secs(30), || async {
+        let lease = leases.get_opt("convoy-all-shard-0").await.ok()??;
+        (lease.spec?.holder_identity.as_deref() == Some("graceful")).then_some(())
+    })
+    .await;
+    tokio::task::spawn_blocking(move || accepted.recv_timeout(Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .expect("the daemon to start fetching from the silent server");
+
+    let started = Instant::now();
+    let status = daemon.terminate();
+    let took = started.elapsed();
+    let logs = daemon.logs();
+    assert!(status.success(), "exit 0 after SIGTERM: {status}\n{logs}");
+    assert!(
+        took < Duration::from_secs(20),
+        "the daemon waited {took:?} for a pass the grace period (2s) should have cut:\n{logs}"
+    );
+    assert!(
+        logs.contains("passes still running after the grace period of 2s; cancelled"),
+        "says what it cancelled:\n{logs}"
+    );
+    let lease = leases.get("convoy-all-shard-0").await.unwrap();
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity),
+        None,
+        "the Lease is released on the way out"
+    );
+}
