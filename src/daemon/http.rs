@@ -50,7 +50,14 @@ pub async fn serve(
                     "caches not synced\n".to_string(),
                     "text/plain",
                 ),
-                "/metrics" => ("200 OK", metrics.render(), "text/plain; version=0.0.4"),
+                "/metrics" => {
+                    // Tasks alive now: a count that grows with uptime is a leak.
+                    let tasks = tokio::runtime::Handle::current()
+                        .metrics()
+                        .num_alive_tasks();
+                    metrics.set("convoy_runtime_alive_tasks", &[], tasks as f64);
+                    ("200 OK", metrics.render(), "text/plain; version=0.0.4")
+                }
                 _ => ("404 Not Found", "not found\n".to_string(), "text/plain"),
             };
             let response = format!(

@@ -45,6 +45,11 @@ impl Metrics {
         );
         m.describe("convoy_shards_held", "gauge", "Shards this replica holds.");
         m.describe(
+            "convoy_runtime_alive_tasks",
+            "gauge",
+            "Tasks alive in the daemon's async runtime.",
+        );
+        m.describe(
             "convoy_watch_errors_total",
             "counter",
             "Watch errors per resource since the start.",

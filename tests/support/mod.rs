@@ -169,7 +169,7 @@ pub fn control_plane() -> &'static ControlPlane {
                 kubeconfig: PathBuf::from(path),
                 dir: None,
                 stop_on_drop: false,
-        restarted: Default::default(),
+                restarted: Default::default(),
             };
             install_crds(&plane.kubeconfig);
             return plane;
