@@ -497,6 +497,33 @@ async fn a_wave_timeout_without_rollback_fails_the_rollout() {
         status.last_attempted.unwrap().failure.unwrap().stage,
         failure_stages::SYNCING
     );
+    let message = applied_message(&f.release().await);
+    // The next passes over the same render time out again: still RolloutFailed, same words.
+    let again = eventually("the next pass to end", Duration::from_secs(30), || async {
+        let outcome = f.sync().await.outcome?;
+        (outcome.reason != reasons::WAITING_FOR_WAVE_HEALTH).then_some(outcome)
+    })
+    .await;
+    assert_eq!(again.reason, reasons::ROLLOUT_FAILED);
+    let release = f.release().await;
+    assert_eq!(
+        applied(&release),
+        ("False".into(), reasons::ROLLOUT_FAILED.into())
+    );
+    assert_eq!(applied_message(&release), message);
+}
+
+fn applied_message(release: &convoy::engine::api::Release) -> String {
+    release
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition_types::APPLIED)
+        .unwrap()
+        .message
+        .clone()
 }
 
 #[tokio::test]
@@ -556,9 +583,46 @@ async fn a_wave_timeout_with_rollback_rolls_back_to_the_last_healthy_render() {
     let rollout = release.status.clone().unwrap().rollout.unwrap();
     assert_eq!(
         (rollout.state, rollout.render_ref),
-        (RolloutState::RolledBack, bad)
+        (RolloutState::RolledBack, bad.clone())
     );
-    assert_eq!(successful_render(&release), Some(good));
+    assert_eq!(successful_render(&release), Some(good.clone()));
+    // Healthy describes what runs, the last healthy render, not Pending while RolledBack.
+    let healthy = eventually(
+        "Healthy True while RolledBack",
+        Duration::from_secs(60),
+        || async {
+            let _ = health_pass(&f.ctx, &memory, &f.release().await).await;
+            let release = f.release().await;
+            let c = release
+                .status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == condition_types::HEALTHY)?;
+            (c.status == "True").then_some(c)
+        },
+    )
+    .await;
+    assert_eq!(healthy.reason, "Healthy");
+    assert!(
+        healthy.message.ends_with(&format!(
+            "(render {} runs; render {} is not applied)",
+            convoy::engine::render::render_ref::short(&good),
+            convoy::engine::render::render_ref::short(&bad)
+        )),
+        "{}",
+        healthy.message
+    );
+    let get = f.env.convoy(&["get"]);
+    let get = String::from_utf8_lossy(&get.stdout).to_string();
+    let row: Vec<&str> = get.lines().nth(1).unwrap().split_whitespace().collect();
+    let header: Vec<&str> = get.lines().next().unwrap().split_whitespace().collect();
+    let column = header.iter().position(|h| *h == "HEALTHY").unwrap();
+    // (STATE is empty for a Release that is not paused: one column fewer in the row.)
+    assert_eq!(
+        row[column - 1],
+        "True",
+        "convoy get shows HEALTHY True:\n{get}"
+    );
     let deployments: Api<Deployment> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
     assert_eq!(
         deployments
@@ -609,6 +673,14 @@ async fn a_wave_timeout_without_a_failure_policy_is_wave_failed_and_no_rollout()
             .collect::<Vec<_>>(),
         [(0, true)]
     );
+    // A render that fails leaves no wave table of the render before it.
+    f.commit(&[("bad.yaml", "kind: [unclosed\n")]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(
+        outcome.attempt.failure.map(|x| x.stage),
+        Some(failure_stages::RENDERING.to_string())
+    );
+    assert_eq!(f.release().await.status.unwrap().waves, vec![]);
 }
 
 #[tokio::test]

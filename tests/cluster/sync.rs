@@ -642,6 +642,112 @@ async fn block_on_cluster_unreachable_keeps_the_release_until_the_cluster_answer
     );
 }
 
+/// A Release applied through a Cluster `here` (this control plane, behind a kubeconfig
+/// Secret `here-kc`), with `deletion_policy`; then deleted.
+async fn applied_through_a_cluster(test: &str, deletion_policy: serde_json::Value) -> Fixture {
+    let f = Fixture::new(
+        test,
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({"cluster": "here", "deletionPolicy": deletion_policy}),
+    )
+    .await;
+    let kubeconfig = std::fs::read_to_string(&f.env.kubeconfig).unwrap();
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "here-kc", "namespace": f.env.namespace},
+        "stringData": {"kubeconfig": kubeconfig}}))
+        .await;
+    f.kubectl_apply(
+        &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "here", "namespace": f.env.namespace},
+        "spec": {"kubeconfigSecretRef": {"name": "here-kc"}}}),
+    )
+    .await;
+    assert_eq!(f.sync().await.outcome.unwrap().reason, reasons::APPLIED);
+    assert!(f.config_map("a").await.is_some());
+    f
+}
+
+fn holds_the_finalizer(release: &convoy::engine::api::Release) -> bool {
+    release
+        .metadata
+        .finalizers
+        .clone()
+        .unwrap_or_default()
+        .iter()
+        .any(|x| x == convoy::engine::api::FINALIZER)
+}
+
+/// A failed read of the kubeconfig Secret is no reason to orphan the workloads: the deletion
+/// returns the error and is retried, with or without blockOnClusterUnreachable.
+#[tokio::test]
+async fn a_failed_read_of_the_clusters_secret_is_retried_and_orphans_nothing() {
+    let f = applied_through_a_cluster("delete-read-error", json!({})).await;
+    // The Release now acts as a ServiceAccount that may not read the Secret (403).
+    let out = f
+        .env
+        .kubectl(&["create", "serviceaccount", "nobody", "-n", &f.env.namespace]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    f.patch_spec(json!({"serviceAccountName": "nobody"})).await;
+    f.releases()
+        .delete("web", &Default::default())
+        .await
+        .unwrap();
+    let release = f.release().await;
+    let err = convoy::engine::reconcile::sync_handler(&f.ctx, &release, 0)
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("cannot resolve the cluster to prune on (retrying)"),
+        "{err:#}"
+    );
+    assert!(
+        holds_the_finalizer(&f.release().await),
+        "the deletion waits"
+    );
+    assert!(
+        f.config_map("a").await.is_some(),
+        "nothing orphaned, nothing pruned yet"
+    );
+}
+
+/// With blockOnClusterUnreachable, a kubeconfig Secret that is gone holds the deletion like
+/// an unreachable cluster does.
+#[tokio::test]
+async fn a_missing_kubeconfig_secret_holds_a_deletion_that_blocks_on_an_unreachable_cluster() {
+    let f = applied_through_a_cluster(
+        "delete-secret-gone",
+        json!({"blockOnClusterUnreachable": true}),
+    )
+    .await;
+    let out = f
+        .env
+        .kubectl(&["delete", "secret", "here-kc", "-n", &f.env.namespace]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    f.releases()
+        .delete("web", &Default::default())
+        .await
+        .unwrap();
+    let release = f.release().await;
+    let err = convoy::engine::reconcile::sync_handler(&f.ctx, &release, 0)
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("blockOnClusterUnreachable")
+            && format!("{err:#}").contains("here-kc"),
+        "{err:#}"
+    );
+    assert!(holds_the_finalizer(&f.release().await));
+    assert!(f.config_map("a").await.is_some());
+}
+
 #[tokio::test]
 async fn a_source_that_cannot_be_fetched_is_source_not_ready_and_retried() {
     let f = Fixture::new(

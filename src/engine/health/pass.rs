@@ -256,8 +256,17 @@ async fn wake(api: &Api<Release>, release: &Release, name: &str) -> Result<bool,
     Ok(true)
 }
 
-/// The Healthy condition and summary for an assessment. `renderCurrent` (every entry carries
-/// `lastAttempted`'s renderRef) decides between a verdict and Pending.
+/// The Healthy condition and summary for an assessment: a verdict on the render that runs,
+/// Pending while the controller is between renders.
+///
+/// health-loop.txt "Writes" reads renderCurrent as "every entry carries lastAttempted's
+/// renderRef". Read literally, a render that failed before its apply, or a rollout rolled back
+/// to the last healthy render, leaves Healthy Pending for as long as that lasts, although
+/// every object runs one render and can be judged (README "Deviations"). Here the render is
+/// current when every entry carries one renderRef: lastAttempted's, or, when lastAttempted's
+/// render reached no object (it failed or was held before its apply, or was rolled back), the
+/// render that runs; the message then names both. Entries of two renders (a rollout between
+/// its waves) stay Pending, as the spec says.
 pub fn healthy_condition(release: &Release, assessment: &Assessment) -> (Condition, HealthSummary) {
     let generation = release.metadata.generation;
     let summary = assessment.summary();
@@ -266,10 +275,8 @@ pub fn healthy_condition(release: &Release, assessment: &Assessment) -> (Conditi
         .last_attempted
         .as_ref()
         .and_then(|a| a.render_ref.clone());
-    let render_current = match &attempted {
-        Some(r) => assessment.render_refs.values().all(|x| x == r),
-        None => false,
-    };
+    let running = running_render(assessment);
+    let render_current = attempted.is_some() && running.is_some();
     if !render_current || (assessment.results.is_empty() && status.last_successful.is_none()) {
         let message = match attempted {
             Some(r) => format!(
@@ -289,6 +296,15 @@ pub fn healthy_condition(release: &Release, assessment: &Assessment) -> (Conditi
             summary,
         );
     }
+    // Whose health this is, when it is not the attempted render's.
+    let of_render = match (&running, &attempted) {
+        (Some(run), Some(att)) if !run.is_empty() && run != att => format!(
+            " (render {} runs; render {} is not applied)",
+            crate::engine::render::render_ref::short(run),
+            crate::engine::render::render_ref::short(att)
+        ),
+        _ => String::new(),
+    };
     let mut unhealthy: Vec<&crate::engine::inventory::EntryHealth> = assessment
         .results
         .iter()
@@ -303,7 +319,10 @@ pub fn healthy_condition(release: &Release, assessment: &Assessment) -> (Conditi
                 condition_types::HEALTHY,
                 "True",
                 reasons::healthy::HEALTHY,
-                format!("{} healthy", count(summary.total as usize, "object")),
+                format!(
+                    "{} healthy{of_render}",
+                    count(summary.total as usize, "object")
+                ),
                 generation,
             ),
             summary,
@@ -332,11 +351,21 @@ pub fn healthy_condition(release: &Release, assessment: &Assessment) -> (Conditi
             condition_types::HEALTHY,
             "False",
             reason,
-            format!("{}{more}", shown.join("; ")),
+            format!("{}{more}{of_render}", shown.join("; ")),
             generation,
         ),
         summary,
     )
+}
+
+/// The one render every entry carries; `None` for entries of two renders. (No entries: the
+/// render of `lastSuccessful`, which applied nothing to judge.)
+fn running_render(assessment: &Assessment) -> Option<String> {
+    let mut refs = assessment.render_refs.values();
+    let Some(first) = refs.next() else {
+        return Some(String::new());
+    };
+    refs.all(|r| r == first).then(|| first.clone())
 }
 
 /// `writeHealth`: Healthy and healthSummary under `convoy-health`; skipped when the condition

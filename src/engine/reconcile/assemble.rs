@@ -55,8 +55,14 @@ pub fn assemble_status(
     {
         status.last_handled_sync_at = Some(request.clone());
     }
-    if let Some(waves) = &outcome.waves {
-        status.waves = waves.clone();
+    // reconcile-flow: stageSync step 5, "the outcome replaces status.waves": a stop without
+    // wave data (a render failure, a dry-run rejection, a hold before the apply, Pinned)
+    // leaves no table of an earlier render beside its message.
+    // Waiting for /sync attempts nothing: the table of the render that runs stays.
+    match &outcome.waves {
+        Some(waves) => status.waves = waves.clone(),
+        None if outcome.reason == reasons::WAITING_FOR_SYNC => {}
+        None => status.waves.clear(),
     }
     status.resolved_retention_policy = Some(resolved_retention_status(release));
     advance_last_healthy(&mut status, release, outcome, now);

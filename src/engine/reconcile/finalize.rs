@@ -1,9 +1,11 @@
 //! `finalize`: what happens when a Release is deleted.
 //!
 //! Spec: reconcile-flow.txt "finalize". Prune the inventoried objects (unless
-//! `deletionPolicy.keepWorkloads`), delete the ReleaseInventory, clear the finalizer. A missing
-//! or unreachable cluster skips the prune; with `blockOnClusterUnreachable` an unreachable one
-//! makes the deletion wait with an error instead.
+//! `deletionPolicy.keepWorkloads`), delete the ReleaseInventory, clear the finalizer. A Cluster
+//! that is gone (404) skips the prune; an unreachable one (or one whose kubeconfig Secret is
+//! missing or unusable) too, unless `blockOnClusterUnreachable` makes the deletion wait with an
+//! error instead. A failed read of the Cluster or its Secret is always retried: a transient
+//! error must not orphan the workloads.
 
 use kube::{Api, ResourceExt};
 
@@ -69,14 +71,29 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
     } else {
         match ctx.resolve_target(release).await {
             Ok(t) => Some(t),
-            Err(e @ ClusterError::Connect { .. }) if block => {
+            // A Cluster that is gone: nothing to prune through.
+            Err(e @ ClusterError::NotFound { .. }) => {
+                tracing::warn!(release = %name, "deleting without pruning or delete hooks: {:#}", anyhow::Error::new(e));
+                None
+            }
+            // Reading the Cluster or its Secret failed on convoy's own cluster: a transient
+            // error, never a reason to orphan the workloads. Retried.
+            Err(e @ ClusterError::Read { .. }) => {
+                return Err(fail(format!(
+                    "cannot resolve the cluster to prune on (retrying): {:#}",
+                    anyhow::Error::new(e)
+                )));
+            }
+            // Unreachable, or its kubeconfig Secret or key missing or unusable: the spec's
+            // unreachable rule.
+            Err(e) if block => {
                 return Err(fail(format!(
                     "the cluster is unreachable and deletionPolicy.blockOnClusterUnreachable is set: {:#}",
                     anyhow::Error::new(e)
                 )));
             }
             Err(e) => {
-                tracing::warn!(release = %name, "deleting without pruning or delete hooks: {:#}", anyhow::Error::new(e));
+                tracing::warn!(release = %name, "deleting without pruning or delete hooks (the cluster is unreachable; deletionPolicy.blockOnClusterUnreachable would wait): {:#}", anyhow::Error::new(e));
                 None
             }
         }

@@ -26,7 +26,7 @@ pub struct ReconcileOutcome {
     pub successful: Option<Attempt>,
     /// The hold in progress, if this is one that times out (waves, cluster waves).
     pub waiting: Option<Waiting>,
-    /// Replaces `status.waves` when set.
+    /// Replaces `status.waves` (`None`: no wave data, an empty table).
     pub waves: Option<Vec<WaveStatus>>,
     /// Replaces `status.rollout` when set; `None` keeps the previous one.
     pub rollout: Option<RolloutStatus>,

@@ -129,12 +129,22 @@ async fn wave_timed_out(
     let Some(policy) = release.spec.failure_policy.as_ref() else {
         return outcome;
     };
-    // Only a rollout in progress ends here; a render whose rollout already finished (a later
-    // re-sync of it timed out) stays a plain WaveFailed and keeps its rollout as it was.
-    if rollout.map(|r| r.state) != Some(RolloutState::Progressing) {
-        return outcome;
-    }
     let render_ref = &render.rendered.render_ref;
+    match rollout {
+        Some(r) if r.state == RolloutState::Progressing => {}
+        // The rollout of this render already failed: a later pass that times out again says
+        // so again, with the rollout's message, until a new render starts a new rollout.
+        Some(r) if r.state == RolloutState::Failed && &r.render_ref == render_ref => {
+            outcome.reason = reasons::ROLLOUT_FAILED;
+            if let Some(message) = &r.message {
+                outcome.message = message.clone();
+            }
+            return outcome;
+        }
+        // A render whose rollout finished otherwise (a later re-sync of it timed out) stays a
+        // plain WaveFailed and keeps its rollout as it was.
+        _ => return outcome,
+    }
     let last_healthy = rollback_candidate(ctx, release, status).await;
     let last_healthy = last_healthy.as_deref();
     let finished = |state: RolloutState, message: String| RolloutStatus {
