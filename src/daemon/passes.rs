@@ -173,6 +173,9 @@ pub async fn cluster(shared: Arc<Shared>, key: String, _failures: u32) -> PassRe
     let Some(cluster) = shared.clusters.get(&key) else {
         return PassResult::Skip;
     };
+    if let Some(result) = cluster_finalizer(&shared, &key, &cluster).await {
+        return result;
+    }
     let every = interval(cluster.spec.interval.as_deref(), Duration::from_secs(300));
     let old = cluster.status.clone().unwrap_or_default();
     let mut status = old.clone();
@@ -244,6 +247,77 @@ pub async fn cluster(shared: Arc<Shared>, key: String, _failures: u32) -> PassRe
         }
         .into(),
         requeue: Requeue::After(every),
+    }
+}
+
+/// How often a Cluster being deleted looks again for the Releases that still target it.
+const CLUSTER_DELETION_RECHECK: Duration = Duration::from_secs(5);
+
+/// The Cluster controller's finalizer (status-ownership.txt "Writes without SSA": added and
+/// cleared with an Update of the full object). A Cluster that Releases still target keeps it
+/// while it is deleted, so their finalize can prune through it; `None` when the pass goes on
+/// to the probe.
+async fn cluster_finalizer(shared: &Shared, key: &str, cluster: &Cluster) -> Option<PassResult> {
+    use crate::engine::api::CLUSTER_FINALIZER;
+    let namespace = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let api: Api<Cluster> = Api::namespaced(shared.ctx.home.client.clone(), &namespace);
+    let holds = cluster.finalizers().iter().any(|f| f == CLUSTER_FINALIZER);
+    let mut updated = cluster.clone();
+    if cluster.metadata.deletion_timestamp.is_none() {
+        if holds {
+            return None;
+        }
+        updated
+            .metadata
+            .finalizers
+            .get_or_insert_with(Vec::new)
+            .push(CLUSTER_FINALIZER.to_string());
+    } else {
+        if !holds {
+            return Some(PassResult::Skip);
+        }
+        let targeting: Vec<String> = shared
+            .releases
+            .keys()
+            .into_iter()
+            .filter_map(|k| shared.releases.get(&k))
+            .filter(|r| {
+                r.namespace().as_deref() == Some(namespace.as_str())
+                    && r.spec.cluster.as_deref() == Some(name.as_str())
+            })
+            .map(|r| r.name_any())
+            .collect();
+        if !targeting.is_empty() {
+            tracing::info!(cluster = %key, releases = %targeting.join(", "), "Cluster deletion waits for the Releases that target it");
+            return Some(PassResult::Done {
+                reason: "WaitingForReleases".into(),
+                requeue: Requeue::After(CLUSTER_DELETION_RECHECK),
+            });
+        }
+        if let Some(f) = updated.metadata.finalizers.as_mut() {
+            f.retain(|x| x != CLUSTER_FINALIZER);
+        }
+    }
+    let params = PostParams {
+        field_manager: Some(
+            crate::engine::api::field_managers::CONTROLLER
+                .as_str()
+                .to_string(),
+        ),
+        ..Default::default()
+    };
+    match api.replace(&name, &params, &updated).await {
+        // An update of metadata alone brings no event: the probe follows in a moment, once
+        // the cache holds the update.
+        Ok(_) => Some(PassResult::Done {
+            reason: "Finalizer".into(),
+            requeue: Requeue::After(Duration::from_secs(1)),
+        }),
+        Err(kube::Error::Api(s)) if s.code == 404 => Some(PassResult::Skip),
+        Err(e) => Some(PassResult::Error(format!(
+            "cannot update the finalizer of Cluster {key}: {e}"
+        ))),
     }
 }
 

@@ -9,7 +9,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-use crate::engine::api::{FieldManager, Release, annotations};
+use crate::engine::api::{Release, annotations, field_managers};
 
 /// The annotation values a request wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,12 +18,12 @@ pub struct SyncRequest {
     pub force_requested_at: Option<String>,
 }
 
-/// Write a /sync (or, with `force`, a forced /sync) request on Release `name`.
+/// Write a /sync (or, with `force`, a forced /sync) request on Release `name`, under
+/// [`field_managers::REQUESTS`] whoever asks.
 pub async fn request_sync(
     api: &Api<Release>,
     name: &str,
     force: bool,
-    manager: FieldManager,
 ) -> Result<SyncRequest, kube::Error> {
     let at = jiff::Timestamp::now().to_string();
     let mut annotations_patch = serde_json::Map::new();
@@ -33,7 +33,7 @@ pub async fn request_sync(
     }
     let patch = json!({"metadata": {"annotations": annotations_patch}});
     let params = PatchParams {
-        field_manager: Some(manager.as_str().to_string()),
+        field_manager: Some(field_managers::REQUESTS.as_str().to_string()),
         ..Default::default()
     };
     api.patch(name, &params, &Patch::Merge(&patch)).await?;
@@ -48,7 +48,6 @@ pub async fn set_pin(
     api: &Api<Release>,
     name: &str,
     render_ref: Option<&str>,
-    manager: FieldManager,
 ) -> Result<String, kube::Error> {
     let at = jiff::Timestamp::now().to_string();
     let patch = json!({"metadata": {"annotations": {
@@ -56,7 +55,7 @@ pub async fn set_pin(
         annotations::SYNC_REQUESTED_AT: at,
     }}});
     let params = PatchParams {
-        field_manager: Some(manager.as_str().to_string()),
+        field_manager: Some(field_managers::REQUESTS.as_str().to_string()),
         ..Default::default()
     };
     api.patch(name, &params, &Patch::Merge(&patch)).await?;

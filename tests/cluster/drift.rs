@@ -171,6 +171,24 @@ async fn automatic_mode_requests_a_sync_on_drift() {
     assert!(pass.requested_sync);
     let annotations = f.release().await.metadata.annotations.unwrap();
     assert!(annotations.contains_key("convoy.kumodo.io/sync-requested-at"));
+    // The request is written under the requests' manager; convoy-observe owns only InSync.
+    let object = serde_json::to_value(f.release().await).unwrap();
+    assert_eq!(
+        owners_of(
+            &object,
+            &[
+                "f:metadata",
+                "f:annotations",
+                "f:convoy.kumodo.io/sync-requested-at"
+            ]
+        ),
+        ["convoy-requests"]
+    );
+    assert_eq!(
+        owners_of(&object, &["f:metadata"]),
+        ["convoy-release", "convoy-requests"],
+        "the finalizer's Update and the request; nothing under convoy-observe or unknown"
+    );
     // The controller answers the request and the drift is gone.
     f.sync().await;
     let pass = drift_pass(&f.ctx, &f.release().await)

@@ -406,6 +406,19 @@ async fn hook_jobs_are_polled_to_succeeded_or_timed_out_without_clearing_each_ot
         pass.edges
     );
     assert!(pass.requested_sync);
+    let object = serde_json::to_value(f.release().await).unwrap();
+    assert_eq!(
+        owners_of(
+            &object,
+            &[
+                "f:metadata",
+                "f:annotations",
+                "f:convoy.kumodo.io/sync-requested-at"
+            ]
+        ),
+        ["convoy-requests"],
+        "the health loop's request is not convoy-health's field"
+    );
     // Both hooks keep their controller fields and their health-loop fields.
     for n in ["migrate", "warmup"] {
         assert_eq!(

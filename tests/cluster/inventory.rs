@@ -205,12 +205,64 @@ async fn a_put_without_an_entry_removes_it_even_with_health_fields_on_it() {
         first_unhealthy: None,
         assessed_render_ref: Some("r1".into()),
     }];
-    inv.write_inventory_health(&written, &health).await.unwrap();
+    let mut both = health.to_vec();
+    both.push(EntryHealth {
+        key: deploy.clone(),
+        ..health[0].clone()
+    });
+    inv.write_inventory_health(&written, &both).await.unwrap();
 
     inv.put(&[member(&deploy, "r2", 0)]).await.unwrap();
     let live = inv.get().await.unwrap().unwrap();
     let keys: Vec<ObjectKey> = live.spec.inventory.iter().map(|e| e.key()).collect();
-    assert_eq!(keys, [deploy]);
+    assert_eq!(keys, std::slice::from_ref(&deploy));
+
+    // A removal takes the whole entry, the health loop's fields of it included (README
+    // "Deviations": membership is the controller's); the health loop keeps its fields of the
+    // entries that stay, and nobody gains a field by the removal.
+    let raw: Value = serde_json::to_value(
+        kube::Api::<convoy::engine::api::ReleaseInventory>::namespaced(
+            env.client.clone(),
+            &env.namespace,
+        )
+        .get("web")
+        .await
+        .unwrap(),
+    )
+    .unwrap();
+    let entry = |k: &ObjectKey| json!({"group": k.group, "kind": k.kind, "name": k.name, "namespace": k.namespace});
+    assert_eq!(
+        entry_owners(&raw, "inventory", &entry(&deploy), "state"),
+        ["convoy-health-inventory"]
+    );
+    assert_eq!(
+        entry_owners(&raw, "inventory", &entry(&deploy), "renderRef"),
+        ["convoy-inventory"]
+    );
+    for field in ["state", "renderRef", "kind"] {
+        assert_eq!(
+            entry_owners(&raw, "inventory", &entry(&config), field),
+            Vec::<String>::new(),
+            "nobody owns {field} of the removed entry"
+        );
+    }
+    let managers: Vec<(String, String)> = raw["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["manager"].as_str().unwrap().to_string(),
+                m["operation"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        managers
+            .iter()
+            .all(|(m, op)| op == "Apply" || m == "convoy-inventory"),
+        "only the controller's removal is an Update: {managers:?}"
+    );
 }
 
 #[tokio::test]

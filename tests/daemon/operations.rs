@@ -402,3 +402,72 @@ async fn a_failing_watch_is_logged_counted_and_keeps_the_daemon_unready() {
     );
     assert_eq!(daemon.get("/readyz").map(|(code, _)| code), Some(503));
 }
+
+/// A Cluster that Releases target waits for them when deleted (its finalizer), so their
+/// deletion still prunes through it; then it goes.
+#[tokio::test]
+async fn a_deleted_cluster_waits_for_the_releases_that_target_it() {
+    let f = Fixture::new(
+        "cluster-finalizer",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({"cluster": "here"}),
+    )
+    .await;
+    let kubeconfig = std::fs::read_to_string(&f.env.kubeconfig).unwrap();
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "here-kc", "namespace": f.env.namespace},
+        "stringData": {"kubeconfig": kubeconfig}}))
+        .await;
+    f.kubectl_apply(
+        &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "here", "namespace": f.env.namespace},
+        "spec": {"kubeconfigSecretRef": {"name": "here-kc"}}}),
+    )
+    .await;
+    let _daemon = Daemon::start(&f.env.kubeconfig, &["--watch-namespace", &f.env.namespace]).await;
+    let clusters: Api<convoy::engine::api::Cluster> =
+        Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    eventually(
+        "applied through the Cluster",
+        Duration::from_secs(30),
+        || async { f.config_map("a").await.map(|_| ()) },
+    )
+    .await;
+    eventually(
+        "the Cluster's finalizer",
+        Duration::from_secs(30),
+        || async {
+            let c = clusters.get("here").await.ok()?;
+            c.metadata
+                .finalizers?
+                .iter()
+                .any(|x| x == convoy::engine::api::CLUSTER_FINALIZER)
+                .then_some(())
+        },
+    )
+    .await;
+
+    clusters.delete("here", &Default::default()).await.unwrap();
+    // Two of the Cluster controller's rechecks: it is still there, being deleted.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let held = clusters.get("here").await.unwrap();
+    assert!(held.metadata.deletion_timestamp.is_some());
+
+    f.releases()
+        .delete("web", &Default::default())
+        .await
+        .unwrap();
+    eventually(
+        "the Release pruned and gone",
+        Duration::from_secs(30),
+        || async {
+            let gone = f.releases().get_opt("web").await.ok()?.is_none();
+            (gone && f.config_map("a").await.is_none()).then_some(())
+        },
+    )
+    .await;
+    eventually("the Cluster gone", Duration::from_secs(30), || async {
+        clusters.get_opt("here").await.ok()?.is_none().then_some(())
+    })
+    .await;
+}

@@ -7,7 +7,7 @@ use crate::cli::exit::{CliError, CommandResult, ExitStatus};
 use crate::cli::output::Printer;
 use crate::cli::store_args::StoreArgs;
 use crate::cli::{GlobalArgs, io_error};
-use crate::engine::api::{Release, field_managers};
+use crate::engine::api::Release;
 use crate::engine::connect::is_unreachable;
 use crate::engine::render::render_ref::short;
 use crate::engine::requests::set_pin;
@@ -80,7 +80,7 @@ pub async fn run_pin(global: &GlobalArgs, args: PinArgs, printer: &mut Printer) 
         }
     };
     let api: Api<Release> = Api::namespaced(conn.client.clone(), &id.namespace);
-    set_pin(&api, &args.name, Some(&render_ref), field_managers::CLI)
+    set_pin(&api, &args.name, Some(&render_ref))
         .await
         .map_err(|e| request_error(&conn, e, &id))?;
     printer
@@ -102,7 +102,7 @@ pub async fn run_unpin(
     let conn = global.connect().await?;
     let id = ReleaseId::of(&release);
     let api: Api<Release> = Api::namespaced(conn.client.clone(), &id.namespace);
-    set_pin(&api, &args.name, None, field_managers::CLI)
+    set_pin(&api, &args.name, None)
         .await
         .map_err(|e| request_error(&conn, e, &id))?;
     printer

@@ -13,7 +13,7 @@ use crate::cli::exit::{CliError, CommandResult, ExitStatus};
 use crate::cli::output::Printer;
 use crate::cli::progress::SyncProgress;
 use crate::cli::{GlobalArgs, io_error};
-use crate::engine::api::{Release, field_managers, reasons};
+use crate::engine::api::{Release, reasons};
 use crate::engine::connect::is_unreachable;
 use crate::engine::reconcile::{Context, ReconcileOutcome, sync_handler};
 use crate::engine::requests::{SyncRequest, request_sync};
@@ -79,7 +79,7 @@ pub async fn run(global: &GlobalArgs, args: SyncArgs, printer: &mut Printer) -> 
             )
         }
     };
-    let request = request_sync(&api, &args.name, args.force, field_managers::CLI)
+    let request = request_sync(&api, &args.name, args.force)
         .await
         .map_err(unreachable)?;
 

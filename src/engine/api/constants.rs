@@ -147,6 +147,10 @@ pub mod labels {
 /// The Release finalizer: prune the workloads before the Release goes.
 pub const FINALIZER: &str = "release.core.convoy.kumodo.io/prune-workloads";
 
+/// The Cluster finalizer: a Cluster stays while Releases target it, so their deletion can
+/// still prune through it (a namespace deleted with both in it).
+pub const CLUSTER_FINALIZER: &str = "cluster.core.convoy.kumodo.io/releases-first";
+
 /// Field managers (DESIGN.md section 2). Every SSA write names one of these through
 /// [`FieldManager`], so no call site can write under a manager that does not own the field.
 pub mod field_managers {
@@ -170,8 +174,14 @@ pub mod field_managers {
     pub const HOOK_STATUS: FieldManager = FieldManager("convoy-hook-status");
     /// `convoy install`: CRDs, RBAC, default rules and the daemon's Deployments.
     pub const INSTALL: FieldManager = FieldManager("convoy-install");
-    /// Operational requests from the CLI (`sync --request`, `pin`) when written with SSA.
+    /// Operational requests from the CLI when written with SSA (none today; kept so a CLI
+    /// write has a name of its own).
     pub const CLI: FieldManager = FieldManager("convoy-cli");
+    /// The request annotations (`sync-requested-at`, `force-sync-requested-at`, `pin`), by
+    /// whoever asks: the CLI, the drift loop, the health loop. The spec's apiserver writes them
+    /// in its /sync handler, outside the ownership table; one manager of their own keeps
+    /// them out of the loops' managers, which own only their conditions.
+    pub const REQUESTS: FieldManager = FieldManager("convoy-requests");
 }
 
 /// A Server-Side Apply field manager. Only the constants in [`field_managers`] exist, so a

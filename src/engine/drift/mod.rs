@@ -714,7 +714,7 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
         .is_some_and(|s| s.last_successful.is_some());
     let requested_sync =
         if automatic && applied_before && matches!(verdict, Verdict::OutOfSync { .. }) {
-            request_sync(&api, &release.name_any(), false, field_managers::OBSERVE)
+            request_sync(&api, &release.name_any(), false)
                 .await
                 .map_err(|source| DriftError::Request {
                     release: name,

@@ -247,7 +247,7 @@ pub async fn health_pass(
 }
 
 async fn wake(api: &Api<Release>, release: &Release, name: &str) -> Result<bool, HealthError> {
-    request_sync(api, &release.name_any(), false, field_managers::HEALTH)
+    request_sync(api, &release.name_any(), false)
         .await
         .map_err(|source| HealthError::Request {
             release: name.to_string(),

@@ -11,7 +11,7 @@ use kube::{Api, ResourceExt};
 
 use super::hook_phase::{HookRun, PhaseOutcome, run_hook_phase};
 use super::requeue::Requeue;
-use super::{Context, HandlerError};
+use super::{Context, HandlerError, finalizer_update};
 use crate::engine::api::{FINALIZER, HookPhase, Release};
 use crate::engine::apply::PruneTarget;
 use crate::engine::cluster::ClusterError;
@@ -234,7 +234,7 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
         finalizers.retain(|f| f != FINALIZER);
     }
     match api
-        .replace(&release.name_any(), &Default::default(), &updated)
+        .replace(&release.name_any(), &finalizer_update(), &updated)
         .await
     {
         Ok(_) => Ok(Requeue::Never),

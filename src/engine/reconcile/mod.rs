@@ -553,6 +553,19 @@ pub async fn sync_handler(
     })
 }
 
+/// The finalizer's Update (status-ownership.txt "Writes without SSA"), named after the
+/// controller so `managedFields` says who holds the finalizer.
+pub(crate) fn finalizer_update() -> kube::api::PostParams {
+    kube::api::PostParams {
+        field_manager: Some(
+            crate::engine::api::field_managers::CONTROLLER
+                .as_str()
+                .to_string(),
+        ),
+        ..Default::default()
+    }
+}
+
 /// `ensureFinalizer`: add the prune finalizer with an Update of the full object if missing.
 pub async fn ensure_finalizer(ctx: &Context, release: &Release) -> Result<Release, kube::Error> {
     if release.finalizers().iter().any(|f| f == FINALIZER) {
@@ -568,7 +581,7 @@ pub async fn ensure_finalizer(ctx: &Context, release: &Release) -> Result<Releas
         .finalizers
         .get_or_insert_with(Vec::new)
         .push(FINALIZER.to_string());
-    api.replace(&release.name_any(), &Default::default(), &updated)
+    api.replace(&release.name_any(), &finalizer_update(), &updated)
         .await
 }
 
