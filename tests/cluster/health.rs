@@ -582,3 +582,77 @@ async fn an_invalid_selector_makes_healthy_unknown_for_that_release_only() {
         plain.message
     );
 }
+
+/// An object that cannot be read is Unknown on its own; the others are still judged (one
+/// read error does not make the whole assessment Unknown).
+#[tokio::test]
+async fn an_object_that_cannot_be_read_is_unknown_alone() {
+    let secret =
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: creds\nstringData:\n  token: t\n";
+    let f = Fixture::new(
+        "health-read-error",
+        &[
+            ("a.yaml", &config_map("settings", 0, "1")),
+            ("s.yaml", secret),
+        ],
+        json!({}),
+    )
+    .await;
+    f.sync().await;
+    // From now on the Release acts as a ServiceAccount that may read ConfigMaps only.
+    let ns = f.env.namespace.clone();
+    for args in [
+        vec!["create", "serviceaccount", "reader", "-n", &ns],
+        vec![
+            "create",
+            "role",
+            "reader",
+            "--verb=get",
+            "--resource=configmaps",
+            "-n",
+            &ns,
+        ],
+        vec![
+            "create",
+            "rolebinding",
+            "reader",
+            "--role=reader",
+            &format!("--serviceaccount={ns}:reader"),
+            "-n",
+            &ns,
+        ],
+    ] {
+        let out = f.env.kubectl(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    f.patch_spec(json!({"serviceAccountName": "reader"})).await;
+    let condition = healthy_condition(&f).await;
+    let inv = inventory(&f).await;
+    assert_eq!(entry_state(&inv, "settings"), Some(HealthState::Healthy));
+    assert_eq!(entry_state(&inv, "creds"), Some(HealthState::Unknown));
+    let message = inv
+        .spec
+        .inventory
+        .iter()
+        .find(|e| e.name == "creds")
+        .and_then(|e| e.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.starts_with(&format!(
+            "cannot read Secret/{ns}/creds: secrets \"creds\" is forbidden"
+        )),
+        "{message}"
+    );
+    assert_eq!(condition.status, "False", "{condition:?}");
+    assert!(
+        condition
+            .message
+            .contains(&format!("Secret/{ns}/creds is Unknown")),
+        "{}",
+        condition.message
+    );
+}

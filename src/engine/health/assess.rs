@@ -134,7 +134,33 @@ pub async fn assess(
         ..Default::default()
     };
     for (entry, result) in entries.iter().zip(evaluated) {
-        let (key, (evaluation, judges)) = result?;
+        let (key, (evaluation, judges)) = match result {
+            Ok(judged) => judged,
+            // One object that cannot be read (or whose kind cannot be resolved) is Unknown on
+            // its own, keeping its anchor; the others are still judged.
+            Err(AssessError::Read { key, source }) => (
+                entry.key(),
+                (
+                    Evaluation::Error {
+                        message: format!(
+                            "cannot read {key}: {}",
+                            crate::engine::apply::applier::api_message(&source)
+                        ),
+                    },
+                    Vec::new(),
+                ),
+            ),
+            Err(e @ AssessError::Discovery { .. }) => (
+                entry.key(),
+                (
+                    Evaluation::Error {
+                        message: e.to_string(),
+                    },
+                    Vec::new(),
+                ),
+            ),
+            Err(e) => return Err(e),
+        };
         let (prior_state, anchor) = anchors.get(&key).cloned().unwrap_or_default();
         let derived = derive_state(&evaluation, anchor.as_ref(), now, deadline);
         // Step 7: renderAdvanced.

@@ -68,7 +68,10 @@ pub fn requeue_for(release: &Release, outcome: &ReconcileOutcome, failures: u32)
         .rollout
         .as_ref()
         .is_some_and(|r| r.state == RolloutState::Progressing && r.started_at.is_some())
-        || (outcome.waiting.is_some() && !failed);
+        || outcome
+            .waiting
+            .as_ref()
+            .is_some_and(|w| !failed && hold_can_time_out(release, w));
     let delay = if progressing {
         if interval.is_zero() {
             PROGRESSING_RECHECK
@@ -82,6 +85,28 @@ pub fn requeue_for(release: &Release, outcome: &ReconcileOutcome, failures: u32)
         Requeue::Never
     } else {
         Requeue::After(delay)
+    }
+}
+
+/// Whether a hold has a timeout to watch for: a wave or cluster-wave wait without one ends
+/// only by an event (the health loop's "wave complete", the lower wave's status change), so
+/// it waits for those or the interval, as every hold does (reconcile-flow.txt "Requeue rules").
+fn hold_can_time_out(release: &Release, waiting: &crate::engine::api::Waiting) -> bool {
+    use crate::engine::api::reasons;
+    let set = |t: Option<&String>| t.is_some_and(|t| !t.trim().is_empty());
+    match waiting.reason.as_str() {
+        reasons::WAITING_FOR_WAVE_HEALTH => set(release
+            .spec
+            .sync_policy
+            .as_ref()
+            .and_then(|p| p.waves.as_ref())
+            .and_then(|w| w.timeout.as_ref())),
+        reasons::WAITING_FOR_CLUSTER_WAVE => set(release
+            .spec
+            .cluster_wave
+            .as_ref()
+            .and_then(|c| c.timeout.as_ref())),
+        _ => true,
     }
 }
 
@@ -179,7 +204,7 @@ mod tests {
 
     #[test]
     fn a_hold_that_can_time_out_is_looked_at_again() {
-        let r = release(json!({}));
+        let r = release(json!({"waves": {"waitForHealth": true, "timeout": "5m"}}));
         let held = ReconcileOutcome::held(reasons::WAITING_FOR_WAVE_HEALTH, "", Attempt::default())
             .with_waiting(crate::engine::api::Waiting {
                 reason: reasons::WAITING_FOR_WAVE_HEALTH.into(),
@@ -200,6 +225,14 @@ mod tests {
         )
         .with_waiting(held.waiting.clone().unwrap());
         assert_eq!(requeue_for(&r, &failed, 0), Requeue::Never);
+        // Without a timeout the hold waits for the health loop's edge or the interval.
+        let no_timeout = release(json!({"waves": {"waitForHealth": true}}));
+        assert_eq!(requeue_for(&no_timeout, &held, 0), Requeue::Never);
+        let with_interval = release(json!({"waves": {"waitForHealth": true}, "interval": "1m"}));
+        assert_eq!(
+            requeue_for(&with_interval, &held, 0),
+            Requeue::After(Duration::from_secs(60))
+        );
     }
 
     #[test]
