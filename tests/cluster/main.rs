@@ -19,6 +19,7 @@ mod ownership;
 mod remote;
 mod rollout;
 mod secret_digests;
+mod spec_items;
 mod status;
 mod sync;
 mod tenancy;

@@ -561,3 +561,77 @@ pub async fn poll_hooks(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn release(interval: Option<&str>) -> Release {
+        let mut spec = serde_json::json!({"source": {"kind": "GitRepository", "name": "repo"}});
+        if let Some(i) = interval {
+            spec["syncPolicy"] = serde_json::json!({"interval": i});
+        }
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+            "metadata": {"name": "web", "namespace": "apps"},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn secs(r: Requeue) -> f64 {
+        match r {
+            Requeue::After(d) => d.as_secs_f64(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Within progressBackoff's jitter (up to 20 % above the step).
+    fn near(got: f64, step: f64) -> bool {
+        got >= step && got <= step * 1.2 + 1e-9
+    }
+
+    #[test]
+    fn each_pending_target_counts_its_own_passes_and_the_shortest_delay_wins() {
+        let memory = HealthMemory::default();
+        let r = release(None);
+        let a = vec!["object:a".to_string()];
+        assert!(near(secs(schedule_health_recheck(&memory, &r, &a)), 2.0));
+        assert!(near(secs(schedule_health_recheck(&memory, &r, &a)), 4.0));
+        assert!(near(secs(schedule_health_recheck(&memory, &r, &a)), 8.0));
+        // A new target comes in at its first step: the shortest delay is 2 s again.
+        let both = vec!["object:a".to_string(), "render-pending".to_string()];
+        assert!(near(secs(schedule_health_recheck(&memory, &r, &both)), 2.0));
+        // a went on counting (16 s), render-pending is at its second step (4 s).
+        assert!(near(secs(schedule_health_recheck(&memory, &r, &both)), 4.0));
+        // A target no longer pending is cleared: back, it starts over.
+        let pending = vec!["render-pending".to_string()];
+        assert!(near(
+            secs(schedule_health_recheck(&memory, &r, &pending)),
+            8.0
+        ));
+        assert!(near(secs(schedule_health_recheck(&memory, &r, &a)), 2.0));
+    }
+
+    #[test]
+    fn the_interval_caps_the_backoff_and_nothing_pending_waits_for_it() {
+        let memory = HealthMemory::default();
+        let r = release(Some("5s"));
+        let a = vec!["hook:migrate".to_string()];
+        for _ in 0..3 {
+            schedule_health_recheck(&memory, &r, &a);
+        }
+        assert!(near(secs(schedule_health_recheck(&memory, &r, &a)), 5.0));
+        assert_eq!(
+            schedule_health_recheck(&memory, &r, &[]),
+            Requeue::After(Duration::from_secs(5))
+        );
+        // Without an interval the cap is 32 s, and nothing pending means events only.
+        let r = release(None);
+        for _ in 0..9 {
+            schedule_health_recheck(&memory, &r, &a);
+        }
+        assert!(near(secs(schedule_health_recheck(&memory, &r, &a)), 32.0));
+        assert_eq!(schedule_health_recheck(&memory, &r, &[]), Requeue::Never);
+    }
+}
