@@ -43,11 +43,12 @@ Register-ArgumentCompleter -Native -CommandName 'convoy' -ScriptBlock {
             [CompletionResult]::new('sync', 'sync', [CompletionResultType]::ParameterValue, 'Sync a Release now: render, dry-run, apply in waves, prune, record, write the status')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Explain a Release: who wrote each condition and why, what was attempted and what runs')
             [CompletionResult]::new('health', 'health', [CompletionResultType]::ParameterValue, 'Show the health of each object and hook of a Release')
-            [CompletionResult]::new('get', 'get', [CompletionResultType]::ParameterValue, 'List Releases with State, Applied, InSync, Healthy and Age')
+            [CompletionResult]::new('get', 'get', [CompletionResultType]::ParameterValue, 'List Releases (or show one) with State, Applied, InSync, Healthy, the render and Age')
             [CompletionResult]::new('pin', 'pin', [CompletionResultType]::ParameterValue, 'Pin a Release to a stored render (a full renderRef or a unique prefix of one)')
             [CompletionResult]::new('unpin', 'unpin', [CompletionResultType]::ParameterValue, 'Clear a Release''s pin: it runs its source''s render again')
-            [CompletionResult]::new('history', 'history', [CompletionResultType]::ParameterValue, 'List a Release''s render history, oldest first, with what runs, what is pinned and the last healthy render marked')
+            [CompletionResult]::new('history', 'history', [CompletionResultType]::ParameterValue, 'List a Release''s render history, oldest first and numbered (`convoy pin NAME N` runs entry N), with each render''s outcome and what runs, what is pinned and the last healthy render marked')
             [CompletionResult]::new('install', 'install', [CompletionResultType]::ParameterValue, 'Install convoy: CRDs, RBAC, the default health rules and the daemon''s Deployments')
+            [CompletionResult]::new('check', 'check', [CompletionResultType]::ParameterValue, 'Check the cluster: reachable, convoy''s CRDs and their versions, the daemon''s RBAC, the daemon running and reconciling, and the render store. Exit 0 when nothing failed')
             [CompletionResult]::new('daemon', 'daemon', [CompletionResultType]::ParameterValue, 'Run convoy in a cluster: the Release controller and the observer''s drift and health loops')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print shell completions')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
@@ -150,6 +151,8 @@ Register-ArgumentCompleter -Native -CommandName 'convoy' -ScriptBlock {
             [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format')
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log format on stderr')
             [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'How long one API request may wait for the server''s answer (watches excepted)')
+            [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'After explaining, explain again whenever the Release changes (Ctrl-C ends)')
+            [CompletionResult]::new('--watch', '--watch', [CompletionResultType]::ParameterName, 'After explaining, explain again whenever the Release changes (Ctrl-C ends)')
             [CompletionResult]::new('--no-color', '--no-color', [CompletionResultType]::ParameterName, 'Never color the output (color is only used on a terminal anyway)')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More logs on stderr (-v info, -vv debug, -vvv trace)')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More logs on stderr (-v info, -vv debug, -vvv trace)')
@@ -169,7 +172,7 @@ Register-ArgumentCompleter -Native -CommandName 'convoy' -ScriptBlock {
             [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format')
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log format on stderr')
             [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'How long one API request may wait for the server''s answer (watches excepted)')
-            [CompletionResult]::new('--watch', '--watch', [CompletionResultType]::ParameterName, 'Redraw on every change until every object is Healthy (or Ctrl-C)')
+            [CompletionResult]::new('--watch', '--watch', [CompletionResultType]::ParameterName, 'Redraw on every change until the render last attempted is applied and every object is Healthy for it (exit 0), or it failed or was rolled back (exit 1), or Ctrl-C')
             [CompletionResult]::new('--live', '--live', [CompletionResultType]::ParameterName, 'Assess now with the same rules as the health loop, writing nothing')
             [CompletionResult]::new('--allow-cross-namespace-refs', '--allow-cross-namespace-refs', [CompletionResultType]::ParameterName, 'Let a Release target, mutate into or render objects for namespaces other than its own')
             [CompletionResult]::new('--insecure-kubeconfig-exec', '--insecure-kubeconfig-exec', [CompletionResultType]::ParameterName, 'Let a Cluster''s kubeconfig run exec credential and auth-provider plugins (they run commands as convoy)')
@@ -184,6 +187,9 @@ Register-ArgumentCompleter -Native -CommandName 'convoy' -ScriptBlock {
             break
         }
         'convoy;get' {
+            [CompletionResult]::new('-l', '-l', [CompletionResultType]::ParameterName, 'Only Releases whose labels match this selector (`team=payments,tier!=db`)')
+            [CompletionResult]::new('--selector', '--selector', [CompletionResultType]::ParameterName, 'Only Releases whose labels match this selector (`team=payments,tier!=db`)')
+            [CompletionResult]::new('--sort-by', '--sort-by', [CompletionResultType]::ParameterName, 'Sort by a field of the object, as a JSONPath (`.metadata.creationTimestamp`, `{.status.conditions[0].status}` is not supported: dotted fields only)')
             [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)')
             [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The kubeconfig context to use')
             [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Namespace of the Release (default: the context''s namespace)')
@@ -194,6 +200,9 @@ Register-ArgumentCompleter -Native -CommandName 'convoy' -ScriptBlock {
             [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'How long one API request may wait for the server''s answer (watches excepted)')
             [CompletionResult]::new('-A', '-A ', [CompletionResultType]::ParameterName, 'List Releases in every namespace')
             [CompletionResult]::new('--all-namespaces', '--all-namespaces', [CompletionResultType]::ParameterName, 'List Releases in every namespace')
+            [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'After listing, print each Release again when it changes (Ctrl-C ends)')
+            [CompletionResult]::new('--watch', '--watch', [CompletionResultType]::ParameterName, 'After listing, print each Release again when it changes (Ctrl-C ends)')
+            [CompletionResult]::new('--show-managed-fields', '--show-managed-fields', [CompletionResultType]::ParameterName, 'Keep `metadata.managedFields` in `-o yaml|json`')
             [CompletionResult]::new('--no-color', '--no-color', [CompletionResultType]::ParameterName, 'Never color the output (color is only used on a terminal anyway)')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More logs on stderr (-v info, -vv debug, -vvv trace)')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More logs on stderr (-v info, -vv debug, -vvv trace)')
@@ -250,6 +259,8 @@ Register-ArgumentCompleter -Native -CommandName 'convoy' -ScriptBlock {
             [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format')
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log format on stderr')
             [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'How long one API request may wait for the server''s answer (watches excepted)')
+            [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'After listing, list again whenever the Release changes (a new render, a rollout''s end; Ctrl-C ends)')
+            [CompletionResult]::new('--watch', '--watch', [CompletionResultType]::ParameterName, 'After listing, list again whenever the Release changes (a new render, a rollout''s end; Ctrl-C ends)')
             [CompletionResult]::new('--no-color', '--no-color', [CompletionResultType]::ParameterName, 'Never color the output (color is only used on a terminal anyway)')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More logs on stderr (-v info, -vv debug, -vvv trace)')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More logs on stderr (-v info, -vv debug, -vvv trace)')
@@ -262,7 +273,7 @@ Register-ArgumentCompleter -Native -CommandName 'convoy' -ScriptBlock {
         'convoy;install' {
             [CompletionResult]::new('--image', '--image', [CompletionResultType]::ParameterName, 'Image of the daemon')
             [CompletionResult]::new('--tenant', '--tenant', [CompletionResultType]::ParameterName, 'Only set up namespace NS for a locked-down daemon: the convoy-deployer ServiceAccount, bound to the built-in admin role in NS')
-            [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'How long to wait for the CRDs to become Established')
+            [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'How long to wait for the CRDs to become Established (and, with --wait, for the Deployments to become Available)')
             [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)')
             [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The kubeconfig context to use')
             [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Namespace of the Release (default: the context''s namespace)')
@@ -274,6 +285,25 @@ Register-ArgumentCompleter -Native -CommandName 'convoy' -ScriptBlock {
             [CompletionResult]::new('--crds-only', '--crds-only', [CompletionResultType]::ParameterName, 'Install only the CRDs (enough for `convoy sync` from a laptop)')
             [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'Print what would be installed instead of applying it')
             [CompletionResult]::new('--cluster-admin', '--cluster-admin', [CompletionResultType]::ParameterName, 'Give the daemon write access to every kind in every namespace and let Releases without a ServiceAccount act as convoy (anyone who can write a Release or its source then controls the cluster)')
+            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'After applying, wait until the daemon''s Deployments are Available, then say what to do next')
+            [CompletionResult]::new('--no-color', '--no-color', [CompletionResultType]::ParameterName, 'Never color the output (color is only used on a terminal anyway)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More logs on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More logs on stderr (-v info, -vv debug, -vvv trace)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors on stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
+        'convoy;check' {
+            [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)')
+            [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The kubeconfig context to use')
+            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Namespace of the Release (default: the context''s namespace)')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'Namespace of the Release (default: the context''s namespace)')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log format on stderr')
+            [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'How long one API request may wait for the server''s answer (watches excepted)')
             [CompletionResult]::new('--no-color', '--no-color', [CompletionResultType]::ParameterName, 'Never color the output (color is only used on a terminal anyway)')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More logs on stderr (-v info, -vv debug, -vvv trace)')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More logs on stderr (-v info, -vv debug, -vvv trace)')
@@ -345,11 +375,12 @@ Register-ArgumentCompleter -Native -CommandName 'convoy' -ScriptBlock {
             [CompletionResult]::new('sync', 'sync', [CompletionResultType]::ParameterValue, 'Sync a Release now: render, dry-run, apply in waves, prune, record, write the status')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Explain a Release: who wrote each condition and why, what was attempted and what runs')
             [CompletionResult]::new('health', 'health', [CompletionResultType]::ParameterValue, 'Show the health of each object and hook of a Release')
-            [CompletionResult]::new('get', 'get', [CompletionResultType]::ParameterValue, 'List Releases with State, Applied, InSync, Healthy and Age')
+            [CompletionResult]::new('get', 'get', [CompletionResultType]::ParameterValue, 'List Releases (or show one) with State, Applied, InSync, Healthy, the render and Age')
             [CompletionResult]::new('pin', 'pin', [CompletionResultType]::ParameterValue, 'Pin a Release to a stored render (a full renderRef or a unique prefix of one)')
             [CompletionResult]::new('unpin', 'unpin', [CompletionResultType]::ParameterValue, 'Clear a Release''s pin: it runs its source''s render again')
-            [CompletionResult]::new('history', 'history', [CompletionResultType]::ParameterValue, 'List a Release''s render history, oldest first, with what runs, what is pinned and the last healthy render marked')
+            [CompletionResult]::new('history', 'history', [CompletionResultType]::ParameterValue, 'List a Release''s render history, oldest first and numbered (`convoy pin NAME N` runs entry N), with each render''s outcome and what runs, what is pinned and the last healthy render marked')
             [CompletionResult]::new('install', 'install', [CompletionResultType]::ParameterValue, 'Install convoy: CRDs, RBAC, the default health rules and the daemon''s Deployments')
+            [CompletionResult]::new('check', 'check', [CompletionResultType]::ParameterValue, 'Check the cluster: reachable, convoy''s CRDs and their versions, the daemon''s RBAC, the daemon running and reconciling, and the render store. Exit 0 when nothing failed')
             [CompletionResult]::new('daemon', 'daemon', [CompletionResultType]::ParameterValue, 'Run convoy in a cluster: the Release controller and the observer''s drift and health loops')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print shell completions')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
@@ -383,6 +414,9 @@ Register-ArgumentCompleter -Native -CommandName 'convoy' -ScriptBlock {
             break
         }
         'convoy;help;install' {
+            break
+        }
+        'convoy;help;check' {
             break
         }
         'convoy;help;daemon' {

@@ -16,6 +16,9 @@ _convoy() {
             ",$1")
                 cmd="convoy"
                 ;;
+            convoy,check)
+                cmd="convoy__subcmd__check"
+                ;;
             convoy,completions)
                 cmd="convoy__subcmd__completions"
                 ;;
@@ -54,6 +57,9 @@ _convoy() {
                 ;;
             convoy,unpin)
                 cmd="convoy__subcmd__unpin"
+                ;;
+            convoy__subcmd__help,check)
+                cmd="convoy__subcmd__help__subcmd__check"
                 ;;
             convoy__subcmd__help,completions)
                 cmd="convoy__subcmd__help__subcmd__completions"
@@ -101,7 +107,7 @@ _convoy() {
 
     case "${cmd}" in
         convoy)
-            opts="-n -o -v -q -h -V --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --request-timeout --help --version render diff sync status health get pin unpin history install daemon completions help"
+            opts="-n -o -v -q -h -V --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --request-timeout --help --version render diff sync status health get pin unpin history install check daemon completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -124,11 +130,57 @@ _convoy() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                --request-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        convoy__subcmd__check)
+            opts="-n -o -v -q -h --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --request-timeout --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --kubeconfig)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --context)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -170,11 +222,11 @@ _convoy() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -280,11 +332,11 @@ _convoy() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -362,11 +414,11 @@ _convoy() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -385,12 +437,24 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__get)
-            opts="-A -n -o -v -q -h --all-namespaces --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --request-timeout --help"
+            opts="-A -l -w -n -o -v -q -h --all-namespaces --selector --watch --sort-by --show-managed-fields --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --request-timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --selector)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -l)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sort-by)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --kubeconfig)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -408,11 +472,11 @@ _convoy() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -458,11 +522,11 @@ _convoy() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -481,8 +545,22 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__help)
-            opts="render diff sync status health get pin unpin history install daemon completions help"
+            opts="render diff sync status health get pin unpin history install check daemon completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        convoy__subcmd__help__subcmd__check)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -677,7 +755,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__history)
-            opts="-n -o -v -q -h --render-store --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --request-timeout --help"
+            opts="-w -n -o -v -q -h --watch --render-store --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --request-timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -704,11 +782,11 @@ _convoy() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -727,7 +805,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__install)
-            opts="-n -o -v -q -h --crds-only --dry-run --image --cluster-admin --tenant --timeout --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --request-timeout --help"
+            opts="-n -o -v -q -h --crds-only --dry-run --image --cluster-admin --tenant --wait --timeout --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --request-timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -762,11 +840,11 @@ _convoy() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -812,11 +890,11 @@ _convoy() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -878,11 +956,11 @@ _convoy() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -901,7 +979,7 @@ _convoy() {
             return 0
             ;;
         convoy__subcmd__status)
-            opts="-n -o -v -q -h --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --request-timeout --help"
+            opts="-w -n -o -v -q -h --watch --kubeconfig --context --namespace --output --no-color --verbose --quiet --log-format --request-timeout --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -924,11 +1002,11 @@ _convoy() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -990,11 +1068,11 @@ _convoy() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)
@@ -1036,11 +1114,11 @@ _convoy() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table yaml json diff" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table yaml json diff wide name" -- "${cur}"))
                     return 0
                     ;;
                 --log-format)

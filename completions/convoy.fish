@@ -30,7 +30,9 @@ complete -c convoy -n "__fish_convoy_needs_command" -s n -l namespace -d 'Namesp
 complete -c convoy -n "__fish_convoy_needs_command" -s o -l output -d 'Output format' -r -f -a "table\t''
 yaml\t''
 json\t''
-diff\t'Only for `convoy diff`'"
+diff\t'Only for `convoy diff`'
+wide\t'`convoy get`: more columns (the source revision, the Applied message)'
+name\t'`convoy get`: `release.core.convoy.kumodo.io/NAME` per line'"
 complete -c convoy -n "__fish_convoy_needs_command" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
 complete -c convoy -n "__fish_convoy_needs_command" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
@@ -44,11 +46,12 @@ complete -c convoy -n "__fish_convoy_needs_command" -f -a "diff" -d 'Show what a
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "sync" -d 'Sync a Release now: render, dry-run, apply in waves, prune, record, write the status'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "status" -d 'Explain a Release: who wrote each condition and why, what was attempted and what runs'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "health" -d 'Show the health of each object and hook of a Release'
-complete -c convoy -n "__fish_convoy_needs_command" -f -a "get" -d 'List Releases with State, Applied, InSync, Healthy and Age'
+complete -c convoy -n "__fish_convoy_needs_command" -f -a "get" -d 'List Releases (or show one) with State, Applied, InSync, Healthy, the render and Age'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "pin" -d 'Pin a Release to a stored render (a full renderRef or a unique prefix of one)'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "unpin" -d 'Clear a Release\'s pin: it runs its source\'s render again'
-complete -c convoy -n "__fish_convoy_needs_command" -f -a "history" -d 'List a Release\'s render history, oldest first, with what runs, what is pinned and the last healthy render marked'
+complete -c convoy -n "__fish_convoy_needs_command" -f -a "history" -d 'List a Release\'s render history, oldest first and numbered (`convoy pin NAME N` runs entry N), with each render\'s outcome and what runs, what is pinned and the last healthy render marked'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "install" -d 'Install convoy: CRDs, RBAC, the default health rules and the daemon\'s Deployments'
+complete -c convoy -n "__fish_convoy_needs_command" -f -a "check" -d 'Check the cluster: reachable, convoy\'s CRDs and their versions, the daemon\'s RBAC, the daemon running and reconciling, and the render store. Exit 0 when nothing failed'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "daemon" -d 'Run convoy in a cluster: the Release controller and the observer\'s drift and health loops'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "completions" -d 'Print shell completions'
 complete -c convoy -n "__fish_convoy_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
@@ -62,7 +65,9 @@ complete -c convoy -n "__fish_convoy_using_subcommand render" -s n -l namespace 
 complete -c convoy -n "__fish_convoy_using_subcommand render" -s o -l output -d 'Output format' -r -f -a "table\t''
 yaml\t''
 json\t''
-diff\t'Only for `convoy diff`'"
+diff\t'Only for `convoy diff`'
+wide\t'`convoy get`: more columns (the source revision, the Applied message)'
+name\t'`convoy get`: `release.core.convoy.kumodo.io/NAME` per line'"
 complete -c convoy -n "__fish_convoy_using_subcommand render" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
 complete -c convoy -n "__fish_convoy_using_subcommand render" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
@@ -87,7 +92,9 @@ complete -c convoy -n "__fish_convoy_using_subcommand diff" -s n -l namespace -d
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -s o -l output -d 'Output format' -r -f -a "table\t''
 yaml\t''
 json\t''
-diff\t'Only for `convoy diff`'"
+diff\t'Only for `convoy diff`'
+wide\t'`convoy get`: more columns (the source revision, the Applied message)'
+name\t'`convoy get`: `release.core.convoy.kumodo.io/NAME` per line'"
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
 complete -c convoy -n "__fish_convoy_using_subcommand diff" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
@@ -109,7 +116,9 @@ complete -c convoy -n "__fish_convoy_using_subcommand sync" -s n -l namespace -d
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -s o -l output -d 'Output format' -r -f -a "table\t''
 yaml\t''
 json\t''
-diff\t'Only for `convoy diff`'"
+diff\t'Only for `convoy diff`'
+wide\t'`convoy get`: more columns (the source revision, the Applied message)'
+name\t'`convoy get`: `release.core.convoy.kumodo.io/NAME` per line'"
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
 complete -c convoy -n "__fish_convoy_using_subcommand sync" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
@@ -130,10 +139,13 @@ complete -c convoy -n "__fish_convoy_using_subcommand status" -s n -l namespace 
 complete -c convoy -n "__fish_convoy_using_subcommand status" -s o -l output -d 'Output format' -r -f -a "table\t''
 yaml\t''
 json\t''
-diff\t'Only for `convoy diff`'"
+diff\t'Only for `convoy diff`'
+wide\t'`convoy get`: more columns (the source revision, the Applied message)'
+name\t'`convoy get`: `release.core.convoy.kumodo.io/NAME` per line'"
 complete -c convoy -n "__fish_convoy_using_subcommand status" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
 complete -c convoy -n "__fish_convoy_using_subcommand status" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
+complete -c convoy -n "__fish_convoy_using_subcommand status" -s w -l watch -d 'After explaining, explain again whenever the Release changes (Ctrl-C ends)'
 complete -c convoy -n "__fish_convoy_using_subcommand status" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
 complete -c convoy -n "__fish_convoy_using_subcommand status" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand status" -s q -l quiet -d 'Only errors on stderr'
@@ -145,11 +157,13 @@ complete -c convoy -n "__fish_convoy_using_subcommand health" -s n -l namespace 
 complete -c convoy -n "__fish_convoy_using_subcommand health" -s o -l output -d 'Output format' -r -f -a "table\t''
 yaml\t''
 json\t''
-diff\t'Only for `convoy diff`'"
+diff\t'Only for `convoy diff`'
+wide\t'`convoy get`: more columns (the source revision, the Applied message)'
+name\t'`convoy get`: `release.core.convoy.kumodo.io/NAME` per line'"
 complete -c convoy -n "__fish_convoy_using_subcommand health" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
 complete -c convoy -n "__fish_convoy_using_subcommand health" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
-complete -c convoy -n "__fish_convoy_using_subcommand health" -l watch -d 'Redraw on every change until every object is Healthy (or Ctrl-C)'
+complete -c convoy -n "__fish_convoy_using_subcommand health" -l watch -d 'Redraw on every change until the render last attempted is applied and every object is Healthy for it (exit 0), or it failed or was rolled back (exit 1), or Ctrl-C'
 complete -c convoy -n "__fish_convoy_using_subcommand health" -l live -d 'Assess now with the same rules as the health loop, writing nothing'
 complete -c convoy -n "__fish_convoy_using_subcommand health" -l allow-cross-namespace-refs -d 'Let a Release target, mutate into or render objects for namespaces other than its own'
 complete -c convoy -n "__fish_convoy_using_subcommand health" -l insecure-kubeconfig-exec -d 'Let a Cluster\'s kubeconfig run exec credential and auth-provider plugins (they run commands as convoy)'
@@ -158,17 +172,23 @@ complete -c convoy -n "__fish_convoy_using_subcommand health" -l no-color -d 'Ne
 complete -c convoy -n "__fish_convoy_using_subcommand health" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand health" -s q -l quiet -d 'Only errors on stderr'
 complete -c convoy -n "__fish_convoy_using_subcommand health" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c convoy -n "__fish_convoy_using_subcommand get" -s l -l selector -d 'Only Releases whose labels match this selector (`team=payments,tier!=db`)' -r
+complete -c convoy -n "__fish_convoy_using_subcommand get" -l sort-by -d 'Sort by a field of the object, as a JSONPath (`.metadata.creationTimestamp`, `{.status.conditions[0].status}` is not supported: dotted fields only)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand get" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
 complete -c convoy -n "__fish_convoy_using_subcommand get" -l context -d 'The kubeconfig context to use' -r
 complete -c convoy -n "__fish_convoy_using_subcommand get" -s n -l namespace -d 'Namespace of the Release (default: the context\'s namespace)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand get" -s o -l output -d 'Output format' -r -f -a "table\t''
 yaml\t''
 json\t''
-diff\t'Only for `convoy diff`'"
+diff\t'Only for `convoy diff`'
+wide\t'`convoy get`: more columns (the source revision, the Applied message)'
+name\t'`convoy get`: `release.core.convoy.kumodo.io/NAME` per line'"
 complete -c convoy -n "__fish_convoy_using_subcommand get" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
 complete -c convoy -n "__fish_convoy_using_subcommand get" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand get" -s A -l all-namespaces -d 'List Releases in every namespace'
+complete -c convoy -n "__fish_convoy_using_subcommand get" -s w -l watch -d 'After listing, print each Release again when it changes (Ctrl-C ends)'
+complete -c convoy -n "__fish_convoy_using_subcommand get" -l show-managed-fields -d 'Keep `metadata.managedFields` in `-o yaml|json`'
 complete -c convoy -n "__fish_convoy_using_subcommand get" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
 complete -c convoy -n "__fish_convoy_using_subcommand get" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand get" -s q -l quiet -d 'Only errors on stderr'
@@ -180,7 +200,9 @@ complete -c convoy -n "__fish_convoy_using_subcommand pin" -s n -l namespace -d 
 complete -c convoy -n "__fish_convoy_using_subcommand pin" -s o -l output -d 'Output format' -r -f -a "table\t''
 yaml\t''
 json\t''
-diff\t'Only for `convoy diff`'"
+diff\t'Only for `convoy diff`'
+wide\t'`convoy get`: more columns (the source revision, the Applied message)'
+name\t'`convoy get`: `release.core.convoy.kumodo.io/NAME` per line'"
 complete -c convoy -n "__fish_convoy_using_subcommand pin" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
 complete -c convoy -n "__fish_convoy_using_subcommand pin" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
@@ -194,7 +216,9 @@ complete -c convoy -n "__fish_convoy_using_subcommand unpin" -s n -l namespace -
 complete -c convoy -n "__fish_convoy_using_subcommand unpin" -s o -l output -d 'Output format' -r -f -a "table\t''
 yaml\t''
 json\t''
-diff\t'Only for `convoy diff`'"
+diff\t'Only for `convoy diff`'
+wide\t'`convoy get`: more columns (the source revision, the Applied message)'
+name\t'`convoy get`: `release.core.convoy.kumodo.io/NAME` per line'"
 complete -c convoy -n "__fish_convoy_using_subcommand unpin" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
 complete -c convoy -n "__fish_convoy_using_subcommand unpin" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
@@ -209,34 +233,56 @@ complete -c convoy -n "__fish_convoy_using_subcommand history" -s n -l namespace
 complete -c convoy -n "__fish_convoy_using_subcommand history" -s o -l output -d 'Output format' -r -f -a "table\t''
 yaml\t''
 json\t''
-diff\t'Only for `convoy diff`'"
+diff\t'Only for `convoy diff`'
+wide\t'`convoy get`: more columns (the source revision, the Applied message)'
+name\t'`convoy get`: `release.core.convoy.kumodo.io/NAME` per line'"
 complete -c convoy -n "__fish_convoy_using_subcommand history" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
 complete -c convoy -n "__fish_convoy_using_subcommand history" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
+complete -c convoy -n "__fish_convoy_using_subcommand history" -s w -l watch -d 'After listing, list again whenever the Release changes (a new render, a rollout\'s end; Ctrl-C ends)'
 complete -c convoy -n "__fish_convoy_using_subcommand history" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
 complete -c convoy -n "__fish_convoy_using_subcommand history" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand history" -s q -l quiet -d 'Only errors on stderr'
 complete -c convoy -n "__fish_convoy_using_subcommand history" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l image -d 'Image of the daemon' -r
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l tenant -d 'Only set up namespace NS for a locked-down daemon: the convoy-deployer ServiceAccount, bound to the built-in admin role in NS' -r
-complete -c convoy -n "__fish_convoy_using_subcommand install" -l timeout -d 'How long to wait for the CRDs to become Established' -r
+complete -c convoy -n "__fish_convoy_using_subcommand install" -l timeout -d 'How long to wait for the CRDs to become Established (and, with --wait, for the Deployments to become Available)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l context -d 'The kubeconfig context to use' -r
 complete -c convoy -n "__fish_convoy_using_subcommand install" -s n -l namespace -d 'Namespace of the Release (default: the context\'s namespace)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand install" -s o -l output -d 'Output format' -r -f -a "table\t''
 yaml\t''
 json\t''
-diff\t'Only for `convoy diff`'"
+diff\t'Only for `convoy diff`'
+wide\t'`convoy get`: more columns (the source revision, the Applied message)'
+name\t'`convoy get`: `release.core.convoy.kumodo.io/NAME` per line'"
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l crds-only -d 'Install only the CRDs (enough for `convoy sync` from a laptop)'
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l dry-run -d 'Print what would be installed instead of applying it'
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l cluster-admin -d 'Give the daemon write access to every kind in every namespace and let Releases without a ServiceAccount act as convoy (anyone who can write a Release or its source then controls the cluster)'
+complete -c convoy -n "__fish_convoy_using_subcommand install" -l wait -d 'After applying, wait until the daemon\'s Deployments are Available, then say what to do next'
 complete -c convoy -n "__fish_convoy_using_subcommand install" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
 complete -c convoy -n "__fish_convoy_using_subcommand install" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand install" -s q -l quiet -d 'Only errors on stderr'
 complete -c convoy -n "__fish_convoy_using_subcommand install" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c convoy -n "__fish_convoy_using_subcommand check" -l kubeconfig -d 'Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)' -r -F
+complete -c convoy -n "__fish_convoy_using_subcommand check" -l context -d 'The kubeconfig context to use' -r
+complete -c convoy -n "__fish_convoy_using_subcommand check" -s n -l namespace -d 'Namespace of the Release (default: the context\'s namespace)' -r
+complete -c convoy -n "__fish_convoy_using_subcommand check" -s o -l output -d 'Output format' -r -f -a "table\t''
+yaml\t''
+json\t''
+diff\t'Only for `convoy diff`'
+wide\t'`convoy get`: more columns (the source revision, the Applied message)'
+name\t'`convoy get`: `release.core.convoy.kumodo.io/NAME` per line'"
+complete -c convoy -n "__fish_convoy_using_subcommand check" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
+json\t''"
+complete -c convoy -n "__fish_convoy_using_subcommand check" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
+complete -c convoy -n "__fish_convoy_using_subcommand check" -l no-color -d 'Never color the output (color is only used on a terminal anyway)'
+complete -c convoy -n "__fish_convoy_using_subcommand check" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
+complete -c convoy -n "__fish_convoy_using_subcommand check" -s q -l quiet -d 'Only errors on stderr'
+complete -c convoy -n "__fish_convoy_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l role -d 'Which loops to run' -r -f -a "controller\t'The Release controller and the Cluster and source controllers'
 observer\t'The drift loop and the health loop'
 all\t'Everything in one process'"
@@ -261,7 +307,9 @@ complete -c convoy -n "__fish_convoy_using_subcommand daemon" -s n -l namespace 
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -s o -l output -d 'Output format' -r -f -a "table\t''
 yaml\t''
 json\t''
-diff\t'Only for `convoy diff`'"
+diff\t'Only for `convoy diff`'
+wide\t'`convoy get`: more columns (the source revision, the Applied message)'
+name\t'`convoy get`: `release.core.convoy.kumodo.io/NAME` per line'"
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
 complete -c convoy -n "__fish_convoy_using_subcommand daemon" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
@@ -279,7 +327,9 @@ complete -c convoy -n "__fish_convoy_using_subcommand completions" -s n -l names
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -s o -l output -d 'Output format' -r -f -a "table\t''
 yaml\t''
 json\t''
-diff\t'Only for `convoy diff`'"
+diff\t'Only for `convoy diff`'
+wide\t'`convoy get`: more columns (the source revision, the Applied message)'
+name\t'`convoy get`: `release.core.convoy.kumodo.io/NAME` per line'"
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -l request-timeout -d 'How long one API request may wait for the server\'s answer (watches excepted)' -r
@@ -287,16 +337,17 @@ complete -c convoy -n "__fish_convoy_using_subcommand completions" -l no-color -
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -s v -l verbose -d 'More logs on stderr (-v info, -vv debug, -vvv trace)'
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -s q -l quiet -d 'Only errors on stderr'
 complete -c convoy -n "__fish_convoy_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "render" -d 'Render a Release: print its objects in apply order and its renderRef'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "diff" -d 'Show what a sync would change: a diff per object, drift named by field manager'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "sync" -d 'Sync a Release now: render, dry-run, apply in waves, prune, record, write the status'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "status" -d 'Explain a Release: who wrote each condition and why, what was attempted and what runs'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "health" -d 'Show the health of each object and hook of a Release'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "get" -d 'List Releases with State, Applied, InSync, Healthy and Age'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "pin" -d 'Pin a Release to a stored render (a full renderRef or a unique prefix of one)'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "unpin" -d 'Clear a Release\'s pin: it runs its source\'s render again'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "history" -d 'List a Release\'s render history, oldest first, with what runs, what is pinned and the last healthy render marked'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "install" -d 'Install convoy: CRDs, RBAC, the default health rules and the daemon\'s Deployments'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "daemon" -d 'Run convoy in a cluster: the Release controller and the observer\'s drift and health loops'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "completions" -d 'Print shell completions'
-complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install daemon completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install check daemon completions help" -f -a "render" -d 'Render a Release: print its objects in apply order and its renderRef'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install check daemon completions help" -f -a "diff" -d 'Show what a sync would change: a diff per object, drift named by field manager'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install check daemon completions help" -f -a "sync" -d 'Sync a Release now: render, dry-run, apply in waves, prune, record, write the status'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install check daemon completions help" -f -a "status" -d 'Explain a Release: who wrote each condition and why, what was attempted and what runs'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install check daemon completions help" -f -a "health" -d 'Show the health of each object and hook of a Release'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install check daemon completions help" -f -a "get" -d 'List Releases (or show one) with State, Applied, InSync, Healthy, the render and Age'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install check daemon completions help" -f -a "pin" -d 'Pin a Release to a stored render (a full renderRef or a unique prefix of one)'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install check daemon completions help" -f -a "unpin" -d 'Clear a Release\'s pin: it runs its source\'s render again'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install check daemon completions help" -f -a "history" -d 'List a Release\'s render history, oldest first and numbered (`convoy pin NAME N` runs entry N), with each render\'s outcome and what runs, what is pinned and the last healthy render marked'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install check daemon completions help" -f -a "install" -d 'Install convoy: CRDs, RBAC, the default health rules and the daemon\'s Deployments'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install check daemon completions help" -f -a "check" -d 'Check the cluster: reachable, convoy\'s CRDs and their versions, the daemon\'s RBAC, the daemon running and reconciling, and the render store. Exit 0 when nothing failed'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install check daemon completions help" -f -a "daemon" -d 'Run convoy in a cluster: the Release controller and the observer\'s drift and health loops'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install check daemon completions help" -f -a "completions" -d 'Print shell completions'
+complete -c convoy -n "__fish_convoy_using_subcommand help; and not __fish_seen_subcommand_from render diff sync status health get pin unpin history install check daemon completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

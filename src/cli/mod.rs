@@ -5,7 +5,9 @@
 
 pub mod commands;
 pub mod exit;
+pub mod follow;
 pub mod generate;
+pub mod lookup;
 pub mod output;
 pub mod plain_yaml_out;
 pub mod progress;
@@ -106,6 +108,7 @@ pub enum Command {
     Unpin(commands::pin::UnpinArgs),
     History(commands::history::HistoryArgs),
     Install(commands::install::InstallArgs),
+    Check(commands::check::CheckArgs),
     Daemon(commands::daemon::DaemonArgs),
     Completions(commands::completions::CompletionsArgs),
 }
@@ -134,6 +137,8 @@ pub fn main() -> ExitCode {
     let mut printer = Printer::stdout(cli.global.output, cli.global.no_color);
     let status = match runtime.block_on(run(cli, &mut printer)) {
         Ok(status) => status,
+        // The reader went away (`convoy render | head`): what it wanted was written.
+        Err(err) if broken_pipe(&err.error) => ExitStatus::Success,
         Err(err) => {
             eprintln!("error: {:#}", err.error);
             err.status
@@ -143,6 +148,15 @@ pub fn main() -> ExitCode {
     // the operating system instead of waking and joining each (it shows on short commands).
     runtime.shutdown_background();
     status.into()
+}
+
+/// Whether an error is a write to a closed pipe.
+fn broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// Run one parsed command.
@@ -158,6 +172,7 @@ pub async fn run(cli: Cli, printer: &mut Printer) -> CommandResult {
         Command::Unpin(args) => commands::pin::run_unpin(&cli.global, args, printer).await,
         Command::History(args) => commands::history::run(&cli.global, args, printer).await,
         Command::Install(args) => commands::install::run(&cli.global, args, printer).await,
+        Command::Check(args) => commands::check::run(&cli.global, args, printer).await,
         Command::Completions(args) => commands::completions::run(args, printer),
         Command::Daemon(args) => commands::daemon::run_daemon(&cli.global, args).await,
     }

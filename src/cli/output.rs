@@ -12,6 +12,10 @@ pub enum OutputFormat {
     Json,
     /// Only for `convoy diff`.
     Diff,
+    /// `convoy get`: more columns (the source revision, the Applied message).
+    Wide,
+    /// `convoy get`: `release.core.convoy.kumodo.io/NAME` per line.
+    Name,
 }
 
 /// Writes results to stdout (or a buffer in tests) and knows whether color is wanted.

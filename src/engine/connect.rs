@@ -27,6 +27,9 @@ pub enum ConnectError {
         #[source]
         source: kube::config::KubeconfigError,
     },
+    /// The kubeconfig file named does not exist (or cannot be read).
+    #[error("cannot read the kubeconfig {}: {reason}; give --kubeconfig (or KUBECONFIG) a kubeconfig file", path.display())]
+    KubeconfigFile { path: PathBuf, reason: String },
     /// Neither a kubeconfig nor an in-cluster service account was found.
     #[error("no kubeconfig found: set --kubeconfig or KUBECONFIG, or run inside a cluster")]
     Infer(#[source] kube::config::InferConfigError),
@@ -199,8 +202,25 @@ pub async fn load_config(source: &KubeconfigSource) -> Result<Config, ConnectErr
             context: source.context.clone(),
             ..Default::default()
         };
-        let config = match &source.path {
+        // KUBECONFIG naming one file is the same as --kubeconfig.
+        let from_env = std::env::var_os("KUBECONFIG")
+            .map(PathBuf::from)
+            .filter(|p| !p.as_os_str().is_empty() && !p.to_string_lossy().contains(':'));
+        let config = match source.path.as_ref().or(from_env.as_ref()) {
             Some(path) => {
+                // One line for the commonest first-hour mistake, not kube's error chain (which
+                // repeats the operating system's message).
+                if let Err(e) = std::fs::metadata(path) {
+                    let reason = match e.kind() {
+                        std::io::ErrorKind::NotFound => "no such file".to_string(),
+                        std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+                        _ => e.to_string(),
+                    };
+                    return Err(ConnectError::KubeconfigFile {
+                        path: path.clone(),
+                        reason,
+                    });
+                }
                 let kubeconfig =
                     Kubeconfig::read_from(path).map_err(|source| ConnectError::Kubeconfig {
                         path: Some(path.clone()),

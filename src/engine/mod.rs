@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod apply;
+pub mod check;
 pub mod cluster;
 pub mod connect;
 pub mod content_hooks;

@@ -179,3 +179,56 @@ async fn an_unreachable_cluster_exits_3_and_a_render_error_exits_4() {
         "{stderr}"
     );
 }
+
+/// CI jobs, a daemon and a person on one machine share the source cache: eight `convoy diff`
+/// and `convoy render` runs of one Release, started together after a new commit, all succeed
+/// (the fetches into the shared cache serialise instead of colliding).
+#[tokio::test]
+async fn parallel_runs_after_a_new_commit_share_the_cache_and_all_succeed() {
+    let f = Fixture::new(
+        "diff-parallel",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({}),
+    )
+    .await;
+    f.sync().await;
+    let cache = tempfile::tempdir().unwrap();
+    let cache_dir = cache.path().to_str().unwrap().to_string();
+    // Warm the cache at the first commit, then move the branch on.
+    let (code, _, stderr) = out(f.env.convoy(&["render", "web", "--cache-dir", &cache_dir]));
+    assert_eq!(code, 0, "{stderr}");
+    f.commit(&[("a.yaml", &config_map("a", 0, "2"))]);
+    let runs: Vec<std::process::Child> = (0..8)
+        .map(|i| {
+            let command = if i % 2 == 0 { "diff" } else { "render" };
+            std::process::Command::new(convoy_bin())
+                .arg("--kubeconfig")
+                .arg(&f.env.kubeconfig)
+                .args([
+                    "-n",
+                    &f.env.namespace,
+                    command,
+                    "web",
+                    "--cache-dir",
+                    &cache_dir,
+                ])
+                .env("PATH", path_with_testenv())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (i, child) in runs.into_iter().enumerate() {
+        let (code, stdout, stderr) = out(child.wait_with_output().unwrap());
+        if i % 2 == 0 {
+            assert_eq!(code, 1, "diff {i}: one change to apply\n{stdout}{stderr}");
+        } else {
+            assert_eq!(code, 0, "render {i}: {stderr}");
+            assert!(
+                stdout.contains("value: \"2\""),
+                "render {i} saw the new commit"
+            );
+        }
+    }
+}

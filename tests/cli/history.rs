@@ -25,16 +25,27 @@ async fn history_pin_and_unpin_through_the_cli() {
     .await;
     assert_eq!(out(&f.env.convoy(&["sync", "web"])).0, 0);
     let first = render_ref(&f);
+    let first_revision = revision(&f);
     f.commit(&[("a.yaml", &config_map("settings", 0, "2"))]);
     assert_eq!(out(&f.env.convoy(&["sync", "web"])).0, 0);
     let (code, two_renders, stderr) = out(&f.env.convoy(&["history", "web"]));
     assert_eq!(code, 0, "{stderr}");
 
-    let (code, pinned, stderr) = out(&f.env.convoy(&["pin", "web", &first[..8]]));
+    // History entry 1 is the first render: `pin web 1` means it, not a renderRef prefix.
+    let (code, pinned, stderr) = out(&f.env.convoy(&["pin", "web", "1"]));
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(out(&f.env.convoy(&["sync", "web"])).0, 0);
     let settings_cm = f.config_map("settings").await.unwrap();
     assert_eq!(settings_cm["data"]["value"], "1", "the pinned render runs");
+    assert_eq!(render_ref(&f), first);
+    // What runs came from the first commit, not the branch's head.
+    assert_eq!(revision(&f), first_revision);
+    let (code, _, no_entry) = out(&f.env.convoy(&["pin", "web", "5"]));
+    assert_eq!(code, 4);
+    let (code, _, short_prefix) = out(&f.env.convoy(&["pin", "web", "3f9a"]));
+    assert_eq!(code, 2, "a 4-character prefix is a usage error");
+    let (code, by_prefix, stderr) = out(&f.env.convoy(&["pin", "web", &first[..7]]));
+    assert_eq!(code, 0, "{stderr}");
     // convoy diff compares with what the controller would apply: the pinned render.
     let (code, diff, stderr) = out(&f.env.convoy(&["diff", "web"]));
     assert_eq!(
@@ -65,7 +76,19 @@ async fn history_pin_and_unpin_through_the_cli() {
         insta::assert_snapshot!("status_pinned", status);
         insta::assert_snapshot!("unpin_stdout", unpinned);
         insta::assert_snapshot!("pin_unknown_stderr", unknown);
+        insta::assert_snapshot!("pin_no_entry_stderr", no_entry);
+        insta::assert_snapshot!("pin_short_prefix_stderr", short_prefix);
+        insta::assert_snapshot!("pin_by_prefix_stdout", by_prefix);
     });
+}
+
+fn revision(f: &Fixture) -> String {
+    let (_, raw, _) = out(&f.env.convoy(&["status", "web", "-o", "json"]));
+    let raw: serde_json::Value = serde_json::from_str(&raw).unwrap();
+    raw["lastSuccessful"]["resolvedSource"]["revision"]
+        .as_str()
+        .unwrap()
+        .to_string()
 }
 
 #[tokio::test]

@@ -8,6 +8,7 @@ mod support;
 mod basics;
 mod diff;
 mod generated;
+mod get;
 mod health;
 mod history;
 mod render;

@@ -147,7 +147,10 @@ async fn a_sync_request_without_a_daemon_times_out_waiting() {
     )));
     assert_eq!(
         stderr,
-        "error: no reconcile handled the request within 2s\n"
+        "waiting for a reconcile to take the request\n\
+         error: no reconcile took the request within 2s (no reconcile has ever written its status): \
+         is `convoy daemon` running and does it own this Release's shard? \
+         (`convoy sync web` without --request reconciles here)\n"
     );
     let release = f.release().await;
     assert!(

@@ -114,7 +114,7 @@ func main() {
 	manager.SetOwnerLabels(objects, *owner, *namespace)
 	manager.SetConcurrency(*concurrency)
 
-	// The options kustomize-controller v1.10 builds in KustomizationReconciler.apply.
+	// The options kustomize-controller v1.9 builds in KustomizationReconciler.apply.
 	opts := ssa.DefaultApplyOptions()
 	opts.Force = *force
 	opts.ExclusionSelector = map[string]string{group + "/reconcile": "disabled", group + "/ssa": "Ignore"}

@@ -31,7 +31,8 @@ convoy health web -n apps --live       # assess now, write nothing")]
 pub struct HealthArgs {
     /// The Release's name.
     pub name: String,
-    /// Redraw on every change until every object is Healthy (or Ctrl-C).
+    /// Redraw on every change until the render last attempted is applied and every object
+    /// is Healthy for it (exit 0), or it failed or was rolled back (exit 1), or Ctrl-C.
     #[arg(long, conflicts_with = "live")]
     pub watch: bool,
     /// Assess now with the same rules as the health loop, writing nothing.
@@ -67,7 +68,7 @@ pub async fn run(global: &GlobalArgs, args: HealthArgs, printer: &mut Printer) -
         .map_err(|e| CliError::new(ExitStatus::Unreachable, conn.unreachable(e)))?
         .unwrap_or_default();
     let view = View::new(&release, &inventory, None);
-    if !args.watch || view.all_healthy() {
+    if !args.watch || settled(&release, &inventory, &view).is_some() {
         return view.print(printer);
     }
     view.print(printer)?;
@@ -101,13 +102,37 @@ pub async fn run(global: &GlobalArgs, args: HealthArgs, printer: &mut Printer) -
                     printer.line("").map_err(io_error)?;
                 }
                 let status = view.print(printer)?;
-                if view.all_healthy() {
-                    return Ok(status);
+                if let Some(end) = settled(&release, &inventory, &view) {
+                    return Ok(if end { status } else { ExitStatus::No });
                 }
             }
             _ = tokio::signal::ctrl_c() => return Ok(ExitStatus::No),
         }
     }
+}
+
+/// Whether `--watch` is done: `Some(true)` when the render the Release last attempted is
+/// applied and every object is Healthy for it, `Some(false)` when that attempt failed;
+/// `None` while a rollout is on its way (a render that is not applied yet, a hold, objects
+/// assessed for an older render), so a watch started just before a rollout follows it.
+fn settled(release: &Release, inventory: &ReleaseInventory, view: &View) -> Option<bool> {
+    use crate::engine::api::AttemptPhase;
+    let status = release.status.clone().unwrap_or_default();
+    let attempt = status.last_attempted.as_ref()?;
+    let rolled_back = status
+        .condition(condition_types::APPLIED)
+        .is_some_and(|c| c.reason == crate::engine::api::reasons::ROLLED_BACK);
+    if attempt.phase == Some(AttemptPhase::Failed) || rolled_back {
+        return Some(false);
+    }
+    let render = attempt.render_ref.as_deref()?;
+    let applied = status
+        .condition(condition_types::APPLIED)
+        .is_some_and(|c| c.status == "True");
+    let current = members(inventory)
+        .iter()
+        .all(|e| e.assessed_render_ref.as_deref() == Some(render));
+    (applied && current && view.all_healthy()).then_some(true)
 }
 
 /// The rules that judged an object, grouped by set: `convoy-defaults: a, b`, `built-in: a`.

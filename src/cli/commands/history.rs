@@ -12,8 +12,9 @@ use crate::engine::duration::human;
 use crate::engine::render::render_ref::short;
 use crate::engine::store::{HistoryEntry, ReleaseId};
 
-/// List a Release's render history, oldest first, with what runs, what is pinned and the
-/// last healthy render marked.
+/// List a Release's render history, oldest first and numbered (`convoy pin NAME N` runs entry
+/// N), with each render's outcome and what runs, what is pinned and the last healthy render
+/// marked.
 #[derive(Debug, Args)]
 #[command(
     after_help = "Examples:\n  convoy history web -n apps\n  convoy history web -n apps -o json"
@@ -21,6 +22,10 @@ use crate::engine::store::{HistoryEntry, ReleaseId};
 pub struct HistoryArgs {
     /// The Release's name.
     pub name: String,
+    /// After listing, list again whenever the Release changes (a new render, a rollout's
+    /// end; Ctrl-C ends).
+    #[arg(short = 'w', long)]
+    pub watch: bool,
     #[command(flatten)]
     pub store: StoreArgs,
 }
@@ -57,13 +62,33 @@ pub async fn run(global: &GlobalArgs, args: HistoryArgs, printer: &mut Printer) 
             }
         }
         _ => {
-            if history.is_empty() {
+            if history.is_empty() && !args.watch {
                 eprintln!("No renders recorded for Release {id} yet.");
                 return Ok(ExitStatus::Success);
             }
-            printer
-                .print(&history_table(&release, &history, jiff::Timestamp::now()))
-                .map_err(io_error)?;
+            let text = history_table(&release, &history, jiff::Timestamp::now());
+            printer.print(&text).map_err(io_error)?;
+            if args.watch {
+                let store = store.clone();
+                return crate::cli::follow::follow(
+                    &conn,
+                    &id.namespace,
+                    &id.name,
+                    printer,
+                    text,
+                    |r| {
+                        let store = store.clone();
+                        let id = id.clone();
+                        async move {
+                            let history = store.history(&id).await.map_err(|e| {
+                                CliError::new(ExitStatus::Unreachable, anyhow::Error::new(e))
+                            })?;
+                            Ok(history_table(&r, &history, jiff::Timestamp::now()))
+                        }
+                    },
+                )
+                .await;
+            }
         }
     }
     Ok(ExitStatus::Success)
@@ -78,6 +103,7 @@ pub fn history_table(release: &Release, history: &[HistoryEntry], now: jiff::Tim
         .and_then(|a| a.render_ref.clone());
     let pinned = crate::engine::reconcile::assemble::pin_status(release).map(|p| p.render_ref);
     let healthy = status.last_healthy.as_ref().map(|h| h.render_ref.clone());
+    let rollout = status.rollout.clone();
     let rows: Vec<Vec<String>> = history
         .iter()
         .enumerate()
@@ -101,17 +127,37 @@ pub fn history_table(release: &Release, history: &[HistoryEntry], now: jiff::Tim
             let age = human(std::time::Duration::from_secs(
                 (now.as_second() - entry.recorded_at.0.as_second()).max(0) as u64,
             ));
+            let outcome = match entry.outcome {
+                Some(o) => o.as_str(),
+                None if newest
+                    && rollout.as_ref().is_some_and(|r| {
+                        r.render_ref == entry.render_ref
+                            && r.state == crate::engine::api::RolloutState::Progressing
+                    }) =>
+                {
+                    "rolling out"
+                }
+                None => "applied",
+            };
             vec![
                 (i + 1).to_string(),
                 short(&entry.render_ref).to_string(),
                 format!("{age} ago"),
                 entry.source_revision.clone().unwrap_or_else(|| "-".into()),
+                outcome.to_string(),
                 markers.join(", "),
             ]
         })
         .collect();
     plain(
-        &["#", "render", "recorded", "source revision", "markers"],
+        &[
+            "#",
+            "render",
+            "recorded",
+            "source revision",
+            "outcome",
+            "markers",
+        ],
         &rows,
     )
 }

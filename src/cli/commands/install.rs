@@ -27,6 +27,7 @@ pub const DEFAULT_IMAGE: &str = concat!("ghcr.io/kumodo/convoy:", env!("CARGO_PK
 #[command(after_help = "Examples:\n  \
 convoy install --dry-run > convoy.yaml                  # everything, as YAML\n  \
 convoy install --crds-only                              # just the API, for the CLI alone\n  \
+convoy install --wait                                   # then wait until the daemon runs\n  \
 convoy install --tenant team-a                          # let team-a's Releases deploy in team-a\n  \
 convoy install --image registry.local/convoy:dev -n convoy-system")]
 pub struct InstallArgs {
@@ -48,8 +49,13 @@ pub struct InstallArgs {
     /// bound to the built-in admin role in NS.
     #[arg(long, value_name = "NS", conflicts_with = "crds_only")]
     pub tenant: Option<String>,
-    /// How long to wait for the CRDs to become Established.
-    #[arg(long, default_value = "60s", value_parser = crate::engine::duration::parse_duration)]
+    /// After applying, wait until the daemon's Deployments are Available, then say what to
+    /// do next.
+    #[arg(long, conflicts_with_all = ["dry_run", "crds_only"])]
+    pub wait: bool,
+    /// How long to wait for the CRDs to become Established (and, with --wait, for the
+    /// Deployments to become Available).
+    #[arg(long, default_value = "2m", value_parser = crate::engine::duration::parse_duration)]
     pub timeout: Duration,
 }
 
@@ -118,7 +124,63 @@ pub async fn run(global: &GlobalArgs, args: InstallArgs, printer: &mut Printer) 
                 .map_err(io_error)?;
         }
     }
+    if args.wait {
+        wait_for_daemon(&conn, &options.namespace, args.timeout, printer).await?;
+        printer
+            .line(&format!(
+                "\nconvoy runs in {ns}. Next:\n  convoy install --tenant NS          # let Releases of namespace NS deploy there\n  kubectl apply -f release.yaml       # a GitRepository and a Release (README: Getting started)\n  convoy get -n NS -w                 # watch them converge\n  convoy check -n {ns}       # everything in order?",
+                ns = options.namespace
+            ))
+            .map_err(io_error)?;
+    }
     Ok(ExitStatus::Success)
+}
+
+/// Wait until the daemon's Deployments are Available, saying which ones it waits for.
+async fn wait_for_daemon(
+    conn: &crate::engine::connect::Connection,
+    namespace: &str,
+    timeout: Duration,
+    printer: &mut Printer,
+) -> Result<(), CliError> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let api: kube::Api<Deployment> = kube::Api::namespaced(conn.client.clone(), namespace);
+    let deadline = tokio::time::Instant::now() + timeout;
+    let available = |d: &Deployment| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c.type_ == "Available" && c.status == "True")
+            })
+    };
+    for name in crate::engine::check::DEPLOYMENTS {
+        loop {
+            match api.get_opt(name).await {
+                Ok(Some(d)) if available(&d) => break,
+                Ok(_) => {}
+                Err(e) if crate::engine::connect::is_unreachable(&e) => {
+                    return Err(CliError::new(ExitStatus::Unreachable, conn.unreachable(e)));
+                }
+                Err(e) => tracing::debug!("reading deployment {name}: {e}"),
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(CliError::new(
+                    ExitStatus::No,
+                    anyhow::anyhow!(
+                        "deployment/{name} in {namespace} is not Available after {}: `kubectl -n {namespace} describe deployment {name}` says why (an image that cannot be pulled: --image)",
+                        crate::engine::duration::human(timeout)
+                    ),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        printer
+            .line(&format!("deployment/{namespace}/{name} available"))
+            .map_err(io_error)?;
+    }
+    Ok(())
 }
 
 fn install_failed(e: InstallError) -> CliError {

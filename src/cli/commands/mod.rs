@@ -1,5 +1,6 @@
 //! One module per command: its clap arguments and a `run` that calls the engine.
 
+pub mod check;
 pub mod completions;
 pub mod daemon;
 pub mod diff;

@@ -17,12 +17,15 @@ use crate::engine::store::ReleaseId;
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
 convoy history web -n apps          # the stored renders\n  \
+convoy pin web 3 -n apps            # run history entry 3 until unpinned\n  \
 convoy pin web 3f9a1c2b -n apps     # run render 3f9a1c2b… until unpinned\n  \
 convoy unpin web -n apps")]
 pub struct PinArgs {
     /// The Release's name.
     pub name: String,
-    /// The render to run: its renderRef, or a prefix that names one stored render.
+    /// The render to run: a history entry number (`convoy history` numbers them), its
+    /// renderRef, or a prefix of at least 7 characters that names one stored render.
+    #[arg(value_name = "N|RENDER")]
     pub render_ref: String,
     #[command(flatten)]
     pub store: StoreArgs,
@@ -52,10 +55,35 @@ pub async fn run_pin(global: &GlobalArgs, args: PinArgs, printer: &mut Printer) 
                 .context(format!("cannot list the stored renders of Release {id}")),
         )
     })?;
-    let matches: Vec<&String> = stored
-        .iter()
-        .filter(|r| r.starts_with(&args.render_ref))
-        .collect();
+    let wanted = args.render_ref.trim();
+    // A number names a history entry (`convoy history` numbers them); a renderRef prefix
+    // needs seven characters, so "5" is never read as one.
+    if wanted.len() < MIN_PREFIX {
+        let Ok(n) = wanted.parse::<usize>() else {
+            return Err(CliError::usage(format!(
+                "{wanted:?} is neither a history entry number nor a renderRef prefix (at least {MIN_PREFIX} characters); `convoy history {}` lists both",
+                args.name
+            )));
+        };
+        let history = store.history(&id).await.map_err(|e| {
+            CliError::new(
+                ExitStatus::Unreachable,
+                anyhow::Error::new(e).context(format!("cannot read the history of Release {id}")),
+            )
+        })?;
+        let Some(entry) = n.checked_sub(1).and_then(|i| history.get(i)) else {
+            return Err(CliError::new(
+                ExitStatus::Invalid,
+                anyhow::anyhow!(
+                    "Release {id} has no history entry {n} (it has {}); `convoy history {}` lists them",
+                    history.len(),
+                    args.name
+                ),
+            ));
+        };
+        return pin_to(&conn, &id, &args.name, &entry.render_ref, Some(n), printer).await;
+    }
+    let matches: Vec<&String> = stored.iter().filter(|r| r.starts_with(wanted)).collect();
     let render_ref = match matches.as_slice() {
         [one] => (*one).clone(),
         [] => {
@@ -79,15 +107,31 @@ pub async fn run_pin(global: &GlobalArgs, args: PinArgs, printer: &mut Printer) 
             ));
         }
     };
+    pin_to(&conn, &id, &args.name, &render_ref, None, printer).await
+}
+
+/// The shortest renderRef prefix `convoy pin` takes (a shorter argument is an entry number).
+const MIN_PREFIX: usize = 7;
+
+async fn pin_to(
+    conn: &crate::engine::connect::Connection,
+    id: &ReleaseId,
+    name: &str,
+    render_ref: &str,
+    entry: Option<usize>,
+    printer: &mut Printer,
+) -> CommandResult {
     let api: Api<Release> = Api::namespaced(conn.client.clone(), &id.namespace);
-    set_pin(&api, &args.name, Some(&render_ref))
+    set_pin(&api, name, Some(render_ref))
         .await
-        .map_err(|e| request_error(&conn, e, &id))?;
+        .map_err(|e| request_error(conn, e, id))?;
+    let which = match entry {
+        Some(n) => format!("render {} (history entry {n})", short(render_ref)),
+        None => format!("render {}", short(render_ref)),
+    };
     printer
         .line(&format!(
-            "Release {id} pinned to render {}; the controller applies it on its next reconcile (or run `convoy sync {}`)",
-            short(&render_ref),
-            args.name
+            "Release {id} pinned to {which}; the controller applies it on its next reconcile (or run `convoy sync {name}`)"
         ))
         .map_err(io_error)?;
     Ok(ExitStatus::Success)

@@ -1,14 +1,12 @@
 //! `convoy status`: explain a Release's status.
 
 use clap::Args;
-use kube::Api;
 
 use crate::cli::exit::{CliError, CommandResult, ExitStatus};
 use crate::cli::output::{OutputFormat, Printer, yaml_value};
 use crate::cli::table::plain;
 use crate::cli::{GlobalArgs, io_error};
 use crate::engine::api::{Attempt, Release, ReleaseInventory};
-use crate::engine::connect::is_unreachable;
 use crate::engine::duration::human;
 use crate::engine::explain::explain;
 use crate::engine::inventory::InventoryHandle;
@@ -17,11 +15,14 @@ use crate::engine::render::render_ref::short;
 /// Explain a Release: who wrote each condition and why, what was attempted and what runs.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  convoy status web -n apps\n  convoy status web -n apps -o yaml   # the raw status"
+    after_help = "Examples:\n  convoy status web -n apps\n  convoy status web -n apps -w        # follow it\n  convoy status web -n apps -o yaml   # the raw status"
 )]
 pub struct StatusArgs {
     /// The Release's name.
     pub name: String,
+    /// After explaining, explain again whenever the Release changes (Ctrl-C ends).
+    #[arg(short = 'w', long)]
+    pub watch: bool,
 }
 
 pub async fn run(global: &GlobalArgs, args: StatusArgs, printer: &mut Printer) -> CommandResult {
@@ -43,22 +44,40 @@ pub async fn run(global: &GlobalArgs, args: StatusArgs, printer: &mut Printer) -
         }
         _ => {}
     }
-    // The hooks' times are in the inventory; without it the status still explains itself.
-    let inventory = match global.connect().await {
-        Ok(conn) => InventoryHandle::for_release(conn.client, &release)
+    let conn = global.connect().await.ok();
+    let text = explained(conn.as_ref(), &release).await;
+    printer.print(&text).map_err(io_error)?;
+    let status = if explain(&release, jiff::Timestamp::now()).good {
+        ExitStatus::Success
+    } else {
+        ExitStatus::No
+    };
+    match (args.watch, conn) {
+        (true, Some(conn)) => {
+            let namespace = release.metadata.namespace.clone().unwrap_or_default();
+            let shown = text.clone();
+            crate::cli::follow::follow(&conn, &namespace, &args.name, printer, shown, |r| {
+                let conn = conn.clone();
+                async move { Ok(explained(Some(&conn), &r).await) }
+            })
+            .await
+        }
+        _ => Ok(status),
+    }
+}
+
+/// The explanation with the hooks' times from the inventory (without it, the status still
+/// explains itself).
+async fn explained(conn: Option<&crate::engine::connect::Connection>, release: &Release) -> String {
+    let inventory = match conn {
+        Some(conn) => InventoryHandle::for_release(conn.client.clone(), release)
             .get()
             .await
             .ok()
             .flatten(),
-        Err(_) => None,
+        None => None,
     };
-    let text = render_status(&release, inventory.as_ref(), jiff::Timestamp::now());
-    printer.print(&text).map_err(io_error)?;
-    Ok(if explain(&release, jiff::Timestamp::now()).good {
-        ExitStatus::Success
-    } else {
-        ExitStatus::No
-    })
+    render_status(release, inventory.as_ref(), jiff::Timestamp::now())
 }
 
 /// Read a Release for a read-only command.
@@ -68,21 +87,7 @@ pub async fn fetch_release(global: &GlobalArgs, name: &str) -> Result<Release, C
         .namespace
         .clone()
         .unwrap_or_else(|| conn.default_namespace.clone());
-    let api: Api<Release> = Api::namespaced(conn.client.clone(), &namespace);
-    match api.get_opt(name).await {
-        Ok(Some(r)) => Ok(r),
-        Ok(None) => Err(CliError::new(
-            ExitStatus::Invalid,
-            anyhow::anyhow!("Release {namespace}/{name} not found"),
-        )),
-        Err(e) if is_unreachable(&e) => {
-            Err(CliError::new(ExitStatus::Unreachable, conn.unreachable(e)))
-        }
-        Err(e) => Err(CliError::new(
-            ExitStatus::Invalid,
-            anyhow::Error::new(e).context(format!("cannot read Release {namespace}/{name}")),
-        )),
-    }
+    crate::cli::lookup::release(&conn, &namespace, name).await
 }
 
 /// The explanation as text (pure, for snapshot tests).

@@ -94,8 +94,11 @@ pub async fn run(global: &GlobalArgs, args: SyncArgs, printer: &mut Printer) -> 
             return Ok(ExitStatus::Success);
         }
         let watched: Api<Release> = Api::namespaced(conn.watch_client.clone(), &namespace);
-        let release = wait_for_handling(&watched, &args.name, &request, args.timeout).await?;
-        return report_status(&release, printer);
+        let progress = SyncProgress::new(printer.interactive);
+        let release =
+            wait_for_handling(&watched, &args.name, &request, args.timeout, &progress).await;
+        progress.finish();
+        return report_status(&release?, printer);
     }
 
     let release = api.get(&args.name).await.map_err(unreachable)?;
@@ -293,16 +296,29 @@ fn report_status(release: &Release, printer: &mut Printer) -> CommandResult {
             applied.status, applied.reason, applied.message
         ))
         .map_err(io_error)?;
+    let healthy = status.condition(crate::engine::api::condition_types::HEALTHY);
+    if let Some(h) = healthy.filter(|_| applied.status == "True") {
+        printer
+            .line(&format!("Healthy={} {}: {}", h.status, h.reason, h.message))
+            .map_err(io_error)?;
+        if h.reason == reasons::healthy::DEGRADED {
+            return Ok(ExitStatus::No);
+        }
+    }
     Ok(exit_for(&applied.reason, &applied.status))
 }
 
-/// Watch the Release until a reconcile handled `request`: the handled markers in manual and
-/// forced syncs, or any attempt that started after the request.
+/// Watch the Release until a reconcile handled `request` and its render reached a result:
+/// Applied (and, where health is assessed, Healthy or Degraded), a failure, or a hold nothing
+/// will end by itself. Holds that end by themselves (a wave's health, a hook) are waited
+/// through, each stage shown as it comes. At the deadline, says what it still waited for and
+/// whether any daemon handled the request.
 async fn wait_for_handling(
     api: &Api<Release>,
     name: &str,
     request: &SyncRequest,
     timeout: Duration,
+    progress: &SyncProgress,
 ) -> Result<Release, CliError> {
     use futures::StreamExt;
     let requested: jiff::Timestamp = request.sync_requested_at.parse().map_err(|e| {
@@ -311,34 +327,31 @@ async fn wait_for_handling(
             anyhow::anyhow!("bad request time: {e}"),
         )
     })?;
-    let handled = |r: &Release| {
-        let Some(s) = r.status.as_ref() else {
-            return false;
-        };
-        if let Some(force) = &request.force_requested_at {
-            return s.last_handled_force_sync_at.as_ref() == Some(force);
-        }
-        if s.last_handled_sync_at.as_ref() == Some(&request.sync_requested_at) {
-            return true;
-        }
-        // Attempt times have whole seconds: an attempt in the request's second may have run
-        // before the request was seen. One that still waits for /sync did not see it.
-        let waiting_for_sync = s
-            .condition(crate::engine::api::condition_types::APPLIED)
-            .is_some_and(|c| c.reason == crate::engine::api::reasons::WAITING_FOR_SYNC);
-        !waiting_for_sync
-            && s.last_attempted
-                .as_ref()
-                .and_then(|a| a.attempted_at.as_ref())
-                .is_some_and(|t| t.0.as_second() >= requested.as_second())
-    };
+    let handled = |r: &Release| handled_request(r, request, requested);
+    let mut last: Option<Release> = None;
+    let mut last_note = String::new();
     let stream = watcher::watch_object(api.clone(), name);
     let wait = async {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             match event {
-                Ok(Some(release)) if handled(&release) => return Ok(release),
-                Ok(Some(_)) => {}
+                Ok(Some(release)) => {
+                    let state = if handled(&release) {
+                        request_result(&release)
+                    } else {
+                        RequestState::Waiting("waiting for a reconcile to take the request".into())
+                    };
+                    last = Some(release.clone());
+                    match state {
+                        RequestState::Done => return Ok(release),
+                        RequestState::Waiting(note) => {
+                            if note != last_note {
+                                progress.note(&note);
+                                last_note = note;
+                            }
+                        }
+                    }
+                }
                 Ok(None) => {
                     return Err(CliError::new(
                         ExitStatus::No,
@@ -353,12 +366,178 @@ async fn wait_for_handling(
             anyhow::anyhow!("the watch ended"),
         ))
     };
-    tokio::select! {
-        r = wait => r,
-        _ = tokio::time::sleep(timeout) => Err(CliError::new(
-            ExitStatus::No,
-            anyhow::anyhow!("no reconcile handled the request within {}", crate::engine::duration::human(timeout)),
-        )),
-        _ = tokio::signal::ctrl_c() => Err(CliError::new(ExitStatus::No, anyhow::anyhow!("interrupted"))),
+    let outcome = tokio::select! {
+        r = wait => Some(r),
+        _ = tokio::time::sleep(timeout) => None,
+        _ = tokio::signal::ctrl_c() => return Err(CliError::new(ExitStatus::No, anyhow::anyhow!("interrupted"))),
+    };
+    if let Some(result) = outcome {
+        return result;
+    }
+    let release = match last {
+        Some(r) => r,
+        None => api.get(name).await.map_err(|e| {
+            CliError::new(
+                ExitStatus::Unreachable,
+                anyhow::Error::new(e).context("read the Release"),
+            )
+        })?,
+    };
+    let waited = crate::engine::duration::human(timeout);
+    let message = if handled(&release) {
+        format!(
+            "a reconcile took the request, but after {waited} the Release is still {}: {last_note}; the daemon carries on (`convoy status {name}` follows it)",
+            match request_result(&release) {
+                RequestState::Waiting(_) => "on its way",
+                RequestState::Done => "done",
+            }
+        )
+    } else {
+        let lately = release
+            .status
+            .as_ref()
+            .and_then(|s| s.reconciled_at.as_ref())
+            .map(|t| {
+                let ago = (jiff::Timestamp::now().as_second() - t.0.as_second()).max(0) as u64;
+                format!(
+                    "the last status write by a reconcile was {} ago",
+                    crate::engine::duration::human(Duration::from_secs(ago))
+                )
+            })
+            .unwrap_or_else(|| "no reconcile has ever written its status".into());
+        format!(
+            "no reconcile took the request within {waited} ({lately}): is `convoy daemon` running and does it own this Release's shard? (`convoy sync {name}` without --request reconciles here)"
+        )
+    };
+    Err(CliError::new(ExitStatus::No, anyhow::anyhow!(message)))
+}
+
+/// Whether a reconcile took `request`: the handled markers in manual and forced syncs, or
+/// any attempt that started after the request.
+fn handled_request(r: &Release, request: &SyncRequest, requested: jiff::Timestamp) -> bool {
+    let Some(s) = r.status.as_ref() else {
+        return false;
+    };
+    if let Some(force) = &request.force_requested_at {
+        return s.last_handled_force_sync_at.as_ref() == Some(force);
+    }
+    if s.last_handled_sync_at.as_ref() == Some(&request.sync_requested_at) {
+        return true;
+    }
+    // Attempt times have whole seconds: an attempt in the request's second may have run
+    // before the request was seen. One that still waits for /sync did not see it.
+    let waiting_for_sync = s
+        .condition(crate::engine::api::condition_types::APPLIED)
+        .is_some_and(|c| c.reason == crate::engine::api::reasons::WAITING_FOR_SYNC);
+    !waiting_for_sync
+        && s.last_attempted
+            .as_ref()
+            .and_then(|a| a.attempted_at.as_ref())
+            .is_some_and(|t| t.0.as_second() >= requested.as_second())
+}
+
+/// Where a taken request stands.
+#[derive(Debug, PartialEq)]
+enum RequestState {
+    /// A result: applied (and judged, where health is assessed), failed, or held by
+    /// something only a person ends.
+    Done,
+    /// On its way; the words say at which stage.
+    Waiting(String),
+}
+
+/// The stage of a taken request from the Release's status (pure, for tests).
+fn request_result(release: &Release) -> RequestState {
+    use crate::engine::api::condition_types;
+    let status = release.status.clone().unwrap_or_default();
+    let Some(applied) = status.condition(condition_types::APPLIED) else {
+        return RequestState::Waiting("waiting for the first reconcile".into());
+    };
+    match applied.reason.as_str() {
+        reasons::WAITING_FOR_WAVE_HEALTH | reasons::WAITING_FOR_HOOK => {
+            let waves = status.waves.len();
+            let applied_waves = status.waves.iter().filter(|w| w.applied).count();
+            let at = if waves > 0 {
+                format!("wave {applied_waves} of {waves} applied; ")
+            } else {
+                String::new()
+            };
+            return RequestState::Waiting(format!("{at}{}", applied.message));
+        }
+        reasons::WAITING_FOR_CLUSTER_WAVE => {
+            return RequestState::Waiting(applied.message.clone());
+        }
+        _ => {}
+    }
+    if applied.status != "True" {
+        return RequestState::Done;
+    }
+    let hooks_running = status
+        .condition(condition_types::LIFECYCLE_SUCCEEDED)
+        .is_some_and(|c| c.reason == reasons::lifecycle::RUNNING);
+    if hooks_running {
+        return RequestState::Waiting("applied; waiting for its hooks to finish".into());
+    }
+    match status.condition(condition_types::HEALTHY) {
+        Some(h) if h.status == "True" || h.reason == reasons::healthy::DEGRADED => {
+            RequestState::Done
+        }
+        Some(h) if h.reason == reasons::healthy::NOT_CONFIGURED => RequestState::Done,
+        Some(h) => RequestState::Waiting(format!("applied; health: {}", h.message)),
+        None => RequestState::Waiting("applied; waiting for the first health assessment".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn release(status: serde_json::Value) -> Release {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+            "metadata": {"name": "web", "namespace": "apps"},
+            "spec": {"source": {"kind": "GitRepository", "name": "repo"}},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn cond(t: &str, s: &str, reason: &str, message: &str) -> serde_json::Value {
+        serde_json::json!({"type": t, "status": s, "reason": reason, "message": message,
+            "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    }
+
+    #[test]
+    fn a_request_is_done_when_applied_and_judged_or_failed() {
+        let held = release(serde_json::json!({
+            "conditions": [cond("Applied", "False", "WaitingForWaveHealth", "wave 1 waits for wave 0")],
+            "waves": [{"wave": 0, "objects": 1, "applied": true}, {"wave": 1, "objects": 1, "applied": false}],
+        }));
+        assert_eq!(
+            request_result(&held),
+            RequestState::Waiting("wave 1 of 2 applied; wave 1 waits for wave 0".into())
+        );
+        let progressing = release(serde_json::json!({"conditions": [
+            cond("Applied", "True", "Applied", "2 objects"),
+            cond("Healthy", "False", "Progressing", "Deployment apps/web is Progressing"),
+        ]}));
+        assert_eq!(
+            request_result(&progressing),
+            RequestState::Waiting("applied; health: Deployment apps/web is Progressing".into())
+        );
+        let healthy = release(serde_json::json!({"conditions": [
+            cond("Applied", "True", "Applied", "2 objects"),
+            cond("Healthy", "True", "Healthy", "2 objects healthy"),
+        ]}));
+        assert_eq!(request_result(&healthy), RequestState::Done);
+        let degraded = release(serde_json::json!({"conditions": [
+            cond("Applied", "True", "Applied", "2 objects"),
+            cond("Healthy", "False", "Degraded", "web is Degraded"),
+        ]}));
+        assert_eq!(request_result(&degraded), RequestState::Done);
+        let failed = release(serde_json::json!({"conditions": [
+            cond("Applied", "False", "Unappliable", "rejected"),
+        ]}));
+        assert_eq!(request_result(&failed), RequestState::Done);
     }
 }

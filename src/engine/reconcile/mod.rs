@@ -534,6 +534,13 @@ pub async fn sync_handler(
                 release: name.clone(),
                 source: Box::new(source),
             })?;
+        record_rollout_outcome(
+            ctx,
+            &release,
+            cached.rollout.as_ref(),
+            status.rollout.as_ref(),
+        )
+        .await;
     }
     tracing::debug!(
         elapsed_ms = started.elapsed().as_millis() as u64,
@@ -551,6 +558,42 @@ pub async fn sync_handler(
         requeue,
         error,
     })
+}
+
+/// A rollout that just ended leaves its result on the render's history entry, so `convoy
+/// history` can say how each render went (a failure is only logged: the history is a
+/// record, not a step of the sync).
+async fn record_rollout_outcome(
+    ctx: &Context,
+    release: &Release,
+    before: Option<&RolloutStatus>,
+    after: Option<&RolloutStatus>,
+) {
+    use crate::engine::store::{HistoryOutcome, ReleaseId, with_outcome};
+    let (Some(store), Some(after)) = (&ctx.store, after) else {
+        return;
+    };
+    let outcome = match after.state {
+        RolloutState::Succeeded => HistoryOutcome::Succeeded,
+        RolloutState::Failed => HistoryOutcome::Failed,
+        RolloutState::RolledBack => HistoryOutcome::RolledBack,
+        _ => return,
+    };
+    if before.is_some_and(|b| b.state == after.state && b.render_ref == after.render_ref) {
+        return;
+    }
+    let id = ReleaseId::of(release);
+    let result = async {
+        let history = store.history(&id).await?;
+        if let Some(updated) = with_outcome(history, &after.render_ref, outcome) {
+            store.put_history(&id, &updated).await?;
+        }
+        Ok::<(), crate::engine::store::StoreError>(())
+    }
+    .await;
+    if let Err(e) = result {
+        tracing::warn!(release = %id, "cannot record the rollout's outcome in the history: {:#}", anyhow::Error::new(e));
+    }
 }
 
 /// The finalizer's Update (status-ownership.txt "Writes without SSA"), named after the

@@ -159,6 +159,22 @@ pub async fn stage_render(
                 rendered.objects = objects;
                 rendered.render_ref = pin.render_ref.clone();
                 attempt.render_ref = Some(pin.render_ref.clone());
+                // What runs came from the revision the pinned render was made from, not from
+                // the one just fetched: status and `convoy get` show that one (unknown when
+                // the history no longer has it).
+                let made_from = store
+                    .history(&ReleaseId::of(release))
+                    .await
+                    .ok()
+                    .and_then(|h| {
+                        h.into_iter()
+                            .rev()
+                            .find(|e| e.render_ref == pin.render_ref)
+                            .and_then(|e| e.source_revision)
+                    });
+                if let Some(source) = attempt.resolved_source.as_mut() {
+                    source.revision = made_from;
+                }
             }
             Ok(None) => {
                 return Err(pinned(

@@ -460,6 +460,7 @@ async fn record_history(
                 .as_ref()
                 .and_then(|s| s.revision.clone())
                 .filter(|_| super::assemble::pin_status(release).is_none()),
+            outcome: None,
         };
         match with_entry(history.clone(), entry) {
             Some(updated) => {

@@ -79,6 +79,44 @@ impl Cache {
         self.artifact_dir(&digest).is_dir().then_some(digest)
     }
 
+    /// Hold the cache's lock for `key` (a source as one scope fetches it) across processes:
+    /// an exclusive lock on `locks/<hash>`, released when the returned file is dropped. Waits
+    /// without blocking a runtime thread; the caller's deadline bounds the wait.
+    pub async fn lock(&self, key: &str) -> Result<std::fs::File, CacheError> {
+        let dir = self.root.join("locks");
+        std::fs::create_dir_all(&dir).map_err(|source| CacheError {
+            action: "create",
+            path: dir.clone(),
+            source,
+        })?;
+        let path = dir.join(&sha256_hex(key.as_bytes())[..32]);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|source| CacheError {
+                action: "open",
+                path: path.clone(),
+                source,
+            })?;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(file),
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(25)).await
+                }
+                Err(std::fs::TryLockError::Error(source)) => {
+                    return Err(CacheError {
+                        action: "lock",
+                        path,
+                        source,
+                    });
+                }
+            }
+        }
+    }
+
     /// A fresh staging directory under `tmp/`.
     pub fn staging(&self) -> Result<tempfile::TempDir, CacheError> {
         let tmp = self.root.join("tmp");

@@ -75,9 +75,18 @@ impl Coordinator {
             None => None,
         };
         self.fetches.fetch_add(1, Ordering::Relaxed);
-        // Every fetch has a deadline; a git child still running is killed when its future is
-        // dropped (`kill_on_drop`).
+        // Other processes on this machine (CI jobs, a daemon, a person's CLI) may fetch into
+        // the same cache: the same lock file, the same order.
+        let lock_key = match request {
+            SourceRequest::Git { url, .. } => format!("mirror:{scope}\0{url}"),
+            _ => format!("{scope}\0{}", request.key()),
+        };
+        // Every fetch has a deadline (waiting for another process's fetch included); a git
+        // child still running is killed when its future is dropped (`kill_on_drop`).
         let fetch = async {
+            let _process_lock = self.cache.lock(&lock_key).await.map_err(|e| {
+                SourceError::not_ready(request.url(), format!("cannot lock the source cache: {e}"))
+            })?;
             match request {
                 SourceRequest::Git { url, reference } => {
                     git::fetch(

@@ -239,6 +239,7 @@ mod tests {
                 .exists()
         );
         let h = vec![HistoryEntry {
+            outcome: None,
             render_ref: abc.clone(),
             recorded_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 "2026-01-01T00:00:00Z".parse().unwrap(),

@@ -288,6 +288,15 @@ impl RenderStore for KubernetesStore {
                 .and_then(|s| s.data)
                 .and_then(|d| d.get("history.json").map(|b| b.0.clone()))
             else {
+                // No history yet, unless the store itself is missing: then say so, with
+                // the fix, instead of an empty history.
+                let namespaces: Api<k8s_openapi::api::core::v1::Namespace> =
+                    Api::all(self.api.clone().into_client());
+                if let Ok(None) = namespaces.get_opt(&self.namespace).await {
+                    return Err(StoreError::NoNamespace {
+                        namespace: self.namespace.clone(),
+                    });
+                }
                 return Ok(Vec::new());
             };
             serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {

@@ -52,6 +52,47 @@ pub struct HistoryEntry {
     pub recorded_at: Time,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_revision: Option<String>,
+    /// How the render's rollout ended, once it has (absent: applied, no rollout result yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<HistoryOutcome>,
+}
+
+/// The end of a recorded render's rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum HistoryOutcome {
+    Succeeded,
+    Failed,
+    RolledBack,
+}
+
+impl HistoryOutcome {
+    /// The words `convoy history` shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HistoryOutcome::Succeeded => "succeeded",
+            HistoryOutcome::Failed => "failed",
+            HistoryOutcome::RolledBack => "rolled back",
+        }
+    }
+}
+
+/// The history with `outcome` set on the newest entry of `render_ref`; `None` when nothing
+/// changes (no such entry, or it says so already).
+pub fn with_outcome(
+    mut history: Vec<HistoryEntry>,
+    render_ref: &str,
+    outcome: HistoryOutcome,
+) -> Option<Vec<HistoryEntry>> {
+    let entry = history
+        .iter_mut()
+        .rev()
+        .find(|e| e.render_ref == render_ref)?;
+    if entry.outcome == Some(outcome) {
+        return None;
+    }
+    entry.outcome = Some(outcome);
+    Some(history)
 }
 
 /// A Release, as the store keys it.
@@ -256,6 +297,7 @@ mod tests {
 
     fn entry(r: &str) -> HistoryEntry {
         HistoryEntry {
+            outcome: None,
             render_ref: r.into(),
             recorded_at: Time("2026-01-01T00:00:00Z".parse().unwrap()),
             source_revision: None,

@@ -1,0 +1,220 @@
+//! `convoy get` with kubectl's habits, and the errors of a first hour with convoy.
+
+use std::io::BufRead;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::fixture::{Fixture, config_map};
+use crate::support::{convoy_bin, path_with_testenv, remote_control_plane};
+use crate::sync_status::{out, settings};
+
+/// Two Releases, `web` (label team=a) and `api` (team=b), both synced.
+async fn two_releases(test: &str) -> Fixture {
+    let f = Fixture::new(
+        test,
+        &[("a.yaml", &config_map("settings", 0, "1"))],
+        json!({}),
+    )
+    .await;
+    f.repo
+        .commit(&[("api/a.yaml", &config_map("other", 0, "1"))], "api");
+    f.add_release("api", "api", json!({})).await;
+    for (name, team) in [("web", "a"), ("api", "b")] {
+        let o = f.env.kubectl(&[
+            "label",
+            "release",
+            name,
+            &format!("team={team}"),
+            "-n",
+            &f.env.namespace,
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(out(&f.env.convoy(&["sync", name])).0, 0);
+    }
+    f
+}
+
+#[tokio::test]
+async fn get_shows_one_release_by_name_label_or_sorted_and_in_each_format() {
+    let f = two_releases("cli-get").await;
+    let (code, one, _) = out(&f.env.convoy(&["get", "web"]));
+    assert_eq!(code, 0);
+    let (_, by_label, _) = out(&f.env.convoy(&["get", "-l", "team=b"]));
+    let (_, wide, _) = out(&f.env.convoy(&["get", "web", "-o", "wide"]));
+    let (_, names, _) = out(&f.env.convoy(&["get", "-o", "name"]));
+    let (_, sorted, _) =
+        out(&f
+            .env
+            .convoy(&["get", "--sort-by", "{.metadata.labels.team}", "-o", "name"]));
+    let (_, sorted_desc_name, _) =
+        out(&f
+            .env
+            .convoy(&["get", "--sort-by", ".metadata.name", "-o", "name"]));
+    // -o yaml of one Release is the object, without managedFields; of several, a List.
+    let (_, yaml, _) = out(&f.env.convoy(&["get", "web", "-o", "yaml"]));
+    assert!(
+        yaml.starts_with("apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\n"),
+        "{yaml}"
+    );
+    assert!(!yaml.contains("managedFields"));
+    let (_, with_fields, _) =
+        out(&f
+            .env
+            .convoy(&["get", "web", "-o", "yaml", "--show-managed-fields"]));
+    assert!(with_fields.contains("managedFields"));
+    let (_, list, _) = out(&f.env.convoy(&["get", "-o", "json"]));
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    assert_eq!(list["kind"], "List");
+    assert_eq!(list["items"].as_array().unwrap().len(), 2);
+    settings(&f.env.namespace).bind(|| {
+        insta::assert_snapshot!("get_one", one);
+        insta::assert_snapshot!("get_by_label", by_label);
+        insta::assert_snapshot!("get_wide", wide);
+        insta::assert_snapshot!("get_names", names);
+        insta::assert_snapshot!("get_sorted_by_team", sorted);
+        insta::assert_snapshot!("get_sorted_by_name", sorted_desc_name);
+    });
+}
+
+#[tokio::test]
+async fn a_mistyped_name_or_an_empty_namespace_says_where_it_looked() {
+    let f = two_releases("cli-typo").await;
+    let (code, _, typo) = out(&f.env.convoy(&["status", "wbe"]));
+    assert_eq!(code, 4);
+    let (code, _, get_typo) = out(&f.env.convoy(&["get", "ap"]));
+    assert_eq!(code, 4);
+    let (code, _, far) = out(&f.env.convoy(&["history", "database"]));
+    assert_eq!(code, 4);
+    let (code, stdout, empty) = out(&f.env.convoy(&["get", "-l", "team=none"]));
+    assert_eq!((code, stdout.as_str()), (0, ""));
+    settings(&f.env.namespace).bind(|| {
+        insta::assert_snapshot!("typo_status", typo);
+        insta::assert_snapshot!("typo_get", get_typo);
+        insta::assert_snapshot!("typo_far", far);
+        insta::assert_snapshot!("get_nothing_found", empty);
+    });
+}
+
+#[tokio::test]
+async fn get_watch_prints_a_change_as_it_happens() {
+    let f = two_releases("cli-get-watch").await;
+    let mut child = Command::new(convoy_bin())
+        .arg("--kubeconfig")
+        .arg(&f.env.kubeconfig)
+        .args(["-n", &f.env.namespace, "get", "web", "-w"])
+        .env("PATH", path_with_testenv())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            if lines_tx.send(line.unwrap_or_default()).is_err() {
+                return;
+            }
+        }
+    });
+    let next = || lines.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert!(next().starts_with("NAME"), "the header first");
+    assert!(next().starts_with("web "), "then the row");
+    // A drift check writes InSync: the watch prints the row again, with it.
+    let pass = convoy::engine::drift::drift_pass(&f.ctx, &f.release().await)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        pass.verdict,
+        convoy::engine::drift::Verdict::InSync { .. }
+    ));
+    let changed = next();
+    let _ = child.kill();
+    let _ = child.wait();
+    let columns: Vec<&str> = changed.split("   ").collect();
+    assert_eq!(columns[0], "web");
+    assert_eq!(columns[3], "True", "INSYNC: {changed}");
+}
+
+/// `convoy … | head` closes the pipe early: convoy ends quietly with exit 0. (`install
+/// --dry-run` prints more than a pipe holds, so the write after `head` left fails.)
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    let o = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "'{}' install --dry-run 2>stderr.txt | head -c 10 >/dev/null; echo \"${{PIPESTATUS[0]}}\"; cat stderr.txt",
+            convoy_bin().display()
+        ))
+        .current_dir(tempfile::tempdir().unwrap().keep())
+        .output()
+        .unwrap();
+    let (_, stdout, _) = out(&o);
+    assert_eq!(stdout, "0\n", "convoy's exit status, then its stderr");
+}
+
+/// An API server without convoy's CRDs: every command says to run `convoy install`.
+#[tokio::test]
+async fn without_the_crds_every_command_says_to_install_them() {
+    let plane = remote_control_plane();
+    let run = |args: &[&str]| {
+        let o = Command::new(convoy_bin())
+            .arg("--kubeconfig")
+            .arg(&plane.kubeconfig)
+            .args(["-n", "default"])
+            .args(args)
+            .env("PATH", path_with_testenv())
+            .output()
+            .unwrap();
+        out(&o)
+    };
+    let (code, _, get) = run(&["get"]);
+    assert_eq!(code, 4);
+    let (code, _, status) = run(&["status", "web"]);
+    assert_eq!(code, 4);
+    let server = std::fs::read_to_string(&plane.kubeconfig)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: ").map(str::to_string))
+        .unwrap();
+    let mut s = insta::Settings::clone_current();
+    s.add_filter(&regex::escape(&server), "SERVER");
+    s.bind(|| {
+        insta::assert_snapshot!("no_crds_get", get);
+        insta::assert_snapshot!("no_crds_status", status);
+    });
+}
+
+#[test]
+fn a_missing_kubeconfig_is_one_line_with_the_fix() {
+    let o = Command::new(convoy_bin())
+        .args(["--kubeconfig", "/nonexistent/kubeconfig", "get"])
+        .output()
+        .unwrap();
+    let (code, _, stderr) = out(&o);
+    assert_eq!(code, 3);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    insta::assert_snapshot!("missing_kubeconfig", stderr);
+}
+
+#[tokio::test]
+async fn history_without_the_store_namespace_says_so() {
+    let f = Fixture::new(
+        "cli-no-store",
+        &[("a.yaml", &config_map("settings", 0, "1"))],
+        json!({}),
+    )
+    .await;
+    let (code, _, stderr) = out(&f.env.convoy(&[
+        "history",
+        "web",
+        "--render-store",
+        "kubernetes:no-such-namespace",
+    ]));
+    assert_eq!(code, 3, "{stderr}");
+    settings(&f.env.namespace).bind(|| {
+        insta::assert_snapshot!("history_no_store_namespace", stderr);
+    });
+}
