@@ -449,6 +449,13 @@ async fn reconciling(conn: &Connection, now: jiff::Timestamp) -> Finding {
     let api: Api<Release> = Api::all(conn.client.clone());
     let releases = match api.list(&ListParams::default()).await {
         Ok(l) => l.items,
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            return Finding::new(
+                "reconciles",
+                Verdict::Fail,
+                "no Release API to list (the CRDs are missing)",
+            );
+        }
         Err(e) => {
             return Finding::new(
                 "reconciles",

@@ -223,3 +223,45 @@ async fn convoys_identities_can_do_what_readme_says_and_admission_holds_them_to_
         String::from_utf8_lossy(&elsewhere.stderr)
     );
 }
+
+/// From a cluster convoy was never installed in: `convoy check` names what is missing and
+/// the fix, `convoy install --wait` waits for the daemon and says what to do next, and then
+/// every check passes.
+#[tokio::test]
+async fn check_before_and_after_install_wait() {
+    let plane = crate::support::ControlPlane::own_bare("check", &[]);
+    let convoy = |args: &[&str]| {
+        let out = std::process::Command::new(crate::support::convoy_bin())
+            .arg("--kubeconfig")
+            .arg(&plane.kubeconfig)
+            .args(args)
+            .env("PATH", crate::support::path_with_testenv())
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, before, _) = convoy(&["check"]);
+    assert_eq!(code, 1);
+    let (code, installed, stderr) = convoy(&["install", "--wait", "--timeout", "3m"]);
+    assert_eq!(code, 0, "{stderr}");
+    let (code, after, _) = convoy(&["check"]);
+    assert_eq!(code, 0, "{after}");
+    let server = std::fs::read_to_string(&plane.kubeconfig)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: ").map(str::to_string))
+        .unwrap();
+    let mut s = insta::Settings::clone_current();
+    s.add_filter(&regex::escape(&server), "SERVER");
+    s.add_filter(r"Kubernetes v[0-9.]+", "Kubernetes VERSION");
+    s.add_filter(r"has the \d+ permissions", "has the N permissions");
+    s.bind(|| {
+        insta::assert_snapshot!("check_before_install", before);
+        insta::assert_snapshot!("install_wait", installed);
+        insta::assert_snapshot!("check_after_install", after);
+    });
+}

@@ -291,3 +291,41 @@ async fn sync_request_wait_returns_once_the_daemon_handled_it() {
         "the daemon recorded the request as handled"
     );
 }
+
+/// `convoy sync --request --wait` waits through the waves until the render is applied and
+/// healthy, showing the stages it passes, instead of stopping at the first wave hold.
+#[tokio::test]
+async fn sync_request_wait_waits_through_the_waves_until_healthy() {
+    let mut spec = Fixture::default_health("5m");
+    json_patch::merge(
+        &mut spec,
+        &json!({"syncPolicy": {"mode": "Manual", "waves": {"waitForHealth": true}}}),
+    );
+    let f = Fixture::new(
+        "daemon-request-waves",
+        &[
+            ("d.yaml", &crate::support::fixture::deployment("api", 0, 1)),
+            ("b.yaml", &config_map("after", 1, "1")),
+        ],
+        spec,
+    )
+    .await;
+    f.install_default_rules().await;
+    let _daemon = Daemon::start(&f.env.kubeconfig, &["--watch-namespace", &f.env.namespace]).await;
+    let out = f
+        .env
+        .convoy(&["sync", "web", "--request", "--wait", "--timeout", "120s"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("wave 1 waits for wave 0 to be healthy"),
+        "the hold was shown and waited through: {stderr}"
+    );
+    let last = stdout.lines().last().unwrap_or_default();
+    assert!(last.starts_with("Healthy=True Healthy:"), "{stdout}");
+    assert!(
+        f.config_map("after").await.is_some(),
+        "wave 1 was applied before --wait returned"
+    );
+}

@@ -62,9 +62,16 @@ impl ControlPlane {
     /// restart its parts. It goes down when dropped (and with the test binary, whatever
     /// happens).
     pub fn own(name: &str, flags: &[&str]) -> Self {
+        let plane = Self::own_bare(name, flags);
+        install_crds(&plane.kubeconfig);
+        plane
+    }
+
+    /// [`ControlPlane::own`] without convoy's CRDs or namespace: a cluster convoy was never
+    /// installed in.
+    pub fn own_bare(name: &str, flags: &[&str]) -> Self {
         let mut plane = start_control_plane(name, flags);
         plane.stop_on_drop = true;
-        install_crds(&plane.kubeconfig);
         plane
     }
 

@@ -454,17 +454,11 @@ fn request_result(release: &Release) -> RequestState {
         return RequestState::Waiting("waiting for the first reconcile".into());
     };
     match applied.reason.as_str() {
-        reasons::WAITING_FOR_WAVE_HEALTH | reasons::WAITING_FOR_HOOK => {
-            let waves = status.waves.len();
-            let applied_waves = status.waves.iter().filter(|w| w.applied).count();
-            let at = if waves > 0 {
-                format!("wave {applied_waves} of {waves} applied; ")
-            } else {
-                String::new()
-            };
-            return RequestState::Waiting(format!("{at}{}", applied.message));
-        }
-        reasons::WAITING_FOR_CLUSTER_WAVE => {
+        // The hold's own words name the stage ("wave 1 waits for wave 0 to be healthy: …",
+        // the hooks it waits for, the lower cluster wave).
+        reasons::WAITING_FOR_WAVE_HEALTH
+        | reasons::WAITING_FOR_HOOK
+        | reasons::WAITING_FOR_CLUSTER_WAVE => {
             return RequestState::Waiting(applied.message.clone());
         }
         _ => {}
@@ -515,7 +509,7 @@ mod tests {
         }));
         assert_eq!(
             request_result(&held),
-            RequestState::Waiting("wave 1 of 2 applied; wave 1 waits for wave 0".into())
+            RequestState::Waiting("wave 1 waits for wave 0".into())
         );
         let progressing = release(serde_json::json!({"conditions": [
             cond("Applied", "True", "Applied", "2 objects"),
