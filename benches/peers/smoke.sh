@@ -9,7 +9,9 @@
 #  3. source-controller and kustomize-controller as local processes on free loopback ports
 #  4. a GitRepository (interval 1m) and a Kustomization (wait, prune, targetNamespace);
 #     wait for Ready=True and check the ConfigMap landed in the target namespace
-#  5. fluxssa applies 100 ConfigMaps once
+#  5. a second commit pushed over HTTP + a reconcile request on the GitRepository; wait until
+#     the ConfigMap shows the new data
+#  6. fluxssa applies 100 ConfigMaps once (and once more, a no-op)
 #
 # KEEP=1 leaves everything running (stop it with: benches/peers/smoke.sh --down DIR).
 # The start commands here are the ones benches/peers/README.md documents.
@@ -102,7 +104,7 @@ git -C "$peers/work" add -A
 git -C "$peers/work" -c user.name=smoke -c user.email=smoke@localhost commit -qm init
 git -C "$peers/work" push -q "$peers/git/app.git" main
 
-start gitserver "$pbin/gitserver" --root "$peers/git" --addr-file "$peers/gitserver.addr" --quiet
+start gitserver "$pbin/gitserver" --root "$peers/git" --addr-file "$peers/gitserver.addr" --allow-push --quiet
 wait_for gitserver 20 test -s "$peers/gitserver.addr"
 git_addr=$(cat "$peers/gitserver.addr")
 log "git server at http://$git_addr/app.git"
@@ -182,6 +184,24 @@ echo "artifact: $(kubectl -n flux-bench get gitrepository app -o jsonpath='{.sta
 awk -v a="$t0" -v b="$t1" 'BEGIN { printf "Ready %.2f s after the objects were created\n", b - a }'
 kubectl -n smoke-target get configmap smoke -o jsonpath='ConfigMap smoke-target/smoke: {.data.greeting}{"\n"}' ||
   die "the ConfigMap was not applied"
+
+log "a second commit, pushed over HTTP, then a reconcile request (what 'flux reconcile source git' does)"
+sed -i 's/hello from flux/hello again/' "$peers/work/deploy/configmap.yaml"
+git -C "$peers/work" -c user.name=smoke -c user.email=smoke@localhost commit -qam second
+git -C "$peers/work" push -q "http://$git_addr/app.git" main
+t0=$(date +%s.%N)
+kubectl -n flux-bench annotate --overwrite gitrepository/app reconcile.fluxcd.io/requestedAt="$t0" >/dev/null
+greeting() { kubectl -n smoke-target get configmap smoke -o jsonpath='{.data.greeting}'; }
+deadline=$((SECONDS + 120))
+until [[ $(greeting) == "hello again" ]]; do
+  ((SECONDS < deadline)) || die "the second commit was not applied within 120 s; logs in $peers/logs"
+  sleep 0.1
+done
+t1=$(date +%s.%N)
+awk -v a="$t0" -v b="$t1" 'BEGIN { printf "second commit applied %.2f s after the reconcile request\n", b - a }'
+kubectl -n flux-bench wait --for=condition=Ready kustomization/app --timeout=60s >/dev/null
+kubectl -n flux-bench get kustomization app \
+  -o jsonpath='Kustomization Ready={.status.conditions[?(@.type=="Ready")].status}: {.status.conditions[?(@.type=="Ready")].message}{"\n"}'
 
 log "fluxssa: 100 ConfigMaps"
 kubectl create namespace fluxssa >/dev/null

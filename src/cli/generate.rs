@@ -37,22 +37,26 @@ impl Shell {
         }
     }
 
-    fn generator(self) -> clap_complete::Shell {
+    fn completer(self) -> &'static dyn clap_complete::env::EnvCompleter {
         match self {
-            Shell::Bash => clap_complete::Shell::Bash,
-            Shell::Zsh => clap_complete::Shell::Zsh,
-            Shell::Fish => clap_complete::Shell::Fish,
-            Shell::Powershell => clap_complete::Shell::PowerShell,
-            Shell::Elvish => clap_complete::Shell::Elvish,
+            Shell::Bash => &clap_complete::env::Bash,
+            Shell::Zsh => &clap_complete::env::Zsh,
+            Shell::Fish => &clap_complete::env::Fish,
+            Shell::Powershell => &clap_complete::env::Powershell,
+            Shell::Elvish => &clap_complete::env::Elvish,
         }
     }
 }
 
-/// The completion script for `shell`.
+/// The completion script for `shell`: a registration that asks `convoy` itself for the
+/// candidates of each word (`COMPLETE=<shell> convoy -- …`), so Release names, namespaces and
+/// history entries complete from the cluster, as kubectl's do (see `cli::complete`).
 pub fn completions(shell: Shell) -> String {
-    let mut command = Cli::command();
     let mut out = Vec::new();
-    clap_complete::generate(shell.generator(), &mut command, "convoy", &mut out);
+    // Writing into a Vec cannot fail.
+    let _ = shell
+        .completer()
+        .write_registration("COMPLETE", "convoy", "convoy", "convoy", &mut out);
     String::from_utf8_lossy(&out).into_owned()
 }
 
@@ -68,7 +72,11 @@ pub fn man_pages() -> Vec<(String, Vec<u8>)> {
         }
     };
     render(command.clone(), "convoy.1".to_string());
-    for sub in command.get_subcommands() {
+    // Built, so every subcommand carries the global options (--kubeconfig, -n, -o, …) its
+    // page must list.
+    let mut built = command.clone();
+    built.build();
+    for sub in built.get_subcommands() {
         if sub.is_hide_set() {
             continue;
         }

@@ -4,6 +4,7 @@
 //! cause chain to the edge and map to the exit codes of [`exit::ExitStatus`].
 
 pub mod commands;
+pub mod complete;
 pub mod exit;
 pub mod follow;
 pub mod generate;
@@ -53,7 +54,7 @@ pub struct GlobalArgs {
     #[arg(long, global = true, value_name = "NAME")]
     pub context: Option<String>,
     /// Namespace of the Release (default: the context's namespace).
-    #[arg(short = 'n', long, global = true, value_name = "NAMESPACE")]
+    #[arg(short = 'n', long, global = true, value_name = "NAMESPACE", add = clap_complete::engine::ArgValueCandidates::new(complete::namespaces))]
     pub namespace: Option<String>,
     /// Output format.
     #[arg(short = 'o', long, global = true, value_enum, default_value_t = OutputFormat::Table)]
@@ -115,6 +116,12 @@ pub enum Command {
 
 /// The binary's entry point.
 pub fn main() -> ExitCode {
+    // `COMPLETE=<shell> convoy -- …`: the shell asks for candidates (see `complete`).
+    clap_complete::CompleteEnv::with_factory(|| {
+        use clap::CommandFactory;
+        Cli::command()
+    })
+    .complete();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // clap prints help and version to stdout (exit 0) and usage errors to stderr (exit 2).

@@ -218,3 +218,44 @@ async fn history_without_the_store_namespace_says_so() {
         insta::assert_snapshot!("history_no_store_namespace", stderr);
     });
 }
+
+/// The shell asks convoy for candidates (`COMPLETE=fish convoy -- …`): Release names and
+/// namespaces come from the cluster, `pin NAME` offers the history's entries.
+#[tokio::test]
+async fn release_names_namespaces_and_history_entries_complete_from_the_cluster() {
+    let f = two_releases("cli-complete").await;
+    let kubeconfig = f.env.kubeconfig.to_string_lossy().into_owned();
+    let complete = |words: &[&str]| {
+        let o = Command::new(convoy_bin())
+            .args(["--", "convoy", "--kubeconfig", &kubeconfig])
+            .args(words)
+            .env("COMPLETE", "fish")
+            .env("PATH", path_with_testenv())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    assert_eq!(complete(&["status", "-n", &f.env.namespace, "w"]), "web\n");
+    let names: Vec<String> = complete(&["get", "-n", &f.env.namespace, ""])
+        .lines()
+        .filter(|l| !l.starts_with('-'))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(names, ["api", "web"], "and the flags after them");
+    let prefix = &f.env.namespace[..f.env.namespace.len() - 2];
+    assert!(
+        complete(&["get", "-n", prefix])
+            .lines()
+            .any(|l| l == f.env.namespace),
+        "namespaces complete"
+    );
+    let entries = complete(&["pin", "-n", &f.env.namespace, "web", ""]);
+    assert!(entries.starts_with("1\trender "), "{entries}");
+    // The registration script the shell sources calls back into convoy.
+    let script = Command::new(convoy_bin())
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&script.stdout).contains("COMPLETE=\"bash\""));
+}

@@ -34,6 +34,7 @@ Exit status: 0 when nothing would change, 1 when something would, 3 when the clu
 cannot be reached, 4 when the Release cannot be rendered.")]
 pub struct DiffArgs {
     /// The Release's name (optional with -f when the files hold one Release).
+    #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::cli::complete::release_names))]
     pub name: Option<String>,
     /// Read the Release, its sources and value layers from these files.
     #[arg(short = 'f', long = "filename", value_name = "FILE")]

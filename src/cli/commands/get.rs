@@ -25,6 +25,7 @@ convoy get -n apps -w                           # then each change as it happens
 convoy get web -n apps -o yaml                  # the object, without managedFields")]
 pub struct GetArgs {
     /// A Release to show (default: every Release of the namespace).
+    #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::cli::complete::release_names))]
     pub name: Option<String>,
     /// List Releases in every namespace.
     #[arg(short = 'A', long)]
@@ -35,8 +36,8 @@ pub struct GetArgs {
     /// After listing, print each Release again when it changes (Ctrl-C ends).
     #[arg(short = 'w', long)]
     pub watch: bool,
-    /// Sort by a field of the object, as a JSONPath (`.metadata.creationTimestamp`,
-    /// `{.status.conditions[0].status}` is not supported: dotted fields only).
+    /// Sort by a field of the object: a dotted path such as `.metadata.creationTimestamp`
+    /// (kubectl's `{…}` braces are accepted; list indexes are not).
     #[arg(long, value_name = "JSONPATH")]
     pub sort_by: Option<String>,
     /// Keep `metadata.managedFields` in `-o yaml|json`.

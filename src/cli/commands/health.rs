@@ -30,6 +30,7 @@ convoy health web -n apps --watch      # redraw until everything is Healthy\n  \
 convoy health web -n apps --live       # assess now, write nothing")]
 pub struct HealthArgs {
     /// The Release's name.
+    #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::cli::complete::release_names))]
     pub name: String,
     /// Redraw on every change until the render last attempted is applied and every object
     /// is Healthy for it (exit 0), or it failed or was rolled back (exit 1), or Ctrl-C.

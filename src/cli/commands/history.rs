@@ -21,6 +21,7 @@ use crate::engine::store::{HistoryEntry, ReleaseId};
 )]
 pub struct HistoryArgs {
     /// The Release's name.
+    #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::cli::complete::release_names))]
     pub name: String,
     /// After listing, list again whenever the Release changes (a new render, a rollout's
     /// end; Ctrl-C ends).

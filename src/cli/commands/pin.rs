@@ -22,10 +22,11 @@ convoy pin web 3f9a1c2b -n apps     # run render 3f9a1c2b… until unpinned\n  \
 convoy unpin web -n apps")]
 pub struct PinArgs {
     /// The Release's name.
+    #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::cli::complete::release_names))]
     pub name: String,
     /// The render to run: a history entry number (`convoy history` numbers them), its
     /// renderRef, or a prefix of at least 7 characters that names one stored render.
-    #[arg(value_name = "N|RENDER")]
+    #[arg(value_name = "N|RENDER", add = clap_complete::engine::ArgValueCandidates::new(crate::cli::complete::history_entries))]
     pub render_ref: String,
     #[command(flatten)]
     pub store: StoreArgs,
@@ -36,6 +37,7 @@ pub struct PinArgs {
 #[command(after_help = "Examples:\n  convoy unpin web -n apps")]
 pub struct UnpinArgs {
     /// The Release's name.
+    #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::cli::complete::release_names))]
     pub name: String,
 }
 

@@ -22,6 +22,7 @@ convoy render -f release.yaml -f sources.yaml --source-dir ./checkout\n  \
 convoy render web -n apps --ref-only")]
 pub struct RenderArgs {
     /// The Release's name (optional with -f when the files hold one Release).
+    #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::cli::complete::release_names))]
     pub name: Option<String>,
     /// Read the Release, its source objects and value layers from these files instead of the cluster.
     #[arg(short = 'f', long = "filename", value_name = "FILE")]

@@ -19,6 +19,7 @@ use crate::engine::render::render_ref::short;
 )]
 pub struct StatusArgs {
     /// The Release's name.
+    #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::cli::complete::release_names))]
     pub name: String,
     /// After explaining, explain again whenever the Release changes (Ctrl-C ends).
     #[arg(short = 'w', long)]

@@ -27,6 +27,7 @@ convoy sync web -n apps --force --yes        # skip the dry-run gate\n  \
 convoy sync web -n apps --request --wait     # ask the daemon and wait for its answer")]
 pub struct SyncArgs {
     /// The Release's name.
+    #[arg(add = clap_complete::engine::ArgValueCandidates::new(crate::cli::complete::release_names))]
     pub name: String,
     /// A forced sync: skip the server-side dry-run gate.
     #[arg(long)]
