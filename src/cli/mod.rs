@@ -130,7 +130,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(e.exit_code() as u8);
         }
     };
-    init_logging(&cli.global);
+    init_logging(&cli.global, matches!(cli.command, Command::Daemon(_)));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -185,11 +185,13 @@ pub async fn run(cli: Cli, printer: &mut Printer) -> CommandResult {
     }
 }
 
-fn init_logging(global: &GlobalArgs) {
+fn init_logging(global: &GlobalArgs, daemon: bool) {
     let level = if global.quiet {
         "error"
     } else {
         match global.verbose {
+            // A daemon's operators see each Release's outcome changes by default.
+            0 if daemon => "info",
             0 => "warn",
             1 => "info",
             2 => "debug",

@@ -1,119 +1,232 @@
-//! Prometheus metrics of the daemon: reconciles by loop and outcome, durations, queue depths
-//! and API requests by verb, rendered in the text exposition format.
+//! Prometheus metrics of the daemon, on `prometheus-client`: passes by loop and outcome,
+//! their durations (histograms, by loop and by stage), queue depths, API requests by verb,
+//! shards, watch errors, runtime tasks, and per Release, as Flux exports its objects: each
+//! condition's status and the time of the last apply.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::task::{Context, Poll};
 
-/// A label set, sorted.
-type Labels = Vec<(&'static str, String)>;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
 
-/// Counters and gauges, keyed by name and labels.
-#[derive(Default)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LoopLabels {
+    pub r#loop: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub r#loop: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageLabels {
+    pub stage: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerbLabels {
+    pub verb: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabels {
+    pub resource: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReleaseLabels {
+    pub namespace: String,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConditionLabels {
+    pub namespace: String,
+    pub name: String,
+    pub r#type: String,
+    pub status: String,
+}
+
+fn durations() -> Histogram {
+    // 10 ms to ~5.5 min.
+    Histogram::new(exponential_buckets(0.01, 2.0, 16))
+}
+
+/// Every metric the daemon exports, registered once.
 pub struct Metrics {
-    values: Mutex<BTreeMap<(&'static str, Labels), f64>>,
-    help: Mutex<BTreeMap<&'static str, (&'static str, &'static str)>>,
+    registry: Registry,
+    pub reconciles: Family<OutcomeLabels, Counter>,
+    pub reconcile_seconds: Family<LoopLabels, Histogram, fn() -> Histogram>,
+    pub stage_seconds: Family<StageLabels, Histogram, fn() -> Histogram>,
+    pub queue_depth: Family<LoopLabels, Gauge>,
+    pub api_requests: Family<VerbLabels, Counter>,
+    pub shards_held: Gauge,
+    pub watch_errors: Family<ResourceLabels, Counter>,
+    pub alive_tasks: Gauge,
+    pub release_condition: Family<ConditionLabels, Gauge>,
+    pub release_last_applied: Family<ReleaseLabels, Gauge<f64, AtomicU64>>,
 }
 
 impl Metrics {
     pub fn new() -> Arc<Self> {
-        let m = Arc::new(Self::default());
-        m.describe(
-            "convoy_reconciles_total",
-            "counter",
-            "Passes of each loop, by outcome reason.",
+        let mut registry = Registry::default();
+        let reconciles = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "convoy_reconciles",
+            "Passes of each loop, by outcome reason",
+            reconciles.clone(),
         );
-        m.describe(
-            "convoy_reconcile_duration_seconds_sum",
-            "counter",
-            "Total time spent in passes, by loop.",
+        let reconcile_seconds =
+            Family::<LoopLabels, Histogram, fn() -> Histogram>::new_with_constructor(durations);
+        registry.register(
+            "convoy_reconcile_duration_seconds",
+            "Time spent in one pass, by loop",
+            reconcile_seconds.clone(),
         );
-        m.describe(
-            "convoy_reconcile_duration_seconds_count",
-            "counter",
-            "Passes timed, by loop.",
+        let stage_seconds =
+            Family::<StageLabels, Histogram, fn() -> Histogram>::new_with_constructor(durations);
+        registry.register(
+            "convoy_reconcile_stage_duration_seconds",
+            "Time spent in each stage of a Release reconcile (render, sync, status)",
+            stage_seconds.clone(),
         );
-        m.describe(
+        let queue_depth = Family::<LoopLabels, Gauge>::default();
+        registry.register(
             "convoy_queue_depth",
-            "gauge",
-            "Keys waiting in each loop's queue.",
+            "Keys waiting in each loop's queue",
+            queue_depth.clone(),
         );
-        m.describe(
-            "convoy_api_requests_total",
-            "counter",
-            "Requests to the Kubernetes API, by verb.",
+        let api_requests = Family::<VerbLabels, Counter>::default();
+        registry.register(
+            "convoy_api_requests",
+            "Requests to the Kubernetes API, by verb",
+            api_requests.clone(),
         );
-        m.describe("convoy_shards_held", "gauge", "Shards this replica holds.");
-        m.describe(
+        let shards_held = Gauge::default();
+        registry.register(
+            "convoy_shards_held",
+            "Shards this replica holds",
+            shards_held.clone(),
+        );
+        let watch_errors = Family::<ResourceLabels, Counter>::default();
+        registry.register(
+            "convoy_watch_errors",
+            "Watch errors per resource since the start",
+            watch_errors.clone(),
+        );
+        let alive_tasks = Gauge::default();
+        registry.register(
             "convoy_runtime_alive_tasks",
-            "gauge",
-            "Tasks alive in the daemon's async runtime.",
+            "Tasks alive in the daemon's async runtime",
+            alive_tasks.clone(),
         );
-        m.describe(
-            "convoy_watch_errors_total",
-            "counter",
-            "Watch errors per resource since the start.",
+        let release_condition = Family::<ConditionLabels, Gauge>::default();
+        registry.register(
+            "convoy_release_condition",
+            "1 for each Release condition's current status (0 for the others), as Flux's gotk_reconcile_condition",
+            release_condition.clone(),
         );
-        m
-    }
-
-    fn describe(&self, name: &'static str, kind: &'static str, help: &'static str) {
-        lock(&self.help).insert(name, (kind, help));
-    }
-
-    pub fn add(&self, name: &'static str, labels: &[(&'static str, &str)], delta: f64) {
-        let mut labels: Labels = labels.iter().map(|(k, v)| (*k, v.to_string())).collect();
-        labels.sort();
-        *lock(&self.values).entry((name, labels)).or_insert(0.0) += delta;
-    }
-
-    pub fn set(&self, name: &'static str, labels: &[(&'static str, &str)], value: f64) {
-        let mut labels: Labels = labels.iter().map(|(k, v)| (*k, v.to_string())).collect();
-        labels.sort();
-        lock(&self.values).insert((name, labels), value);
-    }
-
-    /// The value of a series (tests and the quiet-state check read it).
-    pub fn get(&self, name: &'static str, labels: &[(&'static str, &str)]) -> f64 {
-        let mut labels: Labels = labels.iter().map(|(k, v)| (*k, v.to_string())).collect();
-        labels.sort();
-        lock(&self.values)
-            .get(&(name, labels))
-            .copied()
-            .unwrap_or(0.0)
+        let release_last_applied = Family::<ReleaseLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "convoy_release_last_applied_timestamp_seconds",
+            "When the controller last applied a render of the Release (Unix seconds)",
+            release_last_applied.clone(),
+        );
+        Arc::new(Self {
+            registry,
+            reconciles,
+            reconcile_seconds,
+            stage_seconds,
+            queue_depth,
+            api_requests,
+            shards_held,
+            watch_errors,
+            alive_tasks,
+            release_condition,
+            release_last_applied,
+        })
     }
 
     /// The text exposition format.
     pub fn render(&self) -> String {
-        let values = lock(&self.values);
-        let help = lock(&self.help);
         let mut out = String::new();
-        let mut last = "";
-        for ((name, labels), value) in values.iter() {
-            if *name != last {
-                if let Some((kind, text)) = help.get(name) {
-                    out.push_str(&format!("# HELP {name} {text}\n# TYPE {name} {kind}\n"));
-                }
-                last = name;
-            }
-            let labels: Vec<String> = labels
-                .iter()
-                .map(|(k, v)| format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"")))
-                .collect();
-            if labels.is_empty() {
-                out.push_str(&format!("{name} {value}\n"));
-            } else {
-                out.push_str(&format!("{name}{{{}}} {value}\n", labels.join(",")));
-            }
-        }
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
-}
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
+    /// Count a pass of `loop_` that ended with `reason`, and how long it took.
+    pub fn pass(&self, loop_: &str, reason: &str, seconds: f64) {
+        self.reconciles
+            .get_or_create(&OutcomeLabels {
+                r#loop: loop_.to_string(),
+                reason: reason.to_string(),
+            })
+            .inc();
+        self.reconcile_seconds
+            .get_or_create(&LoopLabels {
+                r#loop: loop_.to_string(),
+            })
+            .observe(seconds);
+    }
+
+    /// Bring a resource's watch error count up to `total` (the caches count them).
+    pub fn watch_errors_seen(&self, resource: &str, total: u64) {
+        let counter = self.watch_errors.get_or_create(&ResourceLabels {
+            resource: resource.to_string(),
+        });
+        let seen = counter.get();
+        if total > seen {
+            counter.inc_by(total - seen);
+        }
+    }
+
+    /// A Release's conditions as they stand: its current status per type is 1, the others 0.
+    pub fn release_conditions(&self, namespace: &str, name: &str, conditions: &[(String, String)]) {
+        for (type_, current) in conditions {
+            for status in ["True", "False", "Unknown"] {
+                self.release_condition
+                    .get_or_create(&ConditionLabels {
+                        namespace: namespace.to_string(),
+                        name: name.to_string(),
+                        r#type: type_.clone(),
+                        status: status.to_string(),
+                    })
+                    .set(i64::from(status == current));
+            }
+        }
+    }
+
+    /// A Release that is gone takes its series with it.
+    pub fn forget_release(&self, namespace: &str, name: &str) {
+        let release = ReleaseLabels {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        self.release_last_applied.remove(&release);
+        for type_ in [
+            "Applied",
+            "InSync",
+            "Healthy",
+            "RolloutSucceeded",
+            "LifecycleSucceeded",
+        ] {
+            for status in ["True", "False", "Unknown"] {
+                self.release_condition.remove(&ConditionLabels {
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                    r#type: type_.to_string(),
+                    status: status.to_string(),
+                });
+            }
+        }
     }
 }
 
@@ -137,10 +250,7 @@ pub fn verb_of<B>(request: &http::Request<B>) -> &'static str {
     }
 }
 
-/// Verbs that change the cluster.
-pub const WRITE_VERBS: [&str; 4] = ["create", "update", "patch", "delete"];
-
-/// A tower layer counting requests by verb.
+/// A tower layer that counts the requests of a kube client by verb.
 #[derive(Clone)]
 pub struct CountRequestsLayer(pub Arc<Metrics>);
 
@@ -174,11 +284,12 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        self.metrics.add(
-            "convoy_api_requests_total",
-            &[("verb", verb_of(&request))],
-            1.0,
-        );
+        self.metrics
+            .api_requests
+            .get_or_create(&VerbLabels {
+                verb: verb_of(&request).to_string(),
+            })
+            .inc();
         self.inner.call(request)
     }
 }
@@ -188,22 +299,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_text_format_groups_series_under_their_help() {
+    fn passes_are_counted_and_timed_in_the_text_format() {
         let m = Metrics::new();
-        m.add(
-            "convoy_reconciles_total",
-            &[("loop", "controller"), ("reason", "Applied")],
-            1.0,
-        );
-        m.add(
-            "convoy_reconciles_total",
-            &[("loop", "controller"), ("reason", "Applied")],
-            1.0,
-        );
-        m.set("convoy_queue_depth", &[("loop", "health")], 3.0);
+        m.pass("controller", "Applied", 0.02);
+        m.pass("controller", "Applied", 0.5);
+        m.queue_depth
+            .get_or_create(&LoopLabels {
+                r#loop: "health".into(),
+            })
+            .set(3);
+        m.release_conditions("apps", "web", &[("Healthy".into(), "False".into())]);
         let text = m.render();
-        assert!(text.contains("# TYPE convoy_reconciles_total counter\nconvoy_reconciles_total{loop=\"controller\",reason=\"Applied\"} 2\n"), "{text}");
+        assert!(
+            text.contains("# TYPE convoy_reconciles counter\nconvoy_reconciles_total{loop=\"controller\",reason=\"Applied\"} 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("convoy_reconcile_duration_seconds_count{loop=\"controller\"} 2\n"));
+        assert!(
+            text.contains(
+                "convoy_reconcile_duration_seconds_bucket{le=\"0.02\",loop=\"controller\"} 1\n"
+            ),
+            "{text}"
+        );
         assert!(text.contains("convoy_queue_depth{loop=\"health\"} 3\n"));
+        assert!(text.contains(
+            "convoy_release_condition{namespace=\"apps\",name=\"web\",type=\"Healthy\",status=\"False\"} 1\n"
+        ));
+        assert!(text.contains(
+            "convoy_release_condition{namespace=\"apps\",name=\"web\",type=\"Healthy\",status=\"True\"} 0\n"
+        ));
+        m.forget_release("apps", "web");
+        assert!(!m.render().contains("name=\"web\""));
     }
 
     #[test]

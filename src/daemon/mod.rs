@@ -175,6 +175,7 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
                 instance: Some(config.identity.clone()),
             },
         ),
+        metrics: metrics.clone(),
         controller_queue: WorkQueue::new(),
     });
     let drift_queue = WorkQueue::new();
@@ -189,6 +190,39 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
 
     // Releases: one informer, a handler per loop.
     let mut release_handlers: Vec<Handler<Release>> = Vec::new();
+    // Per-Release metrics follow the cache, whoever wrote the status.
+    let metrics_of_releases = metrics.clone();
+    release_handlers.push(Box::new(move |old, new| match (new, old) {
+        (Some(r), _) => {
+            let namespace = r.metadata.namespace.as_deref().unwrap_or_default();
+            let name = r.metadata.name.as_deref().unwrap_or_default();
+            let status = r.status.clone().unwrap_or_default();
+            let conditions: Vec<(String, String)> = status
+                .conditions
+                .iter()
+                .map(|c| (c.type_.clone(), c.status.clone()))
+                .collect();
+            metrics_of_releases.release_conditions(namespace, name, &conditions);
+            if let Some(at) = status
+                .last_successful
+                .as_ref()
+                .and_then(|a| a.attempted_at.as_ref())
+            {
+                metrics_of_releases
+                    .release_last_applied
+                    .get_or_create(&metrics::ReleaseLabels {
+                        namespace: namespace.to_string(),
+                        name: name.to_string(),
+                    })
+                    .set(at.0.as_second() as f64);
+            }
+        }
+        (None, Some(gone)) => metrics_of_releases.forget_release(
+            gone.metadata.namespace.as_deref().unwrap_or_default(),
+            gone.metadata.name.as_deref().unwrap_or_default(),
+        ),
+        (None, None) => {}
+    }));
     if config.role.controller() {
         let queue = shared.controller_queue.clone();
         let shared_for_waves = shared.clone();
@@ -415,7 +449,7 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
                 for (resource, needed, ok, errors) in caches {
                     if needed {
                         all &= ok;
-                        metrics.set("convoy_watch_errors_total", &[("resource", resource)], errors as f64);
+                        metrics.watch_errors_seen(resource, errors as u64);
                     }
                 }
                 ready.store(all, Ordering::Relaxed);
@@ -488,7 +522,7 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
                     _ = stop.changed() => return,
                 }
                 let now_held = held_for_metrics.held();
-                metrics_for_leases.set("convoy_shards_held", &[], now_held.len() as f64);
+                metrics_for_leases.shards_held.set(now_held.len() as i64);
                 // A newly held shard: its Releases get a pass at once.
                 if now_held != before {
                     for key in shared_for_leases.releases.keys() {

@@ -37,6 +37,7 @@ pub struct Shared {
     pub ocis: Arc<Cache<OCIRegistry>>,
     pub health_memory: HealthMemory,
     pub recorder: Recorder,
+    pub metrics: Arc<super::metrics::Metrics>,
     /// The Release controller's queue (source controllers enqueue Releases on a new revision).
     pub controller_queue: WorkQueue,
 }
@@ -49,7 +50,7 @@ pub async fn controller(shared: Arc<Shared>, key: String, failures: u32) -> Pass
     match sync_handler(&shared.ctx, &release, failures).await {
         Err(e) => PassResult::Error(format!("{:#}", anyhow::Error::new(e))),
         Ok(result) => {
-            let Some(outcome) = result.outcome else {
+            let Some(outcome) = result.outcome.clone() else {
                 return match result.requeue {
                     Requeue::Never => PassResult::Skip,
                     requeue => PassResult::Done {
@@ -61,42 +62,17 @@ pub async fn controller(shared: Arc<Shared>, key: String, failures: u32) -> Pass
             if let Some(error) = &result.error {
                 tracing::warn!(release = %key, reason = outcome.reason, "{error}");
             }
-            // An Event for a new failure (only with a status change: a steady failure does
-            // not write again).
-            if result.wrote_status && outcome.attempt.phase == Some(AttemptPhase::Failed) {
-                let event = Event {
-                    type_: EventType::Warning,
-                    reason: outcome.reason.to_string(),
-                    note: Some(truncate(&outcome.message, 1000)),
-                    action: "Reconcile".into(),
-                    secondary: None,
-                };
-                if let Err(e) = shared
-                    .recorder
-                    .publish(&event, &release.object_ref(&()))
-                    .await
-                {
-                    tracing::debug!("cannot record an event: {e}");
-                }
+            for (stage, seconds) in &outcome.stage_seconds {
+                shared
+                    .metrics
+                    .stage_seconds
+                    .get_or_create(&super::metrics::StageLabels {
+                        stage: stage.to_string(),
+                    })
+                    .observe(*seconds);
             }
-            // Normal Events for what a person should hear about although nothing failed.
-            if result.wrote_status {
-                for notice in &outcome.notices {
-                    let event = Event {
-                        type_: EventType::Normal,
-                        reason: "HandedOver".into(),
-                        note: Some(truncate(notice, 1000)),
-                        action: "Prune".into(),
-                        secondary: None,
-                    };
-                    if let Err(e) = shared
-                        .recorder
-                        .publish(&event, &release.object_ref(&()))
-                        .await
-                    {
-                        tracing::debug!("cannot record an event: {e}");
-                    }
-                }
+            if result.wrote_status || outcome.objects_sent > 0 {
+                announce(&shared, &key, &release, &result, &outcome).await;
             }
             if outcome.retry {
                 PassResult::Retry {
@@ -109,6 +85,99 @@ pub async fn controller(shared: Arc<Shared>, key: String, failures: u32) -> Pass
                     requeue: result.requeue,
                 }
             }
+        }
+    }
+}
+
+/// What operators see of a reconcile whose outcome changed: one log line (Release, stage,
+/// reason, render), and Events: a Warning for a failure, Normal ones for a render applied, a
+/// rollback, drift put back, and objects handed to another Release.
+async fn announce(
+    shared: &Shared,
+    key: &str,
+    release: &Release,
+    result: &crate::engine::reconcile::HandlerResult,
+    outcome: &crate::engine::reconcile::ReconcileOutcome,
+) {
+    use crate::engine::api::reasons;
+    use crate::engine::render::render_ref::short;
+    let stage = outcome
+        .attempt
+        .failure
+        .as_ref()
+        .map(|f| f.stage.clone())
+        .unwrap_or_default();
+    let render = outcome
+        .attempt
+        .render_ref
+        .as_deref()
+        .map(short)
+        .unwrap_or_default();
+    let failed = outcome.attempt.phase == Some(AttemptPhase::Failed);
+    if !result.wrote_status {
+        // Nothing new to say in the log.
+    } else if failed {
+        tracing::warn!(release = %key, stage = %stage, reason = %outcome.reason, render = %render, "{}", outcome.message);
+    } else {
+        tracing::info!(release = %key, stage = %stage, reason = %outcome.reason, render = %render, "{}", outcome.message);
+    }
+    let before = release.status.as_ref();
+    let ran_before = before.and_then(|s| s.applied_render()).map(str::to_string);
+    let runs_now = result
+        .status
+        .as_ref()
+        .and_then(|s| s.applied_render())
+        .map(str::to_string);
+    let mut events: Vec<(EventType, &str, String, &str)> = Vec::new();
+    if failed && result.wrote_status {
+        events.push((
+            EventType::Warning,
+            outcome.reason,
+            outcome.message.clone(),
+            "Reconcile",
+        ));
+    } else if failed {
+        // A steady failure was reported when it began.
+    } else if outcome.reason == reasons::ROLLED_BACK && result.wrote_status {
+        events.push((
+            EventType::Normal,
+            "RolledBack",
+            outcome.message.clone(),
+            "Rollback",
+        ));
+    } else if outcome.applied_render && runs_now != ran_before && result.wrote_status {
+        events.push((
+            EventType::Normal,
+            "Applied",
+            outcome.message.clone(),
+            "Apply",
+        ));
+    } else if outcome.applied_render && outcome.objects_sent > 0 {
+        // The same render again over objects that had drifted: the drift is put back.
+        events.push((
+            EventType::Normal,
+            "DriftCorrected",
+            format!("drift put back: {}", outcome.message),
+            "Apply",
+        ));
+    }
+    for notice in &outcome.notices {
+        events.push((EventType::Normal, "HandedOver", notice.clone(), "Prune"));
+    }
+    for (type_, reason, note, action) in events {
+        let event = Event {
+            type_,
+            reason: reason.to_string(),
+            note: Some(truncate(&note, 1000)),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = shared
+            .recorder
+            .publish(&event, &release.object_ref(&()))
+            .await
+        {
+            tracing::debug!("cannot record an event: {e}");
         }
     }
 }

@@ -42,16 +42,15 @@ where
                 while let Some(key) = queue.get().await {
                     let started = Instant::now();
                     let result = pass(key.clone(), queue.failures(&key)).await;
-                    metrics.add("convoy_reconcile_duration_seconds_sum", &[("loop", name)], started.elapsed().as_secs_f64());
-                    metrics.add("convoy_reconcile_duration_seconds_count", &[("loop", name)], 1.0);
+                    let seconds = started.elapsed().as_secs_f64();
                     match result {
                         PassResult::Done { reason, requeue } => {
-                            metrics.add("convoy_reconciles_total", &[("loop", name), ("reason", &reason)], 1.0);
+                            metrics.pass(name, &reason, seconds);
                             queue.forget(&key);
                             schedule(&queue, &key, requeue);
                         }
                         PassResult::Retry { reason, requeue } => {
-                            metrics.add("convoy_reconciles_total", &[("loop", name), ("reason", &reason)], 1.0);
+                            metrics.pass(name, &reason, seconds);
                             match requeue {
                                 Requeue::After(delay) => {
                                     queue.count_failure(&key);
@@ -63,13 +62,16 @@ where
                             }
                         }
                         PassResult::Error(message) => {
-                            metrics.add("convoy_reconciles_total", &[("loop", name), ("reason", "Error")], 1.0);
+                            metrics.pass(name, "Error", seconds);
                             let delay = queue.add_rate_limited(&key);
                             tracing::warn!(loop_name = name, key = %key, retry_in_ms = delay.as_millis() as u64, "{message}");
                         }
                         PassResult::Skip => queue.forget(&key),
                     }
-                    metrics.set("convoy_queue_depth", &[("loop", name)], queue.depth() as f64);
+                    metrics
+                        .queue_depth
+                        .get_or_create(&super::metrics::LoopLabels { r#loop: name.to_string() })
+                        .set(queue.depth() as i64);
                     queue.done(&key);
                 }
             })

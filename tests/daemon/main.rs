@@ -48,7 +48,7 @@ impl Daemon {
             .arg(kubeconfig)
             .args([
                 "daemon",
-                "-v",
+                // (No -v: what operators see at the default level is what tests read.)
                 // The tests' Git repositories are local (file://).
                 "--allow-file-urls",
                 "--listen",
@@ -73,7 +73,8 @@ impl Daemon {
     pub fn get(&self, path: &str) -> Option<(u16, String)> {
         let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
         stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        let request = format!("GET {path} HTTP/1.1\r\nhost: localhost\r\n\r\n");
+        let request =
+            format!("GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n");
         stream.write_all(request.as_bytes()).ok()?;
         let mut text = String::new();
         stream.read_to_string(&mut text).ok()?;

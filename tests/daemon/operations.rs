@@ -471,3 +471,75 @@ async fn a_deleted_cluster_waits_for_the_releases_that_target_it() {
     })
     .await;
 }
+
+/// What an operator sees of a Release at the daemon's default log level: one line per
+/// outcome change (Release, stage, reason, render), Normal Events for an applied render and
+/// for drift put back, and per-Release metrics as Flux exports them.
+#[tokio::test]
+async fn operators_see_outcomes_in_logs_events_and_metrics() {
+    let f = Fixture::new(
+        "daemon-visible",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({"syncPolicy": {"interval": "2s"}}),
+    )
+    .await;
+    let daemon = Daemon::start(&f.env.kubeconfig, &["--watch-namespace", &f.env.namespace]).await;
+    let events: Api<Event> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let with_reason = |reason: &'static str| {
+        let events = events.clone();
+        async move {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items.into_iter().find(|e| {
+                e.involved_object.kind.as_deref() == Some("Release")
+                    && e.reason.as_deref() == Some(reason)
+            })
+        }
+    };
+    let applied = eventually("a Normal Applied Event", Duration::from_secs(30), || {
+        with_reason("Applied")
+    })
+    .await;
+    assert_eq!(applied.type_.as_deref(), Some("Normal"));
+    // Someone edits the object: the drift loop asks, the controller puts it back.
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "a", "namespace": f.env.namespace}, "data": {"value": "tampered"}}))
+        .await;
+    let corrected = eventually("a DriftCorrected Event", Duration::from_secs(60), || {
+        with_reason("DriftCorrected")
+    })
+    .await;
+    assert_eq!(corrected.type_.as_deref(), Some("Normal"));
+    assert_eq!(f.config_map("a").await.unwrap()["data"]["value"], "1");
+
+    let ns = &f.env.namespace;
+    let labels = format!("namespace=\"{ns}\",name=\"web\"");
+    eventually("per-Release metrics", Duration::from_secs(30), || async {
+        let applied_true = daemon.metric(
+            "convoy_release_condition",
+            &[&labels, "type=\"Applied\"", "status=\"True\""],
+        );
+        let applied_false = daemon.metric(
+            "convoy_release_condition",
+            &[&labels, "type=\"Applied\"", "status=\"False\""],
+        );
+        (applied_true == 1.0 && applied_false == 0.0).then_some(())
+    })
+    .await;
+    assert!(
+        daemon.metric("convoy_release_last_applied_timestamp_seconds", &[&labels]) > 1.7e9,
+        "a Unix time"
+    );
+    assert!(
+        daemon.metric(
+            "convoy_reconcile_stage_duration_seconds_count",
+            &["stage=\"render\""]
+        ) >= 1.0
+    );
+    let logs = daemon.logs();
+    let line = logs
+        .lines()
+        .find(|l| l.contains(&format!("release={ns}/web")) && l.contains("reason=Applied"))
+        .unwrap_or_else(|| panic!("an outcome line at the default level:\n{logs}"));
+    assert!(line.contains(" INFO "), "{line}");
+    assert!(line.contains("render="), "{line}");
+}

@@ -259,20 +259,31 @@ pub async fn reconcile(
     state: &ReconcileState,
 ) -> ReconcileOutcome {
     let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release);
+    let started = std::time::Instant::now();
     // The previous inventory is read while the render runs (stageSync needs it next).
     let (rendered, ()) = futures::join!(
         stages::stage_render(ctx, release, state),
         inventory.prefetch()
     );
+    let render_seconds = started.elapsed().as_secs_f64();
     let rendered = match rendered {
         Ok(r) => r,
-        Err(outcome) => return *outcome,
+        Err(outcome) => {
+            let mut outcome = *outcome;
+            outcome.stage_seconds = vec![("render", render_seconds)];
+            return outcome;
+        }
     };
+    let started = std::time::Instant::now();
     // Stage 2: planRollout, unless a pin decides what runs.
     let render_ref = rendered.rendered.render_ref.clone();
     let healthy = render_healthy(release, status, &inventory, &render_ref).await;
     let mut outcome = run_stages(ctx, release, status, state, &rendered, &inventory, healthy).await;
     outcome.render_healthy = healthy;
+    outcome.stage_seconds = vec![
+        ("render", render_seconds),
+        ("sync", started.elapsed().as_secs_f64()),
+    ];
     outcome
 }
 

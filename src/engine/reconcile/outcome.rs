@@ -40,6 +40,11 @@ pub struct ReconcileOutcome {
     /// Things a person should hear about although nothing failed (the daemon records each as
     /// a Normal Event): objects left to another Release.
     pub notices: Vec<String>,
+    /// How long each stage took (`render`, `sync`), for the daemon's histograms.
+    pub stage_seconds: Vec<(&'static str, f64)>,
+    /// Objects this attempt sent to the cluster (unchanged ones are not sent): a render that
+    /// ran already and still sends some put drift back.
+    pub objects_sent: usize,
 }
 
 impl ReconcileOutcome {
@@ -64,6 +69,8 @@ impl ReconcileOutcome {
             error: None,
             render_healthy: false,
             notices: Vec::new(),
+            stage_seconds: Vec::new(),
+            objects_sent: 0,
         }
     }
 
@@ -84,6 +91,8 @@ impl ReconcileOutcome {
             error: None,
             render_healthy: false,
             notices: Vec::new(),
+            stage_seconds: Vec::new(),
+            objects_sent: 0,
         }
     }
 
@@ -114,6 +123,8 @@ impl ReconcileOutcome {
             error: None,
             render_healthy: false,
             notices: Vec::new(),
+            stage_seconds: Vec::new(),
+            objects_sent: 0,
         }
     }
 
@@ -143,6 +154,8 @@ impl ReconcileOutcome {
             error: None,
             render_healthy: false,
             notices: Vec::new(),
+            stage_seconds: Vec::new(),
+            objects_sent: 0,
         }
     }
 

@@ -232,6 +232,8 @@ pub async fn apply_last_healthy(
             error: None,
             render_healthy: false,
             notices: Vec::new(),
+            stage_seconds: Vec::new(),
+            objects_sent: 0,
         }
     };
     let Some(last) = status.last_healthy.as_ref() else {
@@ -763,6 +765,7 @@ async fn sync_objects(
 
     // Step 4: the waves, each followed by a Put of everything applied so far.
     let mut applied: Vec<Member> = Vec::new();
+    let mut objects_sent = 0;
     let mut wave_status: Vec<WaveStatus> = Vec::new();
     let mut last_put: Vec<Member> = recorded.clone();
     let effective: HashMap<ObjectKey, ObjectKey> =
@@ -851,6 +854,7 @@ async fn sync_objects(
                 Some(format!("wave {wave}: {:#}", anyhow::Error::new(e))),
             ),
         };
+        objects_sent += keys.len();
         // Unchanged objects of the wave are members too, recorded with this render.
         let applied_now: BTreeSet<&ObjectKey> = keys.iter().collect();
         let mut wave_members: Vec<Member> = Vec::new();
@@ -1062,6 +1066,7 @@ async fn sync_objects(
         message.push_str(&format!(", {pruned} pruned"));
     }
     let mut outcome = ReconcileOutcome::applied(attempt, message, wave_status);
+    outcome.objects_sent = objects_sent;
     if !handed_over.is_empty() {
         let notice = format!(
             "left to other Releases, not pruned: {}",
