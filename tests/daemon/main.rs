@@ -16,7 +16,6 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use support::servers::free_port;
 use support::{convoy_bin, path_with_testenv};
 
 /// A running `convoy daemon`; SIGKILLed when dropped.
@@ -38,11 +37,16 @@ impl Daemon {
         daemon
     }
 
-    /// Start `convoy daemon` without waiting for it to be ready.
+    /// Start `convoy daemon` without waiting for it to be ready. It listens on a port the
+    /// kernel picks (`--listen 127.0.0.1:0`) and names it in its log, so no other process can
+    /// take the port between choosing and binding it.
     pub fn spawn(kubeconfig: &Path, args: &[&str]) -> Self {
-        let port = free_port();
         let log = tempfile::NamedTempFile::new().unwrap();
-        let cache = std::env::temp_dir().join(format!("convoy-daemon-cache-{port}"));
+        let cache = tempfile::Builder::new()
+            .prefix("convoy-daemon-cache-")
+            .tempdir()
+            .unwrap()
+            .keep();
         let child = Command::new(convoy_bin())
             .arg("--kubeconfig")
             .arg(kubeconfig)
@@ -52,7 +56,7 @@ impl Daemon {
                 // The tests' Git repositories are local (file://).
                 "--allow-file-urls",
                 "--listen",
-                &format!("127.0.0.1:{port}"),
+                "127.0.0.1:0",
                 "--cache-dir",
             ])
             .arg(&cache)
@@ -62,6 +66,12 @@ impl Daemon {
             .stderr(log.reopen().unwrap())
             .spawn()
             .unwrap();
+        let log_path = log.path().to_path_buf();
+        let port = support::eventually_sync(
+            "the daemon to name the port it listens on",
+            Duration::from_secs(30),
+            || listening_port(&std::fs::read_to_string(&log_path).unwrap_or_default()),
+        );
         let daemon = Self { child, port, log };
         support::eventually_sync("the daemon to listen", Duration::from_secs(30), || {
             daemon.get("/healthz").map(|_| ())
@@ -126,4 +136,11 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The port in the daemon's "serving /healthz, /readyz, /metrics" log line.
+fn listening_port(log: &str) -> Option<u16> {
+    let line = log.lines().find(|l| l.contains("serving /healthz"))?;
+    let addr = line.split("addr=").nth(1)?.split_whitespace().next()?;
+    addr.rsplit(':').next()?.trim_end_matches('"').parse().ok()
 }

@@ -24,7 +24,9 @@ impl Drop for Server {
     }
 }
 
-/// A free loopback port (bound then released; the server binds it right after).
+/// A loopback port that was free a moment ago (bound, then released). Another process may take
+/// it before the caller binds it: servers that can report a port the kernel chose do that
+/// instead, and the others start through `on_free_port`, which tries again when they lose it.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -33,15 +35,30 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-fn wait_for_port(port: u16, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "{what} did not listen on port {port} within 20s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
+/// Start a server that cannot bind port 0 and name its port (git daemon, sshd, registry):
+/// `start(port)` spawns it on a port that was free; if the process exits before it listens
+/// (another process took the port meanwhile), a new port is tried.
+fn on_free_port(what: &str, mut start: impl FnMut(u16) -> Child) -> Server {
+    for _ in 0..5 {
+        let port = free_port();
+        let mut child = start(port);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Server { port, child };
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                eprintln!("{what} exited ({status}) before listening on port {port}; another port");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what} did not listen on port {port} within 20s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
+    panic!("{what} could not listen on any of five free ports");
 }
 
 /// The Python HTTP server of `http_server.py`: static files, or Git smart HTTP with `git`.
@@ -74,23 +91,22 @@ pub fn http_server(root: &Path, auth: Option<&str>, git: bool) -> Server {
 
 /// `git daemon` exporting every repository under `base`.
 pub fn git_daemon(base: &Path) -> Server {
-    let port = free_port();
-    let child = Command::new("git")
-        .args([
-            "daemon",
-            "--reuseaddr",
-            "--export-all",
-            "--listen=127.0.0.1",
-        ])
-        .arg(format!("--port={port}"))
-        .arg(format!("--base-path={}", base.display()))
-        .arg(base)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("git daemon");
-    wait_for_port(port, "git daemon");
-    Server { port, child }
+    on_free_port("git daemon", |port| {
+        Command::new("git")
+            .args([
+                "daemon",
+                "--reuseaddr",
+                "--export-all",
+                "--listen=127.0.0.1",
+            ])
+            .arg(format!("--port={port}"))
+            .arg(format!("--base-path={}", base.display()))
+            .arg(base)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("git daemon")
+    })
 }
 
 /// OpenSSH's `sshd` on loopback, for Git over `ssh://`: it lets the current user in with the
@@ -116,33 +132,34 @@ pub fn sshd(dir: &Path) -> (Server, Vec<u8>, String) {
         assert!(out.status.success(), "ssh-keygen: {out:?}");
     }
     std::fs::copy(dir.join("client_key.pub"), dir.join("authorized_keys")).unwrap();
-    let port = free_port();
     let config = dir.join("sshd_config");
-    std::fs::write(
-        &config,
-        format!(
-            "Port {port}\nListenAddress 127.0.0.1\nHostKey {dir}/host_key\n\
+    let server = on_free_port("sshd", |port| {
+        std::fs::write(
+            &config,
+            format!(
+                "Port {port}\nListenAddress 127.0.0.1\nHostKey {dir}/host_key\n\
 AuthorizedKeysFile {dir}/authorized_keys\nPidFile {dir}/sshd.pid\nStrictModes no\nUsePAM no\n\
 PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n\
 PermitRootLogin prohibit-password\n",
-            dir = dir.display()
-        ),
-    )
-    .unwrap();
-    let child = Command::new(sshd)
-        .arg("-D")
-        .arg("-e")
-        .arg("-f")
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("sshd");
-    wait_for_port(port, "sshd");
+                dir = dir.display()
+            ),
+        )
+        .unwrap();
+        Command::new(sshd)
+            .arg("-D")
+            .arg("-e")
+            .arg("-f")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sshd")
+    });
+    let port = server.port;
     let host_key = std::fs::read_to_string(dir.join("host_key.pub")).unwrap();
     let known_hosts = format!("[127.0.0.1]:{port} {}", host_key.trim());
     let identity = std::fs::read(dir.join("client_key")).unwrap();
-    (Server { port, child }, identity, known_hosts)
+    (server, identity, known_hosts)
 }
 
 /// The current user's name, for `ssh://USER@host` URLs.
@@ -153,27 +170,26 @@ pub fn user_name() -> String {
 
 /// distribution's `registry` on loopback, storing under `dir`.
 pub fn registry(dir: &Path) -> Server {
-    let port = free_port();
     let config = dir.join("registry.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
+    on_free_port("registry", |port| {
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
 http:\n  addr: 127.0.0.1:{port}\n",
-            dir.join("data").display()
-        ),
-    )
-    .unwrap();
-    let child = Command::new(testenv_bin().join("registry"))
-        .arg("serve")
-        .arg(&config)
-        .env("OTEL_TRACES_EXPORTER", "none")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("registry (scripts/testenv build)");
-    wait_for_port(port, "registry");
-    Server { port, child }
+                dir.join("data").display()
+            ),
+        )
+        .unwrap();
+        Command::new(testenv_bin().join("registry"))
+            .arg("serve")
+            .arg(&config)
+            .env("OTEL_TRACES_EXPORTER", "none")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("registry (scripts/testenv build)")
+    })
 }
 
 /// A Git repository with a work tree and a bare remote beside it.

@@ -124,8 +124,22 @@ mod tests {
         assert_eq!(short(&r).len(), 12);
     }
 
+    /// Pinned values, computed outside convoy (Python's hashlib and json with sorted keys):
+    /// a change here changes every renderRef and digest users have recorded, so a new
+    /// serde_json (key order, escaping) or a new canonical form fails this test first.
     #[test]
-    fn an_empty_render_has_a_stable_ref() {
-        assert_eq!(render_ref(&[]), render_ref(&[]));
+    fn the_ref_and_the_digest_are_pinned() {
+        assert_eq!(
+            render_ref(&[]),
+            "6f29195e7890c6746359ca46091a709d3a78e171da0d5b1fb328347cb4756f52"
+        );
+        assert_eq!(
+            render_ref(&objects(&format!("{B}---\n{A}"))),
+            "94b87fa99a22a04a8aa2b9055c2358ab47c88cf6387f2d64d69ff896842ef04d"
+        );
+        assert_eq!(
+            object_digest(&objects(A)[0], None).as_deref(),
+            Some("032af3e74f76b9aca405636ea62158a2")
+        );
     }
 }
