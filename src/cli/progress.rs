@@ -4,8 +4,8 @@
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::engine::explain::count;
-use crate::engine::reconcile::{Progress, ProgressEvent};
 use crate::engine::render::render_ref::short;
+use crate::engine::runtime::{Progress, ProgressEvent};
 
 /// Shows reconcile progress.
 pub struct SyncProgress {

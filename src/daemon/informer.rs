@@ -74,17 +74,11 @@ impl<K> Cache<K> {
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<K>>> {
-        match self.map.read() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        crate::engine::locks::read(&self.map)
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<K>>> {
-        match self.map.write() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        crate::engine::locks::write(&self.map)
     }
 }
 

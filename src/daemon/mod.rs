@@ -38,7 +38,7 @@ use crate::engine::api::{
 };
 use crate::engine::connect::{ClientFactory, Connection};
 use crate::engine::health::HealthMemory;
-use crate::engine::reconcile::{Context, OwnsEveryShard, ShardGate};
+use crate::engine::runtime::{Context, OwnsEveryShard, ShardGate};
 use crate::engine::source::{Cache as SourceCache, Coordinator};
 
 /// Which loops a process runs.
@@ -107,7 +107,7 @@ pub enum DaemonError {
 /// The releaseByCluster index over the informer cache.
 struct ReleasesByCluster(Arc<informer::Cache<Release>>);
 
-impl crate::engine::reconcile::ReleaseIndex for ReleasesByCluster {
+impl crate::engine::runtime::ReleaseIndex for ReleasesByCluster {
     fn on_cluster(&self, key: &str) -> Vec<Arc<Release>> {
         self.0
             .all()

@@ -22,7 +22,8 @@ use crate::engine::drift::{Verdict, drift_pass};
 use crate::engine::duration::parse_duration;
 use crate::engine::health::{HealthMemory, health_pass};
 use crate::engine::objects::ObjectReader;
-use crate::engine::reconcile::{Context, Requeue, sync_handler};
+use crate::engine::reconcile::sync_handler;
+use crate::engine::runtime::{Context, Requeue};
 use crate::engine::source::resolve::git_request;
 use crate::engine::status::{condition, now, set_condition};
 

@@ -50,10 +50,7 @@ impl WorkQueue {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        match self.state.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        crate::engine::locks::lock(&self.state)
     }
 
     /// Queue `key` now (no-op if it is already queued).

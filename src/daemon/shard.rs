@@ -24,7 +24,7 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 
 use crate::engine::api::Release;
-use crate::engine::reconcile::ShardGate;
+use crate::engine::runtime::ShardGate;
 
 /// The shard of a cluster key (stable across builds and platforms).
 pub fn shard_of(cluster_key: &str, shards: u32) -> u32 {
@@ -66,18 +66,12 @@ impl HeldShards {
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<u32, Instant>> {
-        match self.held.read() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        crate::engine::locks::read(&self.held)
     }
 
     /// Hold `shard` until `until`, or (`None`) not at all.
     fn set(&self, shard: u32, until: Option<Instant>) {
-        let mut g = match self.held.write() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut g = crate::engine::locks::write(&self.held);
         match until {
             Some(until) => {
                 g.insert(shard, until);

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::metrics::Metrics;
 use super::queue::WorkQueue;
-use crate::engine::reconcile::Requeue;
+use crate::engine::runtime::Requeue;
 
 /// How a pass ended, for the queue.
 #[derive(Debug, Clone, PartialEq, Eq)]

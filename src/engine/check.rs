@@ -65,8 +65,8 @@ pub async fn check(conn: &Connection, namespace: &str, now: jiff::Timestamp) -> 
                 "cluster",
                 Verdict::Fail,
                 format!(
-                    "{:#}; check --kubeconfig and --context",
-                    anyhow::Error::new(e)
+                    "{}; check --kubeconfig and --context",
+                    crate::engine::error::chain(&e)
                 ),
             ));
             return findings;

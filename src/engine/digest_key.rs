@@ -9,6 +9,8 @@
 //! then compared by a dry run, never skipped) and shows only whether each value changed.
 
 use std::sync::Mutex;
+
+use crate::engine::locks::lock;
 use std::time::{Duration, Instant};
 
 use hmac::{KeyInit, Mac};
@@ -191,8 +193,8 @@ impl KeyCell {
             Ok(key) => key,
             Err(e) => {
                 tracing::debug!(
-                    "Secret digests are unkeyed for now: {:#}",
-                    anyhow::Error::new(e)
+                    "Secret digests are unkeyed for now: {}",
+                    crate::engine::error::chain(&e)
                 );
                 None
             }
@@ -201,13 +203,6 @@ impl KeyCell {
         state.0 = loaded.clone();
         state.1 = Some(Instant::now());
         loaded
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(poisoned) => poisoned.into_inner(),
     }
 }
 

@@ -31,14 +31,5 @@ pub fn client() -> Result<reqwest::Client, String> {
 
 /// An error and its causes on one line, without the URL (the caller names it).
 pub fn describe(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = Vec::new();
-    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = current {
-        let text = e.to_string();
-        if !parts.iter().any(|p: &String| p.contains(&text)) {
-            parts.push(text);
-        }
-        current = e.source();
-    }
-    parts.join(": ")
+    crate::engine::error::chain(error)
 }

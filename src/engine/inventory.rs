@@ -171,10 +171,7 @@ impl InventoryHandle {
     }
 
     fn slot(&self) -> std::sync::MutexGuard<'_, Option<Option<ReleaseInventory>>> {
-        match self.prefetched.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        crate::engine::locks::lock(&self.prefetched)
     }
 
     pub async fn get(&self) -> Result<Option<ReleaseInventory>, InventoryError> {

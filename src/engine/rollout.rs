@@ -18,9 +18,9 @@ use crate::engine::render::render_ref::short;
 /// What to apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RolloutAction {
-    /// Apply the source render.
+    /// `actionApplySource`: apply the source render.
     ApplySource,
-    /// Re-apply the last healthy render from the render store.
+    /// `actionApplyLastHealthy`: re-apply the last healthy render from the render store.
     ApplyLastHealthy,
 }
 

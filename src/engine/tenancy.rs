@@ -112,10 +112,7 @@ impl Tenancy {
             return Ok(home.clone());
         };
         let key = format!("{} {user}", home.cache_key());
-        let mut connections = match self.connections.lock() {
-            Ok(c) => c,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut connections = crate::engine::locks::lock(&self.connections);
         if let Some(conn) = connections.get(&key) {
             return Ok(conn.clone());
         }

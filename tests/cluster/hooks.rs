@@ -8,7 +8,8 @@ use convoy::engine::api::{
     HookPhase, HookState, ReleaseInventory, condition_types, failure_stages, reasons,
 };
 use convoy::engine::health::{HealthMemory, health_pass};
-use convoy::engine::reconcile::{HandlerResult, Requeue};
+use convoy::engine::reconcile::HandlerResult;
+use convoy::engine::runtime::Requeue;
 use k8s_openapi::api::batch::v1::Job;
 use kube::Api;
 use kube::api::ListParams;

@@ -11,7 +11,8 @@ use convoy::engine::api::{
 };
 use convoy::engine::drift::{Verdict, drift_pass};
 use convoy::engine::health::{HealthMemory, health_pass};
-use convoy::engine::reconcile::{HandlerResult, Requeue, sync_handler};
+use convoy::engine::reconcile::{HandlerResult, sync_handler};
+use convoy::engine::runtime::Requeue;
 use k8s_openapi::api::batch::v1::Job;
 use kube::Api;
 use kube::api::ListParams;
@@ -591,7 +592,7 @@ async fn a_rollup_that_cannot_read_the_inventory_goes_back_to_the_work_queue() {
     .await
     .unwrap();
     let cache = tempfile::tempdir().unwrap();
-    let ctx = convoy::engine::reconcile::Context::new(
+    let ctx = convoy::engine::runtime::Context::new(
         conn,
         Arc::new(convoy::engine::source::Coordinator::new(
             convoy::engine::source::Cache::new(cache.path()),

@@ -770,7 +770,7 @@ async fn a_source_that_cannot_be_fetched_is_source_not_ready_and_retried() {
     assert!(outcome.retry, "a fetch error is transient");
     assert_eq!(
         result.requeue,
-        convoy::engine::reconcile::Requeue::After(Duration::from_secs(3))
+        convoy::engine::runtime::Requeue::After(Duration::from_secs(3))
     );
     let release = f.releases().get("broken").await.unwrap();
     let status = release.status.unwrap();

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use convoy::engine::api::Release;
 use convoy::engine::connect::{Connection, KubeconfigSource};
-use convoy::engine::reconcile::{Context, HandlerResult, sync_handler};
+use convoy::engine::reconcile::{HandlerResult, sync_handler};
+use convoy::engine::runtime::Context;
 use convoy::engine::source::{Cache, Coordinator};
 use kube::Api;
 use serde_json::{Value, json};

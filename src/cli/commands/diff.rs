@@ -19,8 +19,8 @@ use crate::engine::digest_key::KeyCell;
 use crate::engine::drift::text::{Tag, hunks};
 use crate::engine::drift::{Action, DiffReport, diff_objects, render_desired};
 use crate::engine::inventory::InventoryHandle;
-use crate::engine::reconcile::Context;
 use crate::engine::render::ClusterInfo;
+use crate::engine::runtime::Context;
 use crate::engine::source::{Cache, Coordinator};
 use crate::engine::store::DEFAULT_STORE_NAMESPACE;
 

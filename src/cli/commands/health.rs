@@ -18,8 +18,8 @@ use crate::engine::api::{HealthState, HookState, Release, ReleaseInventory, cond
 use crate::engine::duration::human;
 use crate::engine::health::assess;
 use crate::engine::inventory::{EntryHealth, members};
-use crate::engine::reconcile::Context;
 use crate::engine::render::render_ref::short;
+use crate::engine::runtime::Context;
 use crate::engine::source::{Cache, Coordinator};
 
 /// Show the health of each object and hook of a Release.

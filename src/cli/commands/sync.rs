@@ -15,8 +15,9 @@ use crate::cli::progress::SyncProgress;
 use crate::cli::{GlobalArgs, io_error};
 use crate::engine::api::{Release, reasons};
 use crate::engine::connect::is_unreachable;
-use crate::engine::reconcile::{Context, ReconcileOutcome, sync_handler};
+use crate::engine::reconcile::{ReconcileOutcome, sync_handler};
 use crate::engine::requests::{SyncRequest, request_sync};
+use crate::engine::runtime::Context;
 use crate::engine::source::{Cache, Coordinator};
 
 /// Sync a Release now: render, dry-run, apply in waves, prune, record, write the status.

@@ -134,10 +134,7 @@ impl ResourceCache {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, GroupVersionResources)>> {
-        match self.groups.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        crate::engine::locks::lock(&self.groups)
     }
 
     async fn discover(&self, api_version: &str) -> Result<GroupVersionResources, ResolveKindError> {

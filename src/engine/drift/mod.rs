@@ -30,9 +30,10 @@ use crate::engine::digest_key::DigestKey;
 use crate::engine::explain::count;
 use crate::engine::inventory::{InventoryHandle, members};
 use crate::engine::ownership::Owner;
-use crate::engine::reconcile::{Context, ReconcileOutcome, Requeue, new_reconcile_state, stages};
+use crate::engine::reconcile::{ReconcileOutcome, new_reconcile_state, stages};
 use crate::engine::render::Object;
 use crate::engine::requests::request_sync;
+use crate::engine::runtime::{Context, Requeue};
 use crate::engine::ssa;
 use crate::engine::status::{condition, condition_unchanged, now};
 
@@ -588,7 +589,7 @@ pub async fn render_desired(
                 tracing::warn!(release = %id, "the last healthy render is not in the store; comparing with the source render")
             }
             Err(e) => {
-                tracing::warn!(release = %id, "cannot load the last healthy render: {:#}", anyhow::Error::new(e))
+                tracing::warn!(release = %id, "cannot load the last healthy render: {}", crate::engine::error::chain(&e))
             }
         }
     }
@@ -684,8 +685,8 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
                 Err(e) => (
                     Verdict::Unknown {
                         message: format!(
-                            "cannot compare with the cluster: {:#}",
-                            anyhow::Error::new(e)
+                            "cannot compare with the cluster: {}",
+                            crate::engine::error::chain(&e)
                         ),
                     },
                     None,

@@ -20,7 +20,7 @@ use crate::engine::apply::Applier;
 use crate::engine::cluster::{ClusterError, Target};
 use crate::engine::duration::parse_duration;
 use crate::engine::inventory::{EntryHealth, InventoryHandle, members};
-use crate::engine::reconcile::Context;
+use crate::engine::runtime::Context;
 
 /// Why the assessment of a Release failed (Healthy=Unknown).
 #[derive(Debug, thiserror::Error)]

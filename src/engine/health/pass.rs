@@ -20,8 +20,8 @@ use crate::engine::api::{
 use crate::engine::explain::count;
 use crate::engine::hooks::{find_hook, needs_poll, poll_hook_workload, workload_namespace};
 use crate::engine::inventory::{HookResult, InventoryHandle};
-use crate::engine::reconcile::{Context, Requeue};
 use crate::engine::requests::request_sync;
+use crate::engine::runtime::{Context, Requeue};
 use crate::engine::ssa;
 use crate::engine::status::{condition, condition_unchanged, now};
 
@@ -105,7 +105,7 @@ pub async fn health_pass(
             }
             Ok(None) => {}
             Err(e) => {
-                tracing::warn!(release = %name, "hook status write failed: {:#}", anyhow::Error::new(e))
+                tracing::warn!(release = %name, "hook status write failed: {}", crate::engine::error::chain(&e))
             }
         }
     }
@@ -155,7 +155,7 @@ pub async fn health_pass(
                     condition_types::HEALTHY,
                     "Unknown",
                     reasons::healthy::UNKNOWN,
-                    format!("cannot assess: {:#}", anyhow::Error::new(e)),
+                    format!("cannot assess: {}", crate::engine::error::chain(&e)),
                     generation,
                 ),
                 status.health_summary.clone(),
@@ -439,10 +439,7 @@ pub fn schedule_health_recheck(
         .and_then(|p| p.interval.as_deref())
         .and_then(|i| crate::engine::duration::parse_duration(i).ok())
         .filter(|d| !d.is_zero());
-    let mut all = match memory.counts.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    };
+    let mut all = crate::engine::locks::lock(&memory.counts);
     if pending.is_empty() {
         all.remove(&key);
         return interval.map(Requeue::After).unwrap_or(Requeue::Never);
@@ -503,7 +500,7 @@ pub async fn poll_hooks(
         match ctx.resolve_target(release).await {
             Ok(t) => Some(t),
             Err(e) => {
-                tracing::warn!(release = %release.name_any(), "cannot poll hooks: {:#}", anyhow::Error::new(e));
+                tracing::warn!(release = %release.name_any(), "cannot poll hooks: {}", crate::engine::error::chain(&e));
                 None
             }
         }

@@ -187,7 +187,8 @@ pub fn verdict_healthy(cached: &ReleaseStatus, render: &str) -> bool {
     healthy && for_this_render && applied
 }
 
-/// Step 9: `status.rollout` and `RolloutSucceeded` (reason = the rollout state).
+/// Step 9: `status.rollout`, and `rolloutCondition`: `RolloutSucceeded` (reason = the rollout
+/// state).
 fn rollout_status(
     status: &mut ReleaseStatus,
     release: &Release,

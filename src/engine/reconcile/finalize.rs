@@ -10,13 +10,13 @@
 use kube::{Api, ResourceExt};
 
 use super::hook_phase::{HookRun, PhaseOutcome, run_hook_phase};
-use super::requeue::Requeue;
 use super::{Context, HandlerError, finalizer_update};
 use crate::engine::api::{FINALIZER, HookPhase, Release};
 use crate::engine::apply::PruneTarget;
 use crate::engine::cluster::ClusterError;
 use crate::engine::inventory::{InventoryHandle, members, pending_members};
 use crate::engine::ownership;
+use crate::engine::runtime::Requeue;
 
 /// How often a deletion waiting for a delete hook is looked at again.
 pub const DELETE_HOOK_RECHECK: std::time::Duration = std::time::Duration::from_secs(10);
@@ -73,27 +73,27 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
             Ok(t) => Some(t),
             // A Cluster that is gone: nothing to prune through.
             Err(e @ ClusterError::NotFound { .. }) => {
-                tracing::warn!(release = %name, "deleting without pruning or delete hooks: {:#}", anyhow::Error::new(e));
+                tracing::warn!(release = %name, "deleting without pruning or delete hooks: {}", crate::engine::error::chain(&e));
                 None
             }
             // Reading the Cluster or its Secret failed on convoy's own cluster: a transient
             // error, never a reason to orphan the workloads. Retried.
             Err(e @ ClusterError::Read { .. }) => {
                 return Err(fail(format!(
-                    "cannot resolve the cluster to prune on (retrying): {:#}",
-                    anyhow::Error::new(e)
+                    "cannot resolve the cluster to prune on (retrying): {}",
+                    crate::engine::error::chain(&e)
                 )));
             }
             // Unreachable, or its kubeconfig Secret or key missing or unusable: the spec's
             // unreachable rule.
             Err(e) if block => {
                 return Err(fail(format!(
-                    "the cluster is unreachable and deletionPolicy.blockOnClusterUnreachable is set: {:#}",
-                    anyhow::Error::new(e)
+                    "the cluster is unreachable and deletionPolicy.blockOnClusterUnreachable is set: {}",
+                    crate::engine::error::chain(&e)
                 )));
             }
             Err(e) => {
-                tracing::warn!(release = %name, "deleting without pruning or delete hooks (the cluster is unreachable; deletionPolicy.blockOnClusterUnreachable would wait): {:#}", anyhow::Error::new(e));
+                tracing::warn!(release = %name, "deleting without pruning or delete hooks (the cluster is unreachable; deletionPolicy.blockOnClusterUnreachable would wait): {}", crate::engine::error::chain(&e));
                 None
             }
         }
@@ -130,7 +130,7 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
         let current = inventory
             .get()
             .await
-            .map_err(|e| fail(format!("{:#}", anyhow::Error::new(e))))?;
+            .map_err(|e| fail(crate::engine::error::chain(&e)))?;
         if let Some(current) = current {
             // pruneRefs: the members, and what a stopped sync was about to apply.
             let mut targets: Vec<PruneTarget> = members(&current)
@@ -150,7 +150,7 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
             }
             let outcome = ownership::prune_refs(&ctx.applier(target), release, &targets)
                 .await
-                .map_err(|e| fail(format!("{:#}", anyhow::Error::new(e))))?;
+                .map_err(|e| fail(crate::engine::error::chain(&e)))?;
             if !outcome.handed_over.is_empty() {
                 tracing::info!(release = %name, "not deleted with the Release: {}", ownership::describe_handed_over(&outcome.handed_over));
             }
@@ -207,7 +207,7 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
             )
             .await
             {
-                tracing::warn!(release = %name, "cannot delete the hook workloads: {:#}", anyhow::Error::new(e));
+                tracing::warn!(release = %name, "cannot delete the hook workloads: {}", crate::engine::error::chain(&e));
             }
         }
     }
@@ -215,13 +215,13 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
     inventory
         .delete()
         .await
-        .map_err(|e| fail(format!("{:#}", anyhow::Error::new(e))))?;
+        .map_err(|e| fail(crate::engine::error::chain(&e)))?;
     // Step 6: the render store prefix. A failure leaves blobs behind but must not keep the
     // Release from going, so it is logged.
     if let Some(store) = &ctx.store {
         let id = crate::engine::store::ReleaseId::of(release);
         if let Err(e) = store.delete_prefix(&id).await {
-            tracing::warn!(release = %name, "cannot delete the stored renders: {:#}", anyhow::Error::new(e));
+            tracing::warn!(release = %name, "cannot delete the stored renders: {}", crate::engine::error::chain(&e));
         }
     }
     // Step 7: clear the finalizer.

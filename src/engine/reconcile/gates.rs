@@ -86,9 +86,9 @@ async fn cluster_wave_gate(
                         reasons::DEPLOY_FAILED,
                         failure_stages::SYNCING,
                         format!(
-                            "cannot list the Releases of cluster wave {} to gate on: {:#}",
+                            "cannot list the Releases of cluster wave {} to gate on: {}",
                             own.wave,
-                            anyhow::Error::new(e)
+                            crate::engine::error::chain(&e)
                         ),
                         render.attempt.clone(),
                         true,

@@ -117,7 +117,7 @@ pub async fn run_hook_phase(
         .inventory
         .get()
         .await
-        .map_err(|e| fail(format!("{:#}", anyhow::Error::new(e))))?;
+        .map_err(|e| fail(crate::engine::error::chain(&e)))?;
     let entries = current
         .as_ref()
         .map(|i| i.spec.hooks.clone())
@@ -193,14 +193,14 @@ pub async fn run_hook_phase(
                                 .await
                                 .map_err(|e| {
                                     fail(format!(
-                                        "cannot create {workload} in {namespace}: {:#}",
-                                        anyhow::Error::new(e)
+                                        "cannot create {workload} in {namespace}: {}",
+                                        crate::engine::error::chain(&e)
                                     ))
                                 })?;
                             if let Err(e) =
                                 collect_old_jobs(client, release, h, &namespace, &workload).await
                             {
-                                tracing::warn!(hook = %h.name, "cannot delete old hook Jobs: {:#}", anyhow::Error::new(e));
+                                tracing::warn!(hook = %h.name, "cannot delete old hook Jobs: {}", crate::engine::error::chain(&e));
                             }
                         }
                         Planned::Content(h) => {
@@ -276,7 +276,7 @@ async fn record_hooks(
         .put_hooks(&members)
         .await
         .map(|_| ())
-        .map_err(|e| format!("{:#}", anyhow::Error::new(e)))
+        .map_err(|e| crate::engine::error::chain(&e))
 }
 
 /// Whether a hook entry is of a hook the Release has: in `spec.lifecycle`, or a content
@@ -300,7 +300,7 @@ pub async fn forget_removed_hooks(run: &HookRun<'_>) -> Result<(), String> {
         .inventory
         .get()
         .await
-        .map_err(|e| format!("{:#}", anyhow::Error::new(e)))?;
+        .map_err(|e| crate::engine::error::chain(&e))?;
     let Some(current) = current else {
         return Ok(());
     };

@@ -9,22 +9,12 @@ use crate::engine::api::{AttemptPhase, Release, RetryBackoff, RolloutState};
 use crate::engine::duration::parse_duration;
 
 use super::outcome::ReconcileOutcome;
+use crate::engine::runtime::Requeue;
 
 /// The longest backoff when `retryBackoff.max` is not set.
 pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(1000);
 /// A Progressing rollout is looked at again at least this often.
 pub const PROGRESSING_RECHECK: Duration = Duration::from_secs(10);
-
-/// What the work queue does next with a Release.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Requeue {
-    /// Reconcile again after this delay.
-    After(Duration),
-    /// A transient failure without `retryBackoff`: the work queue's own rate limit decides.
-    RateLimited,
-    /// Only events and the informer resync start the next reconcile.
-    Never,
-}
 
 /// `backoffDelay = initial × factor^(n−1)`, capped by `max` (default 1000 s); `n` is the
 /// consecutive failure count (from 1).
@@ -45,7 +35,9 @@ pub fn backoff_delay(backoff: &RetryBackoff, failures: u32) -> Duration {
     }
 }
 
-/// The requeue for `outcome`, after `failures` consecutive failures (counting this one).
+/// The requeue for `outcome`, after `failures` consecutive failures (counting this one):
+/// `backoffDelay` after a failure, else `requeueAfter` (the interval; at most 10 s while a
+/// rollout is Progressing).
 pub fn requeue_for(release: &Release, outcome: &ReconcileOutcome, failures: u32) -> Requeue {
     let policy = release.spec.sync_policy.as_ref();
     if outcome.retry {

@@ -3,9 +3,9 @@
 //! Spec: reconcile-flow.txt "reconcile" (stages 1–6). Each stage either hands its result to
 //! the next or stops the pipeline with a [`ReconcileOutcome`].
 
+use super::ReconcileState;
 use super::assemble::LifecycleRollup;
 use super::outcome::ReconcileOutcome;
-use super::{Context, ProgressEvent, ReconcileState};
 use crate::engine::api::{
     Attempt, HookState, LifecycleHookStatus, LifecyclePhaseStatus, LifecycleStatus, Release,
     ReleaseInventory, failure_stages, reasons,
@@ -14,9 +14,10 @@ use crate::engine::cluster::Target;
 use crate::engine::inventory::InventoryHandle;
 use crate::engine::render::render_ref::short;
 use crate::engine::render::{
-    RenderContext, RenderError, Rendered, content_needs_cluster, fetch_source, finish_render,
-    render_content,
+    ClusterInfo, Fetched, Object, RenderContext, RenderError, Rendered, content_needs_cluster,
+    fetch_source, finish_render, render_content,
 };
+use crate::engine::runtime::{Context, ProgressEvent};
 use crate::engine::store::ReleaseId;
 
 /// What stageRender hands on.
@@ -29,7 +30,7 @@ pub struct RenderStage {
 
 fn render_failure(e: RenderError, attempt: Attempt) -> Box<ReconcileOutcome> {
     let (reason, stage, retry) = (e.reason(), e.stage(), !e.is_unsupported());
-    let message = format!("{:#}", anyhow::Error::new(e));
+    let message = crate::engine::error::chain(&e);
     Box::new(ReconcileOutcome::failed(
         reason, stage, message, attempt, retry,
     ))
@@ -48,15 +49,9 @@ pub async fn stage_render(
     };
     // Never a fallback to convoy's own identity: a Release that should act as its
     // ServiceAccount and cannot stops here.
-    let reader = ctx.reader_for(release).map_err(|e| {
-        Box::new(ReconcileOutcome::failed(
-            reasons::CLUSTER_NOT_READY,
-            failure_stages::CLUSTER_RESOLUTION,
-            format!("{:#}", anyhow::Error::new(e)),
-            attempt.clone(),
-            true,
-        ))
-    })?;
+    let reader = ctx
+        .reader_for(release)
+        .map_err(|e| cluster_failure(crate::engine::error::chain(&e), &attempt, false))?;
     let mut render_ctx = RenderContext {
         reader: &reader,
         coordinator: &ctx.coordinator,
@@ -64,47 +59,14 @@ pub async fn stage_render(
         cluster: None,
         timeout: ctx.render_timeout,
     };
-    // Steps 1 and 2 at once: fetching the source (and rendering content that does not ask
-    // the cluster) while the target cluster is resolved and discovered. Failures are still
-    // reported in the spec's order: fetch, cluster, render.
-    let fetch_and_render = async {
-        let fetched = fetch_source(&render_ctx, release).await?;
-        let content = if content_needs_cluster(release) {
-            None
-        } else {
-            Some(render_content(&render_ctx, release, &fetched).await)
-        };
-        Ok::<_, RenderError>((fetched, content))
-    };
-    let target_and_info = async {
-        let target = ctx.resolve_target(release).await?;
-        let info = ctx.cluster_info(&target).await;
-        tracing::debug!("target cluster resolved and discovered");
-        Ok::<_, crate::engine::cluster::ClusterError>((target, info))
-    };
-    // A failed fetch ends the stage at once; the cluster's answer is then not awaited.
-    let (fetched, target) = tokio::try_join!(fetch_and_render, async { Ok(target_and_info.await) })
-        // Step 1: fetch. Errors are transient; "not supported" is not retried.
+    // Step 1: fetch. Errors are transient; "not supported" is not retried.
+    let (fetched, content, target) = fetch_and_resolve(ctx, &render_ctx, release)
+        .await
         .map_err(|e| render_failure(e, attempt.clone()))?;
-    let (fetched, content) = fetched;
     attempt.resolved_source = Some(fetched.resolved_source.clone());
     // Step 2: the target cluster.
-    let (target, info) = match target {
-        Ok(t) => t,
-        Err(e) => {
-            let message = format!("{:#}", anyhow::Error::new(e));
-            return Err(Box::new(
-                ReconcileOutcome::failed(
-                    reasons::CLUSTER_NOT_READY,
-                    failure_stages::CLUSTER_RESOLUTION,
-                    message.clone(),
-                    attempt,
-                    true,
-                )
-                .with_error(message),
-            ));
-        }
-    };
+    let (target, info) =
+        target.map_err(|e| cluster_failure(crate::engine::error::chain(&e), &attempt, true))?;
     attempt.resolved_cluster = Some(target.resolved.clone());
     // Steps 3–6.
     render_ctx.cluster = info.as_ref();
@@ -112,91 +74,13 @@ pub async fn stage_render(
         Some(content) => content,
         None => render_content(&render_ctx, release, &fetched).await,
     };
-    let rendered = objects
+    let mut rendered = objects
         .and_then(|objects| finish_render(&render_ctx, release, objects))
         .map_err(|e| render_failure(e, attempt.clone()))?;
     attempt.resolved_mutations = rendered.resolved_mutations.clone();
     attempt.render_ref = Some(rendered.render_ref.clone());
-    // Step 7: resolvePinnedRender. The pinned render replaces the source render, and the
-    // attempt records the render that will run.
-    let mut rendered = rendered;
-    if let Some(pin) = crate::engine::reconcile::assemble::pin_status(release)
-        && pin.render_ref != rendered.render_ref
-    {
-        let pinned = |reason, message: String| {
-            Box::new(ReconcileOutcome::failed(
-                reason,
-                failure_stages::RENDERING,
-                message,
-                attempt.clone(),
-                false,
-            ))
-        };
-        if !crate::engine::render::render_ref::is_render_ref(&pin.render_ref) {
-            return Err(pinned(
-                reasons::PINNED,
-                format!(
-                    "the pin annotation {} holds {:?}, which is not a renderRef (64 lowercase hex characters; see convoy history)",
-                    crate::engine::api::annotations::PIN,
-                    pin.render_ref
-                ),
-            ));
-        }
-        let Some(store) = &ctx.store else {
-            return Err(pinned(
-                reasons::PINNED,
-                format!(
-                    "pinned to render {}, but no render store is configured to load it from",
-                    short(&pin.render_ref)
-                ),
-            ));
-        };
-        match store
-            .get_render(&ReleaseId::of(release), &pin.render_ref)
-            .await
-        {
-            Ok(Some(objects)) => {
-                rendered.objects = objects;
-                rendered.render_ref = pin.render_ref.clone();
-                attempt.render_ref = Some(pin.render_ref.clone());
-                // What runs came from the revision the pinned render was made from, not from
-                // the one just fetched: status and `convoy get` show that one (unknown when
-                // the history no longer has it).
-                let made_from = store
-                    .history(&ReleaseId::of(release))
-                    .await
-                    .ok()
-                    .and_then(|h| {
-                        h.into_iter()
-                            .rev()
-                            .find(|e| e.render_ref == pin.render_ref)
-                            .and_then(|e| e.source_revision)
-                    });
-                if let Some(source) = attempt.resolved_source.as_mut() {
-                    source.revision = made_from;
-                }
-            }
-            Ok(None) => {
-                return Err(pinned(
-                    reasons::PINNED,
-                    format!(
-                        "pinned to render {}, which is not in the render store (see convoy history)",
-                        short(&pin.render_ref)
-                    ),
-                ));
-            }
-            Err(e) => {
-                return Err(pinned(
-                    reasons::DEPLOY_FAILED,
-                    format!(
-                        "cannot load pinned render {}: {:#}",
-                        short(&pin.render_ref),
-                        anyhow::Error::new(e)
-                    ),
-                ));
-            }
-        }
-    }
+    // Step 7: resolvePinnedRender.
+    resolve_pinned_render(ctx, release, &mut rendered, &mut attempt).await?;
     ctx.report(ProgressEvent::Rendered {
         render_ref: rendered.render_ref.clone(),
         objects: rendered.objects.len(),
@@ -206,6 +90,131 @@ pub async fn stage_render(
         target,
         attempt,
     })
+}
+
+/// The target cluster or the Release's identity cannot be used: `ClusterNotReady`, retried
+/// (`with_error`: also returned to the work queue).
+fn cluster_failure(message: String, attempt: &Attempt, with_error: bool) -> Box<ReconcileOutcome> {
+    let outcome = ReconcileOutcome::failed(
+        reasons::CLUSTER_NOT_READY,
+        failure_stages::CLUSTER_RESOLUTION,
+        message.clone(),
+        attempt.clone(),
+        true,
+    );
+    Box::new(if with_error {
+        outcome.with_error(message)
+    } else {
+        outcome
+    })
+}
+
+/// The target cluster, its discovery (`None` when it fails), or why it cannot be resolved.
+type Resolved = Result<(Target, Option<ClusterInfo>), crate::engine::cluster::ClusterError>;
+
+/// Steps 1 and 2 at once: fetching the source (and rendering content that does not ask the
+/// cluster) while the target cluster is resolved and discovered. Failures are still reported
+/// in the spec's order: fetch, cluster, render; a failed fetch ends the stage at once and the
+/// cluster's answer is then not awaited.
+async fn fetch_and_resolve(
+    ctx: &Context,
+    render_ctx: &RenderContext<'_>,
+    release: &Release,
+) -> Result<(Fetched, Option<Result<Vec<Object>, RenderError>>, Resolved), RenderError> {
+    let fetch_and_render = async {
+        let fetched = fetch_source(render_ctx, release).await?;
+        let content = if content_needs_cluster(release) {
+            None
+        } else {
+            Some(render_content(render_ctx, release, &fetched).await)
+        };
+        Ok::<_, RenderError>((fetched, content))
+    };
+    let target_and_info = async {
+        let target = ctx.resolve_target(release).await?;
+        let info = ctx.cluster_info(&target).await;
+        tracing::debug!("target cluster resolved and discovered");
+        Ok((target, info))
+    };
+    let ((fetched, content), target) =
+        tokio::try_join!(fetch_and_render, async { Ok(target_and_info.await) })?;
+    Ok((fetched, content, target))
+}
+
+/// Step 7, `resolvePinnedRender`: the pinned render (from the store) replaces the source
+/// render, and the attempt records the render that will run.
+async fn resolve_pinned_render(
+    ctx: &Context,
+    release: &Release,
+    rendered: &mut Rendered,
+    attempt: &mut Attempt,
+) -> Result<(), Box<ReconcileOutcome>> {
+    let Some(pin) = crate::engine::reconcile::assemble::pin_status(release) else {
+        return Ok(());
+    };
+    if pin.render_ref == rendered.render_ref {
+        return Ok(());
+    }
+    let pinned = |reason, message: String| {
+        let stage = failure_stages::RENDERING;
+        Box::new(ReconcileOutcome::failed(
+            reason,
+            stage,
+            message,
+            attempt.clone(),
+            false,
+        ))
+    };
+    let short_ref = short(&pin.render_ref);
+    if !crate::engine::render::render_ref::is_render_ref(&pin.render_ref) {
+        return Err(pinned(
+            reasons::PINNED,
+            format!(
+                "the pin annotation {} holds {:?}, which is not a renderRef (64 lowercase hex characters; see convoy history)",
+                crate::engine::api::annotations::PIN,
+                pin.render_ref
+            ),
+        ));
+    }
+    let Some(store) = &ctx.store else {
+        let message = format!(
+            "pinned to render {short_ref}, but no render store is configured to load it from"
+        );
+        return Err(pinned(reasons::PINNED, message));
+    };
+    let id = ReleaseId::of(release);
+    let objects = match store.get_render(&id, &pin.render_ref).await {
+        Ok(Some(objects)) => objects,
+        Ok(None) => {
+            let message = format!(
+                "pinned to render {short_ref}, which is not in the render store (see convoy history)"
+            );
+            return Err(pinned(reasons::PINNED, message));
+        }
+        Err(e) => {
+            let message = format!(
+                "cannot load pinned render {short_ref}: {}",
+                crate::engine::error::chain(&e)
+            );
+            return Err(pinned(reasons::DEPLOY_FAILED, message));
+        }
+    };
+    // What runs came from the revision the pinned render was made from, not from the one just
+    // fetched: status and `convoy get` show that one (unknown when the history no longer has
+    // it).
+    let made_from = store.history(&id).await.ok().and_then(|h| {
+        h.into_iter()
+            .rev()
+            .find(|e| e.render_ref == pin.render_ref)
+            .and_then(|e| e.source_revision)
+    });
+    rendered.objects = objects;
+    rendered.render_ref = pin.render_ref.clone();
+    attempt.render_ref = Some(pin.render_ref.clone());
+    if let Some(source) = attempt.resolved_source.as_mut() {
+        source.revision = made_from;
+    }
+    Ok(())
 }
 
 /// Status assembly step 10, `applyLifecycleRollup`: from the hook entries of the
@@ -219,7 +228,7 @@ pub async fn apply_lifecycle_rollup(
     let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release)
         .get()
         .await
-        .map_err(|e| format!("{:#}", anyhow::Error::new(e)))?;
+        .map_err(|e| crate::engine::error::chain(&e))?;
     let hooks = rollup_hooks(release, inventory.as_ref(), render_ref);
     if hooks.is_empty() {
         return Ok(None);

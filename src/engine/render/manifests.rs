@@ -153,10 +153,7 @@ impl StreamingParse {
                     self.workers.push(std::thread::spawn(move || {
                         let mut done = Vec::new();
                         loop {
-                            let next = match batches.lock() {
-                                Ok(receiver) => receiver.recv(),
-                                Err(poisoned) => poisoned.into_inner().recv(),
-                            };
+                            let next = crate::engine::locks::lock(&batches).recv();
                             let Ok(batch) = next else { break };
                             let chunks = split_documents(&batch.text, batch.document, batch.line);
                             done.push((batch.index, parse_chunks(&chunks, &file)));

@@ -109,7 +109,8 @@ pub async fn fetch_source(
     })
 }
 
-/// stageRender steps 3–6: values, render, mutations, renderRef.
+/// stageRender steps 3–6: values, render, mutations, renderRef. This is the spec's
+/// `renderReleaseObjects` (renderDesired calls it for a render from the source).
 pub async fn render_fetched(
     ctx: &RenderContext<'_>,
     release: &Release,

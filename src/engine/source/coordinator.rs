@@ -152,10 +152,7 @@ impl Coordinator {
     }
 
     fn slot(&self, key: &str) -> Slot {
-        let mut slots = match self.slots.lock() {
-            Ok(s) => s,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut slots = crate::engine::locks::lock(&self.slots);
         slots.entry(key.to_string()).or_default().clone()
     }
 }

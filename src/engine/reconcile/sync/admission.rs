@@ -1,0 +1,153 @@
+//! What stops a sync before anything is applied: the tenancy rules, the inventory's capacity,
+//! objects another Release owns (checked even for a forced sync), then step 1, the dry-run
+//! gate (skipped by a forced sync).
+//!
+//! Spec: reconcile-flow.txt stageSync step 1; DESIGN.md "Tenancy", "Ownership", "Inventory".
+
+use std::collections::HashMap;
+
+use super::SyncRun;
+use super::compare::SyncPlan;
+use crate::engine::api::{ObjectKey, Release, reasons};
+use crate::engine::apply::Applier;
+use crate::engine::explain::count;
+use crate::engine::ownership;
+use crate::engine::reconcile::ReconcileOutcome;
+use crate::engine::render::Object;
+use crate::engine::runtime::{Context, ProgressEvent};
+
+/// Tenancy, capacity and other Releases' objects: `Err` is an `Unappliable` stop.
+pub(super) async fn admit(
+    ctx: &Context,
+    run: &SyncRun<'_>,
+    plan: &SyncPlan,
+) -> Result<(), ReconcileOutcome> {
+    let unappliable = |message: String| run.failed(reasons::UNAPPLIABLE, message, false);
+    // A Release that reaches into another namespace is stopped like a dry-run rejection
+    // (engine::tenancy).
+    tenancy_check(ctx, run)
+        .await
+        .map_err(|refused| unappliable(format!("nothing was applied: {refused}")))?;
+    // Nothing is applied that the inventory cannot record.
+    crate::engine::inventory::check_capacity(&plan.keys)
+        .map_err(|refused| unappliable(format!("nothing was applied: {refused}")))?;
+    // Nor may a render take an object another existing Release owns, unless it adopts it.
+    match claimed_objects(ctx, run.release, &plan.keyed(), &plan.live).await {
+        Some(refused) => Err(unappliable(refused)),
+        None => Ok(()),
+    }
+}
+
+/// Step 1, the dry-run gate: every object to send is dry-run applied first; one rejection
+/// and nothing is applied. Off for a forced sync and a rollback.
+pub(super) async fn dry_run_gate(
+    ctx: &Context,
+    run: &SyncRun<'_>,
+    applier: &Applier,
+    plan: &SyncPlan,
+) -> Result<(), ReconcileOutcome> {
+    if !run.dry_run || plan.to_send.is_empty() {
+        return Ok(());
+    }
+    let report = applier
+        .dry_run_gate(&plan.to_send)
+        .await
+        .map_err(|e| run.deploy_failed(crate::engine::error::chain(&e)))?;
+    if report.rejections.is_empty() {
+        tracing::debug!("dry-run gate passed");
+        ctx.report(ProgressEvent::DryRunPassed {
+            objects: plan.to_send.len(),
+        });
+        return Ok(());
+    }
+    let total = report.rejections.len();
+    let shown: Vec<String> = report
+        .rejections
+        .iter()
+        .take(5)
+        .map(|r| r.to_string())
+        .collect();
+    let more = if total > 5 {
+        format!("; and {} more", total - 5)
+    } else {
+        String::new()
+    };
+    Err(run.failed(
+        reasons::UNAPPLIABLE,
+        format!(
+            "the dry run rejected {total} of {}, nothing was applied: {}{more}",
+            count(plan.for_cluster.objects.len(), "object"),
+            shown.join("; ")
+        ),
+        false,
+    ))
+}
+
+/// The tenancy rules on the Release and its objects, with scopes from the target's discovery.
+async fn tenancy_check(
+    ctx: &Context,
+    run: &SyncRun<'_>,
+) -> Result<(), crate::engine::tenancy::TenancyError> {
+    ctx.tenancy.check_release(run.release)?;
+    if ctx.tenancy.allow_cross_namespace_refs {
+        return Ok(());
+    }
+    let info = ctx.cluster_info(run.target).await;
+    ctx.tenancy.check_objects(run.release, run.objects, |o| {
+        info.as_ref()
+            .and_then(|i| i.scopes.get(&(o.group().to_string(), o.kind().to_string())))
+            .copied()
+    })
+}
+
+/// Objects of the render whose live copy another existing Release owns and that the render
+/// does not adopt: the refusal's message, or `None` when there are none.
+async fn claimed_objects(
+    ctx: &Context,
+    release: &Release,
+    keyed: &[(ObjectKey, &Object)],
+    live: &HashMap<ObjectKey, serde_json::Value>,
+) -> Option<String> {
+    let claimed = ownership::claimed_by_others(release, keyed, live);
+    if claimed.is_empty() {
+        return None;
+    }
+    // A label naming a Release that is gone claims nothing.
+    let mut exists: HashMap<ownership::Owner, bool> = HashMap::new();
+    let mut refused = Vec::new();
+    for (key, owner) in claimed {
+        let present = match exists.get(&owner) {
+            Some(p) => *p,
+            None => {
+                let p = release_exists(ctx, &owner).await;
+                exists.insert(owner.clone(), p);
+                p
+            }
+        };
+        if present {
+            refused.push(format!("{key} belongs to {owner}"));
+        }
+    }
+    if refused.is_empty() {
+        return None;
+    }
+    let total = refused.len();
+    refused.truncate(5);
+    let more = if total > 5 {
+        format!("; and {} more", total - 5)
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "nothing was applied: {}{more} (to hand an object over, set the annotation {}: \"true\" on it in this render)",
+        refused.join("; "),
+        ownership::ADOPT_ANNOTATION
+    ))
+}
+
+/// Whether the Release an ownership label names exists. Unknown (unreadable) counts as
+/// present: never take an object by mistake.
+async fn release_exists(ctx: &Context, owner: &ownership::Owner) -> bool {
+    let api: kube::Api<Release> = kube::Api::namespaced(ctx.home.client.clone(), &owner.namespace);
+    !matches!(api.get_opt(&owner.name).await, Ok(None))
+}

@@ -1,0 +1,274 @@
+//! stageSync: apply a render in waves, prune, keep the inventory, and keep the render store
+//! (persist, history, GC).
+//!
+//! Spec: reconcile-flow.txt stageSync steps 1–9; status-and-conditions.txt
+//! (WaitingForWaveHealth, WaveFailed); DESIGN.md "Sync waves", "Render store".
+//!
+//! [`sync_objects`] reads as the spec's list of steps; each step lives in a module named after
+//! what it does:
+//!
+//! | step | module |
+//! | --- | --- |
+//! | what is on the cluster, what must be sent | [`compare`] |
+//! | tenancy, inventory capacity, objects of other Releases; 1 the dry-run gate | [`admission`] |
+//! | 2 `persistRender`, 8 `recordHistory`, 9 `runGC` | [`store_steps`] |
+//! | 4 the waves (`waveHealthGate`, sync hooks, an inventory Put per wave) | [`wave_loop`] |
+//! | 5 `pruneRefs`, 6 the final inventory | [`prune`] |
+//!
+//! A wave timeout under the failure policy and `applyLastHealthy` are `reconcile::rollback`'s.
+
+mod admission;
+mod compare;
+mod prune;
+mod store_steps;
+mod wave_loop;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::Context;
+use super::hook_phase::{HookRun, PhaseOutcome, forget_removed_hooks, run_hook_phase};
+use super::outcome::ReconcileOutcome;
+use super::stages::RenderStage;
+use crate::engine::api::{
+    Attempt, HookPhase, Release, ReleaseStatus, RolloutStatus, WavePolicy, failure_stages, reasons,
+};
+use crate::engine::cluster::Target;
+use crate::engine::content_hooks;
+use crate::engine::explain::count;
+use crate::engine::inventory::InventoryHandle;
+use crate::engine::ownership;
+use crate::engine::render::Object;
+use crate::engine::render::render_ref::short;
+
+pub use prune::{inventory_healthy_for, mark_healthy_waves};
+pub use wave_loop::unhealthy_in_wave;
+
+/// One run of the sync steps over a set of objects.
+pub(crate) struct SyncRun<'a> {
+    pub release: &'a Release,
+    pub objects: &'a [Object],
+    pub render_ref: &'a str,
+    /// `lastAttempted` so far (the failures of this run are recorded on it).
+    pub attempt: &'a Attempt,
+    pub target: &'a Target,
+    /// The cached status (for the start of a wave hold).
+    pub status: &'a ReleaseStatus,
+    pub now: &'a Time,
+    /// Step 1, the dry-run gate (off for a forced sync and a rollback).
+    pub dry_run: bool,
+    /// Step 2, persistRender (off for a rollback: the render came from the store).
+    pub persist: bool,
+    /// `waves.waitForHealth`: the wave health gate and its timeout.
+    pub wave_gate: Option<WavePolicy>,
+    /// Step 3, the preSync hooks (off for a rollback).
+    pub hooks: bool,
+}
+
+impl SyncRun<'_> {
+    /// A failure of stage `Syncing` on this run's attempt.
+    fn failed(&self, reason: &'static str, message: String, retry: bool) -> ReconcileOutcome {
+        ReconcileOutcome::failed(
+            reason,
+            failure_stages::SYNCING,
+            message,
+            self.attempt.clone(),
+            retry,
+        )
+    }
+
+    /// A transient failure (`DeployFailed`, retried with backoff).
+    fn deploy_failed(&self, message: String) -> ReconcileOutcome {
+        self.failed(reasons::DEPLOY_FAILED, message, true)
+    }
+}
+
+/// Stage 5, stageSync: the sync steps over the render, then history and GC (steps 8 and 9,
+/// which only log their errors). A wave that timed out waiting for health becomes
+/// `WaveFailed`, `RolloutFailed` or a rollback, per the failure policy. `rollout` is what
+/// planRollout decided for this reconcile.
+pub async fn stage_sync(
+    ctx: &Context,
+    release: &Release,
+    status: &ReleaseStatus,
+    state: &super::ReconcileState,
+    render: &RenderStage,
+    inventory: &InventoryHandle,
+    rollout: Option<&RolloutStatus>,
+) -> ReconcileOutcome {
+    let wave_gate = release
+        .spec
+        .sync_policy
+        .as_ref()
+        .and_then(|p| p.waves.clone())
+        .filter(|w| w.wait_for_health);
+    let run = SyncRun {
+        release,
+        objects: &render.rendered.objects,
+        render_ref: &render.rendered.render_ref,
+        attempt: &render.attempt,
+        target: &render.target,
+        status,
+        now: &state.now,
+        dry_run: state.pending_force.is_none(),
+        persist: true,
+        wave_gate,
+        hooks: true,
+    };
+    let outcome = sync_objects(ctx, &run, inventory).await;
+    if outcome.reason == reasons::WAVE_FAILED {
+        return super::rollback::wave_timed_out(ctx, &run, render, inventory, rollout, outcome)
+            .await;
+    }
+    if !outcome.applied_render {
+        return outcome;
+    }
+    // Step 7: postSync hooks are armed; their result does not change this one.
+    if let Err(message) = run_post_sync_hooks(ctx, &run, inventory).await {
+        return run
+            .deploy_failed(message)
+            .with_waves(outcome.waves.unwrap_or_default());
+    }
+    // Steps 8 and 9 only log their errors.
+    let recorded = store_steps::record_history(ctx, release, &render.attempt, &state.now).await;
+    store_steps::run_gc(ctx, release, status, &render.attempt, recorded).await;
+    outcome
+}
+
+/// stageSync steps 1 and 4–6 for any set of objects: dry-run gate, waves with inventory
+/// updates (and, with `waves.waitForHealth`, the wave health gate), prune, inventory.
+///
+/// Objects that were applied before exactly as rendered now and still hold every value on
+/// the cluster are not sent again (an apply would change nothing); everything else goes
+/// through the gate and the waves. A re-sync of an unchanged render therefore costs a few
+/// LIST requests instead of two requests per object.
+pub(crate) async fn sync_objects(
+    ctx: &Context,
+    run: &SyncRun<'_>,
+    inventory: &InventoryHandle,
+) -> ReconcileOutcome {
+    let started = std::time::Instant::now();
+    let applier = ctx.applier(run.target);
+    // What the inventory and the cluster hold, and what must be sent.
+    let plan = match compare::compare_with_cluster(ctx, run, &applier, inventory).await {
+        Ok(plan) => plan,
+        Err(stop) => return stop,
+    };
+    // Before step 1, and even for a forced sync: tenancy, capacity, other Releases' objects.
+    if let Err(stop) = admission::admit(ctx, run, &plan).await {
+        return stop;
+    }
+    // Step 1: the dry-run gate (skipped by a forced sync).
+    if let Err(stop) = admission::dry_run_gate(ctx, run, &applier, &plan).await {
+        return stop;
+    }
+    // Step 2: persistRender (the render as rendered, without the ownership labels).
+    if run.persist
+        && let Err(message) =
+            store_steps::persist_render(ctx, run.release, run.render_ref, run.objects).await
+    {
+        return run.deploy_failed(message);
+    }
+    // Step 3: the preSync hooks hold the waves until they finish.
+    let hook_run = HookRun {
+        release: run.release,
+        target: run.target,
+        applier: &applier,
+        inventory,
+        render_ref: run.render_ref,
+        content: &plan.content_hooks,
+    };
+    if run.hooks
+        && let Err(stop) = run_pre_sync_hooks(run, &hook_run).await
+    {
+        return stop;
+    }
+    // Step 4: the waves, each followed by a Put of everything applied so far.
+    let applied = match wave_loop::apply_waves(ctx, run, &plan, &hook_run).await {
+        Ok(applied) => applied,
+        Err(stop) => return stop,
+    };
+    // Step 5: prune what left the render (never anything outside this inventory).
+    let pruned = prune::prune_refs(ctx, run, &applier, &plan, &applied).await;
+    tracing::debug!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "waves and prune done"
+    );
+    // Step 6: the inventory is exactly what is on the cluster now.
+    prune::write_inventory(run, inventory, &plan, applied, pruned).await
+}
+
+/// Step 3, the preSync hooks: `Err` holds or fails the sync.
+async fn run_pre_sync_hooks(
+    run: &SyncRun<'_>,
+    hooks: &HookRun<'_>,
+) -> Result<(), ReconcileOutcome> {
+    forget_removed_hooks(hooks)
+        .await
+        .map_err(|message| run.deploy_failed(message))?;
+    match run_hook_phase(hooks, HookPhase::PreSync, None).await {
+        Ok(PhaseOutcome::Done) => Ok(()),
+        Ok(PhaseOutcome::Running(names)) => Err(ReconcileOutcome::held(
+            reasons::WAITING_FOR_HOOK,
+            format!("waiting for preSync hooks: {}", names.join(", ")),
+            run.attempt.clone(),
+        )),
+        Ok(PhaseOutcome::Failed { hook, message }) => Err(ReconcileOutcome::hook_failed(
+            &hook,
+            HookPhase::PreSync,
+            format!("preSync hook {hook} failed: {message}"),
+            run.attempt.clone(),
+        )),
+        Err(message) => Err(run.deploy_failed(message)),
+    }
+}
+
+/// Step 7, the postSync hooks of an applied render: armed here, judged by later passes.
+async fn run_post_sync_hooks(
+    ctx: &Context,
+    run: &SyncRun<'_>,
+    inventory: &InventoryHandle,
+) -> Result<(), String> {
+    let content = content_hooks::split(run.objects).hooks;
+    let applier = ctx.applier(run.target);
+    let hooks = HookRun {
+        release: run.release,
+        target: run.target,
+        applier: &applier,
+        inventory,
+        render_ref: run.render_ref,
+        content: &content,
+    };
+    run_hook_phase(&hooks, HookPhase::PostSync, None)
+        .await
+        .map(|_| ())
+}
+
+/// The `Applied` outcome of steps 1–6. The message stays the same for an unchanged render
+/// (however much had to be re-sent), so a steady Release's status does not change.
+fn applied_outcome(
+    run: &SyncRun<'_>,
+    objects: usize,
+    applied: wave_loop::Applied,
+    pruned: usize,
+    handed_over: &[(crate::engine::api::ObjectKey, ownership::Owner)],
+) -> ReconcileOutcome {
+    let mut message = format!(
+        "render {} applied: {}",
+        short(run.render_ref),
+        count(objects, "object")
+    );
+    if pruned > 0 {
+        message.push_str(&format!(", {pruned} pruned"));
+    }
+    let mut outcome = ReconcileOutcome::applied(run.attempt.clone(), message, applied.waves);
+    outcome.objects_sent = applied.objects_sent;
+    if !handed_over.is_empty() {
+        let notice = format!(
+            "left to other Releases, not pruned: {}",
+            ownership::describe_handed_over(handed_over)
+        );
+        outcome.message.push_str(&format!("; {notice}"));
+        outcome.notices.push(notice);
+    }
+    outcome
+}

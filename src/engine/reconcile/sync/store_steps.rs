@@ -1,0 +1,130 @@
+//! The render store's steps of stageSync: 2 `persistRender` (before anything is applied),
+//! 8 `recordHistory` and 9 `runGC` (after the render is applied; their errors are only
+//! logged).
+//!
+//! Spec: reconcile-flow.txt stageSync steps 2, 8, 9; DESIGN.md "Render store".
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::engine::api::{Attempt, Release, ReleaseStatus};
+use crate::engine::reconcile::assemble;
+use crate::engine::render::Object;
+use crate::engine::runtime::Context;
+use crate::engine::store::{HistoryEntry, ReleaseId, StoreError, plan_gc, with_entry};
+
+/// stageSync step 2, `persistRender`: store the render unless it is there already.
+pub(super) async fn persist_render(
+    ctx: &Context,
+    release: &Release,
+    render_ref: &str,
+    objects: &[Object],
+) -> Result<(), String> {
+    let Some(store) = &ctx.store else {
+        return Ok(());
+    };
+    let id = ReleaseId::of(release);
+    let fail = |e| crate::engine::error::chain(&e);
+    if store.has_render(&id, render_ref).await.map_err(fail)? {
+        return Ok(());
+    }
+    store
+        .put_render(&id, render_ref, objects)
+        .await
+        .map_err(fail)
+}
+
+/// stageSync step 8, `recordHistory`: append the render if the history does not hold it yet.
+/// Returns the history as it now stands and whether this call changed it (`None` on an
+/// error, which is only logged).
+pub(super) async fn record_history(
+    ctx: &Context,
+    release: &Release,
+    attempt: &Attempt,
+    now: &Time,
+) -> Option<(Vec<HistoryEntry>, bool)> {
+    let (Some(store), Some(render_ref)) = (&ctx.store, attempt.render_ref.as_ref()) else {
+        return None;
+    };
+    let id = ReleaseId::of(release);
+    let result = async {
+        let history = store.history(&id).await?;
+        let entry = HistoryEntry {
+            render_ref: render_ref.clone(),
+            recorded_at: now.clone(),
+            // A pinned render came from the store, not from the revision just resolved.
+            source_revision: attempt
+                .resolved_source
+                .as_ref()
+                .and_then(|s| s.revision.clone())
+                .filter(|_| assemble::pin_status(release).is_none()),
+            outcome: None,
+        };
+        match with_entry(history.clone(), entry) {
+            Some(updated) => {
+                store.put_history(&id, &updated).await?;
+                Ok((updated, true))
+            }
+            None => Ok((history, false)),
+        }
+    }
+    .await;
+    match result {
+        Ok(r) => Some(r),
+        Err(e) => {
+            let e: StoreError = e;
+            tracing::warn!(release = %id, "cannot record the render history: {}", crate::engine::error::chain(&e));
+            None
+        }
+    }
+}
+
+/// stageSync step 9, `runGC`: keep `maxHistory` entries and every render the new status
+/// refers to (lastSuccessful and lastAttempted are this attempt; the pin; lastHealthy).
+/// It runs when the history changed or is longer than `maxHistory` (a lowered limit); a
+/// re-sync of the same render has nothing new to collect, and skipping it keeps a no-op
+/// sync to a few reads. A render stored by a sync that failed later is collected at the
+/// next history change.
+pub(super) async fn run_gc(
+    ctx: &Context,
+    release: &Release,
+    status: &ReleaseStatus,
+    attempt: &Attempt,
+    recorded: Option<(Vec<HistoryEntry>, bool)>,
+) {
+    let Some(store) = &ctx.store else {
+        return;
+    };
+    let id = ReleaseId::of(release);
+    let max = assemble::resolved_retention_status(release)
+        .max_history
+        .unwrap_or(assemble::DEFAULT_MAX_HISTORY)
+        .max(1) as usize;
+    let history = match recorded {
+        Some((history, changed)) if changed || history.len() > max => history,
+        _ => return,
+    };
+    let pin = assemble::pin_status(release).map(|p| p.render_ref);
+    let mut referenced: Vec<&str> = Vec::new();
+    referenced.extend(attempt.render_ref.as_deref());
+    referenced.extend(pin.as_deref());
+    referenced.extend(status.last_healthy.as_ref().map(|h| h.render_ref.as_str()));
+    let result = async {
+        let stored = store.list_renders(&id).await?;
+        let plan = plan_gc(&history, &stored, max, &referenced);
+        if plan.history.len() != history.len() {
+            store.put_history(&id, &plan.history).await?;
+        }
+        for render in &plan.delete {
+            store.delete_render(&id, render).await?;
+        }
+        Ok::<_, StoreError>(plan.delete.len())
+    }
+    .await;
+    match result {
+        Ok(0) => {}
+        Ok(n) => tracing::debug!(release = %id, deleted = n, "render store GC"),
+        Err(e) => {
+            tracing::warn!(release = %id, "render store GC failed: {}", crate::engine::error::chain(&e))
+        }
+    }
+}
