@@ -10,7 +10,6 @@ pub mod follow;
 pub mod generate;
 pub mod lookup;
 pub mod output;
-pub mod plain_yaml_out;
 pub mod progress;
 pub mod release_input;
 pub mod store_args;

@@ -74,11 +74,6 @@ fn yaml_part(objects: &[&serde_json::Value]) -> Result<String, String> {
     let mut out = String::new();
     for object in objects {
         out.push_str("---\n");
-        let start = out.len();
-        if crate::cli::plain_yaml_out::write_document(&mut out, object) {
-            continue;
-        }
-        out.truncate(start);
         let text =
             serde_saphyr::to_string(&Ordered(object, Level::Top)).map_err(|e| e.to_string())?;
         out.push_str(&text);

@@ -448,4 +448,120 @@ mod tests {
             long_way(text);
         }
     }
+
+    /// Random texts made of the pieces manifests and the YAML around them are made of
+    /// (indentation, keys, flow and block collections, every scalar spelling, comments,
+    /// document markers): whenever the quick path reads one, serde-saphyr reads the same
+    /// values; whenever serde-saphyr refuses one, so does the quick path.
+    mod differential {
+        use proptest::prelude::*;
+
+        const SCALARS: &[&str] = &[
+            "a",
+            "web",
+            "\"1\"",
+            "'it''s'",
+            "1",
+            "-1",
+            "0",
+            "007",
+            "0644",
+            "0x1F",
+            "1e3",
+            "1.5",
+            ".inf",
+            "true",
+            "false",
+            "yes",
+            "No",
+            "on",
+            "null",
+            "~",
+            "",
+            "a b",
+            "a: b",
+            "a #b",
+            "#c",
+            "-",
+            "- x",
+            "[]",
+            "{}",
+            "[a, 1]",
+            "{k: v}",
+            "\"\\n\"",
+            "|\n  x\n",
+            ">-\n  y\n",
+            "*a",
+            "&a x",
+            "!!str 1",
+            "<<",
+            "?",
+            "@x",
+            "`x",
+            "%x",
+            "http://a/b?c=d",
+            "2026-12-01",
+            "12:30",
+            "+1",
+            "1_000",
+            "\"\"",
+            "''",
+        ];
+        const KEYS: &[&str] = &[
+            "name",
+            "kind",
+            "apiVersion",
+            "a",
+            "1",
+            "\"x\"",
+            "'y'",
+            "true",
+            "null",
+            "k k",
+            "<<",
+            "? q",
+            "a:b",
+            "-z",
+        ];
+
+        fn line() -> impl Strategy<Value = String> {
+            (
+                0usize..3,
+                prop::sample::select(KEYS),
+                prop::sample::select(SCALARS),
+                0usize..5,
+            )
+                .prop_map(|(depth, key, scalar, form)| {
+                    let pad = "  ".repeat(depth);
+                    match form {
+                        0 => format!("{pad}{key}:\n"),
+                        1 => format!("{pad}- {scalar}\n"),
+                        2 => format!("{pad}# {scalar}\n"),
+                        3 => "---\n".to_string(),
+                        _ => format!("{pad}{key}: {scalar}\n"),
+                    }
+                })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(4000))]
+            #[test]
+            fn the_quick_path_never_disagrees_with_serde_saphyr(
+                lines in prop::collection::vec(line(), 1..12)
+            ) {
+                let text = format!("apiVersion: v1\nkind: ConfigMap\n{}", lines.concat());
+                let saphyr: Result<Vec<serde_json::Value>, _> = serde_saphyr::from_multiple_with_options(
+                    &text,
+                    super::super::super::manifests::yaml_options(),
+                );
+                match (super::super::parse(&text), saphyr) {
+                    (Some(quick), Ok(saphyr)) => prop_assert_eq!(quick, saphyr, "{:?}", text),
+                    (Some(quick), Err(e)) => {
+                        prop_assert!(false, "quick path read {:?} as {:?}; serde-saphyr: {}", text, quick, e)
+                    }
+                    (None, _) => {}
+                }
+            }
+        }
+    }
 }
