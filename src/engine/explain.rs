@@ -181,6 +181,21 @@ pub fn verdict(status: &ReleaseStatus) -> (String, bool) {
     }
 }
 
+/// The first `n` of `items`, joined by "; ", and how many more there are: a message names a
+/// few objects, never a thousand.
+pub fn first_of(items: &[impl std::fmt::Display], n: usize) -> String {
+    let mut text = items
+        .iter()
+        .take(n)
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join("; ");
+    if items.len() > n {
+        text.push_str(&format!("; and {} more", items.len() - n));
+    }
+    text
+}
+
 /// `1 object`, `3 objects`.
 pub fn count(n: usize, noun: &str) -> String {
     if n == 1 {

@@ -24,12 +24,12 @@ pub fn client() -> Result<reqwest::Client, String> {
                 .timeout(std::time::Duration::from_secs(300))
                 .user_agent(concat!("convoy/", env!("CARGO_PKG_VERSION")))
                 .build()
-                .map_err(|e| format!("cannot build an HTTP client: {}", describe(&e)))
+                .map_err(|e| {
+                    format!(
+                        "cannot build an HTTP client: {}",
+                        crate::engine::error::chain(&e)
+                    )
+                })
         })
         .clone()
-}
-
-/// An error and its causes on one line, without the URL (the caller names it).
-pub fn describe(error: &(dyn std::error::Error + 'static)) -> String {
-    crate::engine::error::chain(error)
 }

@@ -704,7 +704,7 @@ pub fn api_message(e: &kube::Error) -> String {
                 status.message.clone()
             }
         }
-        other => crate::engine::http::describe(other),
+        other => crate::engine::error::chain(other),
     }
 }
 

@@ -95,7 +95,7 @@ async fn read_layer(
     };
     let read_err = |e: crate::engine::objects::ReadError| {
         let unreachable = e.is_unreachable();
-        fail(crate::engine::http::describe(&e), unreachable)
+        fail(crate::engine::error::chain(&e), unreachable)
     };
     let text = match layer.kind {
         ValuesFromKind::ConfigMap => {
@@ -137,7 +137,7 @@ async fn read_layer(
                     resolved.credentials.as_ref(),
                 )
                 .await
-                .map_err(|e| fail(crate::engine::http::describe(&e), false))?;
+                .map_err(|e| fail(crate::engine::error::chain(&e), false))?;
             let file = crate::engine::source::archive::path_inside(&artifact.path, &path)
                 .map_err(|why| fail(format!("path {path:?} {why}"), false))?;
             std::fs::read_to_string(file).map_err(|e| {

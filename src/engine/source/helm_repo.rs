@@ -151,7 +151,7 @@ async fn get(
     let response = request
         .send()
         .await
-        .map_err(|e| SourceError::not_ready(url, crate::engine::http::describe(&e)))?;
+        .map_err(|e| SourceError::not_ready(url, crate::engine::error::chain(&e)))?;
     let status = response.status();
     if !status.is_success() {
         return Err(SourceError::not_ready(url, format!("HTTP {status}")));
@@ -159,7 +159,7 @@ async fn get(
     let bytes = response
         .bytes()
         .await
-        .map_err(|e| SourceError::not_ready(url, crate::engine::http::describe(&e)))?;
+        .map_err(|e| SourceError::not_ready(url, crate::engine::error::chain(&e)))?;
     Ok(bytes.to_vec())
 }
 

@@ -70,7 +70,7 @@ pub async fn fetch(
     let image = client
         .pull(&reference, &auth, accepted)
         .await
-        .map_err(|e| SourceError::not_ready(url, crate::engine::http::describe(&e)))?;
+        .map_err(|e| SourceError::not_ready(url, crate::engine::error::chain(&e)))?;
     let manifest_digest = image
         .digest
         .clone()
@@ -168,7 +168,7 @@ pub async fn ping(url: &str, insecure: bool) -> Result<(), SourceError> {
         .get(format!("{scheme}://{}/v2/", reference.registry()))
         .send()
         .await
-        .map_err(|e| SourceError::not_ready(url, crate::engine::http::describe(&e)))?;
+        .map_err(|e| SourceError::not_ready(url, crate::engine::error::chain(&e)))?;
     match response.status().as_u16() {
         200 | 401 => Ok(()),
         code => Err(SourceError::not_ready(

@@ -10,7 +10,7 @@ use super::SyncRun;
 use super::compare::SyncPlan;
 use crate::engine::api::{ObjectKey, Release, reasons};
 use crate::engine::apply::Applier;
-use crate::engine::explain::count;
+use crate::engine::explain::{count, first_of};
 use crate::engine::ownership;
 use crate::engine::reconcile::ReconcileOutcome;
 use crate::engine::render::Object;
@@ -60,24 +60,13 @@ pub(super) async fn dry_run_gate(
         });
         return Ok(());
     }
-    let total = report.rejections.len();
-    let shown: Vec<String> = report
-        .rejections
-        .iter()
-        .take(5)
-        .map(|r| r.to_string())
-        .collect();
-    let more = if total > 5 {
-        format!("; and {} more", total - 5)
-    } else {
-        String::new()
-    };
     Err(run.failed(
         reasons::UNAPPLIABLE,
         format!(
-            "the dry run rejected {total} of {}, nothing was applied: {}{more}",
+            "the dry run rejected {} of {}, nothing was applied: {}",
+            report.rejections.len(),
             count(plan.for_cluster.objects.len(), "object"),
-            shown.join("; ")
+            first_of(&report.rejections, 5)
         ),
         false,
     ))
@@ -131,16 +120,9 @@ async fn claimed_objects(
     if refused.is_empty() {
         return None;
     }
-    let total = refused.len();
-    refused.truncate(5);
-    let more = if total > 5 {
-        format!("; and {} more", total - 5)
-    } else {
-        String::new()
-    };
     Some(format!(
-        "nothing was applied: {}{more} (to hand an object over, set the annotation {}: \"true\" on it in this render)",
-        refused.join("; "),
+        "nothing was applied: {} (to hand an object over, set the annotation {}: \"true\" on it in this render)",
+        first_of(&refused, 5),
         ownership::ADOPT_ANNOTATION
     ))
 }

@@ -205,20 +205,34 @@ async fn run_pre_sync_hooks(
     forget_removed_hooks(hooks)
         .await
         .map_err(|message| run.deploy_failed(message))?;
-    match run_hook_phase(hooks, HookPhase::PreSync, None).await {
-        Ok(PhaseOutcome::Done) => Ok(()),
-        Ok(PhaseOutcome::Running(names)) => Err(ReconcileOutcome::held(
+    let result = run_hook_phase(hooks, HookPhase::PreSync, None).await;
+    hooks_hold_or_fail(run, result, HookPhase::PreSync, None).map_or(Ok(()), Err)
+}
+
+/// The stop a hook phase that holds the sync (preSync; sync, per wave) makes, if any: hooks
+/// still running hold it (`WaitingForHook`), a failed `onFailure: Fail` hook fails it.
+fn hooks_hold_or_fail(
+    run: &SyncRun<'_>,
+    result: Result<PhaseOutcome, String>,
+    phase: HookPhase,
+    wave: Option<i32>,
+) -> Option<ReconcileOutcome> {
+    let (label, of_wave) = (phase.as_str(), wave.map(|w| format!(" of wave {w}")));
+    let of_wave = of_wave.unwrap_or_default();
+    match result {
+        Ok(PhaseOutcome::Done) => None,
+        Ok(PhaseOutcome::Running(names)) => Some(ReconcileOutcome::held(
             reasons::WAITING_FOR_HOOK,
-            format!("waiting for preSync hooks: {}", names.join(", ")),
+            format!("waiting for {label} hooks{of_wave}: {}", names.join(", ")),
             run.attempt.clone(),
         )),
-        Ok(PhaseOutcome::Failed { hook, message }) => Err(ReconcileOutcome::hook_failed(
+        Ok(PhaseOutcome::Failed { hook, message }) => Some(ReconcileOutcome::hook_failed(
             &hook,
-            HookPhase::PreSync,
-            format!("preSync hook {hook} failed: {message}"),
+            phase,
+            format!("{label} hook {hook}{of_wave} failed: {message}"),
             run.attempt.clone(),
         )),
-        Err(message) => Err(run.deploy_failed(message)),
+        Err(message) => Some(run.deploy_failed(message)),
     }
 }
 

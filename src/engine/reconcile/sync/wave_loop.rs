@@ -14,10 +14,11 @@ use crate::engine::api::{
     reasons,
 };
 use crate::engine::apply::{ApplyError, waves};
+use crate::engine::explain::first_of;
 use crate::engine::inventory::Member;
 use crate::engine::ownership;
 use crate::engine::reconcile::ReconcileOutcome;
-use crate::engine::reconcile::hook_phase::{HookRun, PhaseOutcome, run_hook_phase};
+use crate::engine::reconcile::hook_phase::{HookRun, run_hook_phase};
 use crate::engine::reconcile::outcome::{timed_out, waiting_for};
 use crate::engine::render::Object;
 use crate::engine::render::render_ref::{object_digest, short};
@@ -242,24 +243,8 @@ async fn run_sync_hooks(
     hooks: &HookRun<'_>,
     wave: i32,
 ) -> Result<(), ReconcileOutcome> {
-    match run_hook_phase(hooks, HookPhase::Sync, Some(wave)).await {
-        Ok(PhaseOutcome::Done) => Ok(()),
-        Ok(PhaseOutcome::Running(names)) => Err(ReconcileOutcome::held(
-            reasons::WAITING_FOR_HOOK,
-            format!(
-                "waiting for sync hooks of wave {wave}: {}",
-                names.join(", ")
-            ),
-            run.attempt.clone(),
-        )),
-        Ok(PhaseOutcome::Failed { hook, message }) => Err(ReconcileOutcome::hook_failed(
-            &hook,
-            HookPhase::Sync,
-            format!("sync hook {hook} of wave {wave} failed: {message}"),
-            run.attempt.clone(),
-        )),
-        Err(message) => Err(run.deploy_failed(message)),
-    }
+    let result = run_hook_phase(hooks, HookPhase::Sync, Some(wave)).await;
+    super::hooks_hold_or_fail(run, result, HookPhase::Sync, Some(wave)).map_or(Ok(()), Err)
 }
 
 /// `waveHealthGate`: wave `wave` waits until every inventory entry of wave `before` is
@@ -293,7 +278,7 @@ async fn wave_health_gate(
         &target,
         run.now,
     );
-    let shown = shown(&unhealthy, 3);
+    let shown = first_of(&unhealthy, 3);
     if let Some(timeout) = timed_out(&waiting, policy.timeout.as_deref(), run.now) {
         let message = format!(
             "wave {before} of render {} was not healthy within {timeout}: {shown}",
@@ -319,15 +304,6 @@ async fn wave_health_gate(
         )
         .with_waiting(waiting),
     )
-}
-
-/// The first `n` of `items`, and how many more there are.
-fn shown(items: &[String], n: usize) -> String {
-    let mut text = items.iter().take(n).cloned().collect::<Vec<_>>().join("; ");
-    if items.len() > n {
-        text.push_str(&format!("; and {} more", items.len() - n));
-    }
-    text
 }
 
 /// The entries of `wave` that are not Healthy for `render_ref`, described for a message.
