@@ -18,6 +18,12 @@ use crate::support::{ControlPlane, TestEnv, eventually};
 /// Every Release's interval: the daemon must be back within one after a fault ends.
 const INTERVAL: Duration = Duration::from_secs(30);
 
+/// The fault tests run one at a time. Each measures the daemon against a deadline and its CPU
+/// seconds while it injects a fault into its own control plane; run side by side (they sort
+/// first, so the test harness starts them together), one test's 500-object apply and hung
+/// API server took the two cores the other's recovery was being timed on.
+static ONE_FAULT_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// `objects` ConfigMaps of Release `release`, spread over three waves, all holding `value`.
 fn objects(release: &str, objects: usize, value: &str) -> String {
     (0..objects)
@@ -154,6 +160,7 @@ fn cpu_seconds(pid: u32) -> f64 {
 #[tokio::test]
 async fn an_api_server_that_hangs_for_30s_neither_stops_nor_spins_the_daemon_and_all_come_back_within_an_interval()
  {
+    let _alone = ONE_FAULT_AT_A_TIME.lock().await;
     const RELEASES: usize = 50;
     let plane = ControlPlane::own("hung", &["--no-controllers"]);
     let f = releases_on(&plane, "hung", RELEASES, 2).await;
@@ -215,6 +222,7 @@ async fn an_api_server_that_hangs_for_30s_neither_stops_nor_spins_the_daemon_and
 #[tokio::test]
 async fn an_etcd_restart_in_the_middle_of_a_sync_is_survived_and_all_come_back_within_an_interval()
 {
+    let _alone = ONE_FAULT_AT_A_TIME.lock().await;
     const RELEASES: usize = 10;
     const PER_RELEASE: usize = 50;
     let plane = ControlPlane::own("etcd", &["--no-controllers"]);
@@ -286,6 +294,7 @@ async fn an_etcd_restart_in_the_middle_of_a_sync_is_survived_and_all_come_back_w
 
 #[tokio::test]
 async fn sigterm_gives_passes_in_flight_a_grace_period_then_cancels_them_and_releases_the_leases() {
+    let _alone = ONE_FAULT_AT_A_TIME.lock().await;
     // A Git server that accepts and never answers: a fetch that would run for the whole
     // fetch deadline (10 minutes here).
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
