@@ -6,14 +6,17 @@
 //! writes per minute at steady state.
 //!
 //! `cargo bench --bench daemon_scale` starts its own control plane (scripts/testenv) or uses
-//! `CONVOY_TEST_KUBECONFIG`; `CONVOY_BENCH_RELEASES` changes the count. Under `cargo test`
-//! (no `--bench` flag) it does nothing.
+//! `CONVOY_TEST_KUBECONFIG`; `CONVOY_BENCH_RELEASES` changes the count. With
+//! `CONVOY_BENCH_BASELINE=/path/to/convoy` it runs that earlier build first and then this one,
+//! each on a fresh control plane, and prints both side by side. Under `cargo test` (no
+//! `--bench` flag) it does nothing.
 
 #![allow(clippy::unwrap_used)]
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -124,20 +127,24 @@ impl Drop for Daemon {
 
 fn ready(r: &Release) -> bool {
     let status = r.status.clone().unwrap_or_default();
-    let is_true = |t: &str| status.condition(t).is_some_and(|c| c.status == "True");
+    let is_true = |t: &str| status.condition(t).is_some_and(|c| c.status.is_true());
     is_true(condition_types::APPLIED) && is_true(condition_types::HEALTHY)
 }
 
-#[tokio::main]
-async fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
-        return;
-    }
-    let count: usize = std::env::var("CONVOY_BENCH_RELEASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
-    let env = TestEnv::new("bench-scale").await;
+/// What one run measured.
+struct Figures {
+    created: Duration,
+    all_ready: Duration,
+    cpu: f64,
+    peak_rss: f64,
+    steady_rss: f64,
+    drained: Duration,
+    steady_writes: f64,
+    per_release: Vec<String>,
+}
+
+/// `binary`'s daemon brings `count` Releases to Applied and Healthy on `env`'s control plane.
+async fn run(binary: &Path, env: &TestEnv, count: usize) -> Figures {
     let conn = convoy::engine::connect::Connection::from_source(
         &convoy::engine::connect::KubeconfigSource {
             path: Some(env.kubeconfig.clone()),
@@ -171,7 +178,7 @@ async fn main() {
     };
     let cache = tempfile::tempdir().unwrap();
     let log = tempfile::NamedTempFile::new().unwrap();
-    let child = Command::new(convoy_bin())
+    let child = Command::new(binary)
         .arg("--kubeconfig")
         .arg(&env.kubeconfig)
         .args([
@@ -259,24 +266,8 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(30)).await;
     let before = writes(port);
     tokio::time::sleep(Duration::from_secs(60)).await;
-    let steady = writes(port) - before;
+    let steady_writes = writes(port) - before;
     let (_, rss_after) = usage(pid);
-    let rss_now = memory(pid, "VmRSS:");
-
-    let rate = count as f64 / all_ready.as_secs_f64();
-    println!("daemon_scale: {count} Releases × 5 objects, one Git repository, kwok");
-    println!("  created in                {created:>8.1?}");
-    println!(
-        "  all Applied and Healthy   {all_ready:>8.1?}  → {rate:.2} Releases/s (goal ≥ 4; Flux ~3.9/s on 16 cores)"
-    );
-    println!("  daemon CPU                {cpu:>8.1} s");
-    println!(
-        "  daemon peak RSS           {:>8.1} MiB (goal ≤ 150)",
-        rss.max(rss_after)
-    );
-    println!("  daemon RSS at steady      {rss_now:>8.1} MiB");
-    println!("  queues drained after      {drained:>8.1?}  more");
-    println!("  writes in 1 min steady    {steady:>8.0}     (goal 0)");
     let per_release: Vec<String> = metrics(port)
         .lines()
         .filter_map(|l| l.strip_prefix("convoy_api_requests_total{verb=\""))
@@ -286,5 +277,82 @@ async fn main() {
             Some(format!("{verb} {:.1}", n / count as f64))
         })
         .collect();
-    println!("  API requests per Release  {}", per_release.join(", "));
+    Figures {
+        created,
+        all_ready,
+        cpu,
+        peak_rss: rss.max(rss_after),
+        steady_rss: memory(pid, "VmRSS:"),
+        drained,
+        steady_writes,
+        per_release,
+    }
+}
+
+fn print(count: usize, f: &Figures) {
+    let rate = count as f64 / f.all_ready.as_secs_f64();
+    println!("  created in                {:>8.1?}", f.created);
+    println!(
+        "  all Applied and Healthy   {:>8.1?}  → {rate:.2} Releases/s (goal ≥ 4; Flux ~3.9/s on 16 cores)",
+        f.all_ready
+    );
+    println!("  daemon CPU                {:>8.1} s", f.cpu);
+    println!(
+        "  daemon peak RSS           {:>8.1} MiB (goal ≤ 150)",
+        f.peak_rss
+    );
+    println!("  daemon RSS at steady      {:>8.1} MiB", f.steady_rss);
+    println!("  queues drained after      {:>8.1?}  more", f.drained);
+    println!(
+        "  writes in 1 min steady    {:>8.0}     (goal 0)",
+        f.steady_writes
+    );
+    println!("  API requests per Release  {}", f.per_release.join(", "));
+}
+
+#[tokio::main]
+async fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let count: usize = std::env::var("CONVOY_BENCH_RELEASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    // `CONVOY_BENCH_BASELINE=/path/to/convoy`: the same run with an earlier build first, each
+    // on a fresh control plane of its own, printed side by side.
+    let Some(baseline) = std::env::var_os("CONVOY_BENCH_BASELINE").map(PathBuf::from) else {
+        let env = TestEnv::new("bench-scale").await;
+        let figures = run(&convoy_bin(), &env, count).await;
+        println!("daemon_scale: {count} Releases × 5 objects, one Git repository, kwok");
+        print(count, &figures);
+        return;
+    };
+    assert!(
+        baseline.is_file(),
+        "CONVOY_BENCH_BASELINE={} is not a convoy binary",
+        baseline.display()
+    );
+    let mut runs = Vec::new();
+    for (label, binary) in [("baseline", baseline.clone()), ("this build", convoy_bin())] {
+        let plane = support::ControlPlane::own("bench-scale", &[]);
+        let env = TestEnv::on(&plane, "bench-scale").await;
+        eprintln!("daemon_scale: {label} ({})", binary.display());
+        runs.push((label, run(&binary, &env, count).await));
+    }
+    println!(
+        "daemon_scale: {count} Releases × 5 objects, one Git repository, kwok; baseline {}",
+        baseline.display()
+    );
+    for (label, figures) in &runs {
+        println!("{label}:");
+        print(count, figures);
+    }
+    let (base, this) = (&runs[0].1, &runs[1].1);
+    println!(
+        "this build / baseline: converge {:.2}×, daemon CPU {:.2}×, peak RSS {:.2}× (below 1 is better)",
+        this.all_ready.as_secs_f64() / base.all_ready.as_secs_f64(),
+        this.cpu / base.cpu.max(0.01),
+        this.peak_rss / base.peak_rss.max(0.01),
+    );
 }

@@ -107,7 +107,7 @@ fn applied(r: &Release) -> bool {
     r.status
         .as_ref()
         .and_then(|s| s.condition(condition_types::APPLIED))
-        .is_some_and(|c| c.status == "True")
+        .is_some_and(|c| c.status.is_true())
 }
 
 #[tokio::main]

@@ -16,6 +16,19 @@ pub enum ExitStatus {
     Invalid = 4,
 }
 
+impl ExitStatus {
+    /// The exit status of an engine error, by its category: an API server that could not be
+    /// reached is 3 wherever it happened (a status write as much as a fetch).
+    pub fn of(error: &impl crate::engine::error::Categorized) -> ExitStatus {
+        use crate::engine::error::Category;
+        match error.category() {
+            Category::Unreachable => ExitStatus::Unreachable,
+            Category::Invalid => ExitStatus::Invalid,
+            Category::Refused | Category::Failed => ExitStatus::No,
+        }
+    }
+}
+
 impl From<ExitStatus> for ExitCode {
     fn from(status: ExitStatus) -> Self {
         ExitCode::from(status as u8)
@@ -44,3 +57,26 @@ impl CliError {
 
 /// The result of a command: an exit status to report, or an error.
 pub type CommandResult = Result<ExitStatus, CliError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::reconcile::HandlerError;
+
+    fn status_write(code: u16) -> HandlerError {
+        HandlerError::StatusWrite {
+            release: "apps/web".into(),
+            source: Box::new(kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                ..Default::default()
+            }))),
+        }
+    }
+
+    #[test]
+    fn an_api_server_that_cannot_take_the_status_write_is_exit_3_and_a_refusal_exit_1() {
+        assert_eq!(ExitStatus::of(&status_write(503)), ExitStatus::Unreachable);
+        assert_eq!(ExitStatus::of(&status_write(403)), ExitStatus::No);
+        assert_eq!(ExitStatus::of(&status_write(422)), ExitStatus::Invalid);
+    }
+}

@@ -1,6 +1,7 @@
 //! Where command output goes: stdout for results, stderr for logs and progress (DESIGN.md
 //! section 4). Commands write through a [`Printer`] so tests can capture what they print.
 
+use crate::engine::key_order::Level;
 use std::io::{IsTerminal, Write};
 
 /// `-o/--output`.
@@ -57,7 +58,7 @@ impl Printer {
 }
 
 /// Kubernetes objects as multi-document YAML, keys in the order people read them
-/// (`apiVersion`, `kind`, `metadata` first; then alphabetical). A large render is written on
+/// (engine::key_order). A large render is written on
 /// every core: serializing is most of `convoy render`'s time after the parse.
 pub fn yaml_documents<'a>(
     objects: impl IntoIterator<Item = &'a serde_json::Value>,
@@ -87,42 +88,6 @@ fn yaml_part(objects: &[&serde_json::Value]) -> Result<String, String> {
 /// One value as YAML with the same key order.
 pub fn yaml_value(value: &serde_json::Value) -> Result<String, String> {
     serde_saphyr::to_string(&Ordered(value, Level::Top)).map_err(|e| e.to_string())
-}
-
-/// Where a mapping sits in an object, which decides the order of its keys.
-#[derive(Clone, Copy, PartialEq)]
-pub(crate) enum Level {
-    Top,
-    Metadata,
-    Other,
-}
-
-impl Level {
-    /// A mapping's entries in the order people read them — `apiVersion`, `kind`, `metadata`
-    /// first at the top, `name`, `namespace`, `labels`, `annotations` first in `metadata`, then
-    /// the rest alphabetically (serde_json's map order) — each with its value's level.
-    pub(crate) fn entries(
-        self,
-        map: &serde_json::Map<String, serde_json::Value>,
-    ) -> impl Iterator<Item = (&String, &serde_json::Value, Level)> {
-        let first: &'static [&'static str] = match self {
-            Level::Top => &["apiVersion", "kind", "metadata"],
-            Level::Metadata => &["name", "namespace", "labels", "annotations"],
-            Level::Other => &[],
-        };
-        let firsts = first.iter().filter_map(|k| map.get_key_value(*k));
-        let rest = map
-            .iter()
-            .filter(move |(k, _)| !first.contains(&k.as_str()));
-        firsts.chain(rest).map(move |(k, v)| {
-            let level = if self == Level::Top && k == "metadata" {
-                Level::Metadata
-            } else {
-                Level::Other
-            };
-            (k, v, level)
-        })
-    }
 }
 
 struct Ordered<'a>(&'a serde_json::Value, Level);

@@ -43,9 +43,8 @@ pub fn applied_or_healthy_changed(
     old: Option<&ReleaseStatus>,
     new: Option<&ReleaseStatus>,
 ) -> bool {
-    let status_of = |s: Option<&ReleaseStatus>, t: &str| {
-        s.and_then(|s| s.condition(t)).map(|c| c.status.clone())
-    };
+    let status_of =
+        |s: Option<&ReleaseStatus>, t: &str| s.and_then(|s| s.condition(t)).map(|c| c.status);
     [condition_types::APPLIED, condition_types::HEALTHY]
         .iter()
         .any(|t| status_of(old, t) != status_of(new, t))
@@ -255,7 +254,13 @@ mod tests {
     #[test]
     fn applied_or_healthy_status_changes_are_noticed() {
         let old = ReleaseStatus {
-            conditions: vec![condition("Applied", "False", "WaitingForSync", "", Some(1))],
+            conditions: vec![condition(
+                "Applied",
+                crate::engine::api::ConditionStatus::False,
+                "WaitingForSync",
+                "",
+                Some(1),
+            )],
             ..Default::default()
         };
         let mut new = old.clone();
@@ -264,7 +269,7 @@ mod tests {
             !applied_or_healthy_changed(Some(&old), Some(&new)),
             "a message is not a status"
         );
-        new.conditions[0].status = "True".into();
+        new.conditions[0].status = crate::engine::api::ConditionStatus::True;
         assert!(applied_or_healthy_changed(Some(&old), Some(&new)));
     }
 }

@@ -3,6 +3,7 @@
 //! shards, watch errors, runtime tasks, and per Release, as Flux exports its objects: each
 //! condition's status and the time of the last apply.
 
+use crate::engine::api::{ConditionStatus, condition_types};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::task::{Context, Poll};
@@ -13,6 +14,12 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub r#loop: String,
+    pub category: String,
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LoopLabels {
@@ -63,6 +70,7 @@ fn durations() -> Histogram {
 pub struct Metrics {
     registry: Registry,
     pub reconciles: Family<OutcomeLabels, Counter>,
+    pub pass_errors: Family<ErrorLabels, Counter>,
     pub reconcile_seconds: Family<LoopLabels, Histogram, fn() -> Histogram>,
     pub stage_seconds: Family<StageLabels, Histogram, fn() -> Histogram>,
     pub queue_depth: Family<LoopLabels, Gauge>,
@@ -82,6 +90,12 @@ impl Metrics {
             "convoy_reconciles",
             "Passes of each loop, by outcome reason",
             reconciles.clone(),
+        );
+        let pass_errors = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "convoy_pass_errors",
+            "Passes that failed with an error, by loop and category (unreachable, invalid, refused, failed)",
+            pass_errors.clone(),
         );
         let reconcile_seconds =
             Family::<LoopLabels, Histogram, fn() -> Histogram>::new_with_constructor(durations);
@@ -142,6 +156,7 @@ impl Metrics {
         Arc::new(Self {
             registry,
             reconciles,
+            pass_errors,
             reconcile_seconds,
             stage_seconds,
             queue_depth,
@@ -163,6 +178,16 @@ impl Metrics {
     }
 
     /// Count a pass of `loop_` that ended with `reason`, and how long it took.
+    /// A pass that failed with an error of `category`.
+    pub fn pass_error(&self, loop_: &str, category: crate::engine::error::Category) {
+        self.pass_errors
+            .get_or_create(&ErrorLabels {
+                r#loop: loop_.to_string(),
+                category: category.as_str().to_string(),
+            })
+            .inc();
+    }
+
     pub fn pass(&self, loop_: &str, reason: &str, seconds: f64) {
         self.reconciles
             .get_or_create(&OutcomeLabels {
@@ -189,9 +214,14 @@ impl Metrics {
     }
 
     /// A Release's conditions as they stand: its current status per type is 1, the others 0.
-    pub fn release_conditions(&self, namespace: &str, name: &str, conditions: &[(String, String)]) {
+    pub fn release_conditions(
+        &self,
+        namespace: &str,
+        name: &str,
+        conditions: &[(String, ConditionStatus)],
+    ) {
         for (type_, current) in conditions {
-            for status in ["True", "False", "Unknown"] {
+            for status in ConditionStatus::ALL {
                 self.release_condition
                     .get_or_create(&ConditionLabels {
                         namespace: namespace.to_string(),
@@ -199,7 +229,7 @@ impl Metrics {
                         r#type: type_.clone(),
                         status: status.to_string(),
                     })
-                    .set(i64::from(status == current));
+                    .set(i64::from(status == *current));
             }
         }
     }
@@ -211,14 +241,8 @@ impl Metrics {
             name: name.to_string(),
         };
         self.release_last_applied.remove(&release);
-        for type_ in [
-            "Applied",
-            "InSync",
-            "Healthy",
-            "RolloutSucceeded",
-            "LifecycleSucceeded",
-        ] {
-            for status in ["True", "False", "Unknown"] {
+        for type_ in condition_types::ALL {
+            for status in ConditionStatus::ALL {
                 self.release_condition.remove(&ConditionLabels {
                     namespace: namespace.to_string(),
                     name: name.to_string(),
@@ -308,7 +332,7 @@ mod tests {
                 r#loop: "health".into(),
             })
             .set(3);
-        m.release_conditions("apps", "web", &[("Healthy".into(), "False".into())]);
+        m.release_conditions("apps", "web", &[("Healthy".into(), ConditionStatus::False)]);
         let text = m.render();
         assert!(
             text.contains("# TYPE convoy_reconciles counter\nconvoy_reconciles_total{loop=\"controller\",reason=\"Applied\"} 2\n"),
@@ -330,6 +354,25 @@ mod tests {
         ));
         m.forget_release("apps", "web");
         assert!(!m.render().contains("name=\"web\""));
+    }
+
+    #[test]
+    fn failed_passes_are_counted_by_category() {
+        use crate::engine::error::Category;
+        let m = Metrics::new();
+        m.pass_error("controller", Category::Unreachable);
+        m.pass_error("controller", Category::Unreachable);
+        m.pass_error("health", Category::Refused);
+        let text = m.render();
+        assert!(
+            text.contains(
+                "convoy_pass_errors_total{loop=\"controller\",category=\"unreachable\"} 2\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("convoy_pass_errors_total{loop=\"health\",category=\"refused\"} 1\n")
+        );
     }
 
     #[test]

@@ -197,10 +197,10 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
             let namespace = r.metadata.namespace.as_deref().unwrap_or_default();
             let name = r.metadata.name.as_deref().unwrap_or_default();
             let status = r.status.clone().unwrap_or_default();
-            let conditions: Vec<(String, String)> = status
+            let conditions: Vec<(String, crate::engine::api::ConditionStatus)> = status
                 .conditions
                 .iter()
-                .map(|c| (c.type_.clone(), c.status.clone()))
+                .map(|c| (c.type_.clone(), c.status))
                 .collect();
             metrics_of_releases.release_conditions(namespace, name, &conditions);
             if let Some(at) = status

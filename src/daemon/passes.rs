@@ -12,14 +12,16 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::informer::{Cache, key_of};
 use super::queue::WorkQueue;
-use super::worker::PassResult;
+use super::worker::{PassError, PassResult};
 use crate::engine::api::{
     Artifact, AttemptPhase, Cluster, ClusterStatus, Condition, GitRepository, HelmRegistry,
     OCIRegistry, Release, ReleaseInventory, SourceKind, SourceStatus,
 };
+use crate::engine::api::{ConditionStatus, ReadyReason, condition_types};
 use crate::engine::cluster::connect_cluster;
 use crate::engine::drift::{Verdict, drift_pass};
-use crate::engine::duration::parse_duration;
+use crate::engine::duration::GoDuration;
+use crate::engine::error::chain;
 use crate::engine::health::{HealthMemory, health_pass};
 use crate::engine::objects::ObjectReader;
 use crate::engine::reconcile::sync_handler;
@@ -49,7 +51,7 @@ pub async fn controller(shared: Arc<Shared>, key: String, failures: u32) -> Pass
         return PassResult::Skip;
     };
     match sync_handler(&shared.ctx, &release, failures).await {
-        Err(e) => PassResult::Error(format!("{:#}", anyhow::Error::new(e))),
+        Err(e) => PassResult::Error(PassError::of(&e)),
         Ok(result) => {
             let Some(outcome) = result.outcome.clone() else {
                 return match result.requeue {
@@ -61,7 +63,7 @@ pub async fn controller(shared: Arc<Shared>, key: String, failures: u32) -> Pass
                 };
             };
             if let Some(error) = &result.error {
-                tracing::warn!(release = %key, reason = outcome.reason, "{error}");
+                tracing::warn!(release = %key, reason = %outcome.reason, "{error}");
             }
             for (stage, seconds) in &outcome.stage_seconds {
                 shared
@@ -100,7 +102,7 @@ async fn announce(
     result: &crate::engine::reconcile::HandlerResult,
     outcome: &crate::engine::reconcile::ReconcileOutcome,
 ) {
-    use crate::engine::api::reasons;
+    use crate::engine::api::Reason;
     use crate::engine::render::render_ref::short;
     let stage = outcome
         .attempt
@@ -133,13 +135,13 @@ async fn announce(
     if failed && result.wrote_status {
         events.push((
             EventType::Warning,
-            outcome.reason,
+            outcome.reason.as_str(),
             outcome.message.clone(),
             "Reconcile",
         ));
     } else if failed {
         // A steady failure was reported when it began.
-    } else if outcome.reason == reasons::ROLLED_BACK && result.wrote_status {
+    } else if outcome.reason == Reason::RolledBack && result.wrote_status {
         events.push((
             EventType::Normal,
             "RolledBack",
@@ -200,7 +202,7 @@ pub async fn drift(shared: Arc<Shared>, key: String, _failures: u32) -> PassResu
         return PassResult::Skip;
     };
     match drift_pass(&shared.ctx, &release).await {
-        Err(e) => PassResult::Error(format!("{:#}", anyhow::Error::new(e))),
+        Err(e) => PassResult::Error(PassError::of(&e)),
         Ok(None) => PassResult::Skip,
         Ok(Some(pass)) => PassResult::Done {
             reason: match pass.verdict {
@@ -220,7 +222,7 @@ pub async fn health(shared: Arc<Shared>, key: String, _failures: u32) -> PassRes
         return PassResult::Skip;
     };
     match health_pass(&shared.ctx, &shared.health_memory, &release).await {
-        Err(e) => PassResult::Error(format!("{:#}", anyhow::Error::new(e))),
+        Err(e) => PassResult::Error(PassError::of(&e)),
         Ok(None) => PassResult::Skip,
         Ok(Some(pass)) => PassResult::Done {
             reason: pass
@@ -232,8 +234,8 @@ pub async fn health(shared: Arc<Shared>, key: String, _failures: u32) -> PassRes
     }
 }
 
-fn interval(spec: Option<&str>, default: Duration) -> Duration {
-    spec.and_then(|i| parse_duration(i).ok())
+fn interval(spec: Option<&GoDuration>, default: Duration) -> Duration {
+    spec.map(GoDuration::get)
         .filter(|d| !d.is_zero())
         .unwrap_or(default)
 }
@@ -246,7 +248,7 @@ pub async fn cluster(shared: Arc<Shared>, key: String, _failures: u32) -> PassRe
     if let Some(result) = cluster_finalizer(&shared, &key, &cluster).await {
         return result;
     }
-    let every = interval(cluster.spec.interval.as_deref(), Duration::from_secs(300));
+    let every = interval(cluster.spec.interval.as_ref(), Duration::from_secs(300));
     let old = cluster.status.clone().unwrap_or_default();
     let mut status = old.clone();
     status.observed_generation = cluster.metadata.generation;
@@ -259,8 +261,8 @@ pub async fn cluster(shared: Arc<Shared>, key: String, _failures: u32) -> PassRe
     {
         Ok(tenant) => connect_cluster(&tenant, &shared.ctx.tenancy, &cluster)
             .await
-            .map_err(anyhow::Error::new),
-        Err(e) => Err(anyhow::Error::new(e)),
+            .map_err(|e| chain(&e)),
+        Err(e) => Err(chain(&e)),
     };
     match connected {
         Ok(target) => {
@@ -269,23 +271,22 @@ pub async fn cluster(shared: Arc<Shared>, key: String, _failures: u32) -> PassRe
             set_condition(
                 &mut status.conditions,
                 condition(
-                    "Ready",
-                    "True",
-                    "Reachable",
+                    condition_types::READY,
+                    ConditionStatus::True,
+                    ReadyReason::Reachable,
                     "the API server answers",
                     cluster.metadata.generation,
                 ),
                 &at,
             );
         }
-        Err(e) => {
-            let message = format!("{e:#}");
+        Err(message) => {
             set_condition(
                 &mut status.conditions,
                 condition(
-                    "Ready",
-                    "False",
-                    "Unreachable",
+                    condition_types::READY,
+                    ConditionStatus::False,
+                    ReadyReason::Unreachable,
                     message,
                     cluster.metadata.generation,
                 ),
@@ -306,7 +307,10 @@ pub async fn cluster(shared: Arc<Shared>, key: String, _failures: u32) -> PassRe
             .replace_status(&cluster.name_any(), &PostParams::default(), &updated)
             .await
         {
-            return PassResult::Error(format!("cannot write the status of Cluster {key}: {e}"));
+            return PassResult::Error(PassError::api(
+                format!("cannot write the status of Cluster {key}"),
+                &e,
+            ));
         }
     }
     PassResult::Done {
@@ -385,8 +389,9 @@ async fn cluster_finalizer(shared: &Shared, key: &str, cluster: &Cluster) -> Opt
             requeue: Requeue::After(Duration::from_secs(1)),
         }),
         Err(kube::Error::Api(s)) if s.code == 404 => Some(PassResult::Skip),
-        Err(e) => Some(PassResult::Error(format!(
-            "cannot update the finalizer of Cluster {key}: {e}"
+        Err(e) => Some(PassResult::Error(PassError::api(
+            format!("cannot update the finalizer of Cluster {key}"),
+            &e,
         ))),
     }
 }
@@ -400,7 +405,7 @@ fn strip_probe(status: &ClusterStatus) -> ClusterStatus {
 fn status_ready(conditions: &[Condition]) -> bool {
     conditions
         .iter()
-        .any(|c| c.type_ == "Ready" && c.status == "True")
+        .any(|c| c.type_ == condition_types::READY && c.status == ConditionStatus::True)
 }
 
 /// Releases that read the source `kind` `namespace/name`.
@@ -418,12 +423,23 @@ fn releases_of(shared: &Shared, kind: SourceKind, namespace: &str, name: &str) -
         .collect()
 }
 
+/// Why a source controller's pass could not fetch: the message of its `Ready=False`.
+#[derive(Debug, thiserror::Error)]
+pub enum SourcePassError {
+    #[error("{}", chain(.0))]
+    Tenancy(#[source] crate::engine::connect::ConnectError),
+    #[error("{0}")]
+    Resolve(#[source] crate::engine::source::resolve::ResolveError),
+    #[error("{}", chain(.0))]
+    Fetch(#[source] crate::engine::source::SourceError),
+}
+
 /// Write a source's status when it changed; enqueue its Releases when the revision moved.
 async fn finish_source<K>(
     shared: &Shared,
     object: &K,
     old: Option<SourceStatus>,
-    result: Result<Option<(String, String)>, String>,
+    result: Result<Option<(String, String)>, SourcePassError>,
     kind: SourceKind,
     every: Duration,
 ) -> PassResult
@@ -458,23 +474,23 @@ where
             set_condition(
                 &mut status.conditions,
                 condition(
-                    "Ready",
-                    "True",
-                    "Succeeded",
+                    condition_types::READY,
+                    ConditionStatus::True,
+                    ReadyReason::Succeeded,
                     message,
                     object.meta().generation,
                 ),
                 &at,
             );
         }
-        Err(message) => {
+        Err(error) => {
             set_condition(
                 &mut status.conditions,
                 condition(
-                    "Ready",
-                    "False",
-                    "FetchFailed",
-                    message.clone(),
+                    condition_types::READY,
+                    ConditionStatus::False,
+                    ReadyReason::FetchFailed,
+                    error.to_string(),
                     object.meta().generation,
                 ),
                 &at,
@@ -491,9 +507,12 @@ where
             .replace_status(&name, &PostParams::default(), &updated)
             .await
         {
-            return PassResult::Error(format!(
-                "cannot write the status of {} {namespace}/{name}: {e}",
-                kind.as_str()
+            return PassResult::Error(PassError::api(
+                format!(
+                    "cannot write the status of {} {namespace}/{name}",
+                    kind.as_str()
+                ),
+                &e,
             ));
         }
         if status.artifact.as_ref().map(|a| &a.revision)
@@ -541,7 +560,7 @@ pub async fn git(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult
         Err(e) => Err(e),
         Ok(reader) => git_source(&shared, &reader, &namespace, &repo.name_any()).await,
     };
-    let every = interval(repo.spec.interval.as_deref(), Duration::from_secs(60));
+    let every = interval(repo.spec.interval.as_ref(), Duration::from_secs(60));
     finish_source(
         &shared,
         repo.as_ref(),
@@ -559,10 +578,10 @@ async fn git_source(
     reader: &ObjectReader,
     namespace: &str,
     name: &str,
-) -> Result<Option<(String, String)>, String> {
+) -> Result<Option<(String, String)>, SourcePassError> {
     let request = git_request(reader, namespace, name, None)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(SourcePassError::Resolve)?;
     shared
         .ctx
         .coordinator
@@ -573,17 +592,17 @@ async fn git_source(
         )
         .await
         .map(|a| Some((a.revision, a.digest)))
-        .map_err(|e| format!("{:#}", anyhow::Error::new(e)))
+        .map_err(SourcePassError::Fetch)
 }
 
 /// How a source controller reads what a namespace's source names (its Secret): as that
 /// namespace's default ServiceAccount when the daemon impersonates one (engine::tenancy).
-fn namespace_reader(shared: &Shared, namespace: &str) -> Result<ObjectReader, String> {
+fn namespace_reader(shared: &Shared, namespace: &str) -> Result<ObjectReader, SourcePassError> {
     let tenant = shared
         .ctx
         .tenancy
         .connection_in(&shared.ctx.home, namespace)
-        .map_err(|e| format!("{:#}", anyhow::Error::new(e)))?;
+        .map_err(SourcePassError::Tenancy)?;
     Ok(ObjectReader::Tenant {
         own: shared.ctx.home.client.clone(),
         tenant: tenant.client,
@@ -595,32 +614,8 @@ pub async fn helm(shared: Arc<Shared>, key: String, _failures: u32) -> PassResul
     let Some(registry) = shared.helms.get(&key) else {
         return PassResult::Skip;
     };
-    let reader = match namespace_reader(&shared, &registry.namespace().unwrap_or_default()) {
-        Ok(reader) => reader,
-        Err(e) => return PassResult::Error(e),
-    };
-    let credentials = match &registry.spec.secret_ref {
-        Some(r) => reader
-            .get::<k8s_openapi::api::core::v1::Secret>(
-                &registry.namespace().unwrap_or_default(),
-                &r.name,
-            )
-            .await
-            .ok()
-            .flatten()
-            .map(|s| {
-                crate::engine::source::Credentials::from_secret_data(
-                    &crate::engine::source::resolve::secret_data(&s),
-                )
-            }),
-        None => None,
-    };
-    let result =
-        crate::engine::source::helm_repo::index_digest(&registry.spec.url, credentials.as_ref())
-            .await
-            .map(|d| Some((format!("index@{d}"), d)))
-            .map_err(|e| e.to_string());
-    let every = interval(registry.spec.interval.as_deref(), Duration::from_secs(300));
+    let result = helm_index(&shared, &registry).await;
+    let every = interval(registry.spec.interval.as_ref(), Duration::from_secs(300));
     finish_source(
         &shared,
         registry.as_ref(),
@@ -632,6 +627,27 @@ pub async fn helm(shared: Arc<Shared>, key: String, _failures: u32) -> PassResul
     .await
 }
 
+/// A HelmRegistry's index digest, read with the credentials its Secret holds (a Secret that
+/// cannot be read fails the fetch: it never becomes an anonymous one).
+async fn helm_index(
+    shared: &Shared,
+    registry: &HelmRegistry,
+) -> Result<Option<(String, String)>, SourcePassError> {
+    let namespace = registry.namespace().unwrap_or_default();
+    let reader = namespace_reader(shared, &namespace)?;
+    let credentials = crate::engine::source::resolve::credentials(
+        &reader,
+        &namespace,
+        registry.spec.secret_ref.as_ref(),
+    )
+    .await
+    .map_err(SourcePassError::Resolve)?;
+    crate::engine::source::helm_repo::index_digest(&registry.spec.url, credentials.as_ref())
+        .await
+        .map(|d| Some((format!("index@{d}"), d)))
+        .map_err(SourcePassError::Fetch)
+}
+
 /// The OCIRegistry controller: whether the registry answers.
 pub async fn oci(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
     let Some(registry) = shared.ocis.get(&key) else {
@@ -640,8 +656,8 @@ pub async fn oci(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult
     let result = crate::engine::source::oci::ping(&registry.spec.url, registry.spec.insecure)
         .await
         .map(|_| None)
-        .map_err(|e| e.to_string());
-    let every = interval(registry.spec.interval.as_deref(), Duration::from_secs(300));
+        .map_err(SourcePassError::Fetch);
+    let every = interval(registry.spec.interval.as_ref(), Duration::from_secs(300));
     finish_source(
         &shared,
         registry.as_ref(),

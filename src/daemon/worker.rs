@@ -6,7 +6,33 @@ use std::time::Instant;
 
 use super::metrics::Metrics;
 use super::queue::WorkQueue;
+use crate::engine::error::{Categorized, Category, chain};
 use crate::engine::runtime::Requeue;
+
+/// A failed pass: what to log (the error and its causes, on one line) and its category, which
+/// the metrics count failures by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PassError {
+    pub category: Category,
+    pub message: String,
+}
+
+impl PassError {
+    pub fn of(error: &(impl Categorized + std::error::Error + 'static)) -> Self {
+        Self {
+            category: error.category(),
+            message: chain(error),
+        }
+    }
+
+    /// A failure worded here, around an API error that says what kind it is.
+    pub fn api(context: String, error: &kube::Error) -> Self {
+        Self {
+            category: error.category(),
+            message: format!("{context}: {}", chain(error)),
+        }
+    }
+}
 
 /// How a pass ended, for the queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,7 +42,7 @@ pub enum PassResult {
     /// A transient failure: counted for the backoff, then `Requeue` (or the queue's limit).
     Retry { reason: String, requeue: Requeue },
     /// An error: retried with the queue's rate limit.
-    Error(String),
+    Error(PassError),
     /// Nothing to do for this key (gone, or not ours).
     Skip,
 }
@@ -61,10 +87,11 @@ where
                                 }
                             }
                         }
-                        PassResult::Error(message) => {
+                        PassResult::Error(error) => {
                             metrics.pass(name, "Error", seconds);
+                            metrics.pass_error(name, error.category);
                             let delay = queue.add_rate_limited(&key);
-                            tracing::warn!(loop_name = name, key = %key, retry_in_ms = delay.as_millis() as u64, "{message}");
+                            tracing::warn!(loop_name = name, key = %key, category = error.category.as_str(), retry_in_ms = delay.as_millis() as u64, "{}", error.message);
                         }
                         PassResult::Skip => queue.forget(&key),
                     }

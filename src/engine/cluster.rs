@@ -38,6 +38,17 @@ pub enum ClusterError {
     },
 }
 
+impl crate::engine::error::Categorized for ClusterError {
+    fn category(&self) -> crate::engine::error::Category {
+        use crate::engine::error::Category;
+        match self {
+            ClusterError::NotFound { .. } | ClusterError::Invalid { .. } => Category::Invalid,
+            ClusterError::Read { source, .. } => crate::engine::error::kube_category(source),
+            ClusterError::Connect { source, .. } => source.category(),
+        }
+    }
+}
+
 /// A connected target cluster.
 #[derive(Debug, Clone)]
 pub struct Target {

@@ -52,6 +52,20 @@ pub enum ConnectError {
     Refused(String),
 }
 
+impl crate::engine::error::Categorized for ConnectError {
+    fn category(&self) -> crate::engine::error::Category {
+        use crate::engine::error::Category;
+        match self {
+            ConnectError::Unreachable { .. } => Category::Unreachable,
+            ConnectError::Client { source, .. } => crate::engine::error::kube_category(source),
+            ConnectError::Kubeconfig { .. }
+            | ConnectError::KubeconfigFile { .. }
+            | ConnectError::Infer(_) => Category::Invalid,
+            ConnectError::Refused(_) => Category::Refused,
+        }
+    }
+}
+
 /// What a kubeconfig held in a Secret (a `Cluster`'s) may ask for. By default: inline data
 /// only. Flux's `--insecure-kubeconfig-exec` and `--insecure-kubeconfig-tls` are the models.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -56,6 +56,75 @@ pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
     Ok(Duration::from_secs_f64(total))
 }
 
+/// A duration field of the API (`syncPolicy.interval`, `healthAssessment.deadline`, …):
+/// parsed once, when the object is read, so no caller re-parses it or can ignore a parse
+/// error. It keeps the text as written: SSA sends it back unchanged and messages quote it.
+/// The CRD schema carries [`crate::engine::api::DURATION_PATTERN`], so the API server refuses
+/// what this type would not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GoDuration {
+    text: String,
+    value: Duration,
+}
+
+impl GoDuration {
+    /// The duration.
+    pub fn get(&self) -> Duration {
+        self.value
+    }
+
+    /// The text as written (`5m`, `1h30m`).
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
+impl std::str::FromStr for GoDuration {
+    type Err = DurationError;
+    fn from_str(text: &str) -> Result<Self, DurationError> {
+        Ok(GoDuration {
+            value: parse_duration(text)?,
+            text: text.to_string(),
+        })
+    }
+}
+
+impl std::fmt::Display for GoDuration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl serde::Serialize for GoDuration {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for GoDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl schemars::JsonSchema for GoDuration {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "GoDuration".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": crate::engine::api::DURATION_PATTERN,
+        })
+    }
+}
+
 /// Format a duration the way `kubectl` prints ages: `45s`, `3m12s`, `2h5m`, `3d4h`.
 pub fn human(d: Duration) -> String {
     let s = d.as_secs();

@@ -13,7 +13,8 @@ use serde_json::Value;
 
 use crate::engine::api::{DriftExclusion, ObjectKey, Release};
 use crate::engine::render::Object;
-use crate::engine::render::mutations::{LabelSelector, matches_target};
+use crate::engine::render::mutations::matches_target;
+use crate::engine::selectors;
 
 /// The per-object annotation.
 pub const SSA_ANNOTATION: &str = "convoy.kumodo.io/ssa";
@@ -55,7 +56,7 @@ pub fn validate(release: &Release, objects: &[Object]) -> Result<(), String> {
             ));
         };
         if let Some(selector) = &target.label_selector {
-            LabelSelector::parse(selector).map_err(|e| format!("{name}.target: {e}"))?;
+            selectors::parse(selector).map_err(|e| format!("{name}.target: {e}"))?;
         }
         if exclusion.json_pointers.is_empty() && exclusion.managers.is_empty() {
             return Err(format!("{name} names neither jsonPointers nor managers"));
@@ -144,7 +145,7 @@ fn applies_to(exclusion: &DriftExclusion, object: &Object) -> bool {
     let selector = target
         .label_selector
         .as_deref()
-        .and_then(|s| LabelSelector::parse(s).ok());
+        .and_then(|s| selectors::parse(s).ok());
     if target.label_selector.is_some() && selector.is_none() {
         return false;
     }

@@ -6,9 +6,10 @@
 
 use jiff::Timestamp;
 
+use crate::engine::api::ConditionStatus;
 use crate::engine::api::{
-    Attempt, Condition, Release, ReleaseStatus, RolloutState, condition_types, field_managers,
-    reasons,
+    Attempt, Condition, HealthyReason, Reason, Release, ReleaseStatus, RolloutState,
+    condition_types, field_managers,
 };
 use crate::engine::render::render_ref::short;
 
@@ -18,7 +19,7 @@ pub struct ConditionLine {
     pub type_: String,
     /// The loop that writes it and its field manager.
     pub writer: String,
-    pub status: String,
+    pub status: ConditionStatus,
     pub reason: String,
     pub message: String,
     /// Seconds since the last transition.
@@ -65,7 +66,7 @@ pub fn explain(release: &Release, now: Timestamp) -> Explanation {
         .map(|c| ConditionLine {
             type_: c.type_.clone(),
             writer: writer_of(&c.type_),
-            status: c.status.clone(),
+            status: c.status,
             reason: c.reason.clone(),
             message: c.message.clone(),
             age_seconds: c
@@ -111,19 +112,19 @@ pub fn verdict(status: &ReleaseStatus) -> (String, bool) {
         );
     };
     let new = short(attempted);
-    if applied.reason == reasons::WAITING_FOR_SYNC {
+    if applied.reason == Reason::WaitingForSync {
         return (
             format!("render {new} waits for /sync (manual mode); {running}"),
             false,
         );
     }
-    if applied.reason == reasons::ROLLED_BACK {
+    if applied.reason == Reason::RolledBack {
         return (
             format!("render {new} was rolled back; {running} (the last healthy render)"),
             false,
         );
     }
-    if applied.status != "True" {
+    if applied.status != ConditionStatus::True {
         let stage = status
             .last_attempted
             .as_ref()
@@ -150,19 +151,25 @@ pub fn verdict(status: &ReleaseStatus) -> (String, bool) {
     let mut problems = Vec::new();
     match in_sync {
         None => problems.push("drift not checked yet".to_string()),
-        Some(c) if c.status == "False" => problems.push(format!("drifted ({})", first_sentence(c))),
-        Some(c) if c.status != "True" => problems.push(format!("drift unknown ({})", c.reason)),
+        Some(c) if c.status == ConditionStatus::False => {
+            problems.push(format!("drifted ({})", first_sentence(c)))
+        }
+        Some(c) if c.status != ConditionStatus::True => {
+            problems.push(format!("drift unknown ({})", c.reason))
+        }
         _ => {}
     }
     match healthy {
         None => problems.push("health not assessed yet".to_string()),
-        Some(c) if c.reason == reasons::healthy::PENDING => {
+        Some(c) if c.reason == HealthyReason::Pending => {
             problems.push("health pending".to_string())
         }
-        Some(c) if c.status == "False" => {
+        Some(c) if c.status == ConditionStatus::False => {
             problems.push(format!("not healthy ({})", first_sentence(c)))
         }
-        Some(c) if c.status != "True" => problems.push(format!("health unknown ({})", c.reason)),
+        Some(c) if c.status != ConditionStatus::True => {
+            problems.push(format!("health unknown ({})", c.reason))
+        }
         _ => {}
     }
     if let Some(r) = rollout {
@@ -233,9 +240,9 @@ mod tests {
     fn everything_green_says_so() {
         let status = ReleaseStatus {
             conditions: vec![
-                condition("Applied", "True", "Applied", "", Some(1)),
-                condition("InSync", "True", "InSync", "", Some(1)),
-                condition("Healthy", "True", "Healthy", "", Some(1)),
+                condition("Applied", ConditionStatus::True, "Applied", "", Some(1)),
+                condition("InSync", ConditionStatus::True, "InSync", "", Some(1)),
+                condition("Healthy", ConditionStatus::True, "Healthy", "", Some(1)),
             ],
             last_attempted: attempt("3f2a91c0aaaaaaaa"),
             last_successful: attempt("3f2a91c0aaaaaaaa"),
@@ -253,7 +260,13 @@ mod tests {
     #[test]
     fn manual_mode_waiting_names_both_renders() {
         let status = ReleaseStatus {
-            conditions: vec![condition("Applied", "False", "WaitingForSync", "", Some(2))],
+            conditions: vec![condition(
+                "Applied",
+                ConditionStatus::False,
+                "WaitingForSync",
+                "",
+                Some(2),
+            )],
             last_attempted: attempt("3f2a91c0aaaaaaaa"),
             last_successful: attempt("9c01d2e0bbbbbbbb"),
             ..Default::default()
@@ -267,7 +280,13 @@ mod tests {
     #[test]
     fn a_failure_names_reason_and_stage() {
         let mut status = ReleaseStatus {
-            conditions: vec![condition("Applied", "False", "Unappliable", "x", Some(1))],
+            conditions: vec![condition(
+                "Applied",
+                ConditionStatus::False,
+                "Unappliable",
+                "x",
+                Some(1),
+            )],
             last_attempted: attempt("3f2a91c0aaaaaaaa"),
             ..Default::default()
         };

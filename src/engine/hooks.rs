@@ -14,7 +14,6 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::engine::api::{Hook, HookEntry, HookPhase, HookState, Release, field_managers};
-use crate::engine::duration::parse_duration;
 
 /// Labels on every hook workload: which Release, hook and phase it belongs to. Prune never
 /// touches them (hooks are not inventory members); hook GC finds them by these.
@@ -23,6 +22,53 @@ pub mod labels {
     pub const RELEASE_NAMESPACE: &str = "convoy.kumodo.io/release-namespace";
     pub const HOOK: &str = "convoy.kumodo.io/hook";
     pub const PHASE: &str = "convoy.kumodo.io/hook-phase";
+}
+
+/// Why a content hook could not be armed or deleted.
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    #[error("the cluster does not serve {kind}")]
+    NotServed { kind: String },
+    #[error("cannot find the kind of {kind}")]
+    Kind {
+        kind: String,
+        #[source]
+        source: crate::engine::apply::resources::ResolveKindError,
+    },
+    /// The API server's own words, as `kubectl` prints them.
+    #[error(
+        "cannot {action} {name}: {}",
+        crate::engine::apply::applier::api_message(error)
+    )]
+    Api {
+        action: &'static str,
+        name: String,
+        error: kube::Error,
+    },
+}
+
+impl crate::engine::error::Categorized for HookError {
+    fn category(&self) -> crate::engine::error::Category {
+        match self {
+            HookError::NotServed { .. } => crate::engine::error::Category::Invalid,
+            HookError::Kind { source, .. } => match source {
+                crate::engine::apply::resources::ResolveKindError::Discovery { source, .. } => {
+                    crate::engine::error::kube_category(source)
+                }
+                _ => crate::engine::error::Category::Invalid,
+            },
+            HookError::Api { error, .. } => crate::engine::error::kube_category(error),
+        }
+    }
+}
+
+fn api_error(action: &'static str, name: &str) -> impl FnOnce(kube::Error) -> HookError {
+    let name = name.to_string();
+    move |error| HookError::Api {
+        action,
+        name,
+        error,
+    }
 }
 
 /// A hook's timeout when it names none.
@@ -50,8 +96,8 @@ pub fn find_hook<'a>(release: &'a Release, name: &str, phase: HookPhase) -> Opti
 
 /// A hook's timeout.
 pub fn hook_timeout(hook: Option<&Hook>) -> Duration {
-    hook.and_then(|h| h.timeout.as_deref())
-        .and_then(|t| parse_duration(t).ok())
+    hook.and_then(|h| h.timeout.as_ref())
+        .map(|d| d.get())
         .unwrap_or(DEFAULT_HOOK_TIMEOUT)
 }
 
@@ -302,13 +348,16 @@ async fn content_api(
     kind: &str,
     api_version_or_group: (&str, &str),
     namespace: &str,
-) -> Result<Option<Api<kube::api::DynamicObject>>, String> {
+) -> Result<Option<Api<kube::api::DynamicObject>>, HookError> {
     let (group, _) = api_version_or_group;
     let resource = applier
         .resources()
         .resolve_group_kind(group, kind)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|source| HookError::Kind {
+            kind: kind.to_string(),
+            source,
+        })?;
     Ok(resource.map(|r| {
         if r.namespaced {
             Api::namespaced_with(applier.client().clone(), namespace, &r.api)
@@ -336,16 +385,18 @@ pub async fn arm_content_hook(
     release: &Release,
     hook: &crate::engine::content_hooks::ContentHook,
     render_ref: &str,
-) -> Result<Armed, String> {
+) -> Result<Armed, HookError> {
     let object = &hook.object;
     let namespace = object.namespace().unwrap_or_default().to_string();
     let Some(api) = content_api(applier, object.kind(), (object.group(), ""), &namespace).await?
     else {
-        return Err(format!("the cluster does not serve {}", object.kind()));
+        return Err(HookError::NotServed {
+            kind: object.kind().to_string(),
+        });
     };
     let short = render_ref.get(..12).unwrap_or(render_ref);
     let name = object.name();
-    if let Some(existing) = api.get_opt(name).await.map_err(|e| e.to_string())? {
+    if let Some(existing) = api.get_opt(name).await.map_err(api_error("read", name))? {
         if existing.labels().get(HOOK_RENDER_LABEL).map(String::as_str) == Some(short)
             && existing.metadata.deletion_timestamp.is_none()
         {
@@ -380,11 +431,7 @@ pub async fn arm_content_hook(
         Ok(_) => Ok(Armed::Created),
         // The previous instance has not gone yet.
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(Armed::Waiting),
-        Err(e) => Err(format!(
-            "cannot create {}: {}",
-            hook.id,
-            crate::engine::apply::applier::api_message(&e)
-        )),
+        Err(e) => Err(api_error("create", &hook.id)(e)),
     }
 }
 
@@ -392,7 +439,7 @@ pub async fn arm_content_hook(
 async fn delete_content_object(
     api: &Api<kube::api::DynamicObject>,
     name: &str,
-) -> Result<(), String> {
+) -> Result<(), HookError> {
     release_finalizer(api, name).await?;
     let params = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Background),
@@ -401,13 +448,16 @@ async fn delete_content_object(
     match api.delete(name, &params).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(format!("cannot delete {name}: {e}")),
+        Err(e) => Err(api_error("delete", name)(e)),
     }
 }
 
 /// Remove the hook finalizer from `name`, if it has it.
-async fn release_finalizer(api: &Api<kube::api::DynamicObject>, name: &str) -> Result<(), String> {
-    let Some(object) = api.get_opt(name).await.map_err(|e| e.to_string())? else {
+async fn release_finalizer(
+    api: &Api<kube::api::DynamicObject>,
+    name: &str,
+) -> Result<(), HookError> {
+    let Some(object) = api.get_opt(name).await.map_err(api_error("read", name))? else {
         return Ok(());
     };
     let finalizers = object.metadata.finalizers.clone().unwrap_or_default();
@@ -427,7 +477,7 @@ async fn release_finalizer(api: &Api<kube::api::DynamicObject>, name: &str) -> R
     {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(format!("cannot release the hook finalizer of {name}: {e}")),
+        Err(e) => Err(api_error("release the hook finalizer of", name)(e)),
     }
 }
 
@@ -436,7 +486,7 @@ async fn release_finalizer(api: &Api<kube::api::DynamicObject>, name: &str) -> R
 pub async fn delete_content_hook(
     applier: &crate::engine::apply::Applier,
     hook: &crate::engine::content_hooks::ContentHook,
-) -> Result<(), String> {
+) -> Result<(), HookError> {
     let object = &hook.object;
     let namespace = object.namespace().unwrap_or_default().to_string();
     match content_api(applier, object.kind(), (object.group(), ""), &namespace).await? {
@@ -449,7 +499,7 @@ pub async fn delete_content_hook(
 pub async fn delete_content_hook_objects(
     applier: &crate::engine::apply::Applier,
     entries: &[HookEntry],
-) -> Result<usize, String> {
+) -> Result<usize, HookError> {
     let mut deleted = 0;
     for entry in entries {
         let Some((kind, namespace, name)) = crate::engine::content_hooks::parse_id(&entry.name)

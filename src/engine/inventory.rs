@@ -38,6 +38,16 @@ pub enum InventoryError {
     },
 }
 
+impl crate::engine::error::Categorized for InventoryError {
+    fn category(&self) -> crate::engine::error::Category {
+        match self {
+            InventoryError::Write { source, .. } | InventoryError::Read { source, .. } => {
+                crate::engine::error::kube_category(source)
+            }
+        }
+    }
+}
+
 /// The ReleaseInventory of one Release: same namespace and name.
 #[derive(Clone)]
 pub struct InventoryHandle {

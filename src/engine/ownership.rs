@@ -19,45 +19,39 @@ use kube::Api;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use crate::engine::api::{ObjectKey, Release, field_managers, labels};
+use crate::engine::api::{ObjectKey, Release, ReleaseId, field_managers, labels};
 use crate::engine::apply::{Applier, ApplyError, PruneReport, PruneTarget};
 use crate::engine::render::Object;
 
 /// On an object of a render: hand this object over to this Release from the one that owns it.
 pub const ADOPT_ANNOTATION: &str = "convoy.kumodo.io/adopt";
 
-/// A Release, as the ownership labels name it.
+/// A Release, as the ownership labels name it (printed "Release namespace/name").
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Owner {
-    pub namespace: String,
-    pub name: String,
-}
+pub struct Owner(pub ReleaseId);
 
 impl Owner {
     pub fn of(release: &Release) -> Self {
-        Self {
-            namespace: release.metadata.namespace.clone().unwrap_or_default(),
-            name: release.metadata.name.clone().unwrap_or_default(),
-        }
+        Self(ReleaseId::of(release))
     }
 
     /// The owner a live object's labels name, if any.
     pub fn of_live(live: &Value) -> Option<Self> {
         let labels = live["metadata"]["labels"].as_object()?;
-        Some(Self {
+        Some(Self(ReleaseId {
             name: labels.get(labels::RELEASE_NAME)?.as_str()?.to_string(),
             namespace: labels
                 .get(labels::RELEASE_NAMESPACE)
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_string(),
-        })
+        }))
     }
 }
 
 impl std::fmt::Display for Owner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Release {}/{}", self.namespace, self.name)
+        write!(f, "Release {}", self.0)
     }
 }
 
@@ -77,8 +71,8 @@ pub fn labelled(release: &Release, objects: &[Object]) -> Vec<Object> {
                     *labels = Value::Object(Default::default());
                 }
                 if let Some(labels) = labels.as_object_mut() {
-                    labels.insert(labels::RELEASE_NAME.into(), json!(owner.name));
-                    labels.insert(labels::RELEASE_NAMESPACE.into(), json!(owner.namespace));
+                    labels.insert(labels::RELEASE_NAME.into(), json!(owner.0.name));
+                    labels.insert(labels::RELEASE_NAMESPACE.into(), json!(owner.0.namespace));
                 }
             }
             o
@@ -357,10 +351,10 @@ mod tests {
             claimed_by_others(&b, &[(key.clone(), &plain)], &live),
             [(
                 key.clone(),
-                Owner {
+                Owner(ReleaseId {
                     namespace: "apps".into(),
                     name: "a".into()
-                }
+                })
             )]
         );
         assert!(claimed_by_others(&b, &[(key.clone(), &adopting)], &live).is_empty());

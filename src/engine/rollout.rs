@@ -12,7 +12,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::engine::api::{FailurePolicy, RollbackMode, RolloutState, RolloutStatus};
-use crate::engine::duration::parse_duration;
+use crate::engine::duration::GoDuration;
 use crate::engine::render::render_ref::short;
 
 /// What to apply.
@@ -103,10 +103,7 @@ pub fn plan_rollout(input: &RolloutInput<'_>) -> RolloutPlan {
             RolloutAction::ApplySource,
         ),
         RolloutState::Progressing => {
-            let deadline = policy
-                .deadline
-                .as_deref()
-                .and_then(|d| parse_duration(d).ok());
+            let deadline = policy.deadline.as_ref().map(|d| d.get());
             let elapsed = previous.started_at.as_ref().map(|s| {
                 Duration::from_secs((input.now.0.as_second() - s.0.as_second()).max(0) as u64)
             });
@@ -117,7 +114,11 @@ pub fn plan_rollout(input: &RolloutInput<'_>) -> RolloutPlan {
             let why = format!(
                 "render {} was not healthy within the deadline of {}",
                 short(input.render_ref),
-                policy.deadline.as_deref().unwrap_or_default()
+                policy
+                    .deadline
+                    .as_ref()
+                    .map(GoDuration::as_str)
+                    .unwrap_or_default()
             );
             match rollback_target(policy, input.last_healthy, input.render_ref) {
                 Some(target) => finish(
@@ -141,7 +142,7 @@ mod tests {
 
     fn policy(deadline: &str, rollback: RollbackMode) -> FailurePolicy {
         FailurePolicy {
-            deadline: Some(deadline.into()),
+            deadline: Some(deadline.parse().unwrap()),
             rollback,
         }
     }

@@ -9,21 +9,23 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{Api, Resource};
 use serde_json::{Map, Value, json};
 
-use crate::engine::api::{Condition, Release, ReleaseStatus, condition_types, field_managers};
+use crate::engine::api::{
+    Condition, ConditionStatus, Release, ReleaseStatus, condition_types, field_managers,
+};
 use crate::engine::ssa;
 
 /// A condition with the given fields and no transition time yet.
 pub fn condition(
     type_: &str,
-    status: &str,
-    reason: &str,
+    status: ConditionStatus,
+    reason: impl AsRef<str>,
     message: impl Into<String>,
     generation: Option<i64>,
 ) -> Condition {
     Condition {
         type_: type_.to_string(),
-        status: status.to_string(),
-        reason: reason.to_string(),
+        status,
+        reason: reason.as_ref().to_string(),
         message: message.into(),
         last_transition_time: None,
         observed_generation: generation,
@@ -172,12 +174,24 @@ mod tests {
         let mut conditions = Vec::new();
         set_condition(
             &mut conditions,
-            condition("Applied", "False", "WaitingForSync", "", Some(1)),
+            condition(
+                "Applied",
+                ConditionStatus::False,
+                "WaitingForSync",
+                "",
+                Some(1),
+            ),
             &t("2026-01-01T00:00:00Z"),
         );
         set_condition(
             &mut conditions,
-            condition("Applied", "False", "Unappliable", "x", Some(2)),
+            condition(
+                "Applied",
+                ConditionStatus::False,
+                "Unappliable",
+                "x",
+                Some(2),
+            ),
             &t("2026-01-01T00:05:00Z"),
         );
         assert_eq!(
@@ -187,7 +201,7 @@ mod tests {
         assert_eq!(conditions[0].reason, "Unappliable");
         set_condition(
             &mut conditions,
-            condition("Applied", "True", "Applied", "", Some(2)),
+            condition("Applied", ConditionStatus::True, "Applied", "", Some(2)),
             &t("2026-01-01T00:09:00Z"),
         );
         assert_eq!(
@@ -201,9 +215,9 @@ mod tests {
     fn the_patch_carries_only_the_controllers_fields() {
         let status = ReleaseStatus {
             conditions: vec![
-                condition("Applied", "True", "Applied", "", Some(1)),
-                condition("InSync", "True", "InSync", "", Some(1)),
-                condition("Healthy", "True", "Healthy", "", Some(1)),
+                condition("Applied", ConditionStatus::True, "Applied", "", Some(1)),
+                condition("InSync", ConditionStatus::True, "InSync", "", Some(1)),
+                condition("Healthy", ConditionStatus::True, "Healthy", "", Some(1)),
             ],
             health_summary: Some(HealthSummary::default()),
             last_attempted: Some(Attempt {
@@ -269,13 +283,24 @@ mod tests {
     #[test]
     fn reconciled_at_alone_is_not_a_change_but_other_writers_fields_are_ignored_too() {
         let old = ReleaseStatus {
-            conditions: vec![condition("Applied", "True", "Applied", "", Some(1))],
+            conditions: vec![condition(
+                "Applied",
+                ConditionStatus::True,
+                "Applied",
+                "",
+                Some(1),
+            )],
             ..Default::default()
         };
         let mut new = old.clone();
         new.reconciled_at = Some(t("2026-01-01T00:00:00Z"));
-        new.conditions
-            .push(condition("InSync", "False", "OutOfSync", "drift", Some(1)));
+        new.conditions.push(condition(
+            "InSync",
+            ConditionStatus::False,
+            "OutOfSync",
+            "drift",
+            Some(1),
+        ));
         assert!(!status_changed(&old, &new));
         new.conditions[0].message = "changed".into();
         assert!(status_changed(&old, &new));

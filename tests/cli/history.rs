@@ -151,7 +151,7 @@ async fn status_and_health_list_the_hooks_with_state_duration_and_message() {
         || async {
             let _ = health_pass(&f.ctx, &memory, &f.release().await).await;
             let result = f.sync().await;
-            (result.outcome?.reason == "Applied").then_some(())
+            (result.outcome?.reason == convoy::engine::api::Reason::Applied).then_some(())
         },
     )
     .await;

@@ -18,7 +18,7 @@ async fn every_crd_is_established_with_its_list_map_markers() {
             .and_then(|s| s.conditions.as_ref())
             .into_iter()
             .flatten()
-            .any(|c| c.type_ == "Established" && c.status == "True");
+            .any(|c| c.type_ == "Established" && c.status.as_str() == "True");
         assert!(established, "{name} is not Established");
     }
 
@@ -89,20 +89,29 @@ spec:\n  source:\n    kind: GitRepository\n    name: repo\n",
 #[tokio::test]
 async fn the_api_server_refuses_a_duration_that_is_not_one() {
     use convoy::engine::api::Release;
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
     let env = TestEnv::new("durations").await;
-    let api: Api<Release> = Api::namespaced(env.client.clone(), &env.namespace);
+    // Sent as plain JSON, the way kubectl or another client would: convoy's own types cannot
+    // even hold such a value.
+    let gvk = GroupVersionKind::gvk("core.convoy.kumodo.io", "v1alpha1", "Release");
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        env.client.clone(),
+        &env.namespace,
+        &ApiResource::from_gvk(&gvk),
+    );
     let release = |interval: &str| {
-        serde_json::from_value::<Release>(serde_json::json!({
+        serde_json::json!({
             "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
             "metadata": {"name": "web"},
             "spec": {"source": {"kind": "GitRepository", "name": "repo"},
                      "syncPolicy": {"interval": interval},
                      "failurePolicy": {"deadline": "1m30s"}},
-        }))
-        .unwrap()
+        })
     };
+    let object =
+        |interval: &str| -> DynamicObject { serde_json::from_value(release(interval)).unwrap() };
     let err = api
-        .create(&Default::default(), &release("5 minutes"))
+        .create(&Default::default(), &object("5 minutes"))
         .await
         .unwrap_err();
     let kube::Error::Api(status) = err else {
@@ -114,9 +123,21 @@ async fn the_api_server_refuses_a_duration_that_is_not_one() {
         "{}",
         status.message
     );
-    api.create(&Default::default(), &release("1.5h"))
+    let parse = serde_json::from_value::<Release>(release("5 minutes")).unwrap_err();
+    assert!(
+        parse.to_string().contains("invalid duration \"5 minutes\""),
+        "{parse}"
+    );
+    let created = api
+        .create(&Default::default(), &object("1.5h"))
         .await
         .unwrap();
+    let typed: Release = serde_json::from_value(serde_json::to_value(created).unwrap()).unwrap();
+    let interval = typed.spec.sync_policy.unwrap().interval.unwrap();
+    assert_eq!(
+        (interval.as_str(), interval.get().as_secs()),
+        ("1.5h", 5400)
+    );
 }
 
 #[tokio::test]

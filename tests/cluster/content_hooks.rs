@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use convoy::engine::api::{ReleaseInventory, condition_types, reasons};
+use convoy::engine::api::{Reason, ReleaseInventory, condition_types};
 use convoy::engine::drift::{Verdict, drift_pass};
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
@@ -228,11 +228,11 @@ async fn a_charts_helm_hooks_run_in_phase_and_weight_order_once_per_render() {
     let condition = |t: &str| {
         status
             .condition(t)
-            .map(|c| (c.status.clone(), c.reason.clone()))
+            .map(|c| (c.status.to_string(), c.reason.clone()))
     };
     assert_eq!(
         condition(condition_types::APPLIED),
-        Some(("True".into(), reasons::APPLIED.into()))
+        Some(("True".into(), Reason::Applied.into()))
     );
     assert_eq!(
         condition(condition_types::LIFECYCLE_SUCCEEDED),
@@ -448,7 +448,7 @@ async fn a_bad_hook_annotation_fails_the_render_and_applies_nothing() {
         )
         .await;
         let outcome = f.sync().await.outcome.unwrap();
-        assert_eq!(outcome.reason, reasons::DEPLOY_FAILED);
+        assert_eq!(outcome.reason, Reason::DeployFailed);
         assert_eq!(outcome.attempt.failure.as_ref().unwrap().stage, "Rendering");
         assert!(
             outcome.message.contains(&format!(

@@ -1,6 +1,6 @@
 //! The drift check and the observer's drift loop against the real API server.
 
-use convoy::engine::api::reasons;
+use convoy::engine::api::Reason;
 use convoy::engine::drift::{Action, Verdict, drift_pass};
 use serde_json::json;
 
@@ -23,7 +23,7 @@ async fn drift_by_another_manager_is_named_and_a_sync_puts_it_back() {
     .await;
     f.annotate(json!({"convoy.kumodo.io/sync-requested-at": "2026-01-01T00:00:00Z"}))
         .await;
-    assert_eq!(f.sync().await.outcome.unwrap().reason, reasons::APPLIED);
+    assert_eq!(f.sync().await.outcome.unwrap().reason, Reason::Applied);
     f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "a", "namespace": f.env.namespace}, "data": {"value": "tampered"}}))
         .await;

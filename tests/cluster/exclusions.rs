@@ -1,7 +1,7 @@
 //! Fields and objects convoy leaves to others, on the real control plane: an HPA's replicas,
 //! a Secret created once, and the errors of a bad exclusion.
 
-use convoy::engine::api::reasons;
+use convoy::engine::api::Reason;
 use convoy::engine::drift::{Verdict, drift_pass};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
@@ -42,7 +42,7 @@ async fn replicas_an_hpa_owns_are_drift_unless_excluded() {
         json!({}),
     )
     .await;
-    assert_eq!(f.sync().await.outcome.unwrap().reason, reasons::APPLIED);
+    assert_eq!(f.sync().await.outcome.unwrap().reason, Reason::Applied);
     hpa_scales(&f, 5).await;
 
     // Without an exclusion: drift by the HPA's manager, and a sync fights it.
@@ -80,10 +80,10 @@ async fn replicas_an_hpa_owns_are_drift_unless_excluded() {
         "{:?}",
         pass.verdict
     );
-    assert_eq!(f.sync().await.outcome.unwrap().reason, reasons::APPLIED);
+    assert_eq!(f.sync().await.outcome.unwrap().reason, Reason::Applied);
     assert_eq!(replicas(&f).await, 5);
     hpa_scales(&f, 7).await;
-    assert_eq!(f.sync().await.outcome.unwrap().reason, reasons::APPLIED);
+    assert_eq!(f.sync().await.outcome.unwrap().reason, Reason::Applied);
     assert_eq!(replicas(&f).await, 7);
 }
 
@@ -112,7 +112,7 @@ async fn fields_a_named_manager_owns_are_left_to_it() {
 async fn an_if_not_present_secret_is_created_once_and_then_left_as_it_is() {
     let secret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: generated\n  annotations:\n    convoy.kumodo.io/ssa: IfNotPresent\nstringData:\n  token: initial\n";
     let f = Fixture::new("excl-once", &[("s.yaml", secret)], json!({})).await;
-    assert_eq!(f.sync().await.outcome.unwrap().reason, reasons::APPLIED);
+    assert_eq!(f.sync().await.outcome.unwrap().reason, Reason::Applied);
     let secrets: Api<k8s_openapi::api::core::v1::Secret> =
         Api::namespaced(f.env.client.clone(), &f.env.namespace);
     let value = |s: k8s_openapi::api::core::v1::Secret| {
@@ -124,7 +124,7 @@ async fn an_if_not_present_secret_is_created_once_and_then_left_as_it_is() {
         "metadata": {"name": "generated", "namespace": f.env.namespace},
         "stringData": {"token": "rotated"}}))
         .await;
-    assert_eq!(f.sync().await.outcome.unwrap().reason, reasons::APPLIED);
+    assert_eq!(f.sync().await.outcome.unwrap().reason, Reason::Applied);
     assert_eq!(value(secrets.get("generated").await.unwrap()), "rotated");
     let diff = f.env.convoy(&["diff", "web"]);
     assert_eq!(
@@ -144,7 +144,7 @@ async fn a_bad_annotation_or_exclusion_fails_the_render_and_applies_nothing() {
     let f = Fixture::new("excl-bad", &[("api.yaml", &bad_annotation)], json!({})).await;
     let ns = f.env.namespace.clone();
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::DEPLOY_FAILED);
+    assert_eq!(outcome.reason, Reason::DeployFailed);
     assert_eq!(outcome.attempt.failure.as_ref().unwrap().stage, "Rendering");
     assert!(
         outcome.message.ends_with(&format!(
@@ -166,7 +166,7 @@ async fn a_bad_annotation_or_exclusion_fails_the_render_and_applies_nothing() {
     ] {
         f.patch_spec(json!({"driftExclusions": [exclusion]})).await;
         let outcome = f.sync().await.outcome.unwrap();
-        assert_eq!(outcome.reason, reasons::DEPLOY_FAILED);
+        assert_eq!(outcome.reason, Reason::DeployFailed);
         assert!(outcome.message.contains(expected), "{}", outcome.message);
     }
     let deployments: Api<Deployment> = Api::namespaced(f.env.client.clone(), &ns);

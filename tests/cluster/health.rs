@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use convoy::engine::api::{
-    Condition, HealthState, HookPhase, HookState, ReleaseInventory, reasons,
+    Condition, HealthState, HealthyReason, HookPhase, HookState, ReleaseInventory,
 };
 use convoy::engine::health::{HealthMemory, health_pass};
 use convoy::engine::inventory::{HookMember, InventoryHandle};
@@ -64,10 +64,7 @@ async fn a_deployment_goes_progressing_then_healthy_as_kwok_readies_its_pods() {
         entry_state(&inventory(&f).await, "api"),
         Some(HealthState::Progressing)
     );
-    assert_eq!(
-        pass.condition.unwrap().reason,
-        reasons::healthy::PROGRESSING
-    );
+    assert_eq!(pass.condition.unwrap().reason, HealthyReason::Progressing);
 
     // Resumed by the next render, kwok readies the pods.
     f.commit(&[("d.yaml", &deployment("api", 0, 2))]);
@@ -152,10 +149,7 @@ async fn an_unschedulable_deployment_degrades_after_the_deadline_and_keeps_its_a
         entry_state(&inventory(&f).await, "stuck"),
         Some(HealthState::Progressing)
     );
-    assert_eq!(
-        first.condition.unwrap().reason,
-        reasons::healthy::PROGRESSING
-    );
+    assert_eq!(first.condition.unwrap().reason, HealthyReason::Progressing);
     let anchor: Time = inventory(&f).await.spec.inventory[0]
         .first_unhealthy
         .clone()
@@ -565,7 +559,7 @@ async fn an_invalid_selector_makes_healthy_unknown_for_that_release_only() {
         }
     };
     let odd = condition_of("uses-odd").await;
-    assert_eq!(odd.status, "Unknown");
+    assert_eq!(odd.status.as_str(), "Unknown");
     assert!(
         odd.message.contains(&format!(
             "health rule HealthRuleSet/{}/odd/picky",
@@ -577,7 +571,7 @@ async fn an_invalid_selector_makes_healthy_unknown_for_that_release_only() {
     let plain = condition_of("plain").await;
     assert_eq!(
         (plain.status.as_str(), plain.reason.as_str()),
-        ("True", reasons::healthy::HEALTHY),
+        ("True", HealthyReason::Healthy.as_str()),
         "{}",
         plain.message
     );
@@ -647,7 +641,7 @@ async fn an_object_that_cannot_be_read_is_unknown_alone() {
         )),
         "{message}"
     );
-    assert_eq!(condition.status, "False", "{condition:?}");
+    assert_eq!(condition.status.as_str(), "False", "{condition:?}");
     assert!(
         condition
             .message

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use convoy::engine::api::{
-    HookPhase, HookState, ReleaseInventory, condition_types, failure_stages, reasons,
+    FailureStage, HookPhase, HookState, Reason, ReleaseInventory, condition_types,
 };
 use convoy::engine::health::{HealthMemory, health_pass};
 use convoy::engine::reconcile::HandlerResult;
@@ -46,12 +46,12 @@ async fn inventory(f: &Fixture) -> Option<ReleaseInventory> {
     api.get_opt("web").await.unwrap()
 }
 
-fn reason(result: &HandlerResult) -> &'static str {
+fn reason(result: &HandlerResult) -> Reason {
     result.outcome.as_ref().unwrap().reason
 }
 
 /// Health passes and syncs until the sync's Applied reason is `want`.
-async fn until_reason(f: &Fixture, want: &'static str) -> HandlerResult {
+async fn until_reason(f: &Fixture, want: Reason) -> HandlerResult {
     let memory = HealthMemory::default();
     eventually(
         &format!("the sync to end {want}"),
@@ -77,7 +77,7 @@ async fn presync_hooks_run_before_wave_zero_and_keep_each_others_fields() {
     )
     .await;
     let first = f.sync().await;
-    assert_eq!(reason(&first), reasons::WAITING_FOR_HOOK);
+    assert_eq!(reason(&first), Reason::WaitingForHook);
     assert!(first.outcome.as_ref().unwrap().message.contains("migrate"));
     assert_eq!(
         f.config_map("a").await,
@@ -86,7 +86,7 @@ async fn presync_hooks_run_before_wave_zero_and_keep_each_others_fields() {
     );
     assert_eq!(jobs_of(&f, "migrate").await.len(), 1);
 
-    until_reason(&f, reasons::APPLIED).await;
+    until_reason(&f, Reason::Applied).await;
     let completed = jobs_of(&f, "migrate").await[0]
         .status
         .as_ref()
@@ -126,7 +126,7 @@ async fn presync_hooks_run_before_wave_zero_and_keep_each_others_fields() {
         .clone()
         .unwrap();
     // The same render again: no second Job.
-    assert_eq!(reason(&f.sync().await), reasons::APPLIED);
+    assert_eq!(reason(&f.sync().await), Reason::Applied);
     assert_eq!(jobs_of(&f, "migrate").await.len(), 1);
     assert_eq!(jobs_of(&f, "seed").await.len(), 1);
 
@@ -159,7 +159,7 @@ async fn presync_hooks_run_before_wave_zero_and_keep_each_others_fields() {
     // A new render arms the hooks again (a new Job, createdAt after the old finishedAt).
     let finished_before = inv.spec.hooks[0].finished_at.clone().unwrap();
     f.commit(&[("a.yaml", &config_map("a", 0, "2"))]);
-    assert_eq!(reason(&f.sync().await), reasons::WAITING_FOR_HOOK);
+    assert_eq!(reason(&f.sync().await), Reason::WaitingForHook);
     assert_eq!(
         jobs_of(&f, "migrate").await.len(),
         2,
@@ -174,9 +174,9 @@ async fn presync_hooks_run_before_wave_zero_and_keep_each_others_fields() {
     );
 
     // A third render: the first render's finished Job is collected, the second's is kept.
-    until_reason(&f, reasons::APPLIED).await;
+    until_reason(&f, Reason::Applied).await;
     f.commit(&[("a.yaml", &config_map("a", 0, "3"))]);
-    assert_eq!(reason(&f.sync().await), reasons::WAITING_FOR_HOOK);
+    assert_eq!(reason(&f.sync().await), Reason::WaitingForHook);
     let live: Vec<String> = jobs_of(&f, "migrate")
         .await
         .into_iter()
@@ -202,7 +202,7 @@ async fn a_failing_presync_hook_stops_the_sync_unless_it_may_continue() {
         json!({"lifecycle": {"hooks": [hook("migrate", "preSync", failing_job())]}}),
     )
     .await;
-    let failed = until_reason(&f, reasons::HOOK_FAILED).await;
+    let failed = until_reason(&f, Reason::HookFailed).await;
     let outcome = failed.outcome.unwrap();
     assert!(!outcome.retry);
     assert!(
@@ -213,7 +213,7 @@ async fn a_failing_presync_hook_stops_the_sync_unless_it_may_continue() {
     let release = f.release().await;
     let status = release.status.clone().unwrap();
     let failure = status.last_attempted.clone().unwrap().failure.unwrap();
-    assert_eq!(failure.stage, failure_stages::HOOK_FAILED);
+    assert_eq!(failure.stage, FailureStage::HookFailed);
     assert_eq!(failure.hook_name.as_deref(), Some("migrate"));
     assert_eq!(failure.hook_phase, Some(HookPhase::PreSync));
     assert_eq!(
@@ -229,7 +229,7 @@ async fn a_failing_presync_hook_stops_the_sync_unless_it_may_continue() {
     continuing["onFailure"] = json!("Continue");
     f.patch_spec(json!({"lifecycle": {"hooks": [continuing]}}))
         .await;
-    until_reason(&f, reasons::APPLIED).await;
+    until_reason(&f, Reason::Applied).await;
     assert!(f.config_map("a").await.is_some());
     assert_eq!(jobs_of(&f, "migrate").await.len(), 2);
 }
@@ -248,7 +248,7 @@ async fn a_hook_past_its_timeout_fails_with_the_health_loops_state() {
         json!({"lifecycle": {"hooks": [h]}}),
     )
     .await;
-    let failed = until_reason(&f, reasons::HOOK_FAILED).await;
+    let failed = until_reason(&f, Reason::HookFailed).await;
     assert!(failed.outcome.unwrap().message.contains("timeout"));
     let inv = inventory(&f).await.unwrap();
     assert_eq!(inv.spec.hooks[0].state, Some(HookState::Failed));
@@ -276,12 +276,12 @@ async fn a_dry_run_rejection_arms_the_sync_failed_hook() {
         json!({"lifecycle": {"hooks": [hook("notify", "syncFailed", job())]}}),
     )
     .await;
-    assert_eq!(reason(&f.sync().await), reasons::UNAPPLIABLE);
+    assert_eq!(reason(&f.sync().await), Reason::Unappliable);
     assert_eq!(jobs_of(&f, "notify").await.len(), 1);
     let inv = inventory(&f).await.unwrap();
     assert_eq!(inv.spec.hooks[0].phase, HookPhase::SyncFailed);
     // Not waited for, and not armed twice for the same render.
-    assert_eq!(reason(&f.sync().await), reasons::UNAPPLIABLE);
+    assert_eq!(reason(&f.sync().await), Reason::Unappliable);
     assert_eq!(jobs_of(&f, "notify").await.len(), 1);
 }
 
@@ -296,7 +296,7 @@ async fn deletion_runs_predelete_prunes_runs_postdelete_then_lets_go() {
         ]}}),
     )
     .await;
-    assert_eq!(reason(&f.sync().await), reasons::APPLIED);
+    assert_eq!(reason(&f.sync().await), Reason::Applied);
     f.releases()
         .delete("web", &Default::default())
         .await
@@ -375,7 +375,7 @@ async fn postsync_hooks_are_armed_after_the_apply_without_holding_it() {
     let result = f.sync().await;
     assert_eq!(
         reason(&result),
-        reasons::APPLIED,
+        Reason::Applied,
         "postSync does not hold the sync"
     );
     assert!(f.config_map("a").await.is_some());
@@ -389,10 +389,10 @@ async fn postsync_hooks_are_armed_after_the_apply_without_holding_it() {
         .expect("the armed hook is recorded");
     assert_eq!(entry.phase, HookPhase::PostSync);
     // A re-sync of the same render arms nothing new; a new render arms it again.
-    assert_eq!(reason(&f.sync().await), reasons::APPLIED);
+    assert_eq!(reason(&f.sync().await), Reason::Applied);
     assert_eq!(jobs_of(&f, "notify").await.len(), 1);
     f.commit(&[("a.yaml", &config_map("a", 0, "2"))]);
-    assert_eq!(reason(&f.sync().await), reasons::APPLIED);
+    assert_eq!(reason(&f.sync().await), Reason::Applied);
     assert_eq!(jobs_of(&f, "notify").await.len(), 2);
 }
 
@@ -409,7 +409,7 @@ async fn a_pod_hook_is_armed_polled_and_removed_with_the_release() {
     )
     .await;
     // kwok runs bare Pods but never ends them: past its timeout the hook fails.
-    let failed = until_reason(&f, reasons::HOOK_FAILED).await;
+    let failed = until_reason(&f, Reason::HookFailed).await;
     assert!(failed.outcome.unwrap().message.contains("timeout"));
     let pods: Api<Pod> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
     let hook_pods = || async {

@@ -1,6 +1,6 @@
 //! The ReleaseInventory's four writers share entries through list-map keys.
 
-use convoy::engine::api::{HealthState, HookPhase, HookState, ObjectKey, reasons};
+use convoy::engine::api::{HealthState, HookPhase, HookState, ObjectKey, Reason, ReleaseInventory};
 use convoy::engine::inventory::{EntryHealth, HookMember, HookResult, InventoryHandle, Member};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -9,7 +9,7 @@ use kube::api::ListParams;
 use serde_json::{Value, json};
 
 use crate::support::TestEnv;
-use crate::support::fixture::Fixture;
+use crate::support::fixture::{Fixture, config_map};
 
 fn key(kind: &str, name: &str, ns: &str) -> ObjectKey {
     ObjectKey {
@@ -314,7 +314,7 @@ async fn a_render_too_large_for_its_inventory_is_refused_before_anything_is_appl
         .collect();
     let f = Fixture::new("inventory-too-large", &refs, json!({})).await;
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::UNAPPLIABLE);
+    assert_eq!(outcome.reason, Reason::Unappliable);
     assert!(
         outcome.message.starts_with("nothing was applied: the render has 20000 objects; recording them would take its ReleaseInventory to about"),
         "{}",
@@ -340,4 +340,104 @@ async fn a_render_too_large_for_its_inventory_is_refused_before_anything_is_appl
         })
         .count();
     assert_eq!(applied, 0);
+}
+
+/// Without a wave health gate or sync hooks nothing can hold the next wave, so the Put that
+/// records a wave's members also records the next wave's intent: a 3-wave first sync writes
+/// the inventory 4 times, not 6, and every object is still in the inventory (as pending)
+/// before it is sent.
+#[tokio::test]
+async fn waves_nothing_holds_record_the_next_intent_with_the_members_of_the_one_before() {
+    use futures::StreamExt;
+    use kube::runtime::watcher::{self, Event};
+    use kube::{ResourceExt, runtime::watcher::watcher};
+    let f = Fixture::new(
+        "inventory-writes",
+        &[
+            ("a.yaml", &config_map("a", 0, "1")),
+            ("b.yaml", &config_map("b", 1, "1")),
+            ("c.yaml", &config_map("c", 2, "1")),
+        ],
+        json!({}),
+    )
+    .await;
+    let api: Api<ReleaseInventory> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    // Every version of the inventory, as (resourceVersion, members, pending).
+    type Seen = Vec<(String, Vec<String>, Vec<String>)>;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Seen::new()));
+    let (ready_tx, ready) = tokio::sync::oneshot::channel();
+    let record = seen.clone();
+    let watching = api.clone();
+    let watch = tokio::spawn(async move {
+        let config = watcher::Config::default().fields("metadata.name=web");
+        let mut events = watcher(watching, config).boxed();
+        let mut ready_tx = Some(ready_tx);
+        while let Some(Ok(event)) = events.next().await {
+            let inventory = match event {
+                Event::InitDone => {
+                    if let Some(tx) = ready_tx.take() {
+                        let _ = tx.send(());
+                    }
+                    continue;
+                }
+                Event::Apply(i) | Event::InitApply(i) => i,
+                _ => continue,
+            };
+            let sorted = |mut names: Vec<String>| {
+                names.sort();
+                names
+            };
+            let members = sorted(
+                inventory
+                    .spec
+                    .inventory
+                    .iter()
+                    .map(|e| e.name.clone())
+                    .collect(),
+            );
+            let pending = sorted(
+                inventory
+                    .spec
+                    .pending
+                    .iter()
+                    .map(|e| e.name.clone())
+                    .collect(),
+            );
+            let version = inventory.resource_version().unwrap_or_default();
+            record.lock().unwrap().push((version, members, pending));
+        }
+    });
+    ready.await.unwrap();
+    let result = f.sync().await;
+    assert_eq!(result.outcome.as_ref().unwrap().reason, Reason::Applied);
+    // The watch has seen every write once it has seen the version the server holds now.
+    let last = api.get("web").await.unwrap().resource_version().unwrap();
+    crate::support::eventually(
+        "the watch to see the last write",
+        std::time::Duration::from_secs(10),
+        || async {
+            let seen = seen.lock().unwrap();
+            seen.last()
+                .is_some_and(|(v, _, _)| *v == last)
+                .then_some(())
+        },
+    )
+    .await;
+    watch.abort();
+    let v = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+    let writes: Vec<(Vec<String>, Vec<String>)> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, m, p)| (m.clone(), p.clone()))
+        .collect();
+    assert_eq!(
+        writes,
+        vec![
+            (v(&[]), v(&["a"])),
+            (v(&["a"]), v(&["b"])),
+            (v(&["a", "b"]), v(&["c"])),
+            (v(&["a", "b", "c"]), v(&[])),
+        ]
+    );
 }

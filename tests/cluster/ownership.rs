@@ -1,7 +1,7 @@
 //! Objects convoy shares with others, on the real control plane: two Releases rendering one
 //! object, objects kubectl made before convoy, and objects a stopped sync left unrecorded.
 
-use convoy::engine::api::{ReleaseInventory, reasons};
+use convoy::engine::api::{Reason, ReleaseInventory};
 use convoy::engine::inventory::members;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -57,13 +57,13 @@ async fn a_second_release_is_refused_another_releases_object_until_it_adopts_it(
         "b",
     );
     f.add_release("b", "b", json!({})).await;
-    assert_eq!(f.sync().await.outcome.unwrap().reason, reasons::APPLIED);
+    assert_eq!(f.sync().await.outcome.unwrap().reason, Reason::Applied);
     let shared = f.config_map("shared").await.unwrap();
     assert_eq!(owner_label(&shared), (ns.clone(), "web".to_string()));
 
     // B renders A's object: stopped before anything of B is applied.
     let refused = f.sync_named("b").await.outcome.unwrap();
-    assert_eq!(refused.reason, reasons::UNAPPLIABLE);
+    assert_eq!(refused.reason, Reason::Unappliable);
     assert_eq!(
         refused.message,
         format!(
@@ -85,7 +85,7 @@ async fn a_second_release_is_refused_another_releases_object_until_it_adopts_it(
         "b adopts shared",
     );
     let outcome = f.sync_named("b").await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
     let shared = f.config_map("shared").await.unwrap();
     assert_eq!(owner_label(&shared), (ns.clone(), "b".to_string()));
     assert_eq!(shared["data"]["value"], "from-b");
@@ -93,7 +93,7 @@ async fn a_second_release_is_refused_another_releases_object_until_it_adopts_it(
     // A stops rendering it: A's prune leaves B's object alone and drops it from A's inventory.
     f.commit(&[("a.yaml", &config_map("a", 0, "1"))]);
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
     assert!(
         outcome.message.ends_with(&format!(
             "; left to other Releases, not pruned: ConfigMap/{ns}/shared now belongs to Release {ns}/b"
@@ -127,7 +127,7 @@ async fn deleting_a_release_leaves_objects_another_release_took_over() {
     f.sync().await;
     assert_eq!(
         f.sync_named("b").await.outcome.unwrap().reason,
-        reasons::APPLIED
+        Reason::Applied
     );
     // A still lists `shared` in its inventory; its deletion deletes only what is still A's.
     assert_eq!(inventory_keys(&f, "web").await, ["a", "shared"]);
@@ -206,10 +206,10 @@ async fn adopting_an_object_kubectl_made_takes_over_kubectls_fields_only() {
     );
 
     // Adopted with the render as it is, then the env var and annotation leave the render.
-    assert_eq!(f.sync().await.outcome.unwrap().reason, reasons::APPLIED);
+    assert_eq!(f.sync().await.outcome.unwrap().reason, Reason::Applied);
     f.commit(&[("api.yaml", &deployment("api", 0, 1))]);
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
     let live = serde_json::to_value(deployments.get("api").await.unwrap()).unwrap();
     let annotations = &live["metadata"]["annotations"];
     assert!(annotations.get("team.example.com/note").is_none(), "{live}");
@@ -280,7 +280,7 @@ async fn objects_a_stopped_sync_left_unrecorded_are_pruned_after_a_revert() {
     handle.put_with_pending(&recorded, &pending).await.unwrap();
     // The render (reverted) does not hold them: they are pruned, and pending is cleared.
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
     let cms: Api<ConfigMap> = Api::namespaced(f.env.client.clone(), &ns);
     for key in &pending {
         assert!(

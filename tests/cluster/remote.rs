@@ -1,6 +1,6 @@
 //! A Release whose target is another cluster: a second API server behind a `Cluster`.
 
-use convoy::engine::api::{ReleaseInventory, reasons};
+use convoy::engine::api::{Reason, ReleaseInventory};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use serde_json::json;
@@ -37,7 +37,7 @@ async fn a_remote_cluster_unreachable_then_reachable() {
 
     let result = f.sync().await;
     let outcome = result.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::CLUSTER_NOT_READY);
+    assert_eq!(outcome.reason, Reason::ClusterNotReady);
     assert!(outcome.retry, "ClusterNotReady is retried");
     assert!(
         result
@@ -60,7 +60,7 @@ async fn a_remote_cluster_unreachable_then_reachable() {
     let kubeconfig = std::fs::read_to_string(&remote.kubeconfig).unwrap();
     f.kubectl_apply(&secret(&kubeconfig)).await;
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
 
     let remote_client = client_for(&remote.kubeconfig).await;
     let remote_cms: Api<ConfigMap> = Api::namespaced(remote_client, "remote-apps");

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use convoy::engine::api::{
-    Release, ReleaseInventory, RolloutState, condition_types, failure_stages, reasons,
+    FailureStage, Reason, Release, ReleaseInventory, RolloutState, condition_types,
 };
 use convoy::engine::health::{HealthMemory, health_pass};
 use convoy::engine::reconcile::HandlerResult;
@@ -35,7 +35,7 @@ fn applied(release: &Release) -> (String, String) {
         .unwrap()
         .condition(condition_types::APPLIED)
         .unwrap();
-    (c.status.clone(), c.reason.clone())
+    (c.status.to_string(), c.reason.clone())
 }
 
 fn condition(release: &Release, type_: &str) -> Option<(String, String)> {
@@ -43,7 +43,7 @@ fn condition(release: &Release, type_: &str) -> Option<(String, String)> {
         .status
         .as_ref()?
         .condition(type_)
-        .map(|c| (c.status.clone(), c.reason.clone()))
+        .map(|c| (c.status.to_string(), c.reason.clone()))
 }
 
 fn successful_render(release: &Release) -> Option<String> {
@@ -90,7 +90,7 @@ async fn until_healthy(f: &Fixture, name: &str) {
         || async {
             let release = f.releases().get(name).await.unwrap();
             let pass = health_pass(&f.ctx, &memory, &release).await.unwrap()?;
-            (pass.condition?.status == "True").then_some(())
+            (pass.condition?.status.as_str() == "True").then_some(())
         },
     )
     .await;
@@ -119,7 +119,7 @@ async fn a_pin_applies_an_older_render_and_unpin_returns_to_the_source() {
         Some("one"),
         "the pinned render runs"
     );
-    assert_eq!(applied(&release), ("True".into(), reasons::APPLIED.into()));
+    assert_eq!(applied(&release), ("True".into(), Reason::Applied.into()));
     let status = release.status.clone().unwrap();
     assert_eq!(status.pin.unwrap().render_ref, first);
     assert_eq!(successful_render(&release), Some(first.clone()));
@@ -152,9 +152,9 @@ async fn a_pin_applies_an_older_render_and_unpin_returns_to_the_source() {
         .await;
     let result = f.sync().await;
     let outcome = result.outcome.unwrap();
-    assert_eq!((outcome.reason, outcome.retry), (reasons::PINNED, false));
+    assert_eq!((outcome.reason, outcome.retry), (Reason::Pinned, false));
     let release = f.release().await;
-    assert_eq!(applied(&release), ("False".into(), reasons::PINNED.into()));
+    assert_eq!(applied(&release), ("False".into(), Reason::Pinned.into()));
     let failure = release
         .status
         .unwrap()
@@ -162,7 +162,7 @@ async fn a_pin_applies_an_older_render_and_unpin_returns_to_the_source() {
         .unwrap()
         .failure
         .unwrap();
-    assert_eq!(failure.stage, failure_stages::RENDERING);
+    assert_eq!(failure.stage, FailureStage::Rendering);
     assert_eq!(value_of(&f, "conf").await.as_deref(), Some("two"));
 }
 
@@ -180,7 +180,7 @@ async fn a_pin_without_a_render_store_is_pinned() {
         f.annotate(json!({"convoy.kumodo.io/pin": pin})).await;
         f.sync().await;
         let release = f.release().await;
-        assert_eq!(applied(&release), ("False".into(), reasons::PINNED.into()));
+        assert_eq!(applied(&release), ("False".into(), Reason::Pinned.into()));
         release
             .status
             .unwrap()
@@ -243,14 +243,14 @@ async fn a_render_that_never_becomes_healthy_rolls_back_and_a_good_commit_rolls_
         || async {
             let _ = health_pass(&f.ctx, &memory, &f.release().await).await;
             let result = f.sync().await;
-            (result.outcome?.reason == reasons::ROLLED_BACK).then_some(())
+            (result.outcome?.reason == Reason::RolledBack).then_some(())
         },
     )
     .await;
     let release = f.release().await;
     assert_eq!(
         applied(&release),
-        ("True".into(), reasons::ROLLED_BACK.into())
+        ("True".into(), Reason::RolledBack.into())
     );
     assert_eq!(
         condition(&release, condition_types::ROLLOUT_SUCCEEDED),
@@ -276,7 +276,7 @@ async fn a_render_that_never_becomes_healthy_rolls_back_and_a_good_commit_rolls_
     f.commit(&[("d.yaml", &deployment("web", 0, 2))]);
     let fixed = render_of(&f.sync().await);
     let release = f.release().await;
-    assert_eq!(applied(&release), ("True".into(), reasons::APPLIED.into()));
+    assert_eq!(applied(&release), ("True".into(), Reason::Applied.into()));
     assert_eq!(successful_render(&release), Some(fixed.clone()));
     let rollout = release.status.unwrap().rollout.unwrap();
     assert_eq!(
@@ -299,7 +299,7 @@ async fn the_deadline_does_not_run_while_the_manual_gate_holds_the_render() {
     )
     .await;
     let held = f.sync().await.outcome.unwrap();
-    assert_eq!(held.reason, reasons::WAITING_FOR_SYNC);
+    assert_eq!(held.reason, Reason::WaitingForSync);
     let rollout = f.release().await.status.unwrap().rollout.unwrap();
     assert_eq!(
         (rollout.state, rollout.started_at),
@@ -309,7 +309,7 @@ async fn the_deadline_does_not_run_while_the_manual_gate_holds_the_render() {
     f.annotate(json!({"convoy.kumodo.io/sync-requested-at": "2026-01-01T00:00:00Z"}))
         .await;
     let synced = f.sync().await.outcome.unwrap();
-    assert_eq!(synced.reason, reasons::APPLIED);
+    assert_eq!(synced.reason, Reason::Applied);
     let rollout = f.release().await.status.unwrap().rollout.unwrap();
     assert_eq!(rollout.state, RolloutState::Progressing);
     assert!(
@@ -332,7 +332,7 @@ async fn without_health_assessment_the_wave_gate_is_open() {
     )
     .await;
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
     assert_eq!(value_of(&f, "second").await.as_deref(), Some("b"));
     let waves = f.release().await.status.unwrap().waves;
     assert!(
@@ -381,14 +381,14 @@ async fn without_a_health_assessment_the_built_in_rules_judge_and_a_stuck_rollou
         },
     )
     .await;
-    assert_eq!(progressing.status, "False");
+    assert_eq!(progressing.status.as_str(), "False");
     eventually(
         "the rollout to roll back",
         Duration::from_secs(60),
         || async {
             let _ = health_pass(&f.ctx, &memory, &f.release().await).await;
             let result = f.sync().await;
-            (result.outcome?.reason == reasons::ROLLED_BACK).then_some(())
+            (result.outcome?.reason == Reason::RolledBack).then_some(())
         },
     )
     .await;
@@ -461,10 +461,10 @@ async fn wave_timeout(test: &str, extra: serde_json::Value) -> Fixture {
     let f = Fixture::new(test, &refs, spec).await;
     f.install_default_rules().await;
     let first = f.sync().await.outcome.unwrap();
-    assert_eq!(first.reason, reasons::WAITING_FOR_WAVE_HEALTH);
+    assert_eq!(first.reason, Reason::WaitingForWaveHealth);
     eventually("the wave to time out", Duration::from_secs(30), || async {
         let outcome = f.sync().await.outcome?;
-        (outcome.reason != reasons::WAITING_FOR_WAVE_HEALTH).then_some(())
+        (outcome.reason != Reason::WaitingForWaveHealth).then_some(())
     })
     .await;
     assert_eq!(
@@ -485,7 +485,7 @@ async fn a_wave_timeout_without_rollback_fails_the_rollout() {
     let release = f.release().await;
     assert_eq!(
         applied(&release),
-        ("False".into(), reasons::ROLLOUT_FAILED.into())
+        ("False".into(), Reason::RolloutFailed.into())
     );
     assert_eq!(
         condition(&release, condition_types::ROLLOUT_SUCCEEDED),
@@ -495,20 +495,20 @@ async fn a_wave_timeout_without_rollback_fails_the_rollout() {
     assert_eq!(status.rollout.unwrap().state, RolloutState::Failed);
     assert_eq!(
         status.last_attempted.unwrap().failure.unwrap().stage,
-        failure_stages::SYNCING
+        FailureStage::Syncing
     );
     let message = applied_message(&f.release().await);
     // The next passes over the same render time out again: still RolloutFailed, same words.
     let again = eventually("the next pass to end", Duration::from_secs(30), || async {
         let outcome = f.sync().await.outcome?;
-        (outcome.reason != reasons::WAITING_FOR_WAVE_HEALTH).then_some(outcome)
+        (outcome.reason != Reason::WaitingForWaveHealth).then_some(outcome)
     })
     .await;
-    assert_eq!(again.reason, reasons::ROLLOUT_FAILED);
+    assert_eq!(again.reason, Reason::RolloutFailed);
     let release = f.release().await;
     assert_eq!(
         applied(&release),
-        ("False".into(), reasons::ROLLOUT_FAILED.into())
+        ("False".into(), Reason::RolloutFailed.into())
     );
     assert_eq!(applied_message(&release), message);
 }
@@ -552,7 +552,7 @@ async fn a_wave_timeout_with_rollback_rolls_back_to_the_last_healthy_render() {
         || async {
             let _ = health_pass(&f.ctx, &memory, &f.release().await).await;
             let result = f.sync().await;
-            (result.outcome.as_ref()?.reason == reasons::APPLIED).then(|| render_of(&result))
+            (result.outcome.as_ref()?.reason == Reason::Applied).then(|| render_of(&result))
         },
     )
     .await;
@@ -571,14 +571,14 @@ async fn a_wave_timeout_with_rollback_rolls_back_to_the_last_healthy_render() {
         || async {
             let _ = health_pass(&f.ctx, &memory, &f.release().await).await;
             let outcome = f.sync().await.outcome?;
-            (outcome.reason == reasons::ROLLED_BACK).then_some(())
+            (outcome.reason == Reason::RolledBack).then_some(())
         },
     )
     .await;
     let release = f.release().await;
     assert_eq!(
         applied(&release),
-        ("True".into(), reasons::ROLLED_BACK.into())
+        ("True".into(), Reason::RolledBack.into())
     );
     let rollout = release.status.clone().unwrap().rollout.unwrap();
     assert_eq!(
@@ -598,7 +598,7 @@ async fn a_wave_timeout_with_rollback_rolls_back_to_the_last_healthy_render() {
                 .conditions
                 .into_iter()
                 .find(|c| c.type_ == condition_types::HEALTHY)?;
-            (c.status == "True").then_some(c)
+            (c.status.as_str() == "True").then_some(c)
         },
     )
     .await;
@@ -646,7 +646,7 @@ async fn a_wave_timeout_without_a_failure_policy_is_wave_failed_and_no_rollout()
     let release = f.release().await;
     assert_eq!(
         applied(&release),
-        ("False".into(), reasons::WAVE_FAILED.into())
+        ("False".into(), Reason::WaveFailed.into())
     );
     assert_eq!(
         condition(&release, condition_types::ROLLOUT_SUCCEEDED),
@@ -678,7 +678,7 @@ async fn a_wave_timeout_without_a_failure_policy_is_wave_failed_and_no_rollout()
     let outcome = f.sync().await.outcome.unwrap();
     assert_eq!(
         outcome.attempt.failure.map(|x| x.stage),
-        Some(failure_stages::RENDERING.to_string())
+        Some(FailureStage::Rendering.to_string())
     );
     assert_eq!(f.release().await.status.unwrap().waves, vec![]);
 }
@@ -695,7 +695,7 @@ async fn wave_one_waits_for_wave_zero_to_be_healthy() {
     let f = Fixture::new("wave-order", &[("d.yaml", &d), ("cm.yaml", &cm)], spec).await;
     f.install_default_rules().await;
     let held = f.sync().await.outcome.unwrap();
-    assert_eq!(held.reason, reasons::WAITING_FOR_WAVE_HEALTH);
+    assert_eq!(held.reason, Reason::WaitingForWaveHealth);
     assert!(
         held.message.contains("wave 1 waits for wave 0"),
         "{}",
@@ -711,7 +711,7 @@ async fn wave_one_waits_for_wave_zero_to_be_healthy() {
     eventually("wave 0 to be healthy", Duration::from_secs(90), || async {
         let _ = health_pass(&f.ctx, &memory, &f.release().await).await;
         let outcome = f.sync().await.outcome?;
-        (outcome.reason == reasons::APPLIED).then_some(())
+        (outcome.reason == Reason::Applied).then_some(())
     })
     .await;
     let deployments: Api<Deployment> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
@@ -724,7 +724,7 @@ async fn wave_one_waits_for_wave_zero_to_be_healthy() {
         .conditions
         .unwrap()
         .into_iter()
-        .find(|c| c.type_ == "Available" && c.status == "True")
+        .find(|c| c.type_ == "Available" && c.status.as_str() == "True")
         .unwrap()
         .last_transition_time
         .unwrap();
@@ -770,7 +770,7 @@ async fn a_cluster_wave_waits_for_the_lower_wave_times_out_then_proceeds() {
     .await;
 
     let held = f.sync_named("late").await.outcome.unwrap();
-    assert_eq!(held.reason, reasons::WAITING_FOR_CLUSTER_WAVE);
+    assert_eq!(held.reason, Reason::WaitingForClusterWave);
     assert!(
         held.message.contains("Release web (cluster wave 0)"),
         "{}",
@@ -783,14 +783,14 @@ async fn a_cluster_wave_waits_for_the_lower_wave_times_out_then_proceeds() {
         Duration::from_secs(30),
         || async {
             let outcome = f.sync_named("late").await.outcome?;
-            (outcome.reason == reasons::CLUSTER_WAVE_FAILED).then_some(())
+            (outcome.reason == Reason::ClusterWaveFailed).then_some(())
         },
     )
     .await;
     let late = f.releases().get("late").await.unwrap();
     assert_eq!(
         applied(&late),
-        ("False".into(), reasons::CLUSTER_WAVE_FAILED.into())
+        ("False".into(), Reason::ClusterWaveFailed.into())
     );
     assert_eq!(
         late.status
@@ -800,14 +800,14 @@ async fn a_cluster_wave_waits_for_the_lower_wave_times_out_then_proceeds() {
             .failure
             .unwrap()
             .stage,
-        failure_stages::SYNCING
+        FailureStage::Syncing
     );
 
     // Wave 0 becomes Applied and Healthy (no health assessment: NotConfigured is healthy).
     f.sync().await;
     until_healthy(&f, "web").await;
     let outcome = f.sync_named("late").await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
     assert_eq!(value_of(&f, "second").await.as_deref(), Some("b"));
 }
 

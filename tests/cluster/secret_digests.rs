@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use convoy::engine::api::{Release, ReleaseInventory};
+use convoy::engine::api::{Reason, Release, ReleaseInventory};
 use convoy::engine::digest_key::{KeyCell, ensure};
 use convoy::engine::inventory::{InventoryHandle, Member, members};
 use kube::Api;
@@ -79,7 +79,7 @@ fn inventory_text(inventory: &ReleaseInventory) -> String {
 async fn no_digest_in_the_diff_or_the_inventory_gives_away_a_4_digit_secret() {
     let f = keyed_fixture("secret-pin", "4821").await;
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, "Applied", "{}", outcome.message);
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
     // Someone changes the value on the cluster.
     f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "db", "namespace": f.env.namespace},

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use convoy::engine::api::{
-    HookPhase, HookState, Release, ReleaseInventory, condition_types, failure_stages, reasons,
+    FailureStage, HookPhase, HookState, Reason, Release, ReleaseInventory, condition_types,
 };
 use convoy::engine::drift::{Verdict, drift_pass};
 use convoy::engine::health::{HealthMemory, health_pass};
@@ -45,7 +45,7 @@ async fn jobs_of(f: &Fixture, hook: &str) -> Vec<Job> {
         .items
 }
 
-fn stop(result: &HandlerResult) -> (&'static str, Option<String>, bool) {
+fn stop(result: &HandlerResult) -> (Reason, Option<String>, bool) {
     let outcome = result.outcome.as_ref().unwrap();
     (
         outcome.reason,
@@ -135,8 +135,8 @@ async fn a_pinned_render_that_cannot_be_read_is_deploy_failed_without_retry() {
     assert_eq!(
         stop(&result),
         (
-            reasons::DEPLOY_FAILED,
-            Some(failure_stages::RENDERING.to_string()),
+            Reason::DeployFailed,
+            Some(FailureStage::Rendering.to_string()),
             false
         )
     );
@@ -164,8 +164,8 @@ async fn a_render_store_write_failure_is_deploy_failed_and_retried() {
     assert_eq!(
         stop(&result),
         (
-            reasons::DEPLOY_FAILED,
-            Some(failure_stages::SYNCING.to_string()),
+            Reason::DeployFailed,
+            Some(FailureStage::Syncing.to_string()),
             true
         )
     );
@@ -193,8 +193,8 @@ async fn values_not_ready_is_retried_and_unsupported_is_not() {
     assert_eq!(
         stop(&f.sync().await),
         (
-            reasons::VALUES_NOT_READY,
-            Some(failure_stages::RENDERING.to_string()),
+            Reason::ValuesNotReady,
+            Some(FailureStage::Rendering.to_string()),
             true
         )
     );
@@ -203,8 +203,8 @@ async fn values_not_ready_is_retried_and_unsupported_is_not() {
     assert_eq!(
         stop(&f.sync().await),
         (
-            reasons::UNSUPPORTED,
-            Some(failure_stages::RENDERING.to_string()),
+            Reason::Unsupported,
+            Some(FailureStage::Rendering.to_string()),
             false
         )
     );
@@ -219,8 +219,8 @@ async fn values_not_ready_is_retried_and_unsupported_is_not() {
     assert_eq!(
         stop(&f.sync().await),
         (
-            reasons::UNSUPPORTED,
-            Some(failure_stages::SOURCE_RESOLUTION.to_string()),
+            Reason::Unsupported,
+            Some(FailureStage::SourceResolution.to_string()),
             false
         )
     );
@@ -292,15 +292,15 @@ async fn a_prune_that_fails_is_prune_failed_retried_and_arms_sync_failed() {
         json!({"lifecycle": {"hooks": [hook("notify", "syncFailed", job())]}}),
     )
     .await;
-    assert_eq!(stop(&f.sync().await).0, reasons::APPLIED);
+    assert_eq!(stop(&f.sync().await).0, Reason::Applied);
     without_delete(&f).await;
     f.commit(&[("a.yaml", &config_map("a", 0, "1"))]);
     let result = f.sync().await;
     assert_eq!(
         stop(&result),
         (
-            reasons::PRUNE_FAILED,
-            Some(failure_stages::SYNCING.to_string()),
+            Reason::PruneFailed,
+            Some(FailureStage::Syncing.to_string()),
             true
         )
     );
@@ -324,8 +324,8 @@ async fn a_post_sync_hook_that_cannot_start_is_deploy_failed_and_retried() {
     assert_eq!(
         stop(&result),
         (
-            reasons::DEPLOY_FAILED,
-            Some(failure_stages::SYNCING.to_string()),
+            Reason::DeployFailed,
+            Some(FailureStage::Syncing.to_string()),
             true
         )
     );
@@ -357,7 +357,7 @@ async fn a_wave_failure_arms_the_sync_failed_hooks() {
     f.install_default_rules().await;
     let failed = eventually("the wave to fail", Duration::from_secs(30), || async {
         let result = f.sync().await;
-        (stop(&result).0 == reasons::WAVE_FAILED).then_some(result)
+        (stop(&result).0 == Reason::WaveFailed).then_some(result)
     })
     .await;
     assert!(!stop(&failed).2, "a wave timeout is not retried");
@@ -376,7 +376,7 @@ async fn a_failing_pre_delete_hook_holds_the_deletion() {
         json!({"lifecycle": {"hooks": [hook("drain", "preDelete", failing_job())]}}),
     )
     .await;
-    assert_eq!(stop(&f.sync().await).0, reasons::APPLIED);
+    assert_eq!(stop(&f.sync().await).0, Reason::Applied);
     f.releases()
         .delete("web", &Default::default())
         .await
@@ -428,7 +428,7 @@ async fn a_failing_post_delete_hook_is_logged_and_the_deletion_goes_on() {
         json!({"lifecycle": {"hooks": [hook("cleanup", "postDelete", failing_job())]}}),
     )
     .await;
-    assert_eq!(stop(&f.sync().await).0, reasons::APPLIED);
+    assert_eq!(stop(&f.sync().await).0, Reason::Applied);
     f.releases()
         .delete("web", &Default::default())
         .await
@@ -790,7 +790,7 @@ async fn healthy_is_pending_between_waves_and_rechecks_on_the_backoff() {
         Duration::from_secs(60),
         || async {
             let _ = health_pass(&f.ctx, &memory, &f.release().await).await;
-            (stop(&f.sync().await).0 == reasons::APPLIED).then_some(())
+            (stop(&f.sync().await).0 == Reason::Applied).then_some(())
         },
     )
     .await;
@@ -800,7 +800,7 @@ async fn healthy_is_pending_between_waves_and_rechecks_on_the_backoff() {
         ("d.yaml", &stuck),
         ("b.yaml", &config_map("second", 1, "2")),
     ]);
-    assert_eq!(stop(&f.sync().await).0, reasons::WAITING_FOR_WAVE_HEALTH);
+    assert_eq!(stop(&f.sync().await).0, Reason::WaitingForWaveHealth);
     let memory = HealthMemory::default();
     let first = health_pass(&f.ctx, &memory, &f.release().await)
         .await

@@ -63,8 +63,8 @@ async fn controller_and_observer_conditions_survive_each_others_writes() {
 
     let live = api.get("web").await.unwrap();
     let status = live.status.clone().unwrap();
-    assert_eq!(status.condition("Applied").unwrap().status, "True");
-    assert_eq!(status.condition("InSync").unwrap().status, "True");
+    assert_eq!(status.condition("Applied").unwrap().status.as_str(), "True");
+    assert_eq!(status.condition("InSync").unwrap().status.as_str(), "True");
 
     let object = serde_json::to_value(&live).unwrap();
     let applied = [

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use convoy::engine::api::{ReleaseInventory, field_managers, reasons};
+use convoy::engine::api::{Reason, ReleaseInventory, field_managers};
 use convoy::engine::ssa;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -27,7 +27,7 @@ async fn the_first_sync_applies_the_render_as_convoy_release() {
     .await;
     let result = f.sync().await;
     let outcome = result.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
     assert!(result.wrote_status);
 
     let cm = f
@@ -109,7 +109,7 @@ async fn an_object_dropped_from_the_render_is_pruned_but_a_lookalike_is_not() {
         json!({}),
     )
     .await;
-    assert_eq!(f.sync().await.outcome.unwrap().reason, reasons::APPLIED);
+    assert_eq!(f.sync().await.outcome.unwrap().reason, Reason::Applied);
     // Someone else's ConfigMap with the same labels, never in the render.
     let cms: Api<ConfigMap> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
     let lookalike: ConfigMap = serde_json::from_value(
@@ -122,7 +122,7 @@ async fn an_object_dropped_from_the_render_is_pruned_but_a_lookalike_is_not() {
 
     f.commit(&[("a.yaml", &config_map("keep", 0, "2"))]);
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
     assert!(outcome.message.contains("1 pruned"), "{}", outcome.message);
     assert!(
         f.config_map("drop").await.is_none(),
@@ -162,7 +162,7 @@ async fn a_server_rejected_object_stops_the_sync_before_anything_is_applied() {
     .await;
     let result = f.sync().await;
     let outcome = result.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::UNAPPLIABLE);
+    assert_eq!(outcome.reason, Reason::Unappliable);
     assert!(
         outcome.message.contains("ConfigMap/"),
         "the object is named: {}",
@@ -179,7 +179,10 @@ async fn a_server_rejected_object_stops_the_sync_before_anything_is_applied() {
     let status = f.release().await.status.unwrap();
     let failure = status.last_attempted.clone().unwrap().failure.unwrap();
     assert_eq!(failure.stage, "Syncing");
-    assert_eq!(status.condition("Applied").unwrap().status, "False");
+    assert_eq!(
+        status.condition("Applied").unwrap().status.as_str(),
+        "False"
+    );
 }
 
 #[tokio::test]
@@ -203,7 +206,7 @@ async fn a_forced_sync_skips_the_dry_run_gate() {
     let outcome = f.sync().await.outcome.unwrap();
     assert_eq!(
         outcome.reason,
-        reasons::DEPLOY_FAILED,
+        Reason::DeployFailed,
         "the apply ran and failed on the bad object: {}",
         outcome.message
     );
@@ -227,7 +230,7 @@ async fn manual_mode_waits_for_a_sync_request() {
     )
     .await;
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::WAITING_FOR_SYNC);
+    assert_eq!(outcome.reason, Reason::WaitingForSync);
     assert!(f.config_map("a").await.is_none());
     let status = f.release().await.status.unwrap();
     assert_eq!(
@@ -240,7 +243,7 @@ async fn manual_mode_waits_for_a_sync_request() {
     f.annotate(json!({"convoy.kumodo.io/sync-requested-at": "2026-01-01T00:00:01Z"}))
         .await;
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
     assert!(f.config_map("a").await.is_some());
     let status = f.release().await.status.unwrap();
     assert_eq!(
@@ -250,8 +253,8 @@ async fn manual_mode_waits_for_a_sync_request() {
 
     // The request is handled: the next pass holds with Applied (render unchanged).
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::APPLIED);
-    assert_eq!(outcome.applied_status(), "True");
+    assert_eq!(outcome.reason, Reason::Applied);
+    assert_eq!(outcome.applied_status().as_str(), "True");
     assert!(!outcome.applied_render);
 }
 
@@ -266,7 +269,7 @@ async fn a_failed_manual_sync_does_not_mark_the_request_handled() {
     .await;
     f.annotate(json!({"convoy.kumodo.io/sync-requested-at": "2026-01-01T00:00:01Z"}))
         .await;
-    assert_eq!(f.sync().await.outcome.unwrap().reason, reasons::UNAPPLIABLE);
+    assert_eq!(f.sync().await.outcome.unwrap().reason, Reason::Unappliable);
     assert_eq!(f.release().await.status.unwrap().last_handled_sync_at, None);
 }
 
@@ -291,7 +294,7 @@ async fn waves_are_applied_in_order() {
     let (w2, ready2) = record_creations(deployments, order.clone());
     ready1.await.unwrap();
     ready2.await.unwrap();
-    assert_eq!(f.sync().await.outcome.unwrap().reason, reasons::APPLIED);
+    assert_eq!(f.sync().await.outcome.unwrap().reason, Reason::Applied);
     crate::support::eventually("three creations", Duration::from_secs(10), || {
         let order = order.clone();
         async move { (order.lock().unwrap().len() >= 3).then_some(()) }
@@ -369,7 +372,7 @@ async fn an_unchanged_status_is_not_written() {
     assert!(f.sync().await.wrote_status);
     let before = f.release().await;
     let second = f.sync().await;
-    assert_eq!(second.outcome.unwrap().reason, reasons::APPLIED);
+    assert_eq!(second.outcome.unwrap().reason, Reason::Applied);
     assert!(!second.wrote_status);
     let after = f.release().await;
     assert_eq!(
@@ -395,13 +398,13 @@ async fn a_pin_shows_in_status_and_an_unpin_clears_it() {
     f.annotate(json!({"convoy.kumodo.io/pin": "0123456789ab"}))
         .await;
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::PINNED);
+    assert_eq!(outcome.reason, Reason::Pinned);
     assert_eq!(
         f.release().await.status.unwrap().pin.unwrap().render_ref,
         "0123456789ab"
     );
     f.annotate(json!({"convoy.kumodo.io/pin": null})).await;
-    assert_eq!(f.sync().await.outcome.unwrap().reason, reasons::APPLIED);
+    assert_eq!(f.sync().await.outcome.unwrap().reason, Reason::Applied);
     assert_eq!(
         f.release().await.status.unwrap().pin,
         None,
@@ -417,7 +420,7 @@ async fn unknown_kinds_and_namespaceless_objects_fail_the_dry_run_and_keep_the_i
         json!({}),
     )
     .await;
-    assert_eq!(f.sync().await.outcome.unwrap().reason, reasons::APPLIED);
+    assert_eq!(f.sync().await.outcome.unwrap().reason, Reason::Applied);
     let widget = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n";
     let nokind = "apiVersion: v1\nkind: Gizmo\nmetadata: {name: g}\n";
     f.commit(&[
@@ -426,7 +429,7 @@ async fn unknown_kinds_and_namespaceless_objects_fail_the_dry_run_and_keep_the_i
         ("g.yaml", nokind),
     ]);
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::UNAPPLIABLE);
+    assert_eq!(outcome.reason, Reason::Unappliable);
     assert!(
         outcome.message.contains("Widget.example.com/"),
         "{}",
@@ -451,7 +454,7 @@ async fn unknown_kinds_and_namespaceless_objects_fail_the_dry_run_and_keep_the_i
     f.commit(&[("a.yaml", &config_map("a", 0, "3"))]);
     f.patch_spec(json!({"targetNamespace": null})).await;
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::UNAPPLIABLE);
+    assert_eq!(outcome.reason, Reason::Unappliable);
     assert!(
         outcome
             .message
@@ -570,7 +573,7 @@ async fn a_resync_sends_only_what_changed_on_either_side() {
         "metadata": {"name": "a", "namespace": f.env.namespace}, "data": {"value": "tampered"}}))
         .await;
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::APPLIED);
+    assert_eq!(outcome.reason, Reason::Applied);
     assert_eq!(
         f.config_map("a").await.unwrap()["data"]["value"],
         "1",
@@ -598,7 +601,7 @@ async fn on_an_unreachable_cluster(test: &str, deletion_policy: serde_json::Valu
     .await;
     f.add_unreachable_cluster("gone").await;
     let first = f.sync().await;
-    assert_eq!(first.outcome.unwrap().reason, reasons::CLUSTER_NOT_READY);
+    assert_eq!(first.outcome.unwrap().reason, Reason::ClusterNotReady);
     f.releases()
         .delete("web", &Default::default())
         .await
@@ -662,7 +665,7 @@ async fn applied_through_a_cluster(test: &str, deletion_policy: serde_json::Valu
         "spec": {"kubeconfigSecretRef": {"name": "here-kc"}}}),
     )
     .await;
-    assert_eq!(f.sync().await.outcome.unwrap().reason, reasons::APPLIED);
+    assert_eq!(f.sync().await.outcome.unwrap().reason, Reason::Applied);
     assert!(f.config_map("a").await.is_some());
     f
 }
@@ -766,7 +769,7 @@ async fn a_source_that_cannot_be_fetched_is_source_not_ready_and_retried() {
     .await;
     let result = f.sync_named("broken").await;
     let outcome = result.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::SOURCE_NOT_READY);
+    assert_eq!(outcome.reason, Reason::SourceNotReady);
     assert!(outcome.retry, "a fetch error is transient");
     assert_eq!(
         result.requeue,
@@ -777,7 +780,7 @@ async fn a_source_that_cannot_be_fetched_is_source_not_ready_and_retried() {
     let applied = status.condition("Applied").unwrap();
     assert_eq!(
         (applied.status.as_str(), applied.reason.as_str()),
-        ("False", reasons::SOURCE_NOT_READY)
+        ("False", Reason::SourceNotReady.as_str())
     );
     assert!(
         applied.message.contains("/nonexistent/convoy-test.git"),
@@ -812,7 +815,7 @@ async fn failures_are_reported_in_the_spec_order_although_fetch_and_cluster_run_
     let outcome = result.outcome.unwrap();
     assert_eq!(
         outcome.reason,
-        reasons::CLUSTER_NOT_READY,
+        Reason::ClusterNotReady,
         "{}",
         outcome.message
     );
@@ -828,7 +831,7 @@ async fn failures_are_reported_in_the_spec_order_although_fetch_and_cluster_run_
     let outcome = result.outcome.unwrap();
     assert_eq!(
         outcome.reason,
-        reasons::SOURCE_NOT_READY,
+        Reason::SourceNotReady,
         "{}",
         outcome.message
     );
@@ -856,7 +859,7 @@ async fn a_crd_installed_later_is_found_without_a_restart() {
         "--wait",
     ]);
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::UNAPPLIABLE, "{}", outcome.message);
+    assert_eq!(outcome.reason, Reason::Unappliable, "{}", outcome.message);
     assert!(outcome.message.contains("Gadget"), "{}", outcome.message);
     f.env.kubectl_apply_text(crd, &[]);
     let out = f.env.kubectl(&[
@@ -871,7 +874,7 @@ async fn a_crd_installed_later_is_found_without_a_restart() {
         Duration::from_secs(60),
         || async {
             let outcome = f.sync().await.outcome?;
-            (outcome.reason == reasons::APPLIED).then_some(())
+            (outcome.reason == Reason::Applied).then_some(())
         },
     )
     .await;

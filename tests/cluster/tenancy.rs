@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use convoy::engine::api::reasons;
+use convoy::engine::api::Reason;
 use convoy::engine::connect::KubeconfigPolicy;
 use convoy::engine::tenancy::Tenancy;
 use serde_json::json;
@@ -40,7 +40,7 @@ async fn a_release_deploys_as_its_service_account_and_rbac_decides() {
     // convoy's own (admin) identity is never used instead.
     service_account(&f, "deployer", None).await;
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::UNAPPLIABLE, "{}", outcome.message);
+    assert_eq!(outcome.reason, Reason::Unappliable, "{}", outcome.message);
     assert!(
         outcome.message.contains(&format!(
             "system:serviceaccount:{}:deployer",
@@ -54,7 +54,7 @@ async fn a_release_deploys_as_its_service_account_and_rbac_decides() {
     // Admin of its namespace: the render lands.
     service_account(&f, "deployer", Some("admin")).await;
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
     assert!(f.config_map("a").await.is_some());
 
     // A commit that tries to bind cluster-admin: refused by the dry run, nothing of the
@@ -65,7 +65,7 @@ async fn a_release_deploys_as_its_service_account_and_rbac_decides() {
         ("crb.yaml", CLUSTER_ROLE_BINDING),
     ]);
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::UNAPPLIABLE, "{}", outcome.message);
+    assert_eq!(outcome.reason, Reason::Unappliable, "{}", outcome.message);
     assert!(
         outcome
             .message
@@ -95,7 +95,7 @@ async fn a_locked_down_daemon_deploys_releases_that_name_no_service_account_as_t
     ));
     // Before `convoy install --tenant`, the namespace's default deployer does not exist.
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::UNAPPLIABLE, "{}", outcome.message);
+    assert_eq!(outcome.reason, Reason::Unappliable, "{}", outcome.message);
     let out = f
         .env
         .convoy(&["install", "--tenant", f.env.namespace.as_str()]);
@@ -105,7 +105,7 @@ async fn a_locked_down_daemon_deploys_releases_that_name_no_service_account_as_t
         String::from_utf8_lossy(&out.stderr)
     );
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
     assert!(f.config_map("a").await.is_some());
 }
 
@@ -128,7 +128,7 @@ async fn a_release_reaches_no_other_namespace_unless_allowed() {
         ("planted.yaml", &elsewhere),
     ]);
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::UNAPPLIABLE);
+    assert_eq!(outcome.reason, Reason::Unappliable);
     assert_eq!(
         outcome.message,
         format!(
@@ -141,7 +141,7 @@ async fn a_release_reaches_no_other_namespace_unless_allowed() {
     f.commit(&[("a.yaml", &config_map("a", 0, "1"))]);
     f.patch_spec(json!({"targetNamespace": other})).await;
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::UNAPPLIABLE);
+    assert_eq!(outcome.reason, Reason::Unappliable);
     assert!(
         outcome.message.starts_with(&format!(
             "nothing was applied: spec.targetNamespace {other:?}"
@@ -152,7 +152,7 @@ async fn a_release_reaches_no_other_namespace_unless_allowed() {
     // The operator allows it.
     f.ctx.tenancy = Arc::new(Tenancy::new(None, true, KubeconfigPolicy::default()));
     let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, reasons::APPLIED, "{}", outcome.message);
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
 }
 
 /// The kubeconfig Secret of a tenant's Cluster: an exec plugin would run a command in the
@@ -236,7 +236,7 @@ users:\n- name: tenant\n  user:\n{user}contexts:\n- name: far\n  context: {{clus
         .await;
         let result = f.sync().await;
         let outcome = result.outcome.unwrap();
-        assert_eq!(outcome.reason, reasons::CLUSTER_NOT_READY, "{expected}");
+        assert_eq!(outcome.reason, Reason::ClusterNotReady, "{expected}");
         assert!(
             outcome.message.contains(expected),
             "{expected}\n  got: {}",
@@ -290,7 +290,7 @@ async fn a_clusters_kubeconfig_secret_is_read_as_the_releases_service_account() 
     let outcome = f.sync().await.outcome.unwrap();
     assert_eq!(
         outcome.reason,
-        reasons::CLUSTER_NOT_READY,
+        Reason::ClusterNotReady,
         "{}",
         outcome.message
     );

@@ -127,7 +127,7 @@ async fn all_applied(f: &Fixture, expected: usize, value: &str) -> Option<()> {
             r.status
                 .as_ref()
                 .and_then(|s| s.condition("Applied"))
-                .is_some_and(|c| c.status == "True")
+                .is_some_and(|c| c.status.is_true())
         })
         .then_some(())
 }

@@ -2,19 +2,15 @@
 
 use std::time::Duration;
 
-use convoy::engine::api::Release;
+use convoy::engine::api::{ConditionStatus, Release};
 use serde_json::json;
 
 use crate::Daemon;
 use crate::support::eventually;
 use crate::support::fixture::{Fixture, config_map, deployment};
 
-fn condition(release: &Release, t: &str) -> Option<String> {
-    release
-        .status
-        .as_ref()?
-        .condition(t)
-        .map(|c| c.status.clone())
+fn condition(release: &Release, t: &str) -> Option<ConditionStatus> {
+    release.status.as_ref()?.condition(t).map(|c| c.status)
 }
 
 /// Wait until Applied, InSync and Healthy are all True.
@@ -26,7 +22,7 @@ pub async fn all_true(f: &Fixture) -> Release {
             let r = f.release().await;
             let ok = ["Applied", "InSync", "Healthy"]
                 .iter()
-                .all(|t| condition(&r, t).as_deref() == Some("True"));
+                .all(|t| condition(&r, t) == Some(ConditionStatus::True));
             ok.then_some(r)
         },
     )
@@ -247,7 +243,7 @@ async fn the_cluster_and_source_controllers_report_reachability_and_the_artifact
             let ready = status
                 .conditions
                 .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True");
+                .any(|c| c.type_ == "Ready" && c.status.is_true());
             ready.then_some(status.artifact?.revision)
         },
     )

@@ -81,7 +81,7 @@ async fn sigterm_during_a_sync_leaves_a_consistent_inventory_and_the_next_start_
             let applied = r
                 .status?
                 .condition("Applied")
-                .map(|c| c.status == "True")
+                .map(|c| c.status.is_true())
                 .unwrap_or(false);
             (applied && inv.spec.inventory.len() == 300).then_some(())
         },
@@ -252,7 +252,7 @@ async fn an_expensive_health_rule_makes_its_objects_unknown_and_starves_nobody()
             let status = r.status?;
             let ok = ["Applied", "Healthy"]
                 .iter()
-                .all(|t| status.condition(t).is_some_and(|c| c.status == "True"));
+                .all(|t| status.condition(t).is_some_and(|c| c.status.is_true()));
             ok.then_some(())
         },
     )

@@ -88,7 +88,7 @@ async fn two_replicas_split_the_shards_and_a_killed_one_hands_its_shard_over() {
     for f in [&zero, &one] {
         eventually("Applied", Duration::from_secs(30), || async {
             let status = f.release().await.status?;
-            (status.condition("Applied")?.status == "True").then_some(())
+            (status.condition("Applied")?.status.is_true()).then_some(())
         })
         .await;
     }
@@ -191,7 +191,7 @@ async fn a_stopped_replica_loses_its_shard_at_expiry_and_applies_nothing_when_it
     for f in [&zero, &one] {
         eventually("Applied", Duration::from_secs(30), || async {
             let status = f.release().await.status?;
-            (status.condition("Applied")?.status == "True").then_some(())
+            (status.condition("Applied")?.status.is_true()).then_some(())
         })
         .await;
     }

@@ -167,9 +167,9 @@ fn desired_failure(
     release: &crate::engine::api::Release,
     outcome: &crate::engine::reconcile::ReconcileOutcome,
 ) -> CliError {
-    use crate::engine::api::reasons;
+    use crate::engine::api::Reason;
     let status = match outcome.reason {
-        reasons::SOURCE_NOT_READY | reasons::CLUSTER_NOT_READY => ExitStatus::Unreachable,
+        Reason::SourceNotReady | Reason::ClusterNotReady => ExitStatus::Unreachable,
         _ => ExitStatus::Invalid,
     };
     let stage = outcome

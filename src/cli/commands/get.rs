@@ -326,7 +326,7 @@ impl View {
         let cond = |t: &str| {
             status
                 .condition(t)
-                .map(|c| c.status.clone())
+                .map(|c| c.status.as_str().to_string())
                 .unwrap_or_default()
         };
         let age = r

@@ -14,6 +14,7 @@ use crate::cli::exit::{CliError, CommandResult, ExitStatus};
 use crate::cli::output::{OutputFormat, Printer};
 use crate::cli::table::plain;
 use crate::cli::{GlobalArgs, io_error};
+use crate::engine::api::{ConditionStatus, Reason};
 use crate::engine::api::{HealthState, HookState, Release, ReleaseInventory, condition_types};
 use crate::engine::duration::human;
 use crate::engine::health::assess;
@@ -122,14 +123,14 @@ fn settled(release: &Release, inventory: &ReleaseInventory, view: &View) -> Opti
     let attempt = status.last_attempted.as_ref()?;
     let rolled_back = status
         .condition(condition_types::APPLIED)
-        .is_some_and(|c| c.reason == crate::engine::api::reasons::ROLLED_BACK);
+        .is_some_and(|c| c.reason == Reason::RolledBack);
     if attempt.phase == Some(AttemptPhase::Failed) || rolled_back {
         return Some(false);
     }
     let render = attempt.render_ref.as_deref()?;
     let applied = status
         .condition(condition_types::APPLIED)
-        .is_some_and(|c| c.status == "True");
+        .is_some_and(|c| c.status == ConditionStatus::True);
     let current = members(inventory)
         .iter()
         .all(|e| e.assessed_render_ref.as_deref() == Some(render));

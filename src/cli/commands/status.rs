@@ -6,6 +6,7 @@ use crate::cli::exit::{CliError, CommandResult, ExitStatus};
 use crate::cli::output::{OutputFormat, Printer, yaml_value};
 use crate::cli::table::plain;
 use crate::cli::{GlobalArgs, io_error};
+use crate::engine::api::Reason;
 use crate::engine::api::{Attempt, Release, ReleaseInventory};
 use crate::engine::duration::human;
 use crate::engine::explain::explain;
@@ -124,7 +125,7 @@ pub fn render_status(
                 };
                 vec![
                     c.type_.clone(),
-                    c.status.clone(),
+                    c.status.to_string(),
                     reason,
                     age,
                     c.writer.clone(),
@@ -216,11 +217,11 @@ fn ago(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time, now: jiff::Time
 
 /// How long is left of `limit` (a duration as written) counted from `since`.
 fn left(
-    limit: Option<&str>,
+    limit: Option<&crate::engine::duration::GoDuration>,
     since: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
     now: jiff::Timestamp,
 ) -> Option<String> {
-    let limit = crate::engine::duration::parse_duration(limit?).ok()?;
+    let limit = limit?.get();
     let elapsed = (now.as_second() - since.0.as_second()).max(0) as u64;
     Some(match limit.as_secs().checked_sub(elapsed) {
         Some(rest) if rest > 0 => format!("{} left", human(std::time::Duration::from_secs(rest))),
@@ -246,7 +247,7 @@ fn rollout_line(
                 .spec
                 .failure_policy
                 .as_ref()
-                .and_then(|p| p.deadline.as_deref());
+                .and_then(|p| p.deadline.as_ref());
             if let Some(rest) = left(deadline, started, now) {
                 line.push_str(&format!(" (deadline: {rest})"));
             }
@@ -270,19 +271,19 @@ fn waiting_line(
     w: &crate::engine::api::Waiting,
     now: jiff::Timestamp,
 ) -> String {
-    let timeout = if w.reason == crate::engine::api::reasons::WAITING_FOR_CLUSTER_WAVE {
+    let timeout = if w.reason == Reason::WaitingForClusterWave {
         release
             .spec
             .cluster_wave
             .as_ref()
-            .and_then(|c| c.timeout.as_deref())
+            .and_then(|c| c.timeout.as_ref())
     } else {
         release
             .spec
             .sync_policy
             .as_ref()
             .and_then(|p| p.waves.as_ref())
-            .and_then(|w| w.timeout.as_deref())
+            .and_then(|w| w.timeout.as_ref())
     };
     let mut line = format!(
         "Waiting          for {} since {} ago",

@@ -13,7 +13,8 @@ use crate::cli::exit::{CliError, CommandResult, ExitStatus};
 use crate::cli::output::Printer;
 use crate::cli::progress::SyncProgress;
 use crate::cli::{GlobalArgs, io_error};
-use crate::engine::api::{Release, reasons};
+use crate::engine::api::ConditionStatus;
+use crate::engine::api::{HealthyReason, LifecycleReason, Reason, Release};
 use crate::engine::connect::is_unreachable;
 use crate::engine::reconcile::{ReconcileOutcome, sync_handler};
 use crate::engine::requests::{SyncRequest, request_sync};
@@ -116,7 +117,7 @@ pub async fn run(global: &GlobalArgs, args: SyncArgs, printer: &mut Printer) -> 
     let progress = Arc::new(SyncProgress::new(printer.interactive));
     ctx.progress = Some(progress.clone());
     let result = sync_handler(&ctx, &release, 0).await;
-    let result = result.map_err(|e| CliError::new(ExitStatus::No, e));
+    let result = result.map_err(|e| CliError::new(ExitStatus::of(&e), e));
     let result = match result {
         Ok(r) => finish_what_it_started(&ctx, &api, &args, r, &progress).await,
         Err(e) => Err(e),
@@ -176,7 +177,7 @@ async fn finish_what_it_started(
         };
         let held = matches!(
             outcome.reason,
-            reasons::WAITING_FOR_HOOK | reasons::WAITING_FOR_WAVE_HEALTH
+            Reason::WaitingForHook | Reason::WaitingForWaveHealth
         );
         let release = api.get(&args.name).await.map_err(|e| {
             CliError::new(
@@ -187,15 +188,15 @@ async fn finish_what_it_started(
         let status = release.status.clone().unwrap_or_default();
         let hooks_running = status
             .condition(condition_types::LIFECYCLE_SUCCEEDED)
-            .is_some_and(|c| c.reason == reasons::lifecycle::RUNNING);
+            .is_some_and(|c| c.reason == LifecycleReason::Running);
         let note = if held {
             outcome.message.clone()
         } else if outcome.applied_render && hooks_running {
             "waiting for hooks to finish".to_string()
         } else if outcome.applied_render && waited && release.spec.health_assessment.is_some() {
             match status.condition(condition_types::HEALTHY) {
-                Some(c) if c.status == "True" => return Ok((result, None)),
-                Some(c) if c.reason == reasons::healthy::DEGRADED => return Ok((result, None)),
+                Some(c) if c.status == ConditionStatus::True => return Ok((result, None)),
+                Some(c) if c.reason == HealthyReason::Degraded => return Ok((result, None)),
                 _ => "waiting for the render to be healthy".to_string(),
             }
         } else {
@@ -228,7 +229,7 @@ async fn finish_what_it_started(
         progress.following_up();
         result = sync_handler(ctx, &release, 0)
             .await
-            .map_err(|e| CliError::new(ExitStatus::No, e))?;
+            .map_err(|e| CliError::new(ExitStatus::of(&e), e))?;
     }
 }
 
@@ -254,11 +255,11 @@ fn confirm_force(name: &str, interactive: bool) -> Result<(), CliError> {
 }
 
 /// The exit status of an outcome (DESIGN.md section 4).
-pub fn exit_for(reason: &str, applied_status: &str) -> ExitStatus {
+pub fn exit_for(reason: Option<Reason>, applied_status: ConditionStatus) -> ExitStatus {
     match reason {
-        reasons::SOURCE_NOT_READY | reasons::CLUSTER_NOT_READY => ExitStatus::Unreachable,
-        reasons::UNSUPPORTED => ExitStatus::Invalid,
-        _ if applied_status == "True" => ExitStatus::Success,
+        Some(Reason::SourceNotReady | Reason::ClusterNotReady) => ExitStatus::Unreachable,
+        Some(Reason::Unsupported) => ExitStatus::Invalid,
+        _ if applied_status == ConditionStatus::True => ExitStatus::Success,
         _ => ExitStatus::No,
     }
 }
@@ -281,7 +282,7 @@ fn report_outcome(
             outcome.reason, outcome.message
         ))
         .map_err(io_error)?;
-    Ok(exit_for(outcome.reason, outcome.applied_status()))
+    Ok(exit_for(Some(outcome.reason), outcome.applied_status()))
 }
 
 fn report_status(release: &Release, printer: &mut Printer) -> CommandResult {
@@ -299,15 +300,15 @@ fn report_status(release: &Release, printer: &mut Printer) -> CommandResult {
         ))
         .map_err(io_error)?;
     let healthy = status.condition(crate::engine::api::condition_types::HEALTHY);
-    if let Some(h) = healthy.filter(|_| applied.status == "True") {
+    if let Some(h) = healthy.filter(|_| applied.status == ConditionStatus::True) {
         printer
             .line(&format!("Healthy={} {}: {}", h.status, h.reason, h.message))
             .map_err(io_error)?;
-        if h.reason == reasons::healthy::DEGRADED {
+        if h.reason == HealthyReason::Degraded {
             return Ok(ExitStatus::No);
         }
     }
-    Ok(exit_for(&applied.reason, &applied.status))
+    Ok(exit_for(applied.reason.parse().ok(), applied.status))
 }
 
 /// Watch the Release until a reconcile handled `request` and its render reached a result:
@@ -430,7 +431,7 @@ fn handled_request(r: &Release, request: &SyncRequest, requested: jiff::Timestam
     // before the request was seen. One that still waits for /sync did not see it.
     let waiting_for_sync = s
         .condition(crate::engine::api::condition_types::APPLIED)
-        .is_some_and(|c| c.reason == crate::engine::api::reasons::WAITING_FOR_SYNC);
+        .is_some_and(|c| c.reason == Reason::WaitingForSync);
     !waiting_for_sync
         && s.last_attempted
             .as_ref()
@@ -455,30 +456,28 @@ fn request_result(release: &Release) -> RequestState {
     let Some(applied) = status.condition(condition_types::APPLIED) else {
         return RequestState::Waiting("waiting for the first reconcile".into());
     };
-    match applied.reason.as_str() {
-        // The hold's own words name the stage ("wave 1 waits for wave 0 to be healthy: …",
-        // the hooks it waits for, the lower cluster wave).
-        reasons::WAITING_FOR_WAVE_HEALTH
-        | reasons::WAITING_FOR_HOOK
-        | reasons::WAITING_FOR_CLUSTER_WAVE => {
-            return RequestState::Waiting(applied.message.clone());
-        }
-        _ => {}
+    // The hold's own words name the stage ("wave 1 waits for wave 0 to be healthy: …", the
+    // hooks it waits for, the lower cluster wave).
+    if let Ok(
+        Reason::WaitingForWaveHealth | Reason::WaitingForHook | Reason::WaitingForClusterWave,
+    ) = applied.reason.parse::<Reason>()
+    {
+        return RequestState::Waiting(applied.message.clone());
     }
-    if applied.status != "True" {
+    if applied.status != ConditionStatus::True {
         return RequestState::Done;
     }
     let hooks_running = status
         .condition(condition_types::LIFECYCLE_SUCCEEDED)
-        .is_some_and(|c| c.reason == reasons::lifecycle::RUNNING);
+        .is_some_and(|c| c.reason == LifecycleReason::Running);
     if hooks_running {
         return RequestState::Waiting("applied; waiting for its hooks to finish".into());
     }
     match status.condition(condition_types::HEALTHY) {
-        Some(h) if h.status == "True" || h.reason == reasons::healthy::DEGRADED => {
+        Some(h) if h.status == ConditionStatus::True || h.reason == HealthyReason::Degraded => {
             RequestState::Done
         }
-        Some(h) if h.reason == reasons::healthy::NOT_CONFIGURED => RequestState::Done,
+        Some(h) if h.reason == HealthyReason::NotConfigured => RequestState::Done,
         Some(h) => RequestState::Waiting(format!("applied; health: {}", h.message)),
         None => RequestState::Waiting("applied; waiting for the first health assessment".into()),
     }

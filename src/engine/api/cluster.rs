@@ -8,6 +8,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::engine::duration::GoDuration;
+
 use super::release::Condition;
 
 /// A target cluster.
@@ -43,8 +45,7 @@ pub struct ClusterSpec {
     pub in_cluster: bool,
     /// How often the Cluster controller checks reachability (a Go duration, default `5m`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("pattern" = super::DURATION_PATTERN))]
-    pub interval: Option<String>,
+    pub interval: Option<GoDuration>,
 }
 
 /// A key of a Secret in the same namespace.

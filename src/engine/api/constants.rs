@@ -32,94 +32,180 @@ pub mod condition_types {
 
     /// The conditions the controller owns and sends in its status patch.
     pub const CONTROLLER_OWNED: [&str; 3] = [APPLIED, ROLLOUT_SUCCEEDED, LIFECYCLE_SUCCEEDED];
-}
 
-/// Reasons of the `Applied` condition (status-and-conditions.txt, table "Applied").
-pub mod reasons {
-    pub const APPLIED: &str = "Applied";
-    pub const SOURCE_NOT_READY: &str = "SourceNotReady";
-    pub const VALUES_NOT_READY: &str = "ValuesNotReady";
-    pub const CLUSTER_NOT_READY: &str = "ClusterNotReady";
-    pub const UNSUPPORTED: &str = "Unsupported";
-    pub const UNAPPLIABLE: &str = "Unappliable";
-    pub const DEPLOY_FAILED: &str = "DeployFailed";
-    pub const PRUNE_FAILED: &str = "PruneFailed";
-    pub const PINNED: &str = "Pinned";
-    pub const WAITING_FOR_SYNC: &str = "WaitingForSync";
-    pub const WAITING_FOR_WAVE_HEALTH: &str = "WaitingForWaveHealth";
-    pub const WAVE_FAILED: &str = "WaveFailed";
-    pub const ROLLOUT_FAILED: &str = "RolloutFailed";
-    pub const ROLLED_BACK: &str = "RolledBack";
-    pub const WAITING_FOR_CLUSTER_WAVE: &str = "WaitingForClusterWave";
-    pub const CLUSTER_WAVE_FAILED: &str = "ClusterWaveFailed";
-    pub const WAITING_FOR_HOOK: &str = "WaitingForHook";
-    pub const HOOK_FAILED: &str = "HookFailed";
-
-    /// Every reason of the Applied table, in the table's order.
-    pub const ALL_APPLIED: [&str; 18] = [
+    /// Every condition type of a Release.
+    pub const ALL: [&str; 5] = [
         APPLIED,
-        SOURCE_NOT_READY,
-        VALUES_NOT_READY,
-        CLUSTER_NOT_READY,
-        UNSUPPORTED,
-        UNAPPLIABLE,
-        DEPLOY_FAILED,
-        PRUNE_FAILED,
-        PINNED,
-        WAITING_FOR_SYNC,
-        WAITING_FOR_WAVE_HEALTH,
-        WAVE_FAILED,
-        ROLLOUT_FAILED,
-        ROLLED_BACK,
-        WAITING_FOR_CLUSTER_WAVE,
-        CLUSTER_WAVE_FAILED,
-        WAITING_FOR_HOOK,
-        HOOK_FAILED,
+        ROLLOUT_SUCCEEDED,
+        LIFECYCLE_SUCCEEDED,
+        IN_SYNC,
+        HEALTHY,
     ];
 
-    /// Reasons of the `Healthy` condition (health-loop.txt, status-and-conditions.txt).
-    pub mod healthy {
-        /// True: every entry of the current render passes its rules.
-        pub const HEALTHY: &str = "Healthy";
-        /// False: an entry fails its rules and is within its deadline.
-        pub const PROGRESSING: &str = "Progressing";
-        /// False: an entry has failed its rules for longer than the deadline.
-        pub const DEGRADED: &str = "Degraded";
-        /// True: the Release has no `spec.healthAssessment`.
-        pub const NOT_CONFIGURED: &str = "NotConfigured";
-        /// Unknown: the current render is not applied and assessed yet.
-        pub const PENDING: &str = "Pending";
-        /// Unknown: the assessment failed (rule compile error, unreachable cluster).
-        pub const UNKNOWN: &str = "Unknown";
-    }
+    /// The one condition of a Cluster and of a source (written by their controllers).
+    pub const READY: &str = "Ready";
+}
 
-    /// Reasons of the `InSync` condition.
-    pub mod in_sync {
-        /// True: every desired object matches the cluster.
-        pub const IN_SYNC: &str = "InSync";
-        /// False: an object would change, be created or be pruned.
-        pub const OUT_OF_SYNC: &str = "OutOfSync";
-        /// Unknown: the drift could not be determined (render failed, cluster unreachable).
-        pub const UNKNOWN: &str = "Unknown";
-    }
+/// An enum of names that are part of the contract: each variant's string (`as_str`, `Display`,
+/// `AsRef<str>`), the parse back (`FromStr`), every variant (`ALL`), and comparison with the
+/// `String` a condition carries, so control flow matches variants, never spelled strings.
+macro_rules! contract_names {
+    ($(#[$meta:meta])* pub enum $name:ident { $($(#[$vmeta:meta])* $variant:ident = $text:literal,)* }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name { $($(#[$vmeta])* $variant,)* }
 
-    /// Reasons of the `LifecycleSucceeded` condition.
-    pub mod lifecycle {
-        pub const SUCCEEDED: &str = "Succeeded";
-        pub const RUNNING: &str = "Running";
-        pub const FAILED: &str = "Failed";
+        impl $name {
+            /// Every variant, in the order of the spec's table.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)*];
+
+            pub const fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text,)* }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                self.as_str()
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = UnknownName;
+            fn from_str(text: &str) -> Result<Self, UnknownName> {
+                Self::ALL
+                    .iter()
+                    .copied()
+                    .find(|v| v.as_str() == text)
+                    .ok_or_else(|| UnknownName { kind: stringify!($name), text: text.to_string() })
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(value: $name) -> String {
+                value.as_str().to_string()
+            }
+        }
+
+        impl PartialEq<$name> for String {
+            fn eq(&self, other: &$name) -> bool {
+                self == other.as_str()
+            }
+        }
+
+        impl PartialEq<$name> for &str {
+            fn eq(&self, other: &$name) -> bool {
+                *self == other.as_str()
+            }
+        }
+
+        impl PartialEq<$name> for str {
+            fn eq(&self, other: &$name) -> bool {
+                self == other.as_str()
+            }
+        }
+    };
+}
+
+/// A string that names no variant of a contract enum.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not a {kind}")]
+pub struct UnknownName {
+    pub kind: &'static str,
+    pub text: String,
+}
+
+contract_names! {
+    /// Reasons of the `Applied` condition (status-and-conditions.txt, table "Applied").
+    pub enum Reason {
+        Applied = "Applied",
+        SourceNotReady = "SourceNotReady",
+        ValuesNotReady = "ValuesNotReady",
+        ClusterNotReady = "ClusterNotReady",
+        Unsupported = "Unsupported",
+        Unappliable = "Unappliable",
+        DeployFailed = "DeployFailed",
+        PruneFailed = "PruneFailed",
+        Pinned = "Pinned",
+        WaitingForSync = "WaitingForSync",
+        WaitingForWaveHealth = "WaitingForWaveHealth",
+        WaveFailed = "WaveFailed",
+        RolloutFailed = "RolloutFailed",
+        RolledBack = "RolledBack",
+        WaitingForClusterWave = "WaitingForClusterWave",
+        ClusterWaveFailed = "ClusterWaveFailed",
+        WaitingForHook = "WaitingForHook",
+        HookFailed = "HookFailed",
     }
 }
 
-/// Values of `status.lastAttempted.failure.stage`.
-pub mod failure_stages {
-    pub const SOURCE_RESOLUTION: &str = "SourceResolution";
-    pub const CLUSTER_RESOLUTION: &str = "ClusterResolution";
-    pub const RENDERING: &str = "Rendering";
-    pub const SYNCING: &str = "Syncing";
-    pub const HOOK_FAILED: &str = "HookFailed";
-    /// Defined by the API; convoy never sets it (a mutation failure is `Rendering`).
-    pub const MUTATION_RESOLUTION: &str = "MutationResolution";
+contract_names! {
+    /// Reasons of the `Healthy` condition (health-loop.txt, status-and-conditions.txt).
+    pub enum HealthyReason {
+        /// True: every entry of the current render passes its rules.
+        Healthy = "Healthy",
+        /// False: an entry fails its rules and is within its deadline.
+        Progressing = "Progressing",
+        /// False: an entry has failed its rules for longer than the deadline.
+        Degraded = "Degraded",
+        /// True: the Release has no `spec.healthAssessment`.
+        NotConfigured = "NotConfigured",
+        /// Unknown: the current render is not applied and assessed yet.
+        Pending = "Pending",
+        /// Unknown: the assessment failed (rule compile error, unreachable cluster).
+        Unknown = "Unknown",
+    }
+}
+
+contract_names! {
+    /// Reasons of the `InSync` condition.
+    pub enum InSyncReason {
+        /// True: every desired object matches the cluster.
+        InSync = "InSync",
+        /// False: an object would change, be created or be pruned.
+        OutOfSync = "OutOfSync",
+        /// Unknown: the drift could not be determined (render failed, cluster unreachable).
+        Unknown = "Unknown",
+    }
+}
+
+contract_names! {
+    /// Reasons of the `LifecycleSucceeded` condition.
+    pub enum LifecycleReason {
+        Succeeded = "Succeeded",
+        Running = "Running",
+        Failed = "Failed",
+    }
+}
+
+contract_names! {
+    /// Reasons of the `Ready` condition of a Cluster (is its API server reachable?) and of a
+    /// source (did its last fetch succeed?).
+    pub enum ReadyReason {
+        Reachable = "Reachable",
+        Unreachable = "Unreachable",
+        Succeeded = "Succeeded",
+        FetchFailed = "FetchFailed",
+    }
+}
+
+contract_names! {
+    /// Values of `status.lastAttempted.failure.stage`.
+    pub enum FailureStage {
+        SourceResolution = "SourceResolution",
+        ClusterResolution = "ClusterResolution",
+        Rendering = "Rendering",
+        Syncing = "Syncing",
+        HookFailed = "HookFailed",
+        /// Defined by the API; convoy never sets it (a mutation failure is `Rendering`).
+        MutationResolution = "MutationResolution",
+    }
 }
 
 /// Annotations: operational requests on a Release, and per-object hints in a render.

@@ -11,6 +11,9 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::engine::duration::GoDuration;
+
+use super::inventory::HookState;
 use super::schema;
 
 /// A Release: take a source, render it, and keep the result applied, in sync and healthy on a
@@ -267,8 +270,7 @@ pub struct SyncPolicy {
     pub mode: SyncMode,
     /// How often to reconcile when nothing happens (a Go duration such as `5m`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("pattern" = super::DURATION_PATTERN))]
-    pub interval: Option<String>,
+    pub interval: Option<GoDuration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_backoff: Option<RetryBackoff>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -276,18 +278,16 @@ pub struct SyncPolicy {
 }
 
 /// Backoff of retried failures: `initial × factor^(n−1)`, capped by `max`.
-#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, JsonSchema)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RetryBackoff {
-    #[schemars(extend("pattern" = super::DURATION_PATTERN))]
-    pub initial: String,
+    pub initial: GoDuration,
     /// Default 2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub factor: Option<u32>,
     /// Default `1000s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("pattern" = super::DURATION_PATTERN))]
-    pub max: Option<String>,
+    pub max: Option<GoDuration>,
 }
 
 /// How sync waves wait for each other.
@@ -297,8 +297,7 @@ pub struct WavePolicy {
     #[serde(default)]
     pub wait_for_health: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("pattern" = super::DURATION_PATTERN))]
-    pub timeout: Option<String>,
+    pub timeout: Option<GoDuration>,
 }
 
 /// The Release's place among the Releases on the same Cluster.
@@ -307,8 +306,7 @@ pub struct WavePolicy {
 pub struct ClusterWave {
     pub wave: i32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("pattern" = super::DURATION_PATTERN))]
-    pub timeout: Option<String>,
+    pub timeout: Option<GoDuration>,
 }
 
 /// Which health rules apply and how long an object may fail before it is Degraded.
@@ -320,8 +318,7 @@ pub struct HealthAssessment {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_rule_set_selector: Option<LabelSelector>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("pattern" = super::DURATION_PATTERN))]
-    pub deadline: Option<String>,
+    pub deadline: Option<GoDuration>,
     /// Judge objects that no selected rule matches with convoy's built-in rules (the ones
     /// `convoy install` ships). Default true; `false` with no selector turns health
     /// assessment off (Healthy is then True with reason NotConfigured).
@@ -342,8 +339,7 @@ pub enum RollbackMode {
 pub struct FailurePolicy {
     /// How long a rollout may stay Progressing, from `status.rollout.startedAt`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("pattern" = super::DURATION_PATTERN))]
-    pub deadline: Option<String>,
+    pub deadline: Option<GoDuration>,
     #[serde(default)]
     pub rollback: RollbackMode,
 }
@@ -510,8 +506,7 @@ pub struct Hook {
     #[serde(default)]
     pub on_failure: HookFailurePolicy,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("pattern" = super::DURATION_PATTERN))]
-    pub timeout: Option<String>,
+    pub timeout: Option<GoDuration>,
 }
 
 // ------------------------------------------------------------------------------------------
@@ -589,14 +584,79 @@ impl ReleaseStatus {
     }
 }
 
+/// A Release by namespace and name: how logs, messages and the render store name it
+/// (`namespace/name`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ReleaseId {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ReleaseId {
+    pub fn of(release: &Release) -> Self {
+        Self {
+            namespace: release.metadata.namespace.clone().unwrap_or_default(),
+            name: release.metadata.name.clone().unwrap_or_default(),
+        }
+    }
+
+    pub fn render_key(&self, render_ref: &str) -> String {
+        format!("{}/{}/renders/{render_ref}", self.namespace, self.name)
+    }
+
+    pub fn history_key(&self) -> String {
+        format!("{}/{}/history", self.namespace, self.name)
+    }
+}
+
+impl std::fmt::Display for ReleaseId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A condition's status, as `metav1.Condition` spells it.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ConditionStatus {
+    True,
+    False,
+    #[default]
+    Unknown,
+}
+
+impl ConditionStatus {
+    pub const ALL: [ConditionStatus; 3] = [
+        ConditionStatus::True,
+        ConditionStatus::False,
+        ConditionStatus::Unknown,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
+
+    pub fn is_true(self) -> bool {
+        self == ConditionStatus::True
+    }
+}
+
+impl std::fmt::Display for ConditionStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A condition, shaped like `metav1.Condition`.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
     #[serde(rename = "type")]
     pub type_: String,
-    /// True, False or Unknown.
-    pub status: String,
+    pub status: ConditionStatus,
     #[serde(default)]
     pub reason: String,
     #[serde(default)]
@@ -770,7 +830,7 @@ pub struct LifecyclePhaseStatus {
 pub struct LifecycleHookStatus {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state: Option<String>,
+    pub state: Option<HookState>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }

@@ -9,6 +9,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::engine::duration::GoDuration;
+
 use super::release::{Condition, GitRef};
 
 /// A Git repository.
@@ -46,8 +48,7 @@ pub struct GitRepositorySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<LocalObjectRef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("pattern" = super::DURATION_PATTERN))]
-    pub interval: Option<String>,
+    pub interval: Option<GoDuration>,
 }
 
 /// An HTTP Helm chart repository (`index.yaml` and chart archives).
@@ -75,8 +76,7 @@ pub struct HelmRegistrySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<LocalObjectRef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("pattern" = super::DURATION_PATTERN))]
-    pub interval: Option<String>,
+    pub interval: Option<GoDuration>,
 }
 
 /// An OCI registry repository holding Helm charts or plain manifest bundles.
@@ -108,8 +108,7 @@ pub struct OCIRegistrySpec {
     #[serde(default)]
     pub insecure: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("pattern" = super::DURATION_PATTERN))]
-    pub interval: Option<String>,
+    pub interval: Option<GoDuration>,
 }
 
 /// A reference to an object in the same namespace.

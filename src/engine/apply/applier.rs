@@ -56,6 +56,17 @@ pub enum ApplyError {
     },
 }
 
+impl crate::engine::error::Categorized for ApplyError {
+    fn category(&self) -> crate::engine::error::Category {
+        use crate::engine::error::Category;
+        match self {
+            ApplyError::Unreachable(_) => Category::Unreachable,
+            ApplyError::Read { source, .. } => crate::engine::error::kube_category(source),
+            ApplyError::Failed { .. } => Category::Failed,
+        }
+    }
+}
+
 fn summary(failures: &[Rejection]) -> String {
     let shown: Vec<String> = failures.iter().take(3).map(|r| r.to_string()).collect();
     let more = failures.len().saturating_sub(3);

@@ -9,7 +9,7 @@
 pub mod fields;
 pub mod text;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use futures::{StreamExt, stream};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -21,9 +21,10 @@ use self::fields::{
     redact_secret_pair,
 };
 use crate::engine::api::{
-    Condition, ObjectKey, Release, ReleaseInventory, SyncMode, condition_types, field_managers,
-    reasons,
+    Condition, InSyncReason, ObjectKey, Release, ReleaseInventory, SyncMode, condition_types,
+    field_managers,
 };
+use crate::engine::api::{ConditionStatus, ReleaseId};
 use crate::engine::apply::{Applier, ApplyError, Rejection};
 use crate::engine::cluster::Target;
 use crate::engine::digest_key::DigestKey;
@@ -244,39 +245,24 @@ pub async fn diff_objects(
     let applied = crate::engine::content_hooks::split(desired).objects;
     let labelled = crate::engine::ownership::labelled(release, &applied);
     let live = applier.live_objects(&labelled).await?;
-    let mut keyed = Vec::with_capacity(labelled.len());
-    for object in labelled {
-        let key = applier
-            .effective_key(&object)
-            .await
-            .unwrap_or_else(|_| object.key());
-        keyed.push((key, object));
-    }
-    let for_cluster = crate::engine::exclusions::for_cluster(release, keyed, &live);
+    let keyed = effective_keys(applier, &labelled).await;
+    let for_cluster = crate::engine::exclusions::for_cluster(
+        release,
+        keyed.into_iter().zip(labelled).collect(),
+        &live,
+    );
     let desired = &for_cluster.objects[..];
-    // Objects applied before exactly as rendered now whose live copy still holds every value
-    // they set are unchanged without a dry run: the sync skips them by the same rule, so the
-    // diff shows exactly what a sync would send.
-    let digests: std::collections::HashMap<ObjectKey, String> = inventory
-        .map(|inv| {
-            members(inv)
-                .into_iter()
-                .filter_map(|e| Some((e.key(), e.digest.clone()?)))
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut changed = applier
-        .changed_given_live(desired, &digests, digest_key, &live)
-        .await;
-    for (c, object) in changed.iter_mut().zip(desired) {
-        let key = applier
-            .effective_key(object)
-            .await
-            .unwrap_or_else(|_| object.key());
-        if for_cluster.keep_as_is.contains(&key) {
-            *c = false;
-        }
-    }
+    let keys = effective_keys(applier, desired).await;
+    let changed = sync_would_send(
+        applier,
+        desired,
+        &keys,
+        &for_cluster,
+        inventory,
+        digest_key,
+        &live,
+    )
+    .await;
     let results: Vec<Result<Option<DryRun>, ApplyError>> =
         stream::iter(desired.iter().cloned().zip(changed))
             .map(|(object, changed)| async move {
@@ -290,112 +276,179 @@ pub async fn diff_objects(
             .collect()
             .await;
     let mut report = DiffReport::default();
-    let mut desired_keys = BTreeSet::new();
     // The desired object of each ObjectDiff pushed below, in order.
     let mut sources: Vec<&Object> = Vec::new();
-    for (object, result) in desired.iter().zip(results) {
-        let Some((key, dry)) = result? else {
-            let key = applier
-                .effective_key(object)
-                .await
-                .unwrap_or_else(|_| object.key());
-            desired_keys.insert(key.clone());
-            let keep_status = object.0.get("status").is_some();
-            let secret = object.is_secret();
-            let norm = live
-                .get(&key)
-                .map(|l| live_with_type(normalize(l, keep_status), &object.0));
-            let (shown, secret_keys) = if secret {
-                let (l, _, keys) = redact_secret_pair(norm.as_ref(), norm.as_ref(), digest_key);
-                (l, keys)
-            } else {
-                (norm, Vec::new())
-            };
-            report.objects.push(ObjectDiff {
-                key,
-                action: Action::Unchanged,
-                changes: Vec::new(),
-                live: shown.clone(),
-                desired: shown,
-                secret,
-                secret_keys,
-                owned_by: None,
-                adopt_from: Vec::new(),
-            });
-            sources.push(object);
-            continue;
-        };
-        desired_keys.insert(key.clone());
-        let dry = match dry {
-            Ok(d) => d,
-            Err(rejection) => {
+    for ((object, key), result) in desired.iter().zip(&keys).zip(results) {
+        let diff = match result? {
+            None => unchanged_diff(key.clone(), object, live.get(key), digest_key),
+            Some((_, Err(rejection))) => {
                 report.rejections.push(rejection);
                 continue;
             }
+            Some((key, Ok(dry))) => {
+                let live_object = live.get(&key);
+                dry_run_diff(key, object, &dry, live_object, digest_key)
+            }
         };
-        let keep_status = object.0.get("status").is_some();
-        let secret = object.is_secret();
-        let desired_norm = normalize(&dry, keep_status);
-        let Some(live_obj) = live.get(&key) else {
-            let (desired_shown, secret_keys) = if secret {
-                let (_, d, keys) = redact_secret_pair(None, Some(&desired_norm), digest_key);
-                (d, keys)
-            } else {
-                (Some(desired_norm), Vec::new())
-            };
-            report.objects.push(ObjectDiff {
-                key,
-                action: Action::Create,
-                changes: Vec::new(),
-                live: None,
-                desired: desired_shown,
-                secret,
-                secret_keys,
-                owned_by: None,
-                adopt_from: Vec::new(),
-            });
-            sources.push(object);
-            continue;
-        };
-        let live_norm = live_with_type(normalize(live_obj, keep_status), &desired_norm);
-        let mut changes = field_changes(
-            &live_norm,
-            &desired_norm,
-            &managed_fields(live_obj),
-            &managed_fields(&dry),
-        );
-        let (live_shown, desired_shown, secret_keys) = if secret {
-            let (l, d, keys) =
-                redact_secret_pair(Some(&live_norm), Some(&desired_norm), digest_key);
-            let (l, d) = (l.unwrap_or_default(), d.unwrap_or_default());
-            redact_changes(&mut changes, &l, &d);
-            (l, d, keys)
-        } else {
-            (live_norm, desired_norm, Vec::new())
-        };
-        let action = if changes.is_empty() {
-            Action::Unchanged
-        } else {
-            Action::Change
-        };
-        report.objects.push(ObjectDiff {
-            key,
-            action,
-            changes,
-            live: Some(live_shown),
-            desired: Some(desired_shown),
-            secret,
-            secret_keys,
-            owned_by: None,
-            adopt_from: Vec::new(),
-        });
+        report.objects.push(diff);
         sources.push(object);
     }
-    // Who owns or made what is about to be applied.
+    name_owners(&mut report.objects, &sources, &live, inventory);
+    let desired_keys: BTreeSet<ObjectKey> = keys.into_iter().collect();
+    report
+        .objects
+        .extend(prunes(inventory, &desired_keys, &for_cluster.ignored));
+    report.objects.sort_by(|a, b| a.key.cmp(&b.key));
+    report.rejections.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(report)
+}
+
+/// The key each object is applied under (a kind discovery cannot resolve keeps its own).
+async fn effective_keys(applier: &Applier, objects: &[Object]) -> Vec<ObjectKey> {
+    let mut keys = Vec::with_capacity(objects.len());
+    for object in objects {
+        let key = applier.effective_key(object).await;
+        keys.push(key.unwrap_or_else(|_| object.key()));
+    }
+    keys
+}
+
+/// Which objects a sync would send. Objects applied before exactly as rendered now whose
+/// live copy still holds every value they set are unchanged without a dry run (the sync
+/// skips them by the same rule), and existing `IfNotPresent` objects are never sent, so the
+/// diff shows exactly what a sync would send.
+async fn sync_would_send(
+    applier: &Applier,
+    desired: &[Object],
+    keys: &[ObjectKey],
+    for_cluster: &crate::engine::exclusions::ForCluster,
+    inventory: Option<&ReleaseInventory>,
+    digest_key: Option<&DigestKey>,
+    live: &HashMap<ObjectKey, Value>,
+) -> Vec<bool> {
+    let digests: HashMap<ObjectKey, String> = inventory
+        .map(|inv| {
+            members(inv)
+                .into_iter()
+                .filter_map(|e| Some((e.key(), e.digest.clone()?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let changed = applier
+        .changed_given_live(desired, &digests, digest_key, live)
+        .await;
+    changed
+        .into_iter()
+        .zip(keys)
+        .map(|(changed, key)| changed && !for_cluster.keep_as_is.contains(key))
+        .collect()
+}
+
+/// A diff of one object and nothing else: every field empty.
+fn object_diff(key: ObjectKey, action: Action, secret: bool) -> ObjectDiff {
+    ObjectDiff {
+        key,
+        action,
+        changes: Vec::new(),
+        live: None,
+        desired: None,
+        secret,
+        secret_keys: Vec::new(),
+        owned_by: None,
+        adopt_from: Vec::new(),
+    }
+}
+
+/// An object the sync would not send: shown as it is live (a Secret redacted).
+fn unchanged_diff(
+    key: ObjectKey,
+    object: &Object,
+    live: Option<&Value>,
+    digest_key: Option<&DigestKey>,
+) -> ObjectDiff {
+    let keep_status = object.0.get("status").is_some();
+    let secret = object.is_secret();
+    let norm = live.map(|l| live_with_type(normalize(l, keep_status), &object.0));
+    let (shown, secret_keys) = if secret {
+        let (l, _, keys) = redact_secret_pair(norm.as_ref(), norm.as_ref(), digest_key);
+        (l, keys)
+    } else {
+        (norm, Vec::new())
+    };
+    ObjectDiff {
+        live: shown.clone(),
+        desired: shown,
+        secret_keys,
+        ..object_diff(key, Action::Unchanged, secret)
+    }
+}
+
+/// An object the sync would send, from its dry run: created, changed (each field change
+/// named by who made it) or unchanged after all.
+fn dry_run_diff(
+    key: ObjectKey,
+    object: &Object,
+    dry: &Value,
+    live: Option<&Value>,
+    digest_key: Option<&DigestKey>,
+) -> ObjectDiff {
+    let keep_status = object.0.get("status").is_some();
+    let secret = object.is_secret();
+    let desired_norm = normalize(dry, keep_status);
+    let Some(live_obj) = live else {
+        let (desired_shown, secret_keys) = if secret {
+            let (_, d, keys) = redact_secret_pair(None, Some(&desired_norm), digest_key);
+            (d, keys)
+        } else {
+            (Some(desired_norm), Vec::new())
+        };
+        return ObjectDiff {
+            desired: desired_shown,
+            secret_keys,
+            ..object_diff(key, Action::Create, secret)
+        };
+    };
+    let live_norm = live_with_type(normalize(live_obj, keep_status), &desired_norm);
+    let mut changes = field_changes(
+        &live_norm,
+        &desired_norm,
+        &managed_fields(live_obj),
+        &managed_fields(dry),
+    );
+    let (live_shown, desired_shown, secret_keys) = if secret {
+        let (l, d, keys) = redact_secret_pair(Some(&live_norm), Some(&desired_norm), digest_key);
+        let (l, d) = (l.unwrap_or_default(), d.unwrap_or_default());
+        redact_changes(&mut changes, &l, &d);
+        (l, d, keys)
+    } else {
+        (live_norm, desired_norm, Vec::new())
+    };
+    let action = if changes.is_empty() {
+        Action::Unchanged
+    } else {
+        Action::Change
+    };
+    ObjectDiff {
+        changes,
+        live: Some(live_shown),
+        desired: Some(desired_shown),
+        secret_keys,
+        ..object_diff(key, action, secret)
+    }
+}
+
+/// Who owns or made what is about to be applied: another Release (unless the render adopts
+/// the object), or kubectl's managers of an object not recorded yet.
+fn name_owners(
+    diffs: &mut [ObjectDiff],
+    sources: &[&Object],
+    live: &HashMap<ObjectKey, Value>,
+    inventory: Option<&ReleaseInventory>,
+) {
     let recorded: BTreeSet<ObjectKey> = inventory
         .map(|inv| members(inv).into_iter().map(|e| e.key()).collect())
         .unwrap_or_default();
-    for (diff, object) in report.objects.iter_mut().zip(sources) {
+    for (diff, object) in diffs.iter_mut().zip(sources) {
         let Some(live_object) = live.get(&diff.key) else {
             continue;
         };
@@ -409,27 +462,25 @@ pub async fn diff_objects(
             diff.adopt_from = crate::engine::ownership::kubectl_managers(live_object);
         }
     }
-    if let Some(inventory) = inventory {
-        for entry in members(inventory) {
-            let key = entry.key();
-            if !desired_keys.contains(&key) && !for_cluster.ignored.contains(&key) {
-                report.objects.push(ObjectDiff {
-                    secret: key.kind == "Secret" && key.group.is_empty(),
-                    key,
-                    action: Action::Prune,
-                    changes: Vec::new(),
-                    live: None,
-                    desired: None,
-                    secret_keys: Vec::new(),
-                    owned_by: None,
-                    adopt_from: Vec::new(),
-                });
-            }
-        }
-    }
-    report.objects.sort_by(|a, b| a.key.cmp(&b.key));
-    report.rejections.sort_by(|a, b| a.key.cmp(&b.key));
-    Ok(report)
+}
+
+/// The inventory's members the render no longer holds (and does not ignore): to prune.
+fn prunes(
+    inventory: Option<&ReleaseInventory>,
+    desired: &BTreeSet<ObjectKey>,
+    ignored: &BTreeSet<ObjectKey>,
+) -> Vec<ObjectDiff> {
+    inventory
+        .map(members)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|entry| entry.key())
+        .filter(|key| !desired.contains(key) && !ignored.contains(key))
+        .map(|key| {
+            let secret = key.kind == "Secret" && key.group.is_empty();
+            object_diff(key, Action::Prune, secret)
+        })
+        .collect()
 }
 
 /// What the drift check decided about InSync.
@@ -452,22 +503,22 @@ pub fn in_sync_condition(verdict: &Verdict, generation: Option<i64>) -> Conditio
     match verdict {
         Verdict::InSync { objects } => condition(
             condition_types::IN_SYNC,
-            "True",
-            reasons::in_sync::IN_SYNC,
+            ConditionStatus::True,
+            InSyncReason::InSync,
             format!("{} match the render", count(*objects, "object")),
             generation,
         ),
         Verdict::OutOfSync { message } => condition(
             condition_types::IN_SYNC,
-            "False",
-            reasons::in_sync::OUT_OF_SYNC,
+            ConditionStatus::False,
+            InSyncReason::OutOfSync,
             message.clone(),
             generation,
         ),
         Verdict::Unknown { message } => condition(
             condition_types::IN_SYNC,
-            "Unknown",
-            reasons::in_sync::UNKNOWN,
+            ConditionStatus::Unknown,
+            InSyncReason::Unknown,
             message.clone(),
             generation,
         ),
@@ -627,6 +678,16 @@ pub enum DriftError {
     },
 }
 
+impl crate::engine::error::Categorized for DriftError {
+    fn category(&self) -> crate::engine::error::Category {
+        match self {
+            DriftError::Write { source, .. } | DriftError::Request { source, .. } => {
+                crate::engine::error::kube_category(source)
+            }
+        }
+    }
+}
+
 /// The drift loop's syncHandler: render, diff, write InSync, request a sync on drift in
 /// automatic mode, requeue after the interval. Returns `None` for a Release being deleted, on
 /// another shard, or in automatic mode not yet attempted by the controller.
@@ -634,9 +695,6 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
     if release.metadata.deletion_timestamp.is_some() || !ctx.shard.owns(release) {
         return Ok(None);
     }
-    // Deviation: in automatic mode the first drift check waits for the controller's first
-    // attempt (its status write wakes this loop). Until then everything is "to create" and
-    // the controller is about to apply it; checking costs a GET and a dry run per object.
     let automatic = release
         .spec
         .sync_policy
@@ -644,6 +702,9 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
         .map(|p| p.mode)
         .unwrap_or_default()
         == SyncMode::Automatic;
+    // Deviation: in automatic mode the first drift check waits for the controller's first
+    // attempt (its status write wakes this loop). Until then everything is "to create" and
+    // the controller is about to apply it; checking costs a GET and a dry run per object.
     if automatic
         && release
             .status
@@ -652,48 +713,10 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
     {
         return Ok(None);
     }
-    let name = format!(
-        "{}/{}",
-        release.namespace().unwrap_or_default(),
-        release.name_any()
-    );
-    // The inventory is read while the render runs, as the reconcile does.
-    let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release);
-    let (desired, inventory) = futures::join!(render_desired(ctx, release), inventory.get());
-    let inventory = inventory.ok().flatten();
-    let (verdict, report) = match desired {
-        Err(outcome) => (
-            Verdict::Unknown {
-                message: format!("cannot render: {}: {}", outcome.reason, outcome.message),
-            },
-            None,
-        ),
-        Ok(desired) => {
-            let applier = ctx.applier(&desired.target);
-            let digest_key = Some(ctx.inventory_digest_key().await);
-            match diff_objects(
-                &applier,
-                release,
-                &desired.objects,
-                inventory.as_ref(),
-                ctx.concurrency,
-                digest_key.as_ref(),
-            )
-            .await
-            {
-                Ok(report) => (verdict(&report), Some(report)),
-                Err(e) => (
-                    Verdict::Unknown {
-                        message: format!(
-                            "cannot compare with the cluster: {}",
-                            crate::engine::error::chain(&e)
-                        ),
-                    },
-                    None,
-                ),
-            }
-        }
-    };
+    let name = ReleaseId::of(release).to_string();
+    // Steps 1 and 2: renderDesired, diffObjects.
+    let (verdict, report) = determine_drift(ctx, release).await;
+    // Step 3: writeInSync.
     let api: Api<Release> = Api::namespaced(
         ctx.home.client.clone(),
         &release.namespace().unwrap_or_default(),
@@ -705,34 +728,32 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
             release: name.clone(),
             source: Box::new(source),
         })?;
-    // Before the first apply there is no drift to fix: the controller owns the first sync
-    // (and retries it with its own backoff), so the pass neither asks for one nor comes back
-    // early; the inventory the apply writes wakes it. (Deviation: the spec asks on every
-    // OutOfSync verdict; at a thousand new Releases that doubled the controller's work.)
+    // Step 4: requestSync. Before the first apply there is no drift to fix: the controller
+    // owns the first sync (and retries it with its own backoff), so the pass neither asks
+    // for one nor comes back early; the inventory the apply writes wakes it. (Deviation: the
+    // spec asks on every OutOfSync verdict; at a thousand new Releases that doubled the
+    // controller's work.)
     let applied_before = release
         .status
         .as_ref()
         .is_some_and(|s| s.last_successful.is_some());
-    let requested_sync =
-        if automatic && applied_before && matches!(verdict, Verdict::OutOfSync { .. }) {
-            request_sync(&api, &release.name_any(), false)
-                .await
-                .map_err(|source| DriftError::Request {
-                    release: name,
-                    source: Box::new(source),
-                })?;
-            true
-        } else {
-            false
-        };
-    // Drift that was reported (and, in automatic mode, sent to the controller) is checked
-    // again soon, so InSync turns True once the controller put things back.
-    let requeue = match (&verdict, schedule_recheck(release)) {
-        (Verdict::OutOfSync { .. }, Requeue::After(d)) if applied_before => {
-            Requeue::After(d.min(DRIFT_RECHECK))
-        }
-        (Verdict::OutOfSync { .. }, _) if applied_before => Requeue::After(DRIFT_RECHECK),
-        (_, requeue) => requeue,
+    let out_of_sync = matches!(verdict, Verdict::OutOfSync { .. });
+    let requested_sync = automatic && applied_before && out_of_sync;
+    if requested_sync {
+        request_sync(&api, &release.name_any(), false)
+            .await
+            .map_err(|source| DriftError::Request {
+                release: name,
+                source: Box::new(source),
+            })?;
+    }
+    // Step 5: scheduleRecheck. Drift that was reported (and, in automatic mode, sent to the
+    // controller) is checked again soon, so InSync turns True once the controller put things
+    // back.
+    let requeue = match (out_of_sync && applied_before, schedule_recheck(release)) {
+        (true, Requeue::After(d)) => Requeue::After(d.min(DRIFT_RECHECK)),
+        (true, _) => Requeue::After(DRIFT_RECHECK),
+        (false, requeue) => requeue,
     };
     Ok(Some(DriftPass {
         verdict,
@@ -741,6 +762,51 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
         requested_sync,
         requeue,
     }))
+}
+
+/// Steps 1 and 2: render what should run and compare it with the cluster (the inventory,
+/// read while the render runs, says what would be pruned). Whatever stops it makes the
+/// verdict Unknown, with the reason.
+async fn determine_drift(ctx: &Context, release: &Release) -> (Verdict, Option<DiffReport>) {
+    let unknown = |message: String| (Verdict::Unknown { message }, None);
+    let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release);
+    let (desired, inventory) = futures::join!(render_desired(ctx, release), inventory.get());
+    let desired = match desired {
+        Ok(desired) => desired,
+        Err(outcome) => {
+            return unknown(format!(
+                "cannot render: {}: {}",
+                outcome.reason, outcome.message
+            ));
+        }
+    };
+    let inventory = match inventory {
+        Ok(inventory) => inventory,
+        Err(e) => {
+            return unknown(format!(
+                "cannot read the inventory: {}",
+                crate::engine::error::chain(&e)
+            ));
+        }
+    };
+    let applier = ctx.applier(&desired.target);
+    let digest_key = Some(ctx.inventory_digest_key().await);
+    match diff_objects(
+        &applier,
+        release,
+        &desired.objects,
+        inventory.as_ref(),
+        ctx.concurrency,
+        digest_key.as_ref(),
+    )
+    .await
+    {
+        Ok(report) => (verdict(&report), Some(report)),
+        Err(e) => unknown(format!(
+            "cannot compare with the cluster: {}",
+            crate::engine::error::chain(&e)
+        )),
+    }
 }
 
 /// How soon drift is checked again while the Release is out of sync.
@@ -752,8 +818,8 @@ pub fn schedule_recheck(release: &Release) -> Requeue {
         .spec
         .sync_policy
         .as_ref()
-        .and_then(|p| p.interval.as_deref())
-        .and_then(|i| crate::engine::duration::parse_duration(i).ok())
+        .and_then(|p| p.interval.as_ref())
+        .map(|d| d.get())
         .filter(|d| !d.is_zero())
         .map(Requeue::After)
         .unwrap_or(Requeue::Never)

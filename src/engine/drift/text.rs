@@ -5,6 +5,7 @@ use serde_json::Value;
 use similar::{DiffTag, TextDiff};
 
 use super::fields::{FieldChange, Path, Seg};
+use crate::engine::key_order::Level;
 
 /// One line of YAML and the field it shows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,10 +14,6 @@ pub struct Line {
     pub path: Path,
 }
 
-/// Top-level and metadata keys people expect first.
-const TOP_ORDER: [&str; 3] = ["apiVersion", "kind", "metadata"];
-const META_ORDER: [&str; 4] = ["name", "namespace", "labels", "annotations"];
-
 /// `value` as block YAML lines with their paths.
 pub fn yaml_lines(value: &Value) -> Vec<Line> {
     let mut out = Vec::new();
@@ -24,18 +21,14 @@ pub fn yaml_lines(value: &Value) -> Vec<Line> {
     out
 }
 
+/// A mapping's keys in reading order (engine::key_order), by where the path puts it.
 fn ordered_keys<'a>(map: &'a serde_json::Map<String, Value>, path: &Path) -> Vec<&'a String> {
-    let first: &[&str] = match path.as_slice() {
-        [] => &TOP_ORDER,
-        [Seg::Key(k)] if k == "metadata" => &META_ORDER,
-        _ => &[],
+    let level = match path.as_slice() {
+        [] => Level::Top,
+        [Seg::Key(k)] => Level::Top.below(k),
+        _ => Level::Other,
     };
-    let mut keys: Vec<&String> = first
-        .iter()
-        .filter_map(|k| map.get_key_value(*k).map(|(k, _)| k))
-        .collect();
-    keys.extend(map.keys().filter(|k| !first.contains(&k.as_str())));
-    keys
+    level.entries(map).map(|(k, _, _)| k).collect()
 }
 
 fn emit_map_entries(
@@ -142,20 +135,14 @@ fn json_quote(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| format!("{s:?}"))
 }
 
-/// Whether a string can be written unquoted without changing its type or meaning.
+/// Whether a string can be written unquoted without changing its type or meaning: nothing in
+/// it reads as YAML structure, and a plain scalar of that text is read back as this string
+/// (render::plain_yaml's rule, the one convoy reads YAML with).
 fn plain_safe(s: &str) -> bool {
-    if s.is_empty() || s.trim() != s {
+    if s.is_empty() || s.trim() != s || s == "~" {
         return false;
     }
-    let reserved = [
-        "true", "false", "yes", "no", "on", "off", "y", "n", "null", "~", "True", "False", "Yes",
-        "No", "On", "Off", "NULL", "Null", "TRUE", "FALSE",
-    ];
-    if reserved.contains(&s)
-        || s.parse::<f64>().is_ok()
-        || s.starts_with("0x")
-        || s.starts_with("0o")
-    {
+    if !crate::engine::render::plain_yaml::plain_is_string(s) {
         return false;
     }
     let first = s.chars().next().unwrap_or(' ');

@@ -18,7 +18,6 @@ use super::state::derive_state;
 use crate::engine::api::{HealthState, HealthSummary, ObjectKey, Release, ReleaseInventory};
 use crate::engine::apply::Applier;
 use crate::engine::cluster::{ClusterError, Target};
-use crate::engine::duration::parse_duration;
 use crate::engine::inventory::{EntryHealth, InventoryHandle, members};
 use crate::engine::runtime::Context;
 
@@ -262,6 +261,6 @@ pub fn deadline_of(release: &Release) -> Option<Duration> {
         .spec
         .health_assessment
         .as_ref()
-        .and_then(|a| a.deadline.as_deref())
-        .and_then(|d| parse_duration(d).ok())
+        .and_then(|a| a.deadline.as_ref())
+        .map(|d| d.get())
 }

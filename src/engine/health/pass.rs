@@ -13,9 +13,10 @@ use kube::{Api, ResourceExt};
 
 use super::assess::{Assessment, assess};
 use super::state::progress_backoff;
+use crate::engine::api::ConditionStatus;
 use crate::engine::api::{
-    Condition, HealthState, HealthSummary, HookState, Release, ReleaseInventory, condition_types,
-    field_managers, reasons,
+    Condition, HealthState, HealthSummary, HealthyReason, HookState, Release, ReleaseId,
+    ReleaseInventory, condition_types, field_managers,
 };
 use crate::engine::explain::count;
 use crate::engine::hooks::{find_hook, needs_poll, poll_hook_workload, workload_namespace};
@@ -55,6 +56,17 @@ pub enum HealthError {
     },
 }
 
+impl crate::engine::error::Categorized for HealthError {
+    fn category(&self) -> crate::engine::error::Category {
+        match self {
+            HealthError::Status { source, .. } | HealthError::Request { source, .. } => {
+                crate::engine::error::kube_category(source)
+            }
+            HealthError::Inventory { source, .. } => source.category(),
+        }
+    }
+}
+
 /// What a pass did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HealthPass {
@@ -68,7 +80,8 @@ pub struct HealthPass {
     pub requeue: Requeue,
 }
 
-/// The health loop's syncHandler.
+/// The health loop's syncHandler (health-loop.txt steps 4–7): poll the hooks, assess and
+/// write health, fire the edges, schedule the next pass.
 pub async fn health_pass(
     ctx: &Context,
     memory: &HealthMemory,
@@ -77,133 +90,47 @@ pub async fn health_pass(
     if !ctx.shard.owns(release) {
         return Ok(None);
     }
-    let name = format!(
-        "{}/{}",
-        release.namespace().unwrap_or_default(),
-        release.name_any()
-    );
+    let name = ReleaseId::of(release).to_string();
     let at = now();
     let handle = InventoryHandle::for_release(ctx.home.client.clone(), release);
     let api: Api<Release> = Api::namespaced(
         ctx.home.client.clone(),
         &release.namespace().unwrap_or_default(),
     );
-
     // Step 4 (and the whole pass on deletion): poll the hooks.
-    let inventory = handle.get().await.ok().flatten();
-    let hooks = match &inventory {
-        Some(inv) => poll_hooks(ctx, release, inv, &at).await,
-        None => PolledHooks::default(),
-    };
-    let mut written_inventory = inventory.clone();
-    let mut wrote_inventory = false;
-    if let (Some(inv), true) = (&inventory, hooks.changed) {
-        match handle.write_hook_status(inv, &hooks.results).await {
-            Ok(Some(updated)) => {
-                written_inventory = Some(updated);
-                wrote_inventory = true;
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(release = %name, "hook status write failed: {}", crate::engine::error::chain(&e))
-            }
-        }
-    }
+    let polled = poll_and_record_hooks(ctx, release, &handle, &at, &name).await;
     let mut edges = Vec::new();
-    if hooks.newly_finished > 0 {
+    if polled.hooks.newly_finished > 0 {
         edges.push("hook batch complete");
     }
-
     if release.metadata.deletion_timestamp.is_some() {
-        let requested_sync = if edges.is_empty() {
-            false
-        } else {
-            wake(&api, release, &name).await?
-        };
-        let pending: Vec<String> = hooks.running.iter().map(|h| format!("hook:{h}")).collect();
-        let requeue = schedule_health_recheck(memory, release, &pending);
+        let requested_sync = !edges.is_empty() && wake(&api, release, &name).await?;
+        let pending: Vec<String> = polled
+            .hooks
+            .running
+            .iter()
+            .map(|h| format!("hook:{h}"))
+            .collect();
         return Ok(Some(HealthPass {
             condition: None,
             summary: None,
             wrote_health: false,
-            wrote_inventory,
+            wrote_inventory: polled.wrote,
             edges,
             requested_sync,
-            requeue,
+            requeue: schedule_health_recheck(memory, release, &pending),
         }));
     }
-
-    // Step 5: health.
-    let status = release.status.clone().unwrap_or_default();
-    let generation = release.metadata.generation;
-    let (new_condition, summary, assessment) = if !super::configured(release) {
-        (
-            condition(
-                condition_types::HEALTHY,
-                "True",
-                reasons::healthy::NOT_CONFIGURED,
-                "healthAssessment turns the built-in rules off and selects no rule set",
-                generation,
-            ),
-            Some(HealthSummary::default()),
-            None,
-        )
-    } else {
-        match assess(ctx, release, &at).await {
-            Err(e) => (
-                condition(
-                    condition_types::HEALTHY,
-                    "Unknown",
-                    reasons::healthy::UNKNOWN,
-                    format!("cannot assess: {}", crate::engine::error::chain(&e)),
-                    generation,
-                ),
-                status.health_summary.clone(),
-                None,
-            ),
-            Ok(mut assessment) => {
-                // Write against the freshest inventory this pass has (the hook write moved it).
-                if let (Some(current), Some(read)) = (&written_inventory, &assessment.inventory)
-                    && current.metadata.uid == read.metadata.uid
-                {
-                    assessment.inventory = Some(current.clone());
-                }
-                let (c, s) = healthy_condition(release, &assessment);
-                (c, Some(s), Some(assessment))
-            }
-        }
-    };
-
-    if let Some(assessment) = &assessment
-        && let Some(read) = &assessment.inventory
-    {
-        match handle
-            .write_inventory_health(read, &assessment.results)
-            .await
-        {
-            Ok(Some(_)) => wrote_inventory = true,
-            Ok(None) => {}
-            Err(source) => {
-                return Err(HealthError::Inventory {
-                    release: name.clone(),
-                    source,
-                });
-            }
-        }
-    }
-    let wrote_health = write_health(
-        &api,
-        release,
-        new_condition.clone(),
-        summary.clone(),
-        at.clone(),
-    )
-    .await
-    .map_err(|source| HealthError::Status {
-        release: name.clone(),
-        source: Box::new(source),
-    })?;
-
+    // Step 5: health, per entry and as the condition.
+    let (new_condition, summary, assessment) =
+        assess_health(ctx, release, &at, polled.inventory.as_ref()).await;
+    let wrote_entries = write_entry_health(&handle, assessment.as_ref(), &name).await?;
+    let wrote_health = write_health(&api, release, new_condition.clone(), summary.clone(), at)
+        .await
+        .map_err(|source| HealthError::Status {
+            release: name.clone(),
+            source: Box::new(source),
+        })?;
     // Step 6: edges.
     if let Some(assessment) = &assessment {
         if frontier_wave_completed(assessment) {
@@ -213,37 +140,158 @@ pub async fn health_pass(
             edges.push("render advanced");
         }
     }
-    let requested_sync = if edges.is_empty() {
-        false
-    } else {
-        wake(&api, release, &name).await?
-    };
-
+    let requested_sync = !edges.is_empty() && wake(&api, release, &name).await?;
     // Step 7: the next pass.
-    let mut pending: Vec<String> = Vec::new();
-    if let Some(assessment) = &assessment {
-        pending.extend(
-            assessment
-                .results
-                .iter()
-                .filter(|r| r.state != HealthState::Healthy)
-                .map(|r| format!("object:{}", r.key)),
-        );
-    }
-    pending.extend(hooks.running.iter().map(|h| format!("hook:{h}")));
-    if new_condition.reason == reasons::healthy::PENDING {
-        pending.push("render-pending".into());
-    }
-    let requeue = schedule_health_recheck(memory, release, &pending);
+    let pending = still_pending(assessment.as_ref(), &polled.hooks, &new_condition);
     Ok(Some(HealthPass {
         condition: Some(new_condition),
         summary,
         wrote_health,
-        wrote_inventory,
+        wrote_inventory: polled.wrote || wrote_entries,
         edges,
         requested_sync,
-        requeue,
+        requeue: schedule_health_recheck(memory, release, &pending),
     }))
+}
+
+/// Step 4's result: the hooks as polled, the freshest inventory this pass has (the hook
+/// status write moves it), and whether that write happened.
+struct PolledPass {
+    hooks: PolledHooks,
+    inventory: Option<ReleaseInventory>,
+    wrote: bool,
+}
+
+/// Step 4: poll the hook workloads and write their states (a failed write is logged; the
+/// next pass polls again). An inventory that cannot be read is no hook to poll, said so.
+async fn poll_and_record_hooks(
+    ctx: &Context,
+    release: &Release,
+    handle: &InventoryHandle,
+    at: &Time,
+    name: &str,
+) -> PolledPass {
+    let inventory = match handle.get().await {
+        Ok(inventory) => inventory,
+        Err(e) => {
+            tracing::warn!(release = %name, "cannot read the inventory to poll hooks: {}", crate::engine::error::chain(&e));
+            None
+        }
+    };
+    let Some(read) = inventory else {
+        return PolledPass {
+            hooks: PolledHooks::default(),
+            inventory: None,
+            wrote: false,
+        };
+    };
+    let hooks = poll_hooks(ctx, release, &read, at).await;
+    let mut polled = PolledPass {
+        inventory: Some(read.clone()),
+        wrote: false,
+        hooks,
+    };
+    if polled.hooks.changed {
+        match handle.write_hook_status(&read, &polled.hooks.results).await {
+            Ok(Some(updated)) => {
+                polled.inventory = Some(updated);
+                polled.wrote = true;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(release = %name, "hook status write failed: {}", crate::engine::error::chain(&e))
+            }
+        }
+    }
+    polled
+}
+
+/// Step 5: the Healthy condition and summary, and the per-entry assessment to write (none
+/// when health is not configured or cannot be assessed). `fresh` is the inventory step 4
+/// left, which the entry writes go against.
+async fn assess_health(
+    ctx: &Context,
+    release: &Release,
+    at: &Time,
+    fresh: Option<&ReleaseInventory>,
+) -> (Condition, Option<HealthSummary>, Option<Assessment>) {
+    let generation = release.metadata.generation;
+    if !super::configured(release) {
+        let condition = condition(
+            condition_types::HEALTHY,
+            ConditionStatus::True,
+            HealthyReason::NotConfigured,
+            "healthAssessment turns the built-in rules off and selects no rule set",
+            generation,
+        );
+        return (condition, Some(HealthSummary::default()), None);
+    }
+    match assess(ctx, release, at).await {
+        Err(e) => {
+            let condition = condition(
+                condition_types::HEALTHY,
+                ConditionStatus::Unknown,
+                HealthyReason::Unknown,
+                format!("cannot assess: {}", crate::engine::error::chain(&e)),
+                generation,
+            );
+            let summary = release
+                .status
+                .as_ref()
+                .and_then(|s| s.health_summary.clone());
+            (condition, summary, None)
+        }
+        Ok(mut assessment) => {
+            if let (Some(current), Some(read)) = (fresh, &assessment.inventory)
+                && current.metadata.uid == read.metadata.uid
+            {
+                assessment.inventory = Some(current.clone());
+            }
+            let (c, s) = healthy_condition(release, &assessment);
+            (c, Some(s), Some(assessment))
+        }
+    }
+}
+
+/// Step 5: each entry's health, under `convoy-health-inventory`. Returns whether it wrote.
+async fn write_entry_health(
+    handle: &InventoryHandle,
+    assessment: Option<&Assessment>,
+    name: &str,
+) -> Result<bool, HealthError> {
+    let Some((assessment, read)) = assessment.and_then(|a| Some((a, a.inventory.as_ref()?))) else {
+        return Ok(false);
+    };
+    match handle
+        .write_inventory_health(read, &assessment.results)
+        .await
+    {
+        Ok(written) => Ok(written.is_some()),
+        Err(source) => Err(HealthError::Inventory {
+            release: name.to_string(),
+            source,
+        }),
+    }
+}
+
+/// Step 7: what the next pass must look at again: objects not Healthy, hooks still running,
+/// a render not assessed yet.
+fn still_pending(
+    assessment: Option<&Assessment>,
+    hooks: &PolledHooks,
+    condition: &Condition,
+) -> Vec<String> {
+    let mut pending: Vec<String> = assessment
+        .iter()
+        .flat_map(|a| a.results.iter())
+        .filter(|r| r.state != HealthState::Healthy)
+        .map(|r| format!("object:{}", r.key))
+        .collect();
+    pending.extend(hooks.running.iter().map(|h| format!("hook:{h}")));
+    if condition.reason == HealthyReason::Pending {
+        pending.push("render-pending".into());
+    }
+    pending
 }
 
 async fn wake(api: &Api<Release>, release: &Release, name: &str) -> Result<bool, HealthError> {
@@ -288,8 +336,8 @@ pub fn healthy_condition(release: &Release, assessment: &Assessment) -> (Conditi
         return (
             condition(
                 condition_types::HEALTHY,
-                "Unknown",
-                reasons::healthy::PENDING,
+                ConditionStatus::Unknown,
+                HealthyReason::Pending,
                 message,
                 generation,
             ),
@@ -317,8 +365,8 @@ pub fn healthy_condition(release: &Release, assessment: &Assessment) -> (Conditi
         return (
             condition(
                 condition_types::HEALTHY,
-                "True",
-                reasons::healthy::HEALTHY,
+                ConditionStatus::True,
+                HealthyReason::Healthy,
                 format!(
                     "{} healthy{of_render}",
                     count(summary.total as usize, "object")
@@ -329,9 +377,9 @@ pub fn healthy_condition(release: &Release, assessment: &Assessment) -> (Conditi
         );
     }
     let reason = if summary.degraded > 0 {
-        reasons::healthy::DEGRADED
+        HealthyReason::Degraded
     } else {
-        reasons::healthy::PROGRESSING
+        HealthyReason::Progressing
     };
     let shown: Vec<String> = unhealthy
         .iter()
@@ -349,7 +397,7 @@ pub fn healthy_condition(release: &Release, assessment: &Assessment) -> (Conditi
     (
         condition(
             condition_types::HEALTHY,
-            "False",
+            ConditionStatus::False,
             reason,
             format!("{}{more}{of_render}", shown.join("; ")),
             generation,
@@ -436,8 +484,8 @@ pub fn schedule_health_recheck(
         .spec
         .sync_policy
         .as_ref()
-        .and_then(|p| p.interval.as_deref())
-        .and_then(|i| crate::engine::duration::parse_duration(i).ok())
+        .and_then(|p| p.interval.as_ref())
+        .map(|d| d.get())
         .filter(|d| !d.is_zero());
     let mut all = crate::engine::locks::lock(&memory.counts);
     if pending.is_empty() {
@@ -500,7 +548,7 @@ pub async fn poll_hooks(
         match ctx.resolve_target(release).await {
             Ok(t) => Some(t),
             Err(e) => {
-                tracing::warn!(release = %release.name_any(), "cannot poll hooks: {}", crate::engine::error::chain(&e));
+                tracing::warn!(release = %ReleaseId::of(release), "cannot poll hooks: {}", crate::engine::error::chain(&e));
                 None
             }
         }

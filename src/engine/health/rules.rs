@@ -22,6 +22,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
 
 use crate::engine::api::{GlobalHealthRuleSet, HealthRule, HealthRuleSet, Release};
+use crate::engine::selectors::{self, Selector};
 
 /// A rule that cannot be used, named by its set and name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -129,49 +130,9 @@ fn sourced(set: &str, rules: Vec<HealthRule>) -> impl Iterator<Item = SourcedRul
 
 /// A Kubernetes label selector as the string the API takes.
 pub fn selector_string(selector: &LabelSelector) -> Result<String, String> {
-    let mut parts = Vec::new();
-    for (k, v) in selector.match_labels.iter().flatten() {
-        parts.push(format!("{k}={v}"));
-    }
-    for e in selector.match_expressions.iter().flatten() {
-        let values = e.values.clone().unwrap_or_default();
-        let part = match e.operator.as_str() {
-            "In" if !values.is_empty() => format!("{} in ({})", e.key, values.join(",")),
-            "NotIn" if !values.is_empty() => format!("{} notin ({})", e.key, values.join(",")),
-            "Exists" if values.is_empty() => e.key.clone(),
-            "DoesNotExist" if values.is_empty() => format!("!{}", e.key),
-            op => {
-                return Err(format!(
-                    "matchExpressions: operator {op:?} with values {values:?} is not valid"
-                ));
-            }
-        };
-        parts.push(part);
-    }
-    Ok(parts.join(","))
-}
-
-/// Whether `labels` satisfy `selector` (an empty selector matches everything).
-pub fn selector_matches(
-    selector: &LabelSelector,
-    labels: Option<&serde_json::Map<String, Value>>,
-) -> bool {
-    let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
-    selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| get(k) == Some(v.as_str()))
-        && selector.match_expressions.iter().flatten().all(|e| {
-            let values = e.values.clone().unwrap_or_default();
-            match e.operator.as_str() {
-                "In" => get(&e.key).is_some_and(|v| values.iter().any(|x| x == v)),
-                "NotIn" => get(&e.key).is_none_or(|v| !values.iter().any(|x| x == v)),
-                "Exists" => get(&e.key).is_some(),
-                "DoesNotExist" => get(&e.key).is_none(),
-                _ => false,
-            }
-        })
+    selectors::from_label_selector(selector)
+        .map(|s| s.to_string())
+        .map_err(|e| e.to_string())
 }
 
 struct CompiledRule {
@@ -179,7 +140,7 @@ struct CompiledRule {
     name: String,
     group: String,
     kind: String,
-    selector: Option<LabelSelector>,
+    selector: Option<Selector>,
     healthy: cel::Program,
     message: Option<cel::Program>,
 }
@@ -313,10 +274,10 @@ impl Evaluator {
                 ));
             }
             let selector = match &rule.matches.label_selector {
-                Some(s) => {
-                    selector_string(s).map_err(|m| fail(format!("match.labelSelector: {m}")))?;
-                    Some(s.clone())
-                }
+                Some(s) => Some(
+                    selectors::from_label_selector(s)
+                        .map_err(|m| fail(format!("match.labelSelector: {m}")))?,
+                ),
                 None => None,
             };
             let healthy = compile(&rule.healthy).map_err(|m| fail(format!("healthy: {m}")))?;
@@ -403,7 +364,7 @@ impl Evaluator {
             let labels_ok = rule
                 .selector
                 .as_ref()
-                .is_none_or(|s| selector_matches(s, labels));
+                .is_none_or(|s| selectors::matches(s, labels));
             if !(group_ok && kind_ok && labels_ok) {
                 continue;
             }

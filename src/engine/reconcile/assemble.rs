@@ -7,9 +7,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::ReconcileState;
 use super::outcome::ReconcileOutcome;
+use crate::engine::api::ConditionStatus;
 use crate::engine::api::{
-    LastHealthy, LifecycleStatus, PinStatus, Release, ReleaseStatus, RetentionPolicy, RolloutState,
-    SyncMode, annotations, condition_types, reasons,
+    HealthyReason, LastHealthy, LifecycleReason, LifecycleStatus, PinStatus, Reason, Release,
+    ReleaseStatus, RetentionPolicy, RolloutState, SyncMode, annotations, condition_types,
 };
 use crate::engine::status::{condition, remove_condition, set_condition};
 
@@ -21,8 +22,8 @@ pub const DEFAULT_MAX_HISTORY: i32 = 10;
 #[derive(Debug, Clone, PartialEq)]
 pub struct LifecycleRollup {
     pub lifecycle: LifecycleStatus,
-    pub status: &'static str,
-    pub reason: &'static str,
+    pub status: ConditionStatus,
+    pub reason: LifecycleReason,
     pub message: String,
 }
 
@@ -39,6 +40,21 @@ pub fn assemble_status(
     let now = &state.now;
     compute_status(&mut status, outcome, generation, now);
     status.pin = pin_status(release);
+    record_attempt(&mut status, outcome, state);
+    replace_waves(&mut status, outcome);
+    status.resolved_retention_policy = Some(resolved_retention_status(release));
+    advance_last_healthy(&mut status, release, outcome, now);
+    if let Some(request) = &state.pending_force {
+        status.last_handled_force_sync_at = Some(request.clone());
+    }
+    rollout_status(&mut status, release, outcome, generation, now);
+    apply_lifecycle(&mut status, lifecycle, generation, now);
+    status
+}
+
+/// Steps 3 and 4: the attempt goes to `lastAttempted` (and, when it applied a render, to
+/// `lastSuccessful`); in manual mode a handled /sync goes to `lastHandledSyncAt`.
+fn record_attempt(status: &mut ReleaseStatus, outcome: &ReconcileOutcome, state: &ReconcileState) {
     status.last_attempted = Some(outcome.attempt.clone());
     if outcome.applied_render {
         status.last_successful = Some(
@@ -55,42 +71,44 @@ pub fn assemble_status(
     {
         status.last_handled_sync_at = Some(request.clone());
     }
-    // reconcile-flow: stageSync step 5, "the outcome replaces status.waves": a stop without
-    // wave data (a render failure, a dry-run rejection, a hold before the apply, Pinned)
-    // leaves no table of an earlier render beside its message.
-    // Waiting for /sync attempts nothing: the table of the render that runs stays.
+}
+
+/// Step 5, "the outcome replaces status.waves": a stop without wave data (a render failure,
+/// a dry-run rejection, a hold before the apply, Pinned) leaves no table of an earlier render
+/// beside its message. Waiting for /sync attempts nothing: the table of the render that runs
+/// stays.
+fn replace_waves(status: &mut ReleaseStatus, outcome: &ReconcileOutcome) {
     match &outcome.waves {
         Some(waves) => status.waves = waves.clone(),
-        None if outcome.reason == reasons::WAITING_FOR_SYNC => {}
+        None if outcome.reason == Reason::WaitingForSync => {}
         None => status.waves.clear(),
     }
-    status.resolved_retention_policy = Some(resolved_retention_status(release));
-    advance_last_healthy(&mut status, release, outcome, now);
-    if let Some(request) = &state.pending_force {
-        status.last_handled_force_sync_at = Some(request.clone());
-    }
-    rollout_status(&mut status, release, outcome, generation, now);
-    match lifecycle {
-        Some(rollup) => {
-            status.lifecycle = Some(rollup.lifecycle);
-            set_condition(
-                &mut status.conditions,
-                condition(
-                    condition_types::LIFECYCLE_SUCCEEDED,
-                    rollup.status,
-                    rollup.reason,
-                    rollup.message,
-                    generation,
-                ),
-                now,
-            );
-        }
-        None => {
-            status.lifecycle = None;
-            remove_condition(&mut status.conditions, condition_types::LIFECYCLE_SUCCEEDED);
-        }
-    }
-    status
+}
+
+/// Step 10's result: `status.lifecycle` and `LifecycleSucceeded`, or neither without hooks.
+fn apply_lifecycle(
+    status: &mut ReleaseStatus,
+    lifecycle: Option<LifecycleRollup>,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    let Some(rollup) = lifecycle else {
+        status.lifecycle = None;
+        remove_condition(&mut status.conditions, condition_types::LIFECYCLE_SUCCEEDED);
+        return;
+    };
+    status.lifecycle = Some(rollup.lifecycle);
+    set_condition(
+        &mut status.conditions,
+        condition(
+            condition_types::LIFECYCLE_SUCCEEDED,
+            rollup.status,
+            rollup.reason,
+            rollup.message,
+            generation,
+        ),
+        now,
+    );
 }
 
 /// Step 1: `Applied` from the outcome, and `observedGeneration`.
@@ -178,9 +196,8 @@ fn advance_last_healthy(
 /// NotConfigured) and it was assessed for the cached `lastAttempted`, which is `render`.
 pub fn verdict_healthy(cached: &ReleaseStatus, render: &str) -> bool {
     let healthy = cached.condition(condition_types::HEALTHY).is_some_and(|c| {
-        c.status == "True"
-            && (c.reason == reasons::healthy::HEALTHY
-                || c.reason == reasons::healthy::NOT_CONFIGURED)
+        c.status == ConditionStatus::True
+            && (c.reason == HealthyReason::Healthy || c.reason == HealthyReason::NotConfigured)
     });
     let for_this_render = cached.attempted_render() == Some(render);
     let applied = cached.applied_render() == Some(render);
@@ -207,9 +224,9 @@ fn rollout_status(
     match &status.rollout {
         Some(rollout) => {
             let condition_status = match rollout.state {
-                RolloutState::Succeeded => "True",
-                RolloutState::Progressing => "Unknown",
-                RolloutState::Failed | RolloutState::RolledBack => "False",
+                RolloutState::Succeeded => ConditionStatus::True,
+                RolloutState::Progressing => ConditionStatus::Unknown,
+                RolloutState::Failed | RolloutState::RolledBack => ConditionStatus::False,
             };
             let message = rollout.message.clone().unwrap_or_else(|| {
                 format!(

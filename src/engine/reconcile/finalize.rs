@@ -9,224 +9,308 @@
 
 use kube::{Api, ResourceExt};
 
-use super::hook_phase::{HookRun, PhaseOutcome, run_hook_phase};
+use super::hook_phase::{HookPhaseError, HookRun, PhaseOutcome, run_hook_phase};
 use super::{Context, HandlerError, finalizer_update};
 use crate::engine::api::{FINALIZER, HookPhase, Release};
-use crate::engine::apply::PruneTarget;
-use crate::engine::cluster::ClusterError;
-use crate::engine::inventory::{InventoryHandle, members, pending_members};
+use crate::engine::apply::{Applier, ApplyError, PruneTarget, Rejection};
+use crate::engine::cluster::{ClusterError, Target};
+use crate::engine::content_hooks::ContentHook;
+use crate::engine::error::{Categorized, Category, chain};
+use crate::engine::explain::first_of;
+use crate::engine::inventory::{InventoryError, InventoryHandle, members, pending_members};
 use crate::engine::ownership;
 use crate::engine::runtime::Requeue;
 
+/// Why a deletion cannot go on yet (it is retried). Each message carries its causes.
+#[derive(Debug, thiserror::Error)]
+pub enum FinalizeError {
+    /// Reading the Cluster or its Secret failed on convoy's own cluster.
+    #[error("cannot resolve the cluster to prune on (retrying): {}", chain(source))]
+    Cluster {
+        #[source]
+        source: ClusterError,
+    },
+    #[error(
+        "the cluster is unreachable and deletionPolicy.blockOnClusterUnreachable is set: {}",
+        chain(source)
+    )]
+    Blocked {
+        #[source]
+        source: ClusterError,
+    },
+    #[error("{0}")]
+    Hooks(#[source] HookPhaseError),
+    #[error("{}", chain(.0))]
+    Inventory(#[source] InventoryError),
+    #[error("{}", chain(.0))]
+    Prune(#[source] ApplyError),
+    #[error("cannot prune: {}", first_of(.0, 3))]
+    PruneFailed(Vec<Rejection>),
+}
+
+impl Categorized for FinalizeError {
+    fn category(&self) -> Category {
+        match self {
+            FinalizeError::Cluster { source } | FinalizeError::Blocked { source } => {
+                source.category()
+            }
+            FinalizeError::Hooks(e) => e.category(),
+            FinalizeError::Inventory(e) => e.category(),
+            FinalizeError::Prune(e) => e.category(),
+            FinalizeError::PruneFailed(_) => Category::Failed,
+        }
+    }
+}
+
 /// How often a deletion waiting for a delete hook is looked at again.
 pub const DELETE_HOOK_RECHECK: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// One deletion in progress: the Release, its inventory and the render that runs.
+struct Deletion<'a> {
+    ctx: &'a Context,
+    release: &'a Release,
+    name: String,
+    inventory: InventoryHandle,
+    /// The render that runs, whose delete hooks are armed (one arming per render, as ever).
+    render_ref: String,
+    /// Its content hooks (a chart's pre-delete Job), from the render store.
+    content: Vec<ContentHook>,
+}
+
+impl Deletion<'_> {
+    fn fail(&self, source: FinalizeError) -> HandlerError {
+        HandlerError::Finalize {
+            release: self.name.clone(),
+            source,
+        }
+    }
+
+    fn hook_run<'b>(&'b self, target: &'b Target, applier: &'b Applier) -> HookRun<'b> {
+        HookRun {
+            release: self.release,
+            target,
+            applier,
+            inventory: &self.inventory,
+            render_ref: &self.render_ref,
+            content: &self.content,
+        }
+    }
+}
 
 /// Finalize `release`; returns when to look again (hooks still running) or `Never` when done.
 pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, HandlerError> {
     if !release.finalizers().iter().any(|f| f == FINALIZER) {
         return Ok(Requeue::Never);
     }
-    let name = format!(
-        "{}/{}",
-        release.namespace().unwrap_or_default(),
-        release.name_any()
-    );
-    let fail = |message: String| HandlerError::Finalize {
-        release: name.clone(),
-        message,
-    };
-    let keep = release
-        .spec
-        .deletion_policy
-        .as_ref()
-        .is_some_and(|p| p.keep_workloads);
-    let block = release
-        .spec
-        .deletion_policy
-        .as_ref()
-        .is_some_and(|p| p.block_on_cluster_unreachable);
-    let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release);
-
-    // The delete hooks are armed for the render that runs (one arming per render, as ever).
+    let policy = release.spec.deletion_policy.as_ref();
+    let keep = policy.is_some_and(|p| p.keep_workloads);
     let render_ref = release
         .status
         .as_ref()
         .and_then(|s| s.last_successful.as_ref())
         .and_then(|a| a.render_ref.clone())
         .unwrap_or_else(|| "none".to_string());
-    // Its content hooks (a chart's pre-delete Job) come from the render store, when there is
-    // one that holds it.
-    let content = running_render_hooks(ctx, release, &render_ref).await;
-    // Step 1: clusterForFinalize, only when something must run there (a prune or a delete
-    // hook).
-    let delete_hooks = release.spec.lifecycle.as_ref().is_some_and(|l| {
-        l.hooks
-            .iter()
-            .any(|h| matches!(h.phase, HookPhase::PreDelete | HookPhase::PostDelete))
-    }) || content
-        .iter()
-        .any(|h| matches!(h.phase, HookPhase::PreDelete | HookPhase::PostDelete));
-    let target = if keep && !delete_hooks {
-        None
-    } else {
-        match ctx.resolve_target(release).await {
-            Ok(t) => Some(t),
-            // A Cluster that is gone: nothing to prune through.
-            Err(e @ ClusterError::NotFound { .. }) => {
-                tracing::warn!(release = %name, "deleting without pruning or delete hooks: {}", crate::engine::error::chain(&e));
-                None
-            }
-            // Reading the Cluster or its Secret failed on convoy's own cluster: a transient
-            // error, never a reason to orphan the workloads. Retried.
-            Err(e @ ClusterError::Read { .. }) => {
-                return Err(fail(format!(
-                    "cannot resolve the cluster to prune on (retrying): {}",
-                    crate::engine::error::chain(&e)
-                )));
-            }
-            // Unreachable, or its kubeconfig Secret or key missing or unusable: the spec's
-            // unreachable rule.
-            Err(e) if block => {
-                return Err(fail(format!(
-                    "the cluster is unreachable and deletionPolicy.blockOnClusterUnreachable is set: {}",
-                    crate::engine::error::chain(&e)
-                )));
-            }
-            Err(e) => {
-                tracing::warn!(release = %name, "deleting without pruning or delete hooks (the cluster is unreachable; deletionPolicy.blockOnClusterUnreachable would wait): {}", crate::engine::error::chain(&e));
-                None
-            }
-        }
+    let deletion = Deletion {
+        ctx,
+        release,
+        name: crate::engine::store::ReleaseId::of(release).to_string(),
+        inventory: InventoryHandle::for_release(ctx.home.client.clone(), release),
+        content: running_render_hooks(ctx, release, &render_ref).await,
+        render_ref,
     };
-    // Step 2: preDelete hooks. Running or failed: look again in 10 s (a failed preDelete
-    // hook holds the deletion until it is fixed or set to `onFailure: Continue`).
-    let applier = target.as_ref().map(|t| ctx.applier(t));
-    if let (Some(target), Some(applier)) = (&target, &applier) {
-        let hook_run = HookRun {
-            release,
-            target,
-            applier,
-            inventory: &inventory,
-            render_ref: &render_ref,
-            content: &content,
-        };
-        match run_hook_phase(&hook_run, HookPhase::PreDelete, None)
-            .await
-            .map_err(fail)?
+    // Step 1: clusterForFinalize, only when something must run there.
+    let needed = !keep || has_delete_hooks(release, &deletion.content);
+    let target = if needed {
+        cluster_for_finalize(
+            &deletion,
+            policy.is_some_and(|p| p.block_on_cluster_unreachable),
+        )
+        .await?
+    } else {
+        None
+    };
+    if let Some(target) = &target {
+        let applier = ctx.applier(target);
+        // Step 2: preDelete hooks.
+        if let Some(requeue) =
+            delete_hooks(&deletion, target, &applier, HookPhase::PreDelete).await?
         {
-            PhaseOutcome::Done => {}
-            PhaseOutcome::Running(hooks) => {
-                tracing::info!(release = %name, "waiting for preDelete hooks: {}", hooks.join(", "));
-                return Ok(Requeue::After(DELETE_HOOK_RECHECK));
-            }
-            PhaseOutcome::Failed { hook, message } => {
-                tracing::warn!(release = %name, hook = %hook, "preDelete hook failed, deletion waits: {message}");
-                return Ok(Requeue::After(DELETE_HOOK_RECHECK));
-            }
+            return Ok(requeue);
         }
-    }
-    // Step 3: prune the inventoried objects (unless deletionPolicy.keepWorkloads).
-    if let Some(target) = target.as_ref().filter(|_| !keep) {
-        let current = inventory
-            .get()
-            .await
-            .map_err(|e| fail(crate::engine::error::chain(&e)))?;
-        if let Some(current) = current {
-            // pruneRefs: the members, and what a stopped sync was about to apply.
-            let mut targets: Vec<PruneTarget> = members(&current)
-                .into_iter()
-                .map(|e| PruneTarget {
-                    key: e.key(),
-                    wave: e.wave.unwrap_or(0),
-                })
-                .collect();
-            for pending in pending_members(&current) {
-                if !targets.iter().any(|t| t.key == pending.key) {
-                    targets.push(PruneTarget {
-                        key: pending.key,
-                        wave: 0,
-                    });
-                }
-            }
-            let outcome = ownership::prune_refs(&ctx.applier(target), release, &targets)
-                .await
-                .map_err(|e| fail(crate::engine::error::chain(&e)))?;
-            if !outcome.handed_over.is_empty() {
-                tracing::info!(release = %name, "not deleted with the Release: {}", ownership::describe_handed_over(&outcome.handed_over));
-            }
-            let report = outcome.report;
-            if !report.failures.is_empty() {
-                let shown: Vec<String> = report
-                    .failures
-                    .iter()
-                    .take(3)
-                    .map(|r| r.to_string())
-                    .collect();
-                return Err(fail(format!("cannot prune: {}", shown.join("; "))));
-            }
+        // Step 3: pruneRefs, unless deletionPolicy.keepWorkloads.
+        if !keep {
+            prune_inventoried(&deletion, &applier).await?;
         }
-    }
-    // Step 4: postDelete hooks. Running: look again in 10 s; failed: only logged.
-    if let (Some(target), Some(applier)) = (&target, &applier) {
-        let hook_run = HookRun {
-            release,
-            target,
-            applier,
-            inventory: &inventory,
-            render_ref: &render_ref,
-            content: &content,
-        };
-        match run_hook_phase(&hook_run, HookPhase::PostDelete, None)
-            .await
-            .map_err(fail)?
+        // Step 4: postDelete hooks, then the hook objects and workloads go with the Release.
+        if let Some(requeue) =
+            delete_hooks(&deletion, target, &applier, HookPhase::PostDelete).await?
         {
-            PhaseOutcome::Done => {}
-            PhaseOutcome::Running(hooks) => {
-                tracing::info!(release = %name, "waiting for postDelete hooks: {}", hooks.join(", "));
-                return Ok(Requeue::After(DELETE_HOOK_RECHECK));
-            }
-            PhaseOutcome::Failed { hook, message } => {
-                tracing::warn!(release = %name, hook = %hook, "postDelete hook failed: {message}");
-            }
+            return Ok(requeue);
         }
-        // Content hook objects go with the Release too.
-        if let Ok(Some(current)) = inventory.get().await
-            && let Err(e) =
-                crate::engine::hooks::delete_content_hook_objects(applier, &current.spec.hooks)
-                    .await
-        {
-            tracing::warn!(release = %name, "cannot delete the hook objects: {e}");
-        }
-        // The hook workloads go with the Release (a failure only leaves them behind).
-        if release.spec.lifecycle.is_some() {
-            let namespace = crate::engine::hooks::workload_namespace(release);
-            if let Err(e) = crate::engine::hooks::delete_hook_workloads(
-                &target.conn.client,
-                release,
-                &namespace,
-            )
-            .await
-            {
-                tracing::warn!(release = %name, "cannot delete the hook workloads: {}", crate::engine::error::chain(&e));
-            }
-        }
+        delete_hook_leftovers(&deletion, target, &applier).await;
     }
     // Step 5: the inventory goes.
-    inventory
+    deletion
+        .inventory
         .delete()
         .await
-        .map_err(|e| fail(crate::engine::error::chain(&e)))?;
-    // Step 6: the render store prefix. A failure leaves blobs behind but must not keep the
-    // Release from going, so it is logged.
-    if let Some(store) = &ctx.store {
-        let id = crate::engine::store::ReleaseId::of(release);
-        if let Err(e) = store.delete_prefix(&id).await {
-            tracing::warn!(release = %name, "cannot delete the stored renders: {}", crate::engine::error::chain(&e));
+        .map_err(|e| deletion.fail(FinalizeError::Inventory(e)))?;
+    // Step 6: the render store prefix.
+    delete_stored_renders(&deletion).await;
+    // Step 7: clear the finalizer.
+    clear_finalizer(&deletion).await
+}
+
+/// Whether the Release has preDelete or postDelete hooks (its own or its render's).
+fn has_delete_hooks(release: &Release, content: &[ContentHook]) -> bool {
+    let delete = |phase: HookPhase| matches!(phase, HookPhase::PreDelete | HookPhase::PostDelete);
+    release
+        .spec
+        .lifecycle
+        .as_ref()
+        .is_some_and(|l| l.hooks.iter().any(|h| delete(h.phase)))
+        || content.iter().any(|h| delete(h.phase))
+}
+
+/// `clusterForFinalize`: the target to prune and run delete hooks on; `None` when the
+/// deletion goes on without them (a Cluster that is gone; an unreachable one unless
+/// `block`). A failed read of the Cluster or its Secret is retried.
+async fn cluster_for_finalize(
+    deletion: &Deletion<'_>,
+    block: bool,
+) -> Result<Option<Target>, HandlerError> {
+    let name = &deletion.name;
+    match deletion.ctx.resolve_target(deletion.release).await {
+        Ok(t) => Ok(Some(t)),
+        // A Cluster that is gone: nothing to prune through.
+        Err(e @ ClusterError::NotFound { .. }) => {
+            tracing::warn!(release = %name, "deleting without pruning or delete hooks: {}", chain(&e));
+            Ok(None)
+        }
+        // Reading the Cluster or its Secret failed on convoy's own cluster: a transient
+        // error, never a reason to orphan the workloads.
+        Err(source @ ClusterError::Read { .. }) => {
+            Err(deletion.fail(FinalizeError::Cluster { source }))
+        }
+        // Unreachable, or its kubeconfig Secret or key missing or unusable: the spec's
+        // unreachable rule.
+        Err(source) if block => Err(deletion.fail(FinalizeError::Blocked { source })),
+        Err(e) => {
+            tracing::warn!(release = %name, "deleting without pruning or delete hooks (the cluster is unreachable; deletionPolicy.blockOnClusterUnreachable would wait): {}", chain(&e));
+            Ok(None)
         }
     }
-    // Step 7: clear the finalizer.
+}
+
+/// Steps 2 and 4: a delete phase's hooks. Running: look again in 10 s. A failed preDelete
+/// hook holds the deletion too (until it is fixed or set to `onFailure: Continue`); a failed
+/// postDelete hook is only logged.
+async fn delete_hooks(
+    deletion: &Deletion<'_>,
+    target: &Target,
+    applier: &Applier,
+    phase: HookPhase,
+) -> Result<Option<Requeue>, HandlerError> {
+    let name = &deletion.name;
+    let hook_run = deletion.hook_run(target, applier);
+    match run_hook_phase(&hook_run, phase, None)
+        .await
+        .map_err(|e| deletion.fail(FinalizeError::Hooks(e)))?
+    {
+        PhaseOutcome::Done => Ok(None),
+        PhaseOutcome::Running(hooks) => {
+            tracing::info!(release = %name, "waiting for {} hooks: {}", phase.as_str(), hooks.join(", "));
+            Ok(Some(Requeue::After(DELETE_HOOK_RECHECK)))
+        }
+        PhaseOutcome::Failed { hook, message } if phase == HookPhase::PreDelete => {
+            tracing::warn!(release = %name, hook = %hook, "preDelete hook failed, deletion waits: {message}");
+            Ok(Some(Requeue::After(DELETE_HOOK_RECHECK)))
+        }
+        PhaseOutcome::Failed { hook, message } => {
+            tracing::warn!(release = %name, hook = %hook, "{} hook failed: {message}", phase.as_str());
+            Ok(None)
+        }
+    }
+}
+
+/// Step 3, `pruneRefs`: delete the inventory's members and what a stopped sync was about to
+/// apply (its pending wave), leaving what another Release took over.
+async fn prune_inventoried(deletion: &Deletion<'_>, applier: &Applier) -> Result<(), HandlerError> {
+    let name = &deletion.name;
+    let Some(current) = deletion
+        .inventory
+        .get()
+        .await
+        .map_err(|e| deletion.fail(FinalizeError::Inventory(e)))?
+    else {
+        return Ok(());
+    };
+    let mut targets: Vec<PruneTarget> = members(&current)
+        .into_iter()
+        .map(|e| PruneTarget {
+            key: e.key(),
+            wave: e.wave.unwrap_or(0),
+        })
+        .collect();
+    for pending in pending_members(&current) {
+        if !targets.iter().any(|t| t.key == pending.key) {
+            targets.push(PruneTarget {
+                key: pending.key,
+                wave: 0,
+            });
+        }
+    }
+    let outcome = ownership::prune_refs(applier, deletion.release, &targets)
+        .await
+        .map_err(|e| deletion.fail(FinalizeError::Prune(e)))?;
+    if !outcome.handed_over.is_empty() {
+        tracing::info!(release = %name, "not deleted with the Release: {}", ownership::describe_handed_over(&outcome.handed_over));
+    }
+    let failures = outcome.report.failures;
+    if failures.is_empty() {
+        return Ok(());
+    }
+    Err(deletion.fail(FinalizeError::PruneFailed(failures)))
+}
+
+/// After postDelete: the render's hook objects and the hook workloads go with the Release
+/// (a failure only leaves them behind, and is logged).
+async fn delete_hook_leftovers(deletion: &Deletion<'_>, target: &Target, applier: &Applier) {
+    let name = &deletion.name;
+    if let Ok(Some(current)) = deletion.inventory.get().await
+        && let Err(e) =
+            crate::engine::hooks::delete_content_hook_objects(applier, &current.spec.hooks).await
+    {
+        tracing::warn!(release = %name, "cannot delete the hook objects: {e}");
+    }
+    let release = deletion.release;
+    if release.spec.lifecycle.is_some() {
+        let namespace = crate::engine::hooks::workload_namespace(release);
+        if let Err(e) =
+            crate::engine::hooks::delete_hook_workloads(&target.conn.client, release, &namespace)
+                .await
+        {
+            tracing::warn!(release = %name, "cannot delete the hook workloads: {}", chain(&e));
+        }
+    }
+}
+
+/// Step 6: the render store prefix. A failure leaves blobs behind but must not keep the
+/// Release from going, so it is logged.
+async fn delete_stored_renders(deletion: &Deletion<'_>) {
+    if let Some(store) = &deletion.ctx.store {
+        let id = crate::engine::store::ReleaseId::of(deletion.release);
+        if let Err(e) = store.delete_prefix(&id).await {
+            tracing::warn!(release = %deletion.name, "cannot delete the stored renders: {}", chain(&e));
+        }
+    }
+}
+
+/// Step 7: the finalizer's Update (a Release already gone is done).
+async fn clear_finalizer(deletion: &Deletion<'_>) -> Result<Requeue, HandlerError> {
+    let release = deletion.release;
     let api: Api<Release> = Api::namespaced(
-        ctx.home.client.clone(),
+        deletion.ctx.home.client.clone(),
         &release.namespace().unwrap_or_default(),
     );
     let mut updated = release.clone();
@@ -240,7 +324,7 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
         Ok(_) => Ok(Requeue::Never),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(Requeue::Never),
         Err(source) => Err(HandlerError::Finalizer {
-            release: name,
+            release: deletion.name.clone(),
             source: Box::new(source),
         }),
     }
@@ -252,7 +336,7 @@ async fn running_render_hooks(
     ctx: &Context,
     release: &Release,
     render_ref: &str,
-) -> Vec<crate::engine::content_hooks::ContentHook> {
+) -> Vec<ContentHook> {
     let Some(store) = &ctx.store else {
         return Vec::new();
     };

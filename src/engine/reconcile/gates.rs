@@ -10,9 +10,8 @@ use kube::{Api, ResourceExt};
 use super::outcome::{ReconcileOutcome, timed_out, waiting_for};
 use super::stages::RenderStage;
 use super::{Context, ReconcileState};
-use crate::engine::api::{
-    Release, ReleaseStatus, SyncMode, condition_types, failure_stages, reasons,
-};
+use crate::engine::api::ConditionStatus;
+use crate::engine::api::{FailureStage, Reason, Release, ReleaseStatus, SyncMode, condition_types};
 use crate::engine::cluster::cluster_key;
 use crate::engine::render::render_ref::short;
 
@@ -33,7 +32,7 @@ pub async fn stage_gates(
         let applied = status.applied_render();
         return Some(if applied == Some(new.as_str()) {
             ReconcileOutcome::held(
-                reasons::APPLIED,
+                Reason::Applied,
                 format!(
                     "manual mode: render {} is applied and unchanged",
                     short(new)
@@ -52,7 +51,7 @@ pub async fn stage_gates(
                     short(new)
                 ),
             };
-            ReconcileOutcome::held(reasons::WAITING_FOR_SYNC, message, render.attempt.clone())
+            ReconcileOutcome::held(Reason::WaitingForSync, message, render.attempt.clone())
         });
     }
     // Gate 2: cluster waves.
@@ -71,75 +70,38 @@ async fn cluster_wave_gate(
     render: &RenderStage,
 ) -> Option<ReconcileOutcome> {
     let own = release.spec.cluster_wave.as_ref()?;
-    let key = cluster_key(release);
-    let others: Vec<Arc<Release>> = match &ctx.releases {
-        Some(index) => index.on_cluster(&key),
-        None => {
-            let api: Api<Release> = Api::namespaced(
-                ctx.home.client.clone(),
-                release.metadata.namespace.as_deref().unwrap_or_default(),
-            );
-            match api.list(&Default::default()).await {
-                Ok(list) => list.items.into_iter().map(Arc::new).collect(),
-                Err(e) => {
-                    return Some(ReconcileOutcome::failed(
-                        reasons::DEPLOY_FAILED,
-                        failure_stages::SYNCING,
-                        format!(
-                            "cannot list the Releases of cluster wave {} to gate on: {}",
-                            own.wave,
-                            crate::engine::error::chain(&e)
-                        ),
-                        render.attempt.clone(),
-                        true,
-                    ));
-                }
-            }
+    let others = match releases_on_cluster(ctx, release).await {
+        Ok(others) => others,
+        Err(e) => {
+            return Some(ReconcileOutcome::failed(
+                Reason::DeployFailed,
+                FailureStage::Syncing,
+                format!(
+                    "cannot list the Releases of cluster wave {} to gate on: {}",
+                    own.wave,
+                    crate::engine::error::chain(&e)
+                ),
+                render.attempt.clone(),
+                true,
+            ));
         }
     };
-    let mut blocking: Vec<(i32, String, String)> = others
-        .iter()
-        .filter(|o| o.metadata.uid != release.metadata.uid && cluster_key(o) == key)
-        .filter(|o| o.metadata.deletion_timestamp.is_none())
-        .filter_map(|o| {
-            let wave = o.spec.cluster_wave.as_ref().map_or(0, |w| w.wave);
-            (wave < own.wave)
-                .then(|| not_ready(o))
-                .flatten()
-                .map(|why| (wave, o.name_any(), why))
-        })
-        .collect();
-    if blocking.is_empty() {
-        return None;
-    }
-    blocking.sort();
-    let lowest = blocking[0].0;
-    let target = format!("cluster wave {lowest}");
-    let render_ref = &render.rendered.render_ref;
+    let blocking = blocking_releases(release, own.wave, &others);
+    let lowest = blocking.first()?.wave;
     let waiting = waiting_for(
         status,
-        render_ref,
-        reasons::WAITING_FOR_CLUSTER_WAVE,
-        &target,
+        &render.rendered.render_ref,
+        Reason::WaitingForClusterWave,
+        &format!("cluster wave {lowest}"),
         &state.now,
     );
-    let shown: Vec<String> = blocking
-        .iter()
-        .take(3)
-        .map(|(wave, name, why)| format!("Release {name} (cluster wave {wave}) {why}"))
-        .collect();
-    let more = if blocking.len() > 3 {
-        format!("; and {} more", blocking.len() - 3)
-    } else {
-        String::new()
-    };
-    let shown = shown.join("; ");
-    if let Some(timeout) = timed_out(&waiting, own.timeout.as_deref(), &state.now) {
+    let shown = crate::engine::explain::first_of(&blocking, 3);
+    if let Some(timeout) = timed_out(&waiting, own.timeout.as_ref(), &state.now) {
         return Some(
             ReconcileOutcome::failed(
-                reasons::CLUSTER_WAVE_FAILED,
-                failure_stages::SYNCING,
-                format!("lower cluster waves were not ready within {timeout}: {shown}{more}"),
+                Reason::ClusterWaveFailed,
+                FailureStage::Syncing,
+                format!("lower cluster waves were not ready within {timeout}: {shown}"),
                 render.attempt.clone(),
                 false,
             )
@@ -148,12 +110,68 @@ async fn cluster_wave_gate(
     }
     Some(
         ReconcileOutcome::held(
-            reasons::WAITING_FOR_CLUSTER_WAVE,
-            format!("cluster wave {} waits for {shown}{more}", own.wave),
+            Reason::WaitingForClusterWave,
+            format!("cluster wave {} waits for {shown}", own.wave),
             render.attempt.clone(),
         )
         .with_waiting(waiting),
     )
+}
+
+/// The Releases in `release`'s namespace, from the `releaseByCluster` index when the daemon
+/// has one, else from a list (`convoy sync`).
+async fn releases_on_cluster(
+    ctx: &Context,
+    release: &Release,
+) -> Result<Vec<Arc<Release>>, kube::Error> {
+    if let Some(index) = &ctx.releases {
+        return Ok(index.on_cluster(&cluster_key(release)));
+    }
+    let api: Api<Release> = Api::namespaced(
+        ctx.home.client.clone(),
+        release.metadata.namespace.as_deref().unwrap_or_default(),
+    );
+    let list = api.list(&Default::default()).await?;
+    Ok(list.items.into_iter().map(Arc::new).collect())
+}
+
+/// A Release of a lower cluster wave that holds this one, and why.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Blocking {
+    wave: i32,
+    name: String,
+    why: String,
+}
+
+impl std::fmt::Display for Blocking {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Blocking { wave, name, why } = self;
+        write!(f, "Release {name} (cluster wave {wave}) {why}")
+    }
+}
+
+/// The other Releases on `release`'s cluster, of a wave below `wave`, that are not ready
+/// (not being deleted), lowest wave first.
+fn blocking_releases(release: &Release, wave: i32, others: &[Arc<Release>]) -> Vec<Blocking> {
+    let key = cluster_key(release);
+    let mut blocking: Vec<Blocking> = others
+        .iter()
+        .filter(|o| o.metadata.uid != release.metadata.uid && cluster_key(o) == key)
+        .filter(|o| o.metadata.deletion_timestamp.is_none())
+        .filter_map(|o| {
+            let other_wave = o.spec.cluster_wave.as_ref().map_or(0, |w| w.wave);
+            (other_wave < wave)
+                .then(|| not_ready(o))
+                .flatten()
+                .map(|why| Blocking {
+                    wave: other_wave,
+                    name: o.name_any(),
+                    why,
+                })
+        })
+        .collect();
+    blocking.sort();
+    blocking
 }
 
 /// Why a Release of a lower cluster wave is not ready yet; `None` when it is Applied and
@@ -164,7 +182,7 @@ fn not_ready(release: &Release) -> Option<String> {
     };
     let describe = |type_: &str| match status.condition(type_) {
         None => Some(format!("has no {type_} condition yet")),
-        Some(c) if c.status == "True" => None,
+        Some(c) if c.status == ConditionStatus::True => None,
         Some(c) => Some(format!("is not {type_} ({}: {})", c.reason, c.message)),
     };
     describe(condition_types::APPLIED).or_else(|| describe(condition_types::HEALTHY))

@@ -9,15 +9,85 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::engine::api::{Hook, HookEntry, HookFailurePolicy, HookPhase, HookState, Release};
+use crate::engine::api::{
+    Hook, HookEntry, HookFailurePolicy, HookPhase, HookState, Release, ReleaseId,
+};
 use crate::engine::apply::Applier;
 use crate::engine::cluster::Target;
 use crate::engine::content_hooks::{ContentHook, DeletePolicy};
+use crate::engine::error::{Categorized, Category, chain};
+use crate::engine::hooks::HookError;
 use crate::engine::hooks::{
     Armed, arm_content_hook, arm_workload, collect_old_jobs, delete_content_hook, effective_state,
     workload_name, workload_namespace,
 };
-use crate::engine::inventory::{HookMember, InventoryHandle};
+use crate::engine::inventory::{HookMember, InventoryError, InventoryHandle};
+
+/// Why a phase's hooks could not be armed or recorded. The message carries its causes (it
+/// becomes an outcome's message); the source keeps them typed for the category.
+#[derive(Debug, thiserror::Error)]
+pub enum HookPhaseError {
+    #[error("{} hooks: {}", phase.as_str(), chain(source))]
+    Inventory {
+        phase: HookPhase,
+        #[source]
+        source: InventoryError,
+    },
+    #[error("{} hooks: cannot create {workload} in {namespace}: {}", phase.as_str(), chain(source))]
+    Workload {
+        phase: HookPhase,
+        workload: String,
+        namespace: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{} hooks: {}", phase.as_str(), chain(source))]
+    Content {
+        phase: HookPhase,
+        #[source]
+        source: HookError,
+    },
+}
+
+impl Categorized for HookPhaseError {
+    fn category(&self) -> Category {
+        match self {
+            HookPhaseError::Inventory { source, .. } => source.category(),
+            HookPhaseError::Workload { source, .. } => source.category(),
+            HookPhaseError::Content { source, .. } => source.category(),
+        }
+    }
+}
+
+/// What went wrong in one step of a phase, before the phase is named.
+enum StepError {
+    Inventory(InventoryError),
+    Workload {
+        workload: String,
+        namespace: String,
+        source: kube::Error,
+    },
+    Content(HookError),
+}
+
+impl StepError {
+    fn in_phase(self, phase: HookPhase) -> HookPhaseError {
+        match self {
+            StepError::Inventory(source) => HookPhaseError::Inventory { phase, source },
+            StepError::Workload {
+                workload,
+                namespace,
+                source,
+            } => HookPhaseError::Workload {
+                phase,
+                workload,
+                namespace,
+                source,
+            },
+            StepError::Content(source) => HookPhaseError::Content { phase, source },
+        }
+    }
+}
 
 /// Where a phase stands after this call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,174 +148,227 @@ impl Planned<'_> {
     }
 }
 
-/// Arm each hook of `phase` (with `wave`, for sync hooks) that has no workload for this
-/// render (and this hook spec) yet, lowest weight first: a weight's hooks start only when the
-/// weight before finished. Record the armed set with PutHooks, and report the phase from the
-/// states the health loop wrote. A re-sync of the same render finds its workloads and arms
-/// nothing; a new render or an edited hook gets a new workload (its createdAt is after the old
-/// finishedAt, so the health loop polls it). Content hooks' delete policies are carried out
-/// here. An error arming or recording is returned as a message.
-pub async fn run_hook_phase(
-    run: &HookRun<'_>,
-    phase: HookPhase,
-    wave: Option<i32>,
-) -> Result<PhaseOutcome, String> {
-    let release = run.release;
-    let spec_hooks: Vec<&Hook> = release
+/// The hooks of `phase` (of `wave`, for sync hooks): the spec's (sync hooks of the spec run
+/// with wave 0) and the render's.
+fn planned_hooks<'a>(run: &HookRun<'a>, phase: HookPhase, wave: Option<i32>) -> Vec<Planned<'a>> {
+    let spec_hooks = run
+        .release
         .spec
         .lifecycle
         .as_ref()
-        .map(|l| l.hooks.iter().collect())
+        .map(|l| l.hooks.as_slice())
         .unwrap_or_default();
-    let mut planned: Vec<Planned> = spec_hooks
+    spec_hooks
         .iter()
         .filter(|h| h.phase == phase && (phase != HookPhase::Sync || wave.is_none_or(|w| w == 0)))
-        .map(|h| Planned::Spec(h))
+        .map(Planned::Spec)
         .chain(
             run.content
                 .iter()
                 .filter(|h| h.phase == phase && wave.is_none_or(|w| w == h.wave))
                 .map(Planned::Content),
         )
-        .collect();
+        .collect()
+}
+
+/// Whether `phase` has hooks for `wave`: only then can the phase hold the sync.
+pub fn has_hooks(run: &HookRun<'_>, phase: HookPhase, wave: Option<i32>) -> bool {
+    !planned_hooks(run, phase, wave).is_empty()
+}
+
+/// Arm each hook of `phase` (with `wave`, for sync hooks) that has no workload for this
+/// render (and this hook spec) yet, lowest weight first: a weight's hooks start only when the
+/// weight before finished. Record the armed set with PutHooks, and report the phase from the
+/// states the health loop wrote. A re-sync of the same render finds its workloads and arms
+/// nothing; a new render or an edited hook gets a new workload (its createdAt is after the old
+/// finishedAt, so the health loop polls it). Content hooks' delete policies are carried out
+/// here.
+pub async fn run_hook_phase(
+    run: &HookRun<'_>,
+    phase: HookPhase,
+    wave: Option<i32>,
+) -> Result<PhaseOutcome, HookPhaseError> {
+    let mut planned = planned_hooks(run, phase, wave);
     if planned.is_empty() {
         return Ok(PhaseOutcome::Done);
     }
     planned.sort_by_key(|p| (p.weight(), p.runs()));
-    let fail = |e: String| format!("{} hooks: {e}", phase.as_str());
+    let fail = |e: StepError| e.in_phase(phase);
     let current = run
         .inventory
         .get()
         .await
-        .map_err(|e| fail(crate::engine::error::chain(&e)))?;
-    let entries = current
-        .as_ref()
-        .map(|i| i.spec.hooks.clone())
-        .unwrap_or_default();
-    let namespace = workload_namespace(release);
-    let client = &run.target.conn.client;
-
-    let mut running: Vec<String> = Vec::new();
-    let mut failed: Option<(String, String)> = None;
-    let mut armed: Vec<HookMember> = Vec::new();
+        .map_err(|e| fail(StepError::Inventory(e)))?;
+    let entries = current.map(|i| i.spec.hooks).unwrap_or_default();
+    let mut tally = Tally::default();
     let weights: BTreeSet<i32> = planned.iter().map(Planned::weight).collect();
-    'weights: for weight in weights {
+    for weight in weights {
         for hook in planned.iter().filter(|p| p.weight() == weight) {
-            let (workload, entry) = match hook {
-                Planned::Spec(h) => {
-                    let name = workload_name(release, h, run.render_ref);
-                    let entry = entries.iter().find(|e| {
-                        e.name == h.name
-                            && e.phase == phase
-                            && e.workload_name.as_deref() == Some(name.as_str())
-                    });
-                    (name, entry)
+            visit_hook(run, phase, &entries, hook, &mut tally)
+                .await
+                .map_err(fail)?;
+        }
+        // A weight waits for the one before it.
+        if !tally.running.is_empty() || tally.failed.is_some() {
+            break;
+        }
+    }
+    if !tally.armed.is_empty() {
+        record_hooks(run, &entries, std::mem::take(&mut tally.armed))
+            .await
+            .map_err(fail)?;
+    }
+    Ok(tally.outcome())
+}
+
+/// What a phase's walk over its hooks found so far.
+#[derive(Default)]
+struct Tally {
+    running: Vec<String>,
+    /// The first failed hook with `onFailure: Fail`, and its message.
+    failed: Option<(String, String)>,
+    armed: Vec<HookMember>,
+}
+
+impl Tally {
+    fn outcome(self) -> PhaseOutcome {
+        match (self.failed, self.running.is_empty()) {
+            (Some((hook, message)), _) => PhaseOutcome::Failed { hook, message },
+            (None, false) => PhaseOutcome::Running(self.running),
+            (None, true) => PhaseOutcome::Done,
+        }
+    }
+}
+
+/// One hook: its state from its entry for this render (and hook spec). A finished hook's
+/// delete policy and `onFailure` are carried out; a hook without an entry is armed.
+async fn visit_hook(
+    run: &HookRun<'_>,
+    phase: HookPhase,
+    entries: &[HookEntry],
+    hook: &Planned<'_>,
+    tally: &mut Tally,
+) -> Result<(), StepError> {
+    let (workload, entry) = existing_entry(run, phase, entries, hook);
+    // A hook object that only needs to exist is done once it is armed.
+    let state = match (hook, entry) {
+        (Planned::Content(h), Some(_)) if !h.is_workload() => Some(HookState::Succeeded),
+        (_, e) => e.map(effective_state),
+    };
+    match state {
+        Some(HookState::Running) => tally.running.push(hook.name().to_string()),
+        Some(HookState::Succeeded) => delete_if(run, hook, DeletePolicy::HookSucceeded).await,
+        Some(HookState::Failed) => {
+            let message = entry.and_then(|e| e.message.clone()).unwrap_or_default();
+            delete_if(run, hook, DeletePolicy::HookFailed).await;
+            match hook.on_failure() {
+                HookFailurePolicy::Fail if tally.failed.is_none() => {
+                    tally.failed = Some((hook.name().to_string(), message));
                 }
-                Planned::Content(h) => {
-                    let entry = entries.iter().find(|e| {
-                        e.name == h.id
-                            && e.phase == phase
-                            && e.render_ref.as_deref() == Some(run.render_ref)
-                    });
-                    (h.object.name().to_string(), entry)
-                }
-            };
-            // A hook object that only needs to exist is done once it is armed.
-            let state = match (hook, entry) {
-                (Planned::Content(h), Some(_)) if !h.is_workload() => Some(HookState::Succeeded),
-                (_, e) => e.map(effective_state),
-            };
-            match state {
-                Some(HookState::Running) => running.push(hook.name().to_string()),
-                Some(HookState::Succeeded) => {
-                    if let Planned::Content(h) = hook
-                        && h.delete_policies.contains(&DeletePolicy::HookSucceeded)
-                        && let Err(e) = delete_content_hook(run.applier, h).await
-                    {
-                        tracing::warn!(hook = %h.id, "{e}");
-                    }
-                }
-                Some(HookState::Failed) => {
-                    let message = entry.and_then(|e| e.message.clone()).unwrap_or_default();
-                    if let Planned::Content(h) = hook
-                        && h.delete_policies.contains(&DeletePolicy::HookFailed)
-                        && let Err(e) = delete_content_hook(run.applier, h).await
-                    {
-                        tracing::warn!(hook = %h.id, "{e}");
-                    }
-                    match hook.on_failure() {
-                        HookFailurePolicy::Fail if failed.is_none() => {
-                            failed = Some((hook.name().to_string(), message));
-                        }
-                        HookFailurePolicy::Fail => {}
-                        HookFailurePolicy::Continue => tracing::info!(
-                            release = %release.metadata.name.as_deref().unwrap_or_default(),
-                            hook = %hook.name(),
-                            "{} hook failed (onFailure: Continue): {message}",
-                            phase.as_str()
-                        ),
-                    }
-                }
-                None => {
-                    match hook {
-                        Planned::Spec(h) => {
-                            arm_workload(client, release, h, &workload, &namespace)
-                                .await
-                                .map_err(|e| {
-                                    fail(format!(
-                                        "cannot create {workload} in {namespace}: {}",
-                                        crate::engine::error::chain(&e)
-                                    ))
-                                })?;
-                            if let Err(e) =
-                                collect_old_jobs(client, release, h, &namespace, &workload).await
-                            {
-                                tracing::warn!(hook = %h.name, "cannot delete old hook Jobs: {}", crate::engine::error::chain(&e));
-                            }
-                        }
-                        Planned::Content(h) => {
-                            match arm_content_hook(run.applier, release, h, run.render_ref)
-                                .await
-                                .map_err(fail)?
-                            {
-                                Armed::Created => {}
-                                // The previous instance is going: not armed yet.
-                                Armed::Waiting => {
-                                    running.push(h.id.clone());
-                                    continue;
-                                }
-                            }
-                        }
-                    }
-                    if hook.runs() {
-                        running.push(hook.name().to_string());
-                    }
-                    let previous = entries
-                        .iter()
-                        .find(|e| e.name == hook.name() && e.phase == phase);
-                    armed.push(HookMember {
-                        name: hook.name().to_string(),
-                        phase,
-                        workload_name: workload,
-                        created_at: armed_at(previous.and_then(|e| e.finished_at.as_ref())),
-                        render_ref: run.render_ref.to_string(),
-                    });
+                HookFailurePolicy::Fail => {}
+                HookFailurePolicy::Continue => tracing::info!(
+                    release = %ReleaseId::of(run.release),
+                    hook = %hook.name(),
+                    "{} hook failed (onFailure: Continue): {message}",
+                    phase.as_str()
+                ),
+            }
+        }
+        None => arm(run, phase, entries, hook, workload, tally).await?,
+    }
+    Ok(())
+}
+
+/// The workload a hook runs as for this render, and its entry if it was armed already.
+fn existing_entry<'e>(
+    run: &HookRun<'_>,
+    phase: HookPhase,
+    entries: &'e [HookEntry],
+    hook: &Planned<'_>,
+) -> (String, Option<&'e HookEntry>) {
+    match hook {
+        Planned::Spec(h) => {
+            let name = workload_name(run.release, h, run.render_ref);
+            let entry = entries.iter().find(|e| {
+                e.name == h.name
+                    && e.phase == phase
+                    && e.workload_name.as_deref() == Some(name.as_str())
+            });
+            (name, entry)
+        }
+        Planned::Content(h) => {
+            let entry = entries.iter().find(|e| {
+                e.name == h.id
+                    && e.phase == phase
+                    && e.render_ref.as_deref() == Some(run.render_ref)
+            });
+            (h.object.name().to_string(), entry)
+        }
+    }
+}
+
+/// A content hook's `hook-delete-policy` for how it finished (a failure is only logged).
+async fn delete_if(run: &HookRun<'_>, hook: &Planned<'_>, policy: DeletePolicy) {
+    if let Planned::Content(h) = hook
+        && h.delete_policies.contains(&policy)
+        && let Err(e) = delete_content_hook(run.applier, h).await
+    {
+        tracing::warn!(hook = %h.id, "{e}");
+    }
+}
+
+/// Arm a hook: create its workload (or apply its hook object) and note it for PutHooks.
+async fn arm(
+    run: &HookRun<'_>,
+    phase: HookPhase,
+    entries: &[HookEntry],
+    hook: &Planned<'_>,
+    workload: String,
+    tally: &mut Tally,
+) -> Result<(), StepError> {
+    let (release, client) = (run.release, &run.target.conn.client);
+    match hook {
+        Planned::Spec(h) => {
+            let namespace = workload_namespace(release);
+            if let Err(source) = arm_workload(client, release, h, &workload, &namespace).await {
+                return Err(StepError::Workload {
+                    workload,
+                    namespace,
+                    source,
+                });
+            }
+            if let Err(e) = collect_old_jobs(client, release, h, &namespace, &workload).await {
+                tracing::warn!(hook = %h.name, "cannot delete old hook Jobs: {}", crate::engine::error::chain(&e));
+            }
+        }
+        Planned::Content(h) => {
+            match arm_content_hook(run.applier, release, h, run.render_ref)
+                .await
+                .map_err(StepError::Content)?
+            {
+                Armed::Created => {}
+                // The previous instance is going: not armed yet.
+                Armed::Waiting => {
+                    tally.running.push(h.id.clone());
+                    return Ok(());
                 }
             }
         }
-        // A weight waits for the one before it.
-        if !running.is_empty() || failed.is_some() {
-            break 'weights;
-        }
     }
-    if !armed.is_empty() {
-        record_hooks(run, &entries, armed).await.map_err(fail)?;
+    if hook.runs() {
+        tally.running.push(hook.name().to_string());
     }
-    Ok(match (failed, running.is_empty()) {
-        (Some((hook, message)), _) => PhaseOutcome::Failed { hook, message },
-        (None, false) => PhaseOutcome::Running(running),
-        (None, true) => PhaseOutcome::Done,
-    })
+    let previous = entries
+        .iter()
+        .find(|e| e.name == hook.name() && e.phase == phase);
+    tally.armed.push(HookMember {
+        name: hook.name().to_string(),
+        phase,
+        workload_name: workload,
+        created_at: armed_at(previous.and_then(|e| e.finished_at.as_ref())),
+        render_ref: run.render_ref.to_string(),
+    });
+    Ok(())
 }
 
 /// PutHooks: record exactly the armed set: `armed`, and every other armed entry of a hook
@@ -254,7 +377,7 @@ async fn record_hooks(
     run: &HookRun<'_>,
     entries: &[HookEntry],
     armed: Vec<HookMember>,
-) -> Result<(), String> {
+) -> Result<(), StepError> {
     let rearmed: BTreeSet<(String, HookPhase)> =
         armed.iter().map(|m| (m.name.clone(), m.phase)).collect();
     let mut members: Vec<HookMember> = entries
@@ -276,7 +399,7 @@ async fn record_hooks(
         .put_hooks(&members)
         .await
         .map(|_| ())
-        .map_err(|e| crate::engine::error::chain(&e))
+        .map_err(StepError::Inventory)
 }
 
 /// Whether a hook entry is of a hook the Release has: in `spec.lifecycle`, or a content
@@ -295,12 +418,8 @@ fn hook_still_present(release: &Release, content: &[ContentHook], entry: &HookEn
 
 /// Drop hook entries of hooks the Release no longer has (removed from the spec, or from the
 /// render), so the lifecycle status speaks only of current hooks.
-pub async fn forget_removed_hooks(run: &HookRun<'_>) -> Result<(), String> {
-    let current = run
-        .inventory
-        .get()
-        .await
-        .map_err(|e| crate::engine::error::chain(&e))?;
+pub async fn forget_removed_hooks(run: &HookRun<'_>) -> Result<(), InventoryError> {
+    let current = run.inventory.get().await?;
     let Some(current) = current else {
         return Ok(());
     };
@@ -312,7 +431,10 @@ pub async fn forget_removed_hooks(run: &HookRun<'_>) -> Result<(), String> {
     {
         return Ok(());
     }
-    record_hooks(run, &current.spec.hooks, Vec::new()).await
+    match record_hooks(run, &current.spec.hooks, Vec::new()).await {
+        Err(StepError::Inventory(e)) => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// `createdAt` of a workload armed just now: the time after it was created, and always after

@@ -20,7 +20,8 @@ use kube::{Api, ResourceExt};
 pub use outcome::ReconcileOutcome;
 
 use crate::engine::api::{
-    FINALIZER, Release, ReleaseStatus, RolloutState, RolloutStatus, SyncMode, annotations,
+    FINALIZER, Release, ReleaseId, ReleaseStatus, RolloutState, RolloutStatus, SyncMode,
+    annotations,
 };
 use crate::engine::inventory::InventoryHandle;
 use crate::engine::rollout::{RolloutAction, RolloutInput, RolloutPlan, plan_rollout};
@@ -122,7 +123,7 @@ async fn render_healthy(
         Ok(Some(inv)) => sync::inventory_healthy_for(&inv, render_ref),
         Ok(None) => false,
         Err(e) => {
-            tracing::warn!(release = %release.name_any(), "cannot read the inventory for the health verdict: {}", crate::engine::error::chain(&e));
+            tracing::warn!(release = %ReleaseId::of(release), "cannot read the inventory for the health verdict: {}", crate::engine::error::chain(&e));
             false
         }
     }
@@ -139,29 +140,7 @@ async fn run_stages(
     healthy: bool,
 ) -> ReconcileOutcome {
     let render_ref = rendered.rendered.render_ref.clone();
-    // Where a rollback would go matters only to a rollout in progress (it asks the store).
-    let last_healthy = match status.rollout.as_ref() {
-        Some(r) if r.state == RolloutState::Progressing && r.render_ref == render_ref => {
-            rollback::rollback_candidate(ctx, release, status).await
-        }
-        _ => None,
-    };
-    let plan = if assemble::pin_status(release).is_some() {
-        RolloutPlan {
-            rollout: None,
-            action: RolloutAction::ApplySource,
-        }
-    } else {
-        plan_rollout(&RolloutInput {
-            policy: release.spec.failure_policy.as_ref(),
-            previous: status.rollout.as_ref(),
-            render_ref: &render_ref,
-            healthy,
-            last_healthy: last_healthy.as_deref(),
-            forced: state.pending_force.is_some(),
-            now: &state.now,
-        })
-    };
+    let plan = stage_plan_rollout(ctx, release, status, state, &render_ref, healthy).await;
     // Stage 3: applyLastHealthy.
     if plan.action == RolloutAction::ApplyLastHealthy
         && let Some(rollout) = plan.rollout.clone()
@@ -193,6 +172,40 @@ async fn run_stages(
         run_sync_failed_hooks(ctx, release, rendered, inventory).await;
     }
     outcome
+}
+
+/// Stage 2, `planRollout`: at most one transition of the rollout state machine, unless a pin
+/// decides what runs (then the pinned or current render is applied, with no rollout).
+async fn stage_plan_rollout(
+    ctx: &Context,
+    release: &Release,
+    status: &ReleaseStatus,
+    state: &ReconcileState,
+    render_ref: &str,
+    healthy: bool,
+) -> RolloutPlan {
+    if assemble::pin_status(release).is_some() {
+        return RolloutPlan {
+            rollout: None,
+            action: RolloutAction::ApplySource,
+        };
+    }
+    // Where a rollback would go matters only to a rollout in progress (it asks the store).
+    let last_healthy = match status.rollout.as_ref() {
+        Some(r) if r.state == RolloutState::Progressing && r.render_ref == render_ref => {
+            rollback::rollback_candidate(ctx, release, status).await
+        }
+        _ => None,
+    };
+    plan_rollout(&RolloutInput {
+        policy: release.spec.failure_policy.as_ref(),
+        previous: status.rollout.as_ref(),
+        render_ref,
+        healthy,
+        last_healthy: last_healthy.as_deref(),
+        forced: state.pending_force.is_some(),
+        now: &state.now,
+    })
 }
 
 /// `isSyncingFailure`: the attempt failed at the Syncing stage (a dry-run rejection, a failed
@@ -228,7 +241,7 @@ async fn run_sync_failed_hooks(
     };
     let phase = crate::engine::api::HookPhase::SyncFailed;
     if let Err(e) = hook_phase::run_hook_phase(&hook_run, phase, None).await {
-        tracing::warn!(release = %release.name_any(), "{e}");
+        tracing::warn!(release = %ReleaseId::of(release), "{e}");
     }
 }
 
@@ -283,10 +296,46 @@ pub enum HandlerError {
         #[source]
         source: Box<kube::Error>,
     },
-    #[error("cannot finalize Release {release}: {message}")]
-    Finalize { release: String, message: String },
-    #[error("cannot roll up the lifecycle hooks of Release {release}: {message}")]
-    Rollup { release: String, message: String },
+    #[error("cannot finalize Release {release}: {source}")]
+    Finalize {
+        release: String,
+        #[source]
+        source: finalize::FinalizeError,
+    },
+    #[error(
+        "cannot roll up the lifecycle hooks of Release {release}: {}",
+        crate::engine::error::chain(source)
+    )]
+    Rollup {
+        release: String,
+        #[source]
+        source: crate::engine::inventory::InventoryError,
+    },
+}
+
+impl crate::engine::error::Categorized for HandlerError {
+    fn category(&self) -> crate::engine::error::Category {
+        match self {
+            HandlerError::StatusWrite { source, .. } | HandlerError::Finalizer { source, .. } => {
+                source.category()
+            }
+            HandlerError::Finalize { source, .. } => source.category(),
+            HandlerError::Rollup { source, .. } => source.category(),
+        }
+    }
+}
+
+impl HandlerResult {
+    /// A pass that did not reconcile (not our shard, a deletion, a lapsed shard).
+    fn idle(requeue: Requeue) -> Self {
+        Self {
+            outcome: None,
+            status: None,
+            wrote_status: false,
+            requeue,
+            error: None,
+        }
+    }
 }
 
 /// `syncHandler`: one pass over a Release, in the spec's order. `failures` counts the
@@ -296,31 +345,14 @@ pub async fn sync_handler(
     release: &Release,
     failures: u32,
 ) -> Result<HandlerResult, HandlerError> {
-    let name = format!(
-        "{}/{}",
-        release.namespace().unwrap_or_default(),
-        release.name_any()
-    );
+    let name = crate::engine::store::ReleaseId::of(release).to_string();
     // Step 2: the shard gate. Not ours: do nothing, not even finalize.
     if !ctx.shard.owns(release) {
-        return Ok(HandlerResult {
-            outcome: None,
-            status: None,
-            wrote_status: false,
-            requeue: Requeue::Never,
-            error: None,
-        });
+        return Ok(HandlerResult::idle(Requeue::Never));
     }
     // Step 3: deletion.
     if release.metadata.deletion_timestamp.is_some() {
-        let requeue = finalize::finalize(ctx, release).await?;
-        return Ok(HandlerResult {
-            outcome: None,
-            status: None,
-            wrote_status: false,
-            requeue,
-            error: None,
-        });
+        return Ok(HandlerResult::idle(finalize::finalize(ctx, release).await?));
     }
     // Step 4: the finalizer.
     let release =
@@ -335,53 +367,23 @@ pub async fn sync_handler(
     let state = new_reconcile_state(&release, &cached, now());
     let started = std::time::Instant::now();
     let outcome = reconcile(ctx, &release, &cached, &state).await;
-    tracing::debug!(
-        elapsed_ms = started.elapsed().as_millis() as u64,
-        reason = outcome.reason,
-        "reconciled"
-    );
+    tracing::debug!(elapsed_ms = started.elapsed().as_millis() as u64, reason = %outcome.reason, "reconciled");
     // Step 6: status assembly and write.
     let rollup =
         stages::apply_lifecycle_rollup(ctx, &release, outcome.attempt.render_ref.as_deref())
             .await
-            .map_err(|message| HandlerError::Rollup {
+            .map_err(|source| HandlerError::Rollup {
                 release: name.clone(),
-                message,
+                source,
             })?;
     let mut status = assemble::assemble_status(&release, &cached, &outcome, &state, rollup);
     // The shard may have lapsed during the pass (a renewal that could not be made in time):
     // another replica may own the Release now, so this one writes nothing more.
     if !ctx.shard.owns(&release) {
         tracing::warn!(release = %name, "the shard lapsed during the reconcile; its status is not written");
-        return Ok(HandlerResult {
-            outcome: None,
-            status: None,
-            wrote_status: false,
-            requeue: Requeue::Never,
-            error: None,
-        });
+        return Ok(HandlerResult::idle(Requeue::Never));
     }
-    let changed = status_changed(&cached, &status);
-    if changed {
-        status.reconciled_at = Some(state.now.clone());
-        let api: Api<Release> = Api::namespaced(
-            ctx.home.client.clone(),
-            &release.namespace().unwrap_or_default(),
-        );
-        write_owned_status(&api, &release.name_any(), &status)
-            .await
-            .map_err(|source| HandlerError::StatusWrite {
-                release: name.clone(),
-                source: Box::new(source),
-            })?;
-        record_rollout_outcome(
-            ctx,
-            &release,
-            cached.rollout.as_ref(),
-            status.rollout.as_ref(),
-        )
-        .await;
-    }
+    let changed = write_status(ctx, &release, &cached, &mut status, &state.now).await?;
     tracing::debug!(
         elapsed_ms = started.elapsed().as_millis() as u64,
         changed,
@@ -389,15 +391,47 @@ pub async fn sync_handler(
     );
     // Step 7: the next reconcile.
     let failures = if outcome.retry { failures + 1 } else { 0 };
-    let requeue = requeue::requeue_for(&release, &outcome, failures);
-    let error = outcome.error.clone();
     Ok(HandlerResult {
+        requeue: requeue::requeue_for(&release, &outcome, failures),
+        error: outcome.error.clone(),
         outcome: Some(outcome),
         status: Some(status),
         wrote_status: changed,
-        requeue,
-        error,
     })
+}
+
+/// Status assembly step 11: if the status changed, set `reconciledAt` and write it under
+/// `convoy-release` (then record a rollout that just ended in the history). Returns whether
+/// it wrote.
+async fn write_status(
+    ctx: &Context,
+    release: &Release,
+    cached: &ReleaseStatus,
+    status: &mut ReleaseStatus,
+    now: &Time,
+) -> Result<bool, HandlerError> {
+    if !status_changed(cached, status) {
+        return Ok(false);
+    }
+    status.reconciled_at = Some(now.clone());
+    let api: Api<Release> = Api::namespaced(
+        ctx.home.client.clone(),
+        &release.namespace().unwrap_or_default(),
+    );
+    write_owned_status(&api, &release.name_any(), status)
+        .await
+        .map_err(|source| HandlerError::StatusWrite {
+            release: crate::engine::store::ReleaseId::of(release).to_string(),
+            source: Box::new(source),
+        })?;
+    record_rollout_outcome(
+        ctx,
+        release,
+        cached.rollout.as_ref(),
+        status.rollout.as_ref(),
+    )
+    .await;
+    Ok(true)
 }
 
 /// A rollout that just ended leaves its result on the render's history entry, so `convoy

@@ -5,17 +5,18 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use crate::engine::api::ConditionStatus;
 use crate::engine::api::{
-    Attempt, AttemptPhase, Failure, HookPhase, ReleaseStatus, RolloutStatus, Waiting, WaveStatus,
-    reasons,
+    Attempt, AttemptPhase, Failure, FailureStage, HookPhase, Reason, ReleaseStatus, RolloutStatus,
+    Waiting, WaveStatus,
 };
-use crate::engine::duration::parse_duration;
+use crate::engine::duration::GoDuration;
 
 /// The end of one reconcile.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReconcileOutcome {
     /// The `Applied` reason.
-    pub reason: &'static str,
+    pub reason: Reason,
     pub message: String,
     /// What this attempt found (goes to `lastAttempted`), with `phase` and `failure` set.
     pub attempt: Attempt,
@@ -57,7 +58,7 @@ impl ReconcileOutcome {
         attempt.phase = Some(AttemptPhase::Succeeded);
         attempt.failure = None;
         Self {
-            reason: reasons::APPLIED,
+            reason: Reason::Applied,
             message: message.into(),
             attempt,
             applied_render: true,
@@ -75,7 +76,7 @@ impl ReconcileOutcome {
     }
 
     /// A hold: nothing failed, the reconcile waits (phase empty, no failure, no retry).
-    pub fn held(reason: &'static str, message: impl Into<String>, mut attempt: Attempt) -> Self {
+    pub fn held(reason: Reason, message: impl Into<String>, mut attempt: Attempt) -> Self {
         attempt.phase = None;
         attempt.failure = None;
         Self {
@@ -98,8 +99,8 @@ impl ReconcileOutcome {
 
     /// A failure at `stage`.
     pub fn failed(
-        reason: &'static str,
-        stage: &str,
+        reason: Reason,
+        stage: FailureStage,
         message: impl Into<String>,
         mut attempt: Attempt,
         retry: bool,
@@ -137,12 +138,12 @@ impl ReconcileOutcome {
     ) -> Self {
         attempt.phase = Some(AttemptPhase::Failed);
         attempt.failure = Some(Failure {
-            stage: crate::engine::api::failure_stages::HOOK_FAILED.to_string(),
+            stage: FailureStage::HookFailed.to_string(),
             hook_name: Some(hook.to_string()),
             hook_phase: Some(phase),
         });
         Self {
-            reason: reasons::HOOK_FAILED,
+            reason: Reason::HookFailed,
             message: message.into(),
             attempt,
             applied_render: false,
@@ -185,10 +186,10 @@ impl ReconcileOutcome {
 
     /// The `Applied` condition's status for this outcome: True when a render runs as intended
     /// (applied, rolled back to the last healthy one, or manual mode with nothing new).
-    pub fn applied_status(&self) -> &'static str {
+    pub fn applied_status(&self) -> ConditionStatus {
         match self.reason {
-            reasons::APPLIED | reasons::ROLLED_BACK => "True",
-            _ => "False",
+            Reason::Applied | Reason::RolledBack => ConditionStatus::True,
+            _ => ConditionStatus::False,
         }
     }
 
@@ -198,7 +199,7 @@ impl ReconcileOutcome {
         self.attempt
             .failure
             .as_ref()
-            .is_some_and(|f| f.stage == crate::engine::api::failure_stages::SYNCING)
+            .is_some_and(|f| f.stage == FailureStage::Syncing)
     }
 }
 
@@ -207,7 +208,7 @@ impl ReconcileOutcome {
 pub fn waiting_for(
     status: &ReleaseStatus,
     render_ref: &str,
-    reason: &str,
+    reason: Reason,
     target: &str,
     now: &Time,
 ) -> Waiting {
@@ -227,9 +228,13 @@ pub fn waiting_for(
 
 /// The timeout (as written) when a hold with that timeout has run out at `now`; `None` while
 /// it has time left or has no (valid) timeout.
-pub fn timed_out<'a>(waiting: &Waiting, timeout: Option<&'a str>, now: &Time) -> Option<&'a str> {
+pub fn timed_out<'a>(
+    waiting: &Waiting,
+    timeout: Option<&'a GoDuration>,
+    now: &Time,
+) -> Option<&'a GoDuration> {
     let timeout = timeout?;
-    let limit = parse_duration(timeout).ok()?;
+    let limit = timeout.get();
     let elapsed = now.0.as_second() - waiting.since.0.as_second();
     (elapsed >= 0 && elapsed as u64 >= limit.as_secs()).then_some(timeout)
 }
@@ -251,41 +256,24 @@ mod tests {
                 ..Default::default()
             }),
             waiting: Some(Waiting {
-                reason: reasons::WAITING_FOR_WAVE_HEALTH.into(),
+                reason: Reason::WaitingForWaveHealth.into(),
                 target: "wave 0".into(),
                 since: t("2026-01-01T00:00:00Z"),
             }),
             ..Default::default()
         };
         let now = t("2026-01-01T00:05:00Z");
-        let w = waiting_for(
-            &status,
-            "r1",
-            reasons::WAITING_FOR_WAVE_HEALTH,
-            "wave 0",
-            &now,
-        );
+        let w = waiting_for(&status, "r1", Reason::WaitingForWaveHealth, "wave 0", &now);
         assert_eq!(w.since, t("2026-01-01T00:00:00Z"));
-        assert_eq!(timed_out(&w, Some("5m"), &now), Some("5m"));
-        assert_eq!(timed_out(&w, Some("6m"), &now), None);
+        let d = |text: &str| -> GoDuration { text.parse().unwrap() };
+        assert_eq!(timed_out(&w, Some(&d("5m")), &now), Some(&d("5m")));
+        assert_eq!(timed_out(&w, Some(&d("6m")), &now), None);
         assert_eq!(timed_out(&w, None, &now), None);
         // Another target or another render starts the clock again.
-        let w = waiting_for(
-            &status,
-            "r1",
-            reasons::WAITING_FOR_WAVE_HEALTH,
-            "wave 1",
-            &now,
-        );
+        let w = waiting_for(&status, "r1", Reason::WaitingForWaveHealth, "wave 1", &now);
         assert_eq!(w.since, now);
         status.last_attempted.as_mut().unwrap().render_ref = Some("r0".into());
-        let w = waiting_for(
-            &status,
-            "r1",
-            reasons::WAITING_FOR_WAVE_HEALTH,
-            "wave 0",
-            &now,
-        );
+        let w = waiting_for(&status, "r1", Reason::WaitingForWaveHealth, "wave 0", &now);
         assert_eq!(w.since, now);
     }
 }

@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use crate::engine::api::{AttemptPhase, Release, RetryBackoff, RolloutState};
-use crate::engine::duration::parse_duration;
 
 use super::outcome::ReconcileOutcome;
 use crate::engine::runtime::Requeue;
@@ -19,12 +18,12 @@ pub const PROGRESSING_RECHECK: Duration = Duration::from_secs(10);
 /// `backoffDelay = initial × factor^(n−1)`, capped by `max` (default 1000 s); `n` is the
 /// consecutive failure count (from 1).
 pub fn backoff_delay(backoff: &RetryBackoff, failures: u32) -> Duration {
-    let initial = parse_duration(&backoff.initial).unwrap_or(Duration::from_secs(1));
+    let initial = backoff.initial.get();
     let factor = backoff.factor.unwrap_or(2).max(1) as f64;
     let max = backoff
         .max
-        .as_deref()
-        .and_then(|m| parse_duration(m).ok())
+        .as_ref()
+        .map(|d| d.get())
         .unwrap_or(DEFAULT_BACKOFF_MAX);
     let n = failures.max(1) - 1;
     let secs = initial.as_secs_f64() * factor.powi(n.min(64) as i32);
@@ -47,8 +46,8 @@ pub fn requeue_for(release: &Release, outcome: &ReconcileOutcome, failures: u32)
         };
     }
     let interval = policy
-        .and_then(|p| p.interval.as_deref())
-        .and_then(|i| parse_duration(i).ok())
+        .and_then(|p| p.interval.as_ref())
+        .map(|d| d.get())
         .unwrap_or(Duration::ZERO);
     // A Progressing rollout, and a hold that can time out, must be looked at even when no
     // event arrives (the deadline and the timeout pass without one). A hold that already
@@ -84,20 +83,19 @@ pub fn requeue_for(release: &Release, outcome: &ReconcileOutcome, failures: u32)
 /// only by an event (the health loop's "wave complete", the lower wave's status change), so
 /// it waits for those or the interval, as every hold does (reconcile-flow.txt "Requeue rules").
 fn hold_can_time_out(release: &Release, waiting: &crate::engine::api::Waiting) -> bool {
-    use crate::engine::api::reasons;
-    let set = |t: Option<&String>| t.is_some_and(|t| !t.trim().is_empty());
-    match waiting.reason.as_str() {
-        reasons::WAITING_FOR_WAVE_HEALTH => set(release
+    use crate::engine::api::Reason;
+    match waiting.reason.parse::<Reason>() {
+        Ok(Reason::WaitingForWaveHealth) => release
             .spec
             .sync_policy
             .as_ref()
             .and_then(|p| p.waves.as_ref())
-            .and_then(|w| w.timeout.as_ref())),
-        reasons::WAITING_FOR_CLUSTER_WAVE => set(release
+            .is_some_and(|w| w.timeout.is_some()),
+        Ok(Reason::WaitingForClusterWave) => release
             .spec
             .cluster_wave
             .as_ref()
-            .and_then(|c| c.timeout.as_ref())),
+            .is_some_and(|c| c.timeout.is_some()),
         _ => true,
     }
 }
@@ -105,14 +103,14 @@ fn hold_can_time_out(release: &Release, waiting: &crate::engine::api::Waiting) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::api::{Attempt, RolloutStatus, reasons};
+    use crate::engine::api::{Attempt, FailureStage, Reason, RolloutStatus};
     use serde_json::json;
 
     fn backoff(initial: &str, factor: Option<u32>, max: Option<&str>) -> RetryBackoff {
         RetryBackoff {
-            initial: initial.into(),
+            initial: initial.parse().unwrap(),
             factor,
-            max: max.map(str::to_string),
+            max: max.map(|m| m.parse().unwrap()),
         }
     }
 
@@ -141,8 +139,8 @@ mod tests {
     fn outcome(retry: bool, progressing: bool) -> ReconcileOutcome {
         let mut o = if retry {
             ReconcileOutcome::failed(
-                reasons::DEPLOY_FAILED,
-                "Syncing",
+                Reason::DeployFailed,
+                FailureStage::Syncing,
                 "x",
                 Attempt::default(),
                 true,
@@ -197,9 +195,9 @@ mod tests {
     #[test]
     fn a_hold_that_can_time_out_is_looked_at_again() {
         let r = release(json!({"waves": {"waitForHealth": true, "timeout": "5m"}}));
-        let held = ReconcileOutcome::held(reasons::WAITING_FOR_WAVE_HEALTH, "", Attempt::default())
+        let held = ReconcileOutcome::held(Reason::WaitingForWaveHealth, "", Attempt::default())
             .with_waiting(crate::engine::api::Waiting {
-                reason: reasons::WAITING_FOR_WAVE_HEALTH.into(),
+                reason: Reason::WaitingForWaveHealth.into(),
                 target: "wave 0".into(),
                 since: crate::engine::status::now(),
             });
@@ -209,8 +207,8 @@ mod tests {
         );
         // Once the hold failed (WaveFailed keeps its waiting), nothing is left to time out.
         let failed = ReconcileOutcome::failed(
-            reasons::WAVE_FAILED,
-            "Syncing",
+            Reason::WaveFailed,
+            FailureStage::Syncing,
             "",
             Attempt::default(),
             false,

@@ -11,8 +11,8 @@ use super::outcome::ReconcileOutcome;
 use super::stages::RenderStage;
 use super::sync::{SyncRun, sync_objects};
 use crate::engine::api::{
-    Attempt, AttemptPhase, Release, ReleaseStatus, RolloutState, RolloutStatus, failure_stages,
-    reasons,
+    Attempt, AttemptPhase, FailureStage, Reason, Release, ReleaseStatus, RolloutState,
+    RolloutStatus,
 };
 use crate::engine::inventory::InventoryHandle;
 use crate::engine::render::Object;
@@ -39,7 +39,7 @@ pub(crate) async fn wave_timed_out(
         // The rollout of this render already failed: a later pass that times out again says
         // so again, with the rollout's message, until a new render starts a new rollout.
         Some(r) if r.state == RolloutState::Failed && &r.render_ref == render_ref => {
-            outcome.reason = reasons::ROLLOUT_FAILED;
+            outcome.reason = Reason::RolloutFailed;
             if let Some(message) = &r.message {
                 outcome.message = message.clone();
             }
@@ -68,7 +68,7 @@ pub(crate) async fn wave_timed_out(
             apply_last_healthy(ctx, release, status, render, inventory, rollout, now).await
         }
         None => {
-            outcome.reason = reasons::ROLLOUT_FAILED;
+            outcome.reason = Reason::RolloutFailed;
             outcome.rollout = Some(finished(RolloutState::Failed, outcome.message.clone()));
             outcome
         }
@@ -140,7 +140,7 @@ pub async fn apply_last_healthy(
         hooks: false,
     };
     let applied = sync_objects(ctx, &run, inventory).await;
-    if applied.reason != reasons::APPLIED {
+    if applied.reason != Reason::Applied {
         tracing::error!(release = %ReleaseId::of(release), "rollback: {}", applied.message);
         let short = short(&last.render_ref);
         let message = format!(
@@ -205,7 +205,7 @@ impl RolledBack {
         let mut attempt = render.attempt.clone();
         attempt.phase = Some(AttemptPhase::Failed);
         attempt.failure = Some(crate::engine::api::Failure {
-            stage: failure_stages::SYNCING.to_string(),
+            stage: FailureStage::Syncing.to_string(),
             hook_name: None,
             hook_phase: None,
         });
@@ -213,7 +213,7 @@ impl RolledBack {
     }
 
     fn outcome(&self, message: String) -> ReconcileOutcome {
-        let mut outcome = ReconcileOutcome::held(reasons::ROLLED_BACK, message, Attempt::default());
+        let mut outcome = ReconcileOutcome::held(Reason::RolledBack, message, Attempt::default());
         outcome.attempt = self.attempt.clone();
         outcome.rollout = Some(self.rollout.clone());
         outcome

@@ -7,8 +7,8 @@ use super::ReconcileState;
 use super::assemble::LifecycleRollup;
 use super::outcome::ReconcileOutcome;
 use crate::engine::api::{
-    Attempt, HookState, LifecycleHookStatus, LifecyclePhaseStatus, LifecycleStatus, Release,
-    ReleaseInventory, failure_stages, reasons,
+    Attempt, ConditionStatus, FailureStage, HookState, LifecycleHookStatus, LifecyclePhaseStatus,
+    LifecycleReason, LifecycleStatus, Reason, Release, ReleaseInventory,
 };
 use crate::engine::cluster::Target;
 use crate::engine::inventory::InventoryHandle;
@@ -96,8 +96,8 @@ pub async fn stage_render(
 /// (`with_error`: also returned to the work queue).
 fn cluster_failure(message: String, attempt: &Attempt, with_error: bool) -> Box<ReconcileOutcome> {
     let outcome = ReconcileOutcome::failed(
-        reasons::CLUSTER_NOT_READY,
-        failure_stages::CLUSTER_RESOLUTION,
+        Reason::ClusterNotReady,
+        FailureStage::ClusterResolution,
         message.clone(),
         attempt.clone(),
         true,
@@ -156,7 +156,7 @@ async fn resolve_pinned_render(
         return Ok(());
     }
     let pinned = |reason, message: String| {
-        let stage = failure_stages::RENDERING;
+        let stage = FailureStage::Rendering;
         Box::new(ReconcileOutcome::failed(
             reason,
             stage,
@@ -168,7 +168,7 @@ async fn resolve_pinned_render(
     let short_ref = short(&pin.render_ref);
     if !crate::engine::render::render_ref::is_render_ref(&pin.render_ref) {
         return Err(pinned(
-            reasons::PINNED,
+            Reason::Pinned,
             format!(
                 "the pin annotation {} holds {:?}, which is not a renderRef (64 lowercase hex characters; see convoy history)",
                 crate::engine::api::annotations::PIN,
@@ -180,7 +180,7 @@ async fn resolve_pinned_render(
         let message = format!(
             "pinned to render {short_ref}, but no render store is configured to load it from"
         );
-        return Err(pinned(reasons::PINNED, message));
+        return Err(pinned(Reason::Pinned, message));
     };
     let id = ReleaseId::of(release);
     let objects = match store.get_render(&id, &pin.render_ref).await {
@@ -189,14 +189,14 @@ async fn resolve_pinned_render(
             let message = format!(
                 "pinned to render {short_ref}, which is not in the render store (see convoy history)"
             );
-            return Err(pinned(reasons::PINNED, message));
+            return Err(pinned(Reason::Pinned, message));
         }
         Err(e) => {
             let message = format!(
                 "cannot load pinned render {short_ref}: {}",
                 crate::engine::error::chain(&e)
             );
-            return Err(pinned(reasons::DEPLOY_FAILED, message));
+            return Err(pinned(Reason::DeployFailed, message));
         }
     };
     // What runs came from the revision the pinned render was made from, not from the one just
@@ -224,11 +224,10 @@ pub async fn apply_lifecycle_rollup(
     ctx: &Context,
     release: &Release,
     render_ref: Option<&str>,
-) -> Result<Option<LifecycleRollup>, String> {
+) -> Result<Option<LifecycleRollup>, crate::engine::inventory::InventoryError> {
     let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release)
         .get()
-        .await
-        .map_err(|e| crate::engine::error::chain(&e))?;
+        .await?;
     let hooks = rollup_hooks(release, inventory.as_ref(), render_ref);
     if hooks.is_empty() {
         return Ok(None);
@@ -302,43 +301,19 @@ pub fn lifecycle_rollup(
     inventory: Option<&ReleaseInventory>,
 ) -> LifecycleRollup {
     let mut phases: Vec<LifecyclePhaseStatus> = Vec::new();
-    let mut failed = Vec::new();
-    let mut running = Vec::new();
+    let (mut failed, mut running) = (Vec::new(), Vec::new());
     for hook in hooks {
-        let (hook_name, hook_phase) = (&hook.name, &hook.phase);
-        let entry = inventory.and_then(|inv| {
-            inv.spec
-                .hooks
-                .iter()
-                .find(|h| h.name == *hook_name && h.phase == *hook_phase)
-        });
-        // A re-armed hook's old state does not count (hooks::effective_state).
-        let state = if hook.not_yet_armed {
-            Some(HookState::Running)
-        } else {
-            entry
-                .filter(|e| e.workload_name.is_some())
-                .map(crate::engine::hooks::effective_state)
-        };
-        let stale = entry.is_some_and(|e| e.state != state);
-        match state {
-            Some(HookState::Failed) => {
-                failed.push(format!("{hook_name} ({})", hook_phase.as_str()))
-            }
-            Some(HookState::Running) => {
-                running.push(format!("{hook_name} ({})", hook_phase.as_str()))
-            }
+        let hook_status = rollup_hook_status(hook, inventory);
+        let named = || format!("{} ({})", hook.name, hook.phase.as_str());
+        match hook_status.state {
+            Some(HookState::Failed) => failed.push(named()),
+            Some(HookState::Running) => running.push(named()),
             _ => {}
         }
-        let hook_status = LifecycleHookStatus {
-            name: hook_name.clone(),
-            state: state.map(|s| s.as_str().to_string()),
-            message: entry.filter(|_| !stale).and_then(|e| e.message.clone()),
-        };
-        match phases.iter_mut().find(|p| p.phase == *hook_phase) {
+        match phases.iter_mut().find(|p| p.phase == hook.phase) {
             Some(p) => p.hooks.push(hook_status),
             None => phases.push(LifecyclePhaseStatus {
-                phase: *hook_phase,
+                phase: hook.phase,
                 hooks: vec![hook_status],
                 finished: false,
             }),
@@ -348,32 +323,51 @@ pub fn lifecycle_rollup(
         phase.finished = phase
             .hooks
             .iter()
-            .all(|h| matches!(h.state.as_deref(), Some("Succeeded") | Some("Failed")));
+            .all(|h| h.state.is_some_and(HookState::is_terminal));
     }
     phases.sort_by_key(|p| p.phase);
     let (status, reason, message) = if !failed.is_empty() {
-        (
-            "False",
-            reasons::lifecycle::FAILED,
-            format!("failed: {}", failed.join(", ")),
-        )
+        let message = format!("failed: {}", failed.join(", "));
+        (ConditionStatus::False, LifecycleReason::Failed, message)
     } else if !running.is_empty() {
-        (
-            "Unknown",
-            reasons::lifecycle::RUNNING,
-            format!("running: {}", running.join(", ")),
-        )
+        let message = format!("running: {}", running.join(", "));
+        (ConditionStatus::Unknown, LifecycleReason::Running, message)
     } else {
-        (
-            "True",
-            reasons::lifecycle::SUCCEEDED,
-            "no hook failed".to_string(),
-        )
+        let message = "no hook failed".to_string();
+        (ConditionStatus::True, LifecycleReason::Succeeded, message)
     };
     LifecycleRollup {
         lifecycle: LifecycleStatus { phases },
         status,
         reason,
         message,
+    }
+}
+
+/// One hook's line in `status.lifecycle`: its state from its inventory entry (a re-armed
+/// hook's old state does not count: hooks::effective_state), and the entry's message while it
+/// describes that state.
+fn rollup_hook_status(
+    hook: &RollupHook,
+    inventory: Option<&ReleaseInventory>,
+) -> LifecycleHookStatus {
+    let entry = inventory.and_then(|inv| {
+        inv.spec
+            .hooks
+            .iter()
+            .find(|h| h.name == hook.name && h.phase == hook.phase)
+    });
+    let state = if hook.not_yet_armed {
+        Some(HookState::Running)
+    } else {
+        entry
+            .filter(|e| e.workload_name.is_some())
+            .map(crate::engine::hooks::effective_state)
+    };
+    let stale = entry.is_some_and(|e| e.state != state);
+    LifecycleHookStatus {
+        name: hook.name.clone(),
+        state,
+        message: entry.filter(|_| !stale).and_then(|e| e.message.clone()),
     }
 }

@@ -1,7 +1,7 @@
 //! Render errors, each with the `failure.stage` and `Applied` reason it maps to
 //! (status-and-conditions.txt, "Where a reconcile can stop").
 
-use crate::engine::api::{failure_stages, reasons};
+use crate::engine::api::{FailureStage, Reason};
 use crate::engine::render::manifests::ManifestError;
 use crate::engine::render::values::ValuesError;
 use crate::engine::source::SourceError;
@@ -46,30 +46,30 @@ pub enum RenderError {
 
 impl RenderError {
     /// `status.lastAttempted.failure.stage`.
-    pub fn stage(&self) -> &'static str {
+    pub fn stage(&self) -> FailureStage {
         match self {
             RenderError::SourceObject(_) | RenderError::Fetch { .. } => {
-                failure_stages::SOURCE_RESOLUTION
+                FailureStage::SourceResolution
             }
-            _ => failure_stages::RENDERING,
+            _ => FailureStage::Rendering,
         }
     }
 
     /// The `Applied` reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
-            RenderError::SourceObject(e) if e.is_unsupported() => reasons::UNSUPPORTED,
-            RenderError::Fetch { source, .. } if source.is_unsupported() => reasons::UNSUPPORTED,
-            RenderError::SourceObject(_) | RenderError::Fetch { .. } => reasons::SOURCE_NOT_READY,
-            RenderError::Values(_) => reasons::VALUES_NOT_READY,
-            RenderError::Unsupported(_) => reasons::UNSUPPORTED,
-            _ => reasons::DEPLOY_FAILED,
+            RenderError::SourceObject(e) if e.is_unsupported() => Reason::Unsupported,
+            RenderError::Fetch { source, .. } if source.is_unsupported() => Reason::Unsupported,
+            RenderError::SourceObject(_) | RenderError::Fetch { .. } => Reason::SourceNotReady,
+            RenderError::Values(_) => Reason::ValuesNotReady,
+            RenderError::Unsupported(_) => Reason::Unsupported,
+            _ => Reason::DeployFailed,
         }
     }
 
     /// Whether the error is a configuration problem that a retry cannot fix.
     pub fn is_unsupported(&self) -> bool {
-        self.reason() == reasons::UNSUPPORTED
+        self.reason() == Reason::Unsupported
     }
 
     /// Whether a cluster or a source could not be reached (the CLI exits 3; otherwise 4).

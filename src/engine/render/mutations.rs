@@ -19,6 +19,7 @@ use serde_json::Value;
 use super::error::RenderError;
 use super::object::Object;
 use crate::engine::api::{ImageOverride, Mutation, MutationTarget};
+use crate::engine::selectors::{self, Selector};
 
 /// Kinds that are never namespaced; `setNamespace` leaves them alone.
 const CLUSTER_SCOPED: &[&str] = &[
@@ -84,7 +85,7 @@ pub fn apply_mutations(
             .as_ref()
             .and_then(|t| t.label_selector.as_deref())
         {
-            Some(s) => Some(LabelSelector::parse(s).map_err(&fail)?),
+            Some(s) => Some(selectors::parse(s).map_err(|e| fail(e.to_string()))?),
             None => None,
         };
         for object in objects.iter_mut() {
@@ -154,7 +155,7 @@ fn set_metadata_map(
 pub(crate) fn matches_target(
     object: &Object,
     target: Option<&MutationTarget>,
-    selector: Option<&LabelSelector>,
+    selector: Option<&Selector>,
 ) -> bool {
     let Some(t) = target else {
         return true;
@@ -165,7 +166,7 @@ pub(crate) fn matches_target(
         && t.namespace
             .as_deref()
             .is_none_or(|ns| ns == object.namespace().unwrap_or_default())
-        && selector.is_none_or(|s| s.matches(object.labels()))
+        && selector.is_none_or(|s| selectors::matches(s, object.labels()))
 }
 
 /// Walk the object and override every container image that matches.
@@ -221,94 +222,6 @@ fn overridden_image(image: &str, overrides: &[ImageOverride]) -> Option<String> 
             (None, None) => name.to_string(),
         },
     })
-}
-
-/// A label selector in kubectl's syntax: `a=b`, `a==b`, `a!=b`, `a`, `!a`, `a in (x,y)`,
-/// `a notin (x,y)`, joined by commas.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LabelSelector {
-    requirements: Vec<Requirement>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-enum Requirement {
-    Equals(String, String),
-    NotEquals(String, String),
-    Exists(String),
-    NotExists(String),
-    In(String, Vec<String>),
-    NotIn(String, Vec<String>),
-}
-
-impl LabelSelector {
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let invalid = |part: &str| format!("invalid label selector {text:?} at {part:?}");
-        let mut requirements = Vec::new();
-        for part in split_top_level(text) {
-            let part = part.trim();
-            if part.is_empty() {
-                continue;
-            }
-            let set = |rest: &str| -> Option<Vec<String>> {
-                let inner = rest.trim().strip_prefix('(')?.strip_suffix(')')?;
-                Some(inner.split(',').map(|v| v.trim().to_string()).collect())
-            };
-            let requirement = if let Some((k, v)) = part.split_once("!=") {
-                Requirement::NotEquals(k.trim().into(), v.trim().into())
-            } else if let Some((k, v)) = part.split_once("==") {
-                Requirement::Equals(k.trim().into(), v.trim().into())
-            } else if let Some((k, v)) = part.split_once('=') {
-                Requirement::Equals(k.trim().into(), v.trim().into())
-            } else if let Some((k, rest)) = part.split_once(" notin ") {
-                Requirement::NotIn(k.trim().into(), set(rest).ok_or_else(|| invalid(part))?)
-            } else if let Some((k, rest)) = part.split_once(" in ") {
-                Requirement::In(k.trim().into(), set(rest).ok_or_else(|| invalid(part))?)
-            } else if let Some(k) = part.strip_prefix('!') {
-                Requirement::NotExists(k.trim().into())
-            } else if part
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
-            {
-                Requirement::Exists(part.into())
-            } else {
-                return Err(invalid(part));
-            };
-            requirements.push(requirement);
-        }
-        Ok(Self { requirements })
-    }
-
-    pub fn matches(&self, labels: Option<&serde_json::Map<String, Value>>) -> bool {
-        let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
-        self.requirements.iter().all(|r| match r {
-            Requirement::Equals(k, v) => get(k) == Some(v),
-            Requirement::NotEquals(k, v) => get(k) != Some(v),
-            Requirement::Exists(k) => get(k).is_some(),
-            Requirement::NotExists(k) => get(k).is_none(),
-            Requirement::In(k, vs) => get(k).is_some_and(|x| vs.iter().any(|v| v == x)),
-            Requirement::NotIn(k, vs) => get(k).is_none_or(|x| !vs.iter().any(|v| v == x)),
-        })
-    }
-}
-
-/// Split on commas that are not inside parentheses.
-fn split_top_level(text: &str) -> Vec<&str> {
-    let mut parts = Vec::new();
-    let mut depth = 0;
-    let mut start = 0;
-    for (i, c) in text.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth -= 1,
-            ',' if depth == 0 => {
-                parts.push(&text[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    parts.push(&text[start..]);
-    parts
 }
 
 #[cfg(test)]
@@ -425,8 +338,8 @@ mod tests {
             ..mutation("drop-missing")
         };
         let err = apply_mutations(&mut objs, &[bad]).unwrap_err();
-        assert_eq!(err.stage(), "Rendering");
-        assert_eq!(err.reason(), "DeployFailed");
+        assert_eq!(err.stage(), crate::engine::api::FailureStage::Rendering);
+        assert_eq!(err.reason(), crate::engine::api::Reason::DeployFailed);
         assert!(
             err.to_string()
                 .starts_with("mutation \"drop-missing\" failed: ConfigMap/cfg: "),
@@ -488,27 +401,5 @@ mod tests {
             split_image("a:1@sha256:x"),
             ("a", Some("1"), Some("sha256:x"))
         );
-    }
-
-    #[test]
-    fn label_selectors_follow_kubectl() {
-        let labels = json!({"app": "web", "tier": "front"});
-        let l = labels.as_object();
-        for (selector, expected) in [
-            ("app=web", true),
-            ("app==web,tier!=back", true),
-            ("app in (web, api)", true),
-            ("tier notin (front)", false),
-            ("!canary", true),
-            ("canary", false),
-            ("app", true),
-        ] {
-            assert_eq!(
-                LabelSelector::parse(selector).unwrap().matches(l),
-                expected,
-                "{selector}"
-            );
-        }
-        assert!(LabelSelector::parse("app in web").is_err());
     }
 }

@@ -175,7 +175,9 @@ pub fn git_reference(git_ref: Option<&GitRef>) -> Result<GitReference, String> {
     })
 }
 
-async fn credentials(
+/// The credentials a source's `secretRef` names; a Secret that is missing or cannot be read
+/// is an error, never an anonymous fetch.
+pub async fn credentials(
     reader: &ObjectReader,
     namespace: &str,
     secret_ref: Option<&LocalObjectRef>,

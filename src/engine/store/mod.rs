@@ -44,6 +44,17 @@ pub enum StoreError {
     Corrupt { key: String, message: String },
 }
 
+impl crate::engine::error::Categorized for StoreError {
+    fn category(&self) -> crate::engine::error::Category {
+        use crate::engine::error::Category;
+        match self {
+            StoreError::Api { source, .. } => crate::engine::error::kube_category(source),
+            StoreError::NoNamespace { .. } | StoreError::InvalidRef { .. } => Category::Invalid,
+            StoreError::Io { .. } | StoreError::Corrupt { .. } => Category::Failed,
+        }
+    }
+}
+
 /// One render in a Release's history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -95,35 +106,7 @@ pub fn with_outcome(
     Some(history)
 }
 
-/// A Release, as the store keys it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ReleaseId {
-    pub namespace: String,
-    pub name: String,
-}
-
-impl ReleaseId {
-    pub fn of(release: &crate::engine::api::Release) -> Self {
-        Self {
-            namespace: release.metadata.namespace.clone().unwrap_or_default(),
-            name: release.metadata.name.clone().unwrap_or_default(),
-        }
-    }
-
-    pub fn render_key(&self, render_ref: &str) -> String {
-        format!("{}/{}/renders/{render_ref}", self.namespace, self.name)
-    }
-
-    pub fn history_key(&self) -> String {
-        format!("{}/{}/history", self.namespace, self.name)
-    }
-}
-
-impl std::fmt::Display for ReleaseId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
+pub use crate::engine::api::ReleaseId;
 
 /// Where renders are kept. Implementations: [`kube::KubernetesStore`] (gzip'd renders in
 /// Secrets, the daemon's default) and [`dir::DirStore`] (a local directory).

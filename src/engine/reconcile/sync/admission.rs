@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use super::SyncRun;
 use super::compare::SyncPlan;
-use crate::engine::api::{ObjectKey, Release, reasons};
+use crate::engine::api::{ObjectKey, Reason, Release};
 use crate::engine::apply::Applier;
 use crate::engine::explain::{count, first_of};
 use crate::engine::ownership;
@@ -22,7 +22,7 @@ pub(super) async fn admit(
     run: &SyncRun<'_>,
     plan: &SyncPlan,
 ) -> Result<(), ReconcileOutcome> {
-    let unappliable = |message: String| run.failed(reasons::UNAPPLIABLE, message, false);
+    let unappliable = |message: String| run.failed(Reason::Unappliable, message, false);
     // A Release that reaches into another namespace is stopped like a dry-run rejection
     // (engine::tenancy).
     tenancy_check(ctx, run)
@@ -61,7 +61,7 @@ pub(super) async fn dry_run_gate(
         return Ok(());
     }
     Err(run.failed(
-        reasons::UNAPPLIABLE,
+        Reason::Unappliable,
         format!(
             "the dry run rejected {} of {}, nothing was applied: {}",
             report.rejections.len(),
@@ -130,6 +130,7 @@ async fn claimed_objects(
 /// Whether the Release an ownership label names exists. Unknown (unreadable) counts as
 /// present: never take an object by mistake.
 async fn release_exists(ctx: &Context, owner: &ownership::Owner) -> bool {
-    let api: kube::Api<Release> = kube::Api::namespaced(ctx.home.client.clone(), &owner.namespace);
-    !matches!(api.get_opt(&owner.name).await, Ok(None))
+    let api: kube::Api<Release> =
+        kube::Api::namespaced(ctx.home.client.clone(), &owner.0.namespace);
+    !matches!(api.get_opt(&owner.0.name).await, Ok(None))
 }

@@ -26,11 +26,13 @@ mod wave_loop;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::Context;
-use super::hook_phase::{HookRun, PhaseOutcome, forget_removed_hooks, run_hook_phase};
+use super::hook_phase::{
+    HookPhaseError, HookRun, PhaseOutcome, forget_removed_hooks, run_hook_phase,
+};
 use super::outcome::ReconcileOutcome;
 use super::stages::RenderStage;
 use crate::engine::api::{
-    Attempt, HookPhase, Release, ReleaseStatus, RolloutStatus, WavePolicy, failure_stages, reasons,
+    Attempt, FailureStage, HookPhase, Reason, Release, ReleaseStatus, RolloutStatus, WavePolicy,
 };
 use crate::engine::cluster::Target;
 use crate::engine::content_hooks;
@@ -66,10 +68,10 @@ pub(crate) struct SyncRun<'a> {
 
 impl SyncRun<'_> {
     /// A failure of stage `Syncing` on this run's attempt.
-    fn failed(&self, reason: &'static str, message: String, retry: bool) -> ReconcileOutcome {
+    fn failed(&self, reason: Reason, message: String, retry: bool) -> ReconcileOutcome {
         ReconcileOutcome::failed(
             reason,
-            failure_stages::SYNCING,
+            FailureStage::Syncing,
             message,
             self.attempt.clone(),
             retry,
@@ -78,7 +80,7 @@ impl SyncRun<'_> {
 
     /// A transient failure (`DeployFailed`, retried with backoff).
     fn deploy_failed(&self, message: String) -> ReconcileOutcome {
-        self.failed(reasons::DEPLOY_FAILED, message, true)
+        self.failed(Reason::DeployFailed, message, true)
     }
 }
 
@@ -115,7 +117,7 @@ pub async fn stage_sync(
         hooks: true,
     };
     let outcome = sync_objects(ctx, &run, inventory).await;
-    if outcome.reason == reasons::WAVE_FAILED {
+    if outcome.reason == Reason::WaveFailed {
         return super::rollback::wave_timed_out(ctx, &run, render, inventory, rollout, outcome)
             .await;
     }
@@ -123,9 +125,9 @@ pub async fn stage_sync(
         return outcome;
     }
     // Step 7: postSync hooks are armed; their result does not change this one.
-    if let Err(message) = run_post_sync_hooks(ctx, &run, inventory).await {
+    if let Err(e) = run_post_sync_hooks(ctx, &run, inventory).await {
         return run
-            .deploy_failed(message)
+            .deploy_failed(e.to_string())
             .with_waves(outcome.waves.unwrap_or_default());
     }
     // Steps 8 and 9 only log their errors.
@@ -163,10 +165,10 @@ pub(crate) async fn sync_objects(
     }
     // Step 2: persistRender (the render as rendered, without the ownership labels).
     if run.persist
-        && let Err(message) =
+        && let Err(e) =
             store_steps::persist_render(ctx, run.release, run.render_ref, run.objects).await
     {
-        return run.deploy_failed(message);
+        return run.deploy_failed(crate::engine::error::chain(&e));
     }
     // Step 3: the preSync hooks hold the waves until they finish.
     let hook_run = HookRun {
@@ -204,7 +206,7 @@ async fn run_pre_sync_hooks(
 ) -> Result<(), ReconcileOutcome> {
     forget_removed_hooks(hooks)
         .await
-        .map_err(|message| run.deploy_failed(message))?;
+        .map_err(|e| run.deploy_failed(crate::engine::error::chain(&e)))?;
     let result = run_hook_phase(hooks, HookPhase::PreSync, None).await;
     hooks_hold_or_fail(run, result, HookPhase::PreSync, None).map_or(Ok(()), Err)
 }
@@ -213,7 +215,7 @@ async fn run_pre_sync_hooks(
 /// still running hold it (`WaitingForHook`), a failed `onFailure: Fail` hook fails it.
 fn hooks_hold_or_fail(
     run: &SyncRun<'_>,
-    result: Result<PhaseOutcome, String>,
+    result: Result<PhaseOutcome, HookPhaseError>,
     phase: HookPhase,
     wave: Option<i32>,
 ) -> Option<ReconcileOutcome> {
@@ -222,7 +224,7 @@ fn hooks_hold_or_fail(
     match result {
         Ok(PhaseOutcome::Done) => None,
         Ok(PhaseOutcome::Running(names)) => Some(ReconcileOutcome::held(
-            reasons::WAITING_FOR_HOOK,
+            Reason::WaitingForHook,
             format!("waiting for {label} hooks{of_wave}: {}", names.join(", ")),
             run.attempt.clone(),
         )),
@@ -232,7 +234,7 @@ fn hooks_hold_or_fail(
             format!("{label} hook {hook}{of_wave} failed: {message}"),
             run.attempt.clone(),
         )),
-        Err(message) => Some(run.deploy_failed(message)),
+        Err(e) => Some(run.deploy_failed(e.to_string())),
     }
 }
 
@@ -241,7 +243,7 @@ async fn run_post_sync_hooks(
     ctx: &Context,
     run: &SyncRun<'_>,
     inventory: &InventoryHandle,
-) -> Result<(), String> {
+) -> Result<(), HookPhaseError> {
     let content = content_hooks::split(run.objects).hooks;
     let applier = ctx.applier(run.target);
     let hooks = HookRun {

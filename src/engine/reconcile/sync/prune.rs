@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use super::compare::SyncPlan;
 use super::wave_loop::Applied;
 use super::{SyncRun, applied_outcome};
-use crate::engine::api::{ObjectKey, ReleaseInventory, WaveStatus, reasons};
+use crate::engine::api::{ObjectKey, Reason, ReleaseInventory, WaveStatus};
 use crate::engine::apply::{Applier, PruneTarget};
 use crate::engine::explain::count;
 use crate::engine::inventory::{InventoryHandle, Member};
@@ -102,7 +102,7 @@ pub(super) async fn write_inventory(
     mark_waves(run, &mut waves, &written);
     if let Some(message) = pruned.failure {
         return run
-            .failed(reasons::PRUNE_FAILED, message, true)
+            .failed(Reason::PruneFailed, message, true)
             .with_waves(waves);
     }
     let objects = plan.for_cluster.objects.len();

@@ -18,19 +18,15 @@ pub(super) async fn persist_render(
     release: &Release,
     render_ref: &str,
     objects: &[Object],
-) -> Result<(), String> {
+) -> Result<(), StoreError> {
     let Some(store) = &ctx.store else {
         return Ok(());
     };
     let id = ReleaseId::of(release);
-    let fail = |e| crate::engine::error::chain(&e);
-    if store.has_render(&id, render_ref).await.map_err(fail)? {
+    if store.has_render(&id, render_ref).await? {
         return Ok(());
     }
-    store
-        .put_render(&id, render_ref, objects)
-        .await
-        .map_err(fail)
+    store.put_render(&id, render_ref, objects).await
 }
 
 /// stageSync step 8, `recordHistory`: append the render if the history does not hold it yet.

@@ -2,6 +2,10 @@
 //! `waves.waitForHealth`), each recorded in the inventory before (intent: pending) and after
 //! (members) it is applied, each followed by its sync hooks.
 //!
+//! When nothing can hold the next wave (no health gate, no sync hooks), the Put after a wave
+//! also records the next wave's intent: one write instead of two per wave boundary, with the
+//! same guarantee (whatever may be on the cluster is in the inventory before it is sent).
+//!
 //! Spec: reconcile-flow.txt stageSync step 4, `waveHealthGate`; status-and-conditions.txt
 //! WaitingForWaveHealth, WaveFailed; DESIGN.md "Sync waves".
 
@@ -10,15 +14,16 @@ use std::collections::BTreeSet;
 use super::SyncRun;
 use super::compare::SyncPlan;
 use crate::engine::api::{
-    HealthState, HookPhase, ObjectKey, ReleaseInventory, WavePolicy, WaveStatus, failure_stages,
-    reasons,
+    FailureStage, HealthState, HookPhase, ObjectKey, Reason, ReleaseInventory, WavePolicy,
+    WaveStatus,
 };
 use crate::engine::apply::{ApplyError, waves};
+use crate::engine::error::chain;
 use crate::engine::explain::first_of;
-use crate::engine::inventory::Member;
+use crate::engine::inventory::{InventoryError, Member};
 use crate::engine::ownership;
 use crate::engine::reconcile::ReconcileOutcome;
-use crate::engine::reconcile::hook_phase::{HookRun, run_hook_phase};
+use crate::engine::reconcile::hook_phase::{HookRun, has_hooks, run_hook_phase};
 use crate::engine::reconcile::outcome::{timed_out, waiting_for};
 use crate::engine::render::Object;
 use crate::engine::render::render_ref::{object_digest, short};
@@ -32,6 +37,8 @@ pub(super) struct Applied {
     pub last_put: Vec<Member>,
     /// Whether the inventory still lists pending objects.
     pub pending_in_inventory: bool,
+    /// The wave whose intent the last Put recorded already (with the wave before's members).
+    pub intent_recorded: Option<i32>,
     pub objects_sent: usize,
     pub waves: Vec<WaveStatus>,
 }
@@ -47,18 +54,30 @@ pub(super) async fn apply_waves(
         members: Vec::new(),
         last_put: plan.recorded.clone(),
         pending_in_inventory: plan.pending_in_inventory,
+        intent_recorded: None,
         objects_sent: 0,
         waves: Vec::new(),
     };
+    let groups: Vec<(i32, Vec<Object>)> = waves::group(&plan.for_cluster.objects)
+        .into_iter()
+        .collect();
     let mut previous_wave: Option<i32> = None;
-    for (wave, objects) in waves::group(&plan.for_cluster.objects) {
+    for (index, (wave, objects)) in groups.iter().enumerate() {
+        let wave = *wave;
         if let Some(stop) = wave_may_start(ctx, run, hooks, previous_wave, wave).await {
             return Err(stop.with_waves(applied.waves));
         }
         previous_wave = Some(wave);
-        if let Err(message) = apply_wave(ctx, run, plan, hooks, &mut applied, wave, &objects).await
+        let next = groups
+            .get(index + 1)
+            .filter(|_| next_wave_follows(run, hooks, wave))
+            .map(|(next_wave, next_objects)| NextIntent {
+                wave: *next_wave,
+                sending: sending_keys(plan, next_objects),
+            });
+        if let Err(e) = apply_wave(ctx, run, plan, hooks, &mut applied, (wave, objects), next).await
         {
-            return Err(run.deploy_failed(message).with_waves(applied.waves));
+            return Err(run.deploy_failed(e.to_string()).with_waves(applied.waves));
         }
         // Sync hooks (Argo CD's `Sync`) run with their wave; the next wave waits for them.
         if run.hooks
@@ -92,17 +111,63 @@ async fn wave_may_start(
     }
 }
 
-/// One wave: record the intent, adopt from kubectl, apply what changed, record the members.
-/// `Err` is the failure's message (the inventory holds what was applied).
+/// Whether the wave after `wave` starts in this pass as soon as `wave` is applied: no wave
+/// health gate and no sync hooks of `wave` can hold it. (A failure, or a lapsed shard, can
+/// still stop it: its intent is then recorded for objects never sent, which the next sync
+/// sends or prunes, as after a crash.)
+fn next_wave_follows(run: &SyncRun<'_>, hooks: &HookRun<'_>, wave: i32) -> bool {
+    let gated = run.wave_gate.is_some() && crate::engine::health::configured(run.release);
+    let hooked = run.hooks && has_hooks(hooks, HookPhase::Sync, Some(wave));
+    !gated && !hooked
+}
+
+/// Why a wave failed; its message (with causes) becomes the `DeployFailed` outcome's.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum WaveError {
+    #[error("{}", chain(.0))]
+    Inventory(#[from] InventoryError),
+    #[error("wave {wave}: adopting {key} from kubectl: {}", chain(source))]
+    Adopt {
+        wave: i32,
+        key: ObjectKey,
+        #[source]
+        source: ApplyError,
+    },
+    #[error("wave {wave}: {}", chain(source))]
+    Apply {
+        wave: i32,
+        #[source]
+        source: ApplyError,
+    },
+}
+
+/// The next wave's intent, recorded by the Put after this wave.
+struct NextIntent {
+    wave: i32,
+    sending: Vec<ObjectKey>,
+}
+
+/// The keys of the objects of a wave that are sent (under the names they are applied with).
+fn sending_keys(plan: &SyncPlan, objects: &[Object]) -> Vec<ObjectKey> {
+    objects
+        .iter()
+        .filter(|o| plan.to_send_keys.contains(&o.key()))
+        .map(|o| plan.effective_key(o))
+        .collect()
+}
+
+/// One wave: record the intent (unless the Put after the wave before did), adopt from
+/// kubectl, apply what changed, record the members (and `next`'s intent). On `Err` the
+/// inventory holds what was applied.
 async fn apply_wave(
     ctx: &Context,
     run: &SyncRun<'_>,
     plan: &SyncPlan,
     hooks: &HookRun<'_>,
     applied: &mut Applied,
-    wave: i32,
-    objects: &[Object],
-) -> Result<(), String> {
+    (wave, objects): (i32, &[Object]),
+    next: Option<NextIntent>,
+) -> Result<(), WaveError> {
     let sending: Vec<Object> = objects
         .iter()
         .filter(|o| plan.to_send_keys.contains(&o.key()))
@@ -112,30 +177,30 @@ async fn apply_wave(
         wave,
         objects: sending.len(),
     });
-    let sending_keys: Vec<ObjectKey> = sending.iter().map(|o| plan.effective_key(o)).collect();
-    record_intent(plan, hooks, applied, &sending_keys).await?;
+    let sending_keys = sending_keys(plan, objects);
+    if applied.intent_recorded != Some(wave) {
+        record_intent(plan, hooks, applied, &sending_keys).await?;
+    }
     adopt_from_kubectl(plan, hooks, &sending_keys, wave).await?;
     let (keys, failure) = match hooks.applier.apply(&sending).await {
         Ok(keys) => (keys, None),
         Err(ApplyError::Failed { applied, failures }) => {
-            let message = ApplyError::Failed {
+            let source = ApplyError::Failed {
                 applied: applied.clone(),
                 failures,
-            }
-            .to_string();
-            (applied, Some(format!("wave {wave}: {message}")))
+            };
+            (applied, Some(WaveError::Apply { wave, source }))
         }
-        Err(e) => (
-            Vec::new(),
-            Some(format!("wave {wave}: {}", crate::engine::error::chain(&e))),
-        ),
+        Err(source) => (Vec::new(), Some(WaveError::Apply { wave, source })),
     };
     applied.objects_sent += keys.len();
-    let put = record_wave(run, plan, hooks, applied, wave, objects, &keys).await;
-    if let Some(message) = failure {
-        return Err(message);
+    // A failed wave ends the sync: the next wave's intent is not recorded.
+    let next = next.filter(|_| failure.is_none());
+    let put = record_wave(run, plan, hooks, applied, (wave, objects), &keys, next).await;
+    if let Some(failure) = failure {
+        return Err(failure);
     }
-    put.map_err(|e| crate::engine::error::chain(&e))?;
+    put?;
     applied.waves.push(WaveStatus {
         wave,
         objects: objects.len() as u32,
@@ -157,7 +222,7 @@ async fn record_intent(
     hooks: &HookRun<'_>,
     applied: &mut Applied,
     sending: &[ObjectKey],
-) -> Result<(), String> {
+) -> Result<(), InventoryError> {
     if sending.is_empty() {
         return Ok(());
     }
@@ -166,8 +231,7 @@ async fn record_intent(
     hooks
         .inventory
         .put_with_pending(&applied.last_put, &pending)
-        .await
-        .map_err(|e| crate::engine::error::chain(&e))?;
+        .await?;
     applied.pending_in_inventory = true;
     Ok(())
 }
@@ -179,17 +243,16 @@ async fn adopt_from_kubectl(
     hooks: &HookRun<'_>,
     sending: &[ObjectKey],
     wave: i32,
-) -> Result<(), String> {
+) -> Result<(), WaveError> {
     let recorded: BTreeSet<&ObjectKey> = plan.recorded.iter().map(|m| &m.key).collect();
     for key in sending.iter().filter(|k| !recorded.contains(k)) {
         if let Some(live) = plan.live.get(key) {
             ownership::take_over_kubectl_fields(hooks.applier, key, live)
                 .await
-                .map_err(|e| {
-                    format!(
-                        "wave {wave}: adopting {key} from kubectl: {}",
-                        crate::engine::error::chain(&e)
-                    )
+                .map_err(|source| WaveError::Adopt {
+                    wave,
+                    key: key.clone(),
+                    source,
                 })?;
         }
     }
@@ -197,16 +260,17 @@ async fn adopt_from_kubectl(
 }
 
 /// The wave's members (what was applied now, and its unchanged objects, all with this
-/// render), and a Put of everything applied so far unless the inventory says so already.
+/// render), and a Put of everything applied so far, with `next`'s intent, unless the
+/// inventory says so already.
 async fn record_wave(
     run: &SyncRun<'_>,
     plan: &SyncPlan,
     hooks: &HookRun<'_>,
     applied: &mut Applied,
-    wave: i32,
-    objects: &[Object],
+    (wave, objects): (i32, &[Object]),
     applied_now: &[ObjectKey],
-) -> Result<(), crate::engine::inventory::InventoryError> {
+    next: Option<NextIntent>,
+) -> Result<(), InventoryError> {
     let applied_now: BTreeSet<&ObjectKey> = applied_now.iter().collect();
     for object in objects {
         let key = plan.effective_key(object);
@@ -220,20 +284,29 @@ async fn record_wave(
             digest: object_digest(object, plan.digest_key.as_ref()),
         });
     }
-    let next = super::prune::union(&plan.recorded, &applied.members);
-    let pending = super::prune::still_pending(&plan.carried, &applied.members);
-    let put =
-        if super::prune::same_members(&next, &applied.last_put) && !applied.pending_in_inventory {
-            Ok(())
-        } else {
-            applied.pending_in_inventory = !pending.is_empty();
-            hooks
-                .inventory
-                .put_with_pending(&next, &pending)
-                .await
-                .map(|_| ())
-        };
-    applied.last_put = next;
+    let members = super::prune::union(&plan.recorded, &applied.members);
+    let mut pending = super::prune::still_pending(&plan.carried, &applied.members);
+    let next = next.filter(|n| !n.sending.is_empty());
+    if let Some(next) = &next {
+        pending.extend(next.sending.iter().cloned());
+    }
+    let unchanged = super::prune::same_members(&members, &applied.last_put)
+        && !applied.pending_in_inventory
+        && next.is_none();
+    let put = if unchanged {
+        Ok(())
+    } else {
+        applied.pending_in_inventory = !pending.is_empty();
+        hooks
+            .inventory
+            .put_with_pending(&members, &pending)
+            .await
+            .map(|_| ())
+    };
+    if put.is_ok() {
+        applied.intent_recorded = next.map(|n| n.wave);
+    }
+    applied.last_put = members;
     put
 }
 
@@ -274,20 +347,20 @@ async fn wave_health_gate(
     let waiting = waiting_for(
         run.status,
         run.render_ref,
-        reasons::WAITING_FOR_WAVE_HEALTH,
+        Reason::WaitingForWaveHealth,
         &target,
         run.now,
     );
     let shown = first_of(&unhealthy, 3);
-    if let Some(timeout) = timed_out(&waiting, policy.timeout.as_deref(), run.now) {
+    if let Some(timeout) = timed_out(&waiting, policy.timeout.as_ref(), run.now) {
         let message = format!(
             "wave {before} of render {} was not healthy within {timeout}: {shown}",
             short(run.render_ref)
         );
         return Some(
             ReconcileOutcome::failed(
-                reasons::WAVE_FAILED,
-                failure_stages::SYNCING,
+                Reason::WaveFailed,
+                FailureStage::Syncing,
                 message,
                 run.attempt.clone(),
                 false,
@@ -297,12 +370,8 @@ async fn wave_health_gate(
     }
     let message = format!("wave {wave} waits for wave {before} to be healthy: {shown}");
     Some(
-        ReconcileOutcome::held(
-            reasons::WAITING_FOR_WAVE_HEALTH,
-            message,
-            run.attempt.clone(),
-        )
-        .with_waiting(waiting),
+        ReconcileOutcome::held(Reason::WaitingForWaveHealth, message, run.attempt.clone())
+            .with_waiting(waiting),
     )
 }
 
