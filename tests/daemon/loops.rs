@@ -190,7 +190,7 @@ async fn controller_and_observer_as_two_processes_behave_like_one() {
 
 #[tokio::test]
 async fn the_cluster_and_source_controllers_report_reachability_and_the_artifact() {
-    use convoy::engine::api::{Cluster, GitRepository};
+    use convoy::engine::api::{Cluster, GitRepository, HelmRegistry};
     use kube::Api;
     let f = Fixture::new(
         "daemon-clusters",
@@ -249,6 +249,35 @@ async fn the_cluster_and_source_controllers_report_reachability_and_the_artifact
     )
     .await;
     assert!(revision.starts_with("main@sha1:"), "{revision}");
+
+    // A HelmRegistry whose credentials Secret is missing fails its fetch naming the Secret: it
+    // never falls back to an anonymous fetch.
+    f.kubectl_apply(&json!({
+        "apiVersion": "source.convoy.kumodo.io/v1alpha1", "kind": "HelmRegistry",
+        "metadata": {"name": "charts", "namespace": f.env.namespace},
+        "spec": {"url": "http://127.0.0.1:9/charts", "secretRef": {"name": "chart-credentials"}},
+    }))
+    .await;
+    let helms: Api<HelmRegistry> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let (status, reason, message) = eventually(
+        "the HelmRegistry to be fetched",
+        Duration::from_secs(30),
+        || async {
+            let status = helms.get("charts").await.ok()?.status?;
+            let c = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Ready")?
+                .clone();
+            Some((c.status, c.reason, c.message))
+        },
+    )
+    .await;
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "FetchFailed"));
+    assert!(
+        message.contains("Secret") && message.contains("chart-credentials"),
+        "{message}"
+    );
 }
 
 #[tokio::test]
