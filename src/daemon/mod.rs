@@ -33,9 +33,7 @@ use self::metrics::{CountRequestsLayer, Metrics};
 use self::passes::Shared;
 use self::queue::WorkQueue;
 use self::shard::{HeldShards, LeaseConfig, cluster_key};
-use crate::engine::api::{
-    Cluster, GitRepository, HelmRegistry, OCIRegistry, Release, ReleaseInventory,
-};
+use crate::engine::api::{Release, ReleaseInventory};
 use crate::engine::connect::{ClientFactory, Connection};
 use crate::engine::health::HealthMemory;
 use crate::engine::runtime::{Context, OwnsEveryShard, ShardGate};
@@ -120,34 +118,69 @@ impl crate::engine::runtime::ReleaseIndex for ReleasesByCluster {
 /// Run until SIGTERM or Ctrl-C; then finish the passes in flight, release the Leases, return.
 pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), DaemonError> {
     let metrics = Metrics::new();
-    // Every client the daemon builds (its own, and those that impersonate a Release's
-    // ServiceAccount) counts its requests.
+    let home = connect_home(kube_config, &config, &metrics)?;
+    let held = HeldShards::new(config.shards);
+    let shared = Arc::new(shared_state(&home, &config, &held, metrics.clone()));
+    let (shutdown_tx, shutdown) = tokio::sync::watch::channel(false);
+    let (release_leases_tx, release_leases) = tokio::sync::watch::channel(false);
+    let mut wiring = Wiring {
+        queues: Queues::new(&shared),
+        config,
+        shared,
+        metrics,
+        shutdown,
+        tasks: Vec::new(),
+    };
+    wiring.informers(&home.watch_client);
+    let workers = wiring.workers();
+    let ready = wiring.readiness();
+    wiring.resync();
+    let lease_task = wiring.leases(&home.client, &held, release_leases);
+    wiring.serve(ready).await?;
+    wait_for_signal().await;
+    wiring
+        .shut_down(workers, shutdown_tx, release_leases_tx, lease_task)
+        .await;
+    Ok(())
+}
+
+/// The daemon's own client: every client it builds (its own, and those that impersonate a
+/// Release's ServiceAccount) counts its requests, and every API call has its deadline.
+fn connect_home(
+    kube_config: Config,
+    config: &DaemonConfig,
+    metrics: &Arc<Metrics>,
+) -> Result<Connection, DaemonError> {
     let layer = CountRequestsLayer(metrics.clone());
     let factory: ClientFactory = Arc::new(move |config| {
         Ok(kube::client::ClientBuilder::try_from(config)?
             .with_layer(&layer)
             .build())
     });
-    let home = Connection::with_factory(kube_config, factory)
+    Connection::with_factory(kube_config, factory)
         .and_then(|c| c.with_api_timeout(config.api_timeout))
-        .map_err(DaemonError::Connect)?;
-    let client: Client = home.client.clone();
-    let watch_client: Client = home.watch_client.clone();
-    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-    let (release_leases_tx, release_leases_rx) = tokio::sync::watch::channel(false);
+        .map_err(DaemonError::Connect)
+}
 
-    let held = HeldShards::new(config.shards);
-    let gate: Arc<dyn ShardGate> = if config.shards == 0 {
-        Arc::new(OwnsEveryShard)
-    } else {
-        Arc::new(held.clone())
-    };
+/// What every pass shares: the engine's context (with the shard gate, tenancy, deadlines and
+/// store of this daemon), the informer caches, the Event recorder and the metrics.
+fn shared_state(
+    home: &Connection,
+    config: &DaemonConfig,
+    held: &HeldShards,
+    metrics: Arc<Metrics>,
+) -> Shared {
+    let client = home.client.clone();
     let coordinator = Arc::new(Coordinator::with_policy(
         SourceCache::new(config.cache_dir.clone()),
         config.sources.clone(),
     ));
     let mut ctx = Context::new(home.clone(), coordinator);
-    ctx.shard = gate;
+    ctx.shard = if config.shards == 0 {
+        Arc::new(OwnsEveryShard) as Arc<dyn ShardGate>
+    } else {
+        Arc::new(held.clone())
+    };
     ctx.tenancy = Arc::new(config.tenancy.clone());
     ctx.render_timeout = config.render_timeout;
     ctx.digest_key = Some(Arc::new(crate::engine::digest_key::KeyCell::new(
@@ -158,8 +191,7 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
     ctx.store = config.render_store.open(&client, &config.lease_namespace);
     let releases: Arc<informer::Cache<Release>> = Arc::default();
     ctx.releases = Some(Arc::new(ReleasesByCluster(releases.clone())));
-
-    let shared = Arc::new(Shared {
+    Shared {
         ctx: Arc::new(ctx),
         releases,
         inventories: Arc::default(),
@@ -169,30 +201,432 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
         ocis: Arc::default(),
         health_memory: HealthMemory::default(),
         recorder: Recorder::new(
-            client.clone(),
+            client,
             Reporter {
                 controller: "convoy".into(),
                 instance: Some(config.identity.clone()),
             },
         ),
-        metrics: metrics.clone(),
+        metrics,
         controller_queue: WorkQueue::new(),
-    });
-    let drift_queue = WorkQueue::new();
-    let health_queue = WorkQueue::new();
-    let cluster_queue = WorkQueue::new();
-    let git_queue = WorkQueue::new();
-    let helm_queue = WorkQueue::new();
-    let oci_queue = WorkQueue::new();
+    }
+}
 
-    let mut tasks = Vec::new();
-    let mut workers = Vec::new();
+/// The work queue of each loop (the controller's lives in [`Shared`]: passes requeue on it).
+struct Queues {
+    controller: WorkQueue,
+    drift: WorkQueue,
+    health: WorkQueue,
+    cluster: WorkQueue,
+    git: WorkQueue,
+    helm: WorkQueue,
+    oci: WorkQueue,
+}
 
-    // Releases: one informer, a handler per loop.
-    let mut release_handlers: Vec<Handler<Release>> = Vec::new();
-    // Per-Release metrics follow the cache, whoever wrote the status.
-    let metrics_of_releases = metrics.clone();
-    release_handlers.push(Box::new(move |old, new| match (new, old) {
+impl Queues {
+    fn new(shared: &Shared) -> Self {
+        Self {
+            controller: shared.controller_queue.clone(),
+            drift: WorkQueue::new(),
+            health: WorkQueue::new(),
+            cluster: WorkQueue::new(),
+            git: WorkQueue::new(),
+            helm: WorkQueue::new(),
+            oci: WorkQueue::new(),
+        }
+    }
+
+    /// The Release loops' queues this role runs: every Release key goes to each of them on a
+    /// resync or a shard taken over.
+    fn release_loops(&self, role: Role) -> Vec<WorkQueue> {
+        let mut queues = Vec::new();
+        if role.controller() {
+            queues.push(self.controller.clone());
+        }
+        if role.observer() {
+            queues.extend([self.drift.clone(), self.health.clone()]);
+        }
+        queues
+    }
+
+    fn all(&self) -> [&WorkQueue; 7] {
+        [
+            &self.controller,
+            &self.drift,
+            &self.health,
+            &self.cluster,
+            &self.git,
+            &self.helm,
+            &self.oci,
+        ]
+    }
+}
+
+/// The daemon being put together: what each part needs, and the background tasks started.
+struct Wiring {
+    config: DaemonConfig,
+    shared: Arc<Shared>,
+    queues: Queues,
+    metrics: Arc<Metrics>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Wiring {
+    /// One informer per kind (per namespace), each feeding the handlers of the loops that
+    /// react to it.
+    fn informers(&mut self, watch_client: &Client) {
+        let (config, shared) = (&self.config, &self.shared);
+        let namespaces = &config.namespaces;
+        let releases = release_handlers(config.role, shared, &self.queues, &self.metrics);
+        watch(
+            watch_client,
+            namespaces,
+            shared.releases.clone(),
+            releases,
+            &self.shutdown,
+            &mut self.tasks,
+        );
+        let inventories = inventory_handlers(config.role, &self.queues);
+        watch(
+            watch_client,
+            namespaces,
+            shared.inventories.clone(),
+            inventories,
+            &self.shutdown,
+            &mut self.tasks,
+        );
+        if !config.role.controller() {
+            return;
+        }
+        let (q, stop, tasks) = (&self.queues, &self.shutdown, &mut self.tasks);
+        watch(
+            watch_client,
+            namespaces,
+            shared.clusters.clone(),
+            vec![generation_handler(q.cluster.clone())],
+            stop,
+            tasks,
+        );
+        watch(
+            watch_client,
+            namespaces,
+            shared.gits.clone(),
+            vec![generation_handler(q.git.clone())],
+            stop,
+            tasks,
+        );
+        watch(
+            watch_client,
+            namespaces,
+            shared.helms.clone(),
+            vec![generation_handler(q.helm.clone())],
+            stop,
+            tasks,
+        );
+        watch(
+            watch_client,
+            namespaces,
+            shared.ocis.clone(),
+            vec![generation_handler(q.oci.clone())],
+            stop,
+            tasks,
+        );
+    }
+
+    /// The workers of each loop this role runs.
+    fn workers(&self) -> Vec<tokio::task::JoinHandle<()>> {
+        let (config, q) = (&self.config, &self.queues);
+        let spawn = |name: &'static str, n: usize, queue: &WorkQueue, pass: PassFn| {
+            let shared = self.shared.clone();
+            worker::spawn(name, n, queue.clone(), self.metrics.clone(), move |k, f| {
+                pass(shared.clone(), k, f)
+            })
+        };
+        let mut workers = Vec::new();
+        if config.role.controller() {
+            workers.extend(spawn(
+                "controller",
+                config.workers,
+                &q.controller,
+                |s, k, f| Box::pin(passes::controller(s, k, f)),
+            ));
+            workers.extend(spawn("cluster", 2, &q.cluster, |s, k, f| {
+                Box::pin(passes::cluster(s, k, f))
+            }));
+            workers.extend(spawn("git", 2, &q.git, |s, k, f| {
+                Box::pin(passes::git(s, k, f))
+            }));
+            workers.extend(spawn("helm", 1, &q.helm, |s, k, f| {
+                Box::pin(passes::helm(s, k, f))
+            }));
+            workers.extend(spawn("oci", 1, &q.oci, |s, k, f| {
+                Box::pin(passes::oci(s, k, f))
+            }));
+        }
+        if config.role.observer() {
+            workers.extend(spawn("drift", config.workers, &q.drift, |s, k, f| {
+                Box::pin(passes::drift(s, k, f))
+            }));
+            workers.extend(spawn("health", config.workers, &q.health, |s, k, f| {
+                Box::pin(passes::health(s, k, f))
+            }));
+        }
+        workers
+    }
+
+    /// Readiness: every informer this role needs has listed once and its watches work (a
+    /// watch failing again and again, say for a missing RBAC permission, makes it unready).
+    fn readiness(&mut self) -> Arc<AtomicBool> {
+        let ready = Arc::new(AtomicBool::new(false));
+        let (flag, shared, metrics) = (ready.clone(), self.shared.clone(), self.metrics.clone());
+        let role = self.config.role;
+        let mut stop = self.shutdown.clone();
+        self.tasks.push(tokio::spawn(async move {
+            let mut announced = false;
+            loop {
+                let all = caches_ready(&shared, role, &metrics);
+                flag.store(all, Ordering::Relaxed);
+                if all && !announced {
+                    tracing::info!("caches synced");
+                    announced = true;
+                }
+                let every = Duration::from_millis(if announced { 1000 } else { 100 });
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = stop.changed() => return,
+                }
+            }
+        }));
+        ready
+    }
+
+    /// The informer resync: every key of every Release loop again, now and then.
+    fn resync(&mut self) {
+        let queues = self.queues.release_loops(self.config.role);
+        let shared = self.shared.clone();
+        let every = self.config.resync;
+        let mut stop = self.shutdown.clone();
+        self.tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = stop.changed() => return,
+                }
+                for key in shared.releases.keys() {
+                    queues.iter().for_each(|q| q.add(&key));
+                }
+            }
+        }));
+    }
+
+    /// The Leases, when sharded (returned: they are released last), and a task that shows the
+    /// shards held in the metrics and gives a newly held shard's Releases a pass at once.
+    fn leases(
+        &mut self,
+        client: &Client,
+        held: &HeldShards,
+        release: tokio::sync::watch::Receiver<bool>,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let config = &self.config;
+        if config.shards == 0 {
+            return None;
+        }
+        let lease_config = LeaseConfig {
+            prefix: match config.role {
+                Role::Controller => "convoy-controller",
+                Role::Observer => "convoy-observer",
+                Role::All => "convoy-all",
+            }
+            .to_string(),
+            namespace: config.lease_namespace.clone(),
+            identity: config.identity.clone(),
+            duration: config.lease_duration,
+        };
+        let (held_now, metrics, shared) = (held.clone(), self.metrics.clone(), self.shared.clone());
+        let queues = [
+            self.queues.controller.clone(),
+            self.queues.drift.clone(),
+            self.queues.health.clone(),
+        ];
+        let mut stop = self.shutdown.clone();
+        self.tasks.push(tokio::spawn(async move {
+            let mut before = held_now.held();
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+                    _ = stop.changed() => return,
+                }
+                let now_held = held_now.held();
+                metrics.shards_held.set(now_held.len() as i64);
+                if now_held != before {
+                    for key in shared.releases.keys() {
+                        queues.iter().for_each(|q| q.add(&key));
+                    }
+                    before = now_held;
+                }
+            }
+        }));
+        // The Leases are kept until the passes in flight are done or cancelled: released
+        // earlier, another replica could start on a shard this one still writes to.
+        Some(tokio::spawn(shard::run_leases(
+            client.clone(),
+            lease_config,
+            held.clone(),
+            release,
+        )))
+    }
+
+    /// `/healthz`, `/readyz` and `/metrics` on `--listen`.
+    async fn serve(&mut self, ready: Arc<AtomicBool>) -> Result<(), DaemonError> {
+        let addr = self.config.listen;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| DaemonError::Listen { addr, source })?;
+        tracing::info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving /healthz, /readyz, /metrics");
+        self.tasks.push(tokio::spawn(http::serve(
+            listener,
+            ready,
+            self.metrics.clone(),
+            self.shutdown.clone(),
+        )));
+        Ok(())
+    }
+
+    /// SIGTERM: the queues stop, passes in flight get the grace period and are then cancelled
+    /// where they stand (a cancelled pass leaves what a crash leaves: the inventory's pending
+    /// wave covers it); only then are the Leases released.
+    async fn shut_down(
+        self,
+        mut workers: Vec<tokio::task::JoinHandle<()>>,
+        shutdown: tokio::sync::watch::Sender<bool>,
+        release_leases: tokio::sync::watch::Sender<bool>,
+        lease_task: Option<tokio::task::JoinHandle<()>>,
+    ) {
+        let grace = self.config.shutdown_grace;
+        tracing::info!(
+            grace_seconds = grace.as_secs_f64(),
+            "shutting down: finishing the passes in flight"
+        );
+        let _ = shutdown.send(true);
+        self.queues.all().iter().for_each(|q| q.shut_down());
+        let mut finished = 0;
+        let drained = tokio::time::timeout(grace, async {
+            for w in workers.iter_mut() {
+                let _ = w.await;
+                finished += 1;
+            }
+        })
+        .await;
+        if drained.is_err() {
+            let running = workers.iter().filter(|w| !w.is_finished()).count();
+            tracing::warn!(
+                running,
+                "passes still running after the grace period of {}; cancelled",
+                crate::engine::duration::human(grace)
+            );
+            // A handle already awaited to its end may not be polled again.
+            for w in workers.into_iter().skip(finished) {
+                w.abort();
+                let _ = w.await;
+            }
+        }
+        let _ = release_leases.send(true);
+        if let Some(lease_task) = lease_task {
+            let _ = lease_task.await;
+        }
+        for t in self.tasks {
+            t.abort();
+        }
+        tracing::info!("stopped");
+    }
+}
+
+/// A loop's pass, boxed so every loop's workers are spawned the same way.
+type PassFn = fn(
+    Arc<Shared>,
+    String,
+    u32,
+)
+    -> std::pin::Pin<Box<dyn std::future::Future<Output = worker::PassResult> + Send>>;
+
+/// Whether every cache this role needs has listed and watches (watch errors go to the
+/// metrics as they are seen).
+fn caches_ready(shared: &Shared, role: Role, metrics: &Metrics) -> bool {
+    let controller = role.controller();
+    let caches: [(&str, bool, bool, usize); 6] = [
+        (
+            "Release",
+            true,
+            shared.releases.synced() && shared.releases.watching(),
+            shared.releases.watch_errors(),
+        ),
+        (
+            "ReleaseInventory",
+            true,
+            shared.inventories.synced() && shared.inventories.watching(),
+            shared.inventories.watch_errors(),
+        ),
+        (
+            "Cluster",
+            controller,
+            shared.clusters.synced() && shared.clusters.watching(),
+            shared.clusters.watch_errors(),
+        ),
+        (
+            "GitRepository",
+            controller,
+            shared.gits.synced() && shared.gits.watching(),
+            shared.gits.watch_errors(),
+        ),
+        (
+            "HelmRegistry",
+            controller,
+            shared.helms.synced() && shared.helms.watching(),
+            shared.helms.watch_errors(),
+        ),
+        (
+            "OCIRegistry",
+            controller,
+            shared.ocis.synced() && shared.ocis.watching(),
+            shared.ocis.watch_errors(),
+        ),
+    ];
+    let mut all = true;
+    for (resource, needed, ok, errors) in caches {
+        if needed {
+            all &= ok;
+            metrics.watch_errors_seen(resource, errors as u64);
+        }
+    }
+    all
+}
+
+/// The Release informer's handlers: per-Release metrics, and each loop's enqueue rules.
+fn release_handlers(
+    role: Role,
+    shared: &Arc<Shared>,
+    queues: &Queues,
+    metrics: &Arc<Metrics>,
+) -> Vec<Handler<Release>> {
+    let mut handlers = vec![release_metrics_handler(metrics.clone())];
+    if role.controller() {
+        handlers.push(controller_handler(
+            queues.controller.clone(),
+            shared.clone(),
+        ));
+    }
+    if role.observer() {
+        for queue in [queues.drift.clone(), queues.health.clone()] {
+            handlers.push(observer_handler(queue));
+        }
+    }
+    handlers
+}
+
+/// Per-Release metrics follow the cache, whoever wrote the status.
+fn release_metrics_handler(metrics: Arc<Metrics>) -> Handler<Release> {
+    Box::new(move |old, new| match (new, old) {
         (Some(r), _) => {
             let namespace = r.metadata.namespace.as_deref().unwrap_or_default();
             let name = r.metadata.name.as_deref().unwrap_or_default();
@@ -202,13 +636,13 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
                 .iter()
                 .map(|c| (c.type_.clone(), c.status))
                 .collect();
-            metrics_of_releases.release_conditions(namespace, name, &conditions);
+            metrics.release_conditions(namespace, name, &conditions);
             if let Some(at) = status
                 .last_successful
                 .as_ref()
                 .and_then(|a| a.attempted_at.as_ref())
             {
-                metrics_of_releases
+                metrics
                     .release_last_applied
                     .get_or_create(&metrics::ReleaseLabels {
                         namespace: namespace.to_string(),
@@ -217,83 +651,74 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
                     .set(at.0.as_second() as f64);
             }
         }
-        (None, Some(gone)) => metrics_of_releases.forget_release(
+        (None, Some(gone)) => metrics.forget_release(
             gone.metadata.namespace.as_deref().unwrap_or_default(),
             gone.metadata.name.as_deref().unwrap_or_default(),
         ),
         (None, None) => {}
-    }));
-    if config.role.controller() {
-        let queue = shared.controller_queue.clone();
-        let shared_for_waves = shared.clone();
-        release_handlers.push(Box::new(move |old, new| {
-            let Some(new) = new else { return };
-            let key = key_of(new);
-            let deleting = new.metadata.deletion_timestamp.is_some()
-                && old.is_none_or(|o| o.metadata.deletion_timestamp.is_none());
-            match old {
-                None => queue.add(&key),
-                Some(old)
-                    if should_enqueue_on_update(&old.metadata, &new.metadata, true) || deleting =>
-                {
-                    queue.add(&key)
-                }
-                Some(_) => {}
-            }
-            // An Applied or Healthy change moves the next cluster wave on the same cluster.
-            if old
-                .is_some_and(|o| applied_or_healthy_changed(o.status.as_ref(), new.status.as_ref()))
-            {
-                let wave = new.spec.cluster_wave.as_ref().map(|w| w.wave).unwrap_or(0);
-                let cluster = cluster_key(new);
-                for other in shared_for_waves.releases.all() {
-                    let other_wave = other.spec.cluster_wave.as_ref().map(|w| w.wave);
-                    if cluster_key(&other) == cluster && other_wave.is_some_and(|w| w > wave) {
-                        queue.add(&key_of(other.as_ref()));
-                    }
-                }
-            }
-        }));
-    }
-    if config.role.observer() {
-        for queue in [drift_queue.clone(), health_queue.clone()] {
-            release_handlers.push(Box::new(move |old, new| {
-                let Some(new) = new else { return };
-                let key = key_of(new);
-                let deleting = new.metadata.deletion_timestamp.is_some()
-                    && old.is_none_or(|o| o.metadata.deletion_timestamp.is_none());
-                match old {
-                    None => queue.add(&key),
-                    Some(old)
-                        if should_enqueue_on_update(&old.metadata, &new.metadata, false)
-                            || deleting =>
-                    {
-                        queue.add(&key)
-                    }
-                    Some(old)
-                        if attempted_render_changed(old.status.as_ref(), new.status.as_ref()) =>
-                    {
-                        queue.add(&key)
-                    }
-                    Some(_) => {}
-                }
-            }));
-        }
-    }
-    watch::<Release>(
-        &watch_client,
-        &config.namespaces,
-        shared.releases.clone(),
-        release_handlers,
-        &shutdown_rx,
-        &mut tasks,
-    );
+    })
+}
 
-    // ReleaseInventories: the controller's and the observer's handlers.
-    let mut inventory_handlers: Vec<Handler<ReleaseInventory>> = Vec::new();
-    if config.role.controller() {
-        let queue = shared.controller_queue.clone();
-        inventory_handlers.push(Box::new(move |old, new| {
+/// The controller's enqueue rules (`shouldEnqueueOnUpdate`, a deletion), and the next
+/// cluster wave woken when a Release's Applied or Healthy changes.
+fn controller_handler(queue: WorkQueue, shared: Arc<Shared>) -> Handler<Release> {
+    Box::new(move |old, new| {
+        let Some(new) = new else { return };
+        let key = key_of(new);
+        let deleting = new.metadata.deletion_timestamp.is_some()
+            && old.is_none_or(|o| o.metadata.deletion_timestamp.is_none());
+        match old {
+            None => queue.add(&key),
+            Some(old)
+                if should_enqueue_on_update(&old.metadata, &new.metadata, true) || deleting =>
+            {
+                queue.add(&key)
+            }
+            Some(_) => {}
+        }
+        if old.is_some_and(|o| applied_or_healthy_changed(o.status.as_ref(), new.status.as_ref())) {
+            let wave = new.spec.cluster_wave.as_ref().map(|w| w.wave).unwrap_or(0);
+            let cluster = cluster_key(new);
+            for other in shared.releases.all() {
+                let other_wave = other.spec.cluster_wave.as_ref().map(|w| w.wave);
+                if cluster_key(&other) == cluster && other_wave.is_some_and(|w| w > wave) {
+                    queue.add(&key_of(other.as_ref()));
+                }
+            }
+        }
+    })
+}
+
+/// An observer loop's enqueue rules: `shouldEnqueueOnUpdate` without the status, a deletion,
+/// and a new attempted or applied render.
+fn observer_handler(queue: WorkQueue) -> Handler<Release> {
+    Box::new(move |old, new| {
+        let Some(new) = new else { return };
+        let key = key_of(new);
+        let deleting = new.metadata.deletion_timestamp.is_some()
+            && old.is_none_or(|o| o.metadata.deletion_timestamp.is_none());
+        match old {
+            None => queue.add(&key),
+            Some(old)
+                if should_enqueue_on_update(&old.metadata, &new.metadata, false) || deleting =>
+            {
+                queue.add(&key)
+            }
+            Some(old) if attempted_render_changed(old.status.as_ref(), new.status.as_ref()) => {
+                queue.add(&key)
+            }
+            Some(_) => {}
+        }
+    })
+}
+
+/// The ReleaseInventory informer's handlers: a controller-owned change wakes the controller;
+/// a controller write (something was applied) wakes both observer loops.
+fn inventory_handlers(role: Role, queues: &Queues) -> Vec<Handler<ReleaseInventory>> {
+    let mut handlers: Vec<Handler<ReleaseInventory>> = Vec::new();
+    if role.controller() {
+        let queue = queues.controller.clone();
+        handlers.push(Box::new(move |old, new| {
             let empty = ReleaseInventory::default();
             let (key, wakes) = match (old, new) {
                 (old, Some(new)) => (
@@ -308,11 +733,9 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
             }
         }));
     }
-    if config.role.observer() {
-        // A controller write to the inventory means something was applied: both observer
-        // loops look again.
-        let (health, drift) = (health_queue.clone(), drift_queue.clone());
-        inventory_handlers.push(Box::new(move |old, new| {
+    if role.observer() {
+        let (health, drift) = (queues.health.clone(), queues.drift.clone());
+        handlers.push(Box::new(move |old, new| {
             let empty = ReleaseInventory::default();
             if let Some(new) = new
                 && inventory_wakes_observer(old.unwrap_or(&empty), new)
@@ -322,293 +745,7 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
             }
         }));
     }
-    watch::<ReleaseInventory>(
-        &watch_client,
-        &config.namespaces,
-        shared.inventories.clone(),
-        inventory_handlers,
-        &shutdown_rx,
-        &mut tasks,
-    );
-
-    if config.role.controller() {
-        watch::<Cluster>(
-            &watch_client,
-            &config.namespaces,
-            shared.clusters.clone(),
-            vec![generation_handler(cluster_queue.clone())],
-            &shutdown_rx,
-            &mut tasks,
-        );
-        watch::<GitRepository>(
-            &watch_client,
-            &config.namespaces,
-            shared.gits.clone(),
-            vec![generation_handler(git_queue.clone())],
-            &shutdown_rx,
-            &mut tasks,
-        );
-        watch::<HelmRegistry>(
-            &watch_client,
-            &config.namespaces,
-            shared.helms.clone(),
-            vec![generation_handler(helm_queue.clone())],
-            &shutdown_rx,
-            &mut tasks,
-        );
-        watch::<OCIRegistry>(
-            &watch_client,
-            &config.namespaces,
-            shared.ocis.clone(),
-            vec![generation_handler(oci_queue.clone())],
-            &shutdown_rx,
-            &mut tasks,
-        );
-        let s = shared.clone();
-        workers.extend(worker::spawn(
-            "controller",
-            config.workers,
-            shared.controller_queue.clone(),
-            metrics.clone(),
-            move |k, f| passes::controller(s.clone(), k, f),
-        ));
-        let s = shared.clone();
-        workers.extend(worker::spawn(
-            "cluster",
-            2,
-            cluster_queue.clone(),
-            metrics.clone(),
-            move |k, f| passes::cluster(s.clone(), k, f),
-        ));
-        let s = shared.clone();
-        workers.extend(worker::spawn(
-            "git",
-            2,
-            git_queue.clone(),
-            metrics.clone(),
-            move |k, f| passes::git(s.clone(), k, f),
-        ));
-        let s = shared.clone();
-        workers.extend(worker::spawn(
-            "helm",
-            1,
-            helm_queue.clone(),
-            metrics.clone(),
-            move |k, f| passes::helm(s.clone(), k, f),
-        ));
-        let s = shared.clone();
-        workers.extend(worker::spawn(
-            "oci",
-            1,
-            oci_queue.clone(),
-            metrics.clone(),
-            move |k, f| passes::oci(s.clone(), k, f),
-        ));
-    }
-    if config.role.observer() {
-        let s = shared.clone();
-        workers.extend(worker::spawn(
-            "drift",
-            config.workers,
-            drift_queue.clone(),
-            metrics.clone(),
-            move |k, f| passes::drift(s.clone(), k, f),
-        ));
-        let s = shared.clone();
-        workers.extend(worker::spawn(
-            "health",
-            config.workers,
-            health_queue.clone(),
-            metrics.clone(),
-            move |k, f| passes::health(s.clone(), k, f),
-        ));
-    }
-
-    // Readiness: every informer this role needs has listed once and its watches work (a
-    // watch failing again and again, say for a missing RBAC permission, makes it unready).
-    let ready = Arc::new(AtomicBool::new(false));
-    {
-        let ready = ready.clone();
-        let shared = shared.clone();
-        let role = config.role;
-        let metrics = metrics.clone();
-        let mut stop = shutdown_rx.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut announced = false;
-            loop {
-                let controller = role.controller();
-                let caches: [(&str, bool, bool, usize); 6] = [
-                    ("Release", true, shared.releases.synced() && shared.releases.watching(), shared.releases.watch_errors()),
-                    ("ReleaseInventory", true, shared.inventories.synced() && shared.inventories.watching(), shared.inventories.watch_errors()),
-                    ("Cluster", controller, shared.clusters.synced() && shared.clusters.watching(), shared.clusters.watch_errors()),
-                    ("GitRepository", controller, shared.gits.synced() && shared.gits.watching(), shared.gits.watch_errors()),
-                    ("HelmRegistry", controller, shared.helms.synced() && shared.helms.watching(), shared.helms.watch_errors()),
-                    ("OCIRegistry", controller, shared.ocis.synced() && shared.ocis.watching(), shared.ocis.watch_errors()),
-                ];
-                let mut all = true;
-                for (resource, needed, ok, errors) in caches {
-                    if needed {
-                        all &= ok;
-                        metrics.watch_errors_seen(resource, errors as u64);
-                    }
-                }
-                ready.store(all, Ordering::Relaxed);
-                if all && !announced {
-                    tracing::info!("caches synced");
-                    announced = true;
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_millis(if announced { 1000 } else { 100 })) => {}
-                    _ = stop.changed() => return,
-                }
-            }
-        }));
-    }
-
-    // The informer resync: every key of every loop again, now and then.
-    {
-        let queues: Vec<(WorkQueue, bool)> = vec![
-            (shared.controller_queue.clone(), config.role.controller()),
-            (drift_queue.clone(), config.role.observer()),
-            (health_queue.clone(), config.role.observer()),
-        ];
-        let shared = shared.clone();
-        let every = config.resync;
-        let mut stop = shutdown_rx.clone();
-        tasks.push(tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(every) => {}
-                    _ = stop.changed() => return,
-                }
-                for key in shared.releases.keys() {
-                    for (queue, on) in &queues {
-                        if *on {
-                            queue.add(&key);
-                        }
-                    }
-                }
-            }
-        }));
-    }
-
-    // Leases, when sharded; the shards held show in the metrics.
-    let lease_task = if config.shards > 0 {
-        let lease_config = LeaseConfig {
-            prefix: match config.role {
-                Role::Controller => "convoy-controller",
-                Role::Observer => "convoy-observer",
-                Role::All => "convoy-all",
-            }
-            .to_string(),
-            namespace: config.lease_namespace.clone(),
-            identity: config.identity.clone(),
-            duration: config.lease_duration,
-        };
-        let held_for_metrics = held.clone();
-        let metrics_for_leases = metrics.clone();
-        let mut stop = shutdown_rx.clone();
-        let queues = vec![
-            shared.controller_queue.clone(),
-            drift_queue.clone(),
-            health_queue.clone(),
-        ];
-        let shared_for_leases = shared.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut before = held_for_metrics.held();
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_millis(250)) => {}
-                    _ = stop.changed() => return,
-                }
-                let now_held = held_for_metrics.held();
-                metrics_for_leases.shards_held.set(now_held.len() as i64);
-                // A newly held shard: its Releases get a pass at once.
-                if now_held != before {
-                    for key in shared_for_leases.releases.keys() {
-                        for q in &queues {
-                            q.add(&key);
-                        }
-                    }
-                    before = now_held;
-                }
-            }
-        }));
-        // The Leases are kept until the passes in flight are done or cancelled: released
-        // earlier, another replica could start on a shard this one still writes to.
-        Some(tokio::spawn(shard::run_leases(
-            client.clone(),
-            lease_config,
-            held.clone(),
-            release_leases_rx,
-        )))
-    } else {
-        None
-    };
-
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| DaemonError::Listen {
-            addr: config.listen,
-            source,
-        })?;
-    tracing::info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving /healthz, /readyz, /metrics");
-    tasks.push(tokio::spawn(http::serve(
-        listener,
-        ready,
-        metrics.clone(),
-        shutdown_rx.clone(),
-    )));
-
-    wait_for_signal().await;
-    tracing::info!(
-        grace_seconds = config.shutdown_grace.as_secs_f64(),
-        "shutting down: finishing the passes in flight"
-    );
-    let _ = shutdown_tx.send(true);
-    for queue in [
-        &shared.controller_queue,
-        &drift_queue,
-        &health_queue,
-        &cluster_queue,
-        &git_queue,
-        &helm_queue,
-        &oci_queue,
-    ] {
-        queue.shut_down();
-    }
-    // Passes in flight get the grace period; then they are cancelled where they stand (a
-    // cancelled pass leaves what a crash leaves: the inventory's pending wave covers it).
-    let mut finished = 0;
-    let drained = tokio::time::timeout(config.shutdown_grace, async {
-        for w in workers.iter_mut() {
-            let _ = w.await;
-            finished += 1;
-        }
-    })
-    .await;
-    if drained.is_err() {
-        let running = workers.iter().filter(|w| !w.is_finished()).count();
-        tracing::warn!(
-            running,
-            "passes still running after the grace period of {}; cancelled",
-            crate::engine::duration::human(config.shutdown_grace)
-        );
-        // A handle already awaited to its end may not be polled again.
-        for w in workers.into_iter().skip(finished) {
-            w.abort();
-            let _ = w.await;
-        }
-    }
-    let _ = release_leases_tx.send(true);
-    if let Some(lease_task) = lease_task {
-        let _ = lease_task.await;
-    }
-    for t in tasks {
-        t.abort();
-    }
-    tracing::info!("stopped");
-    Ok(())
+    handlers
 }
 
 /// Watch `K` in every namespace of `namespaces` (all namespaces when empty) into `cache`.
