@@ -426,12 +426,12 @@ fn releases_of(shared: &Shared, kind: SourceKind, namespace: &str, name: &str) -
 /// Why a source controller's pass could not fetch: the message of its `Ready=False`.
 #[derive(Debug, thiserror::Error)]
 pub enum SourcePassError {
-    #[error("{}", chain(.0))]
-    Tenancy(#[source] crate::engine::connect::ConnectError),
-    #[error("{0}")]
-    Resolve(#[source] crate::engine::source::resolve::ResolveError),
-    #[error("{}", chain(.0))]
-    Fetch(#[source] crate::engine::source::SourceError),
+    #[error(transparent)]
+    Tenancy(crate::engine::connect::ConnectError),
+    #[error(transparent)]
+    Resolve(crate::engine::source::resolve::ResolveError),
+    #[error(transparent)]
+    Fetch(crate::engine::source::SourceError),
 }
 
 /// Write a source's status when it changed; enqueue its Releases when the revision moved.
@@ -490,7 +490,7 @@ where
                     condition_types::READY,
                     ConditionStatus::False,
                     ReadyReason::FetchFailed,
-                    error.to_string(),
+                    chain(error),
                     object.meta().generation,
                 ),
                 &at,

@@ -18,6 +18,7 @@
 //! | helm `test*`, argo `Skip` | left out of the render |
 //! | helm `pre-rollback`, `post-rollback` | not run (convoy's rollback re-applies a stored render) |
 
+use crate::engine::error::Invalid;
 use std::collections::BTreeSet;
 
 use serde_json::Value;
@@ -113,9 +114,11 @@ fn split_list(value: &str) -> impl Iterator<Item = &str> {
     value.split(',').map(str::trim).filter(|s| !s.is_empty())
 }
 
-fn role(object: &Object) -> Result<Role, String> {
+fn role(object: &Object) -> Result<Role, Invalid> {
     let bad = |annotation: &str, value: &str, accepted: &str| {
-        format!("{object}: annotation {annotation} has {value:?}; accepted values are {accepted}")
+        Invalid(format!(
+            "{object}: annotation {annotation} has {value:?}; accepted values are {accepted}"
+        ))
     };
     let (mut phases, omit_only, weight, policies) = if let Some(helm) = object.annotation(HELM_HOOK)
     {
@@ -247,7 +250,7 @@ pub fn name_generated(objects: &mut [Object]) {
 
 /// Check every object's hook annotations (stageRender: a bad one fails the render, naming
 /// the object, the annotation and the accepted values).
-pub fn validate(objects: &[Object]) -> Result<(), String> {
+pub fn validate(objects: &[Object]) -> Result<(), Invalid> {
     for object in objects {
         role(object)?;
     }
@@ -365,7 +368,9 @@ mod tests {
 
     #[test]
     fn bad_hook_annotations_name_the_object_and_the_accepted_values() {
-        let err = validate(&[object("Job", "j", json!({HELM_HOOK: "pre-instal"}))]).unwrap_err();
+        let err = validate(&[object("Job", "j", json!({HELM_HOOK: "pre-instal"}))])
+            .unwrap_err()
+            .0;
         assert_eq!(
             err,
             "Job.batch/apps/j: annotation helm.sh/hook has \"pre-instal\"; accepted values are pre-install, pre-upgrade, post-install, post-upgrade, pre-delete, post-delete, pre-rollback, post-rollback, test"
@@ -375,12 +380,15 @@ mod tests {
             "j",
             json!({HELM_HOOK: "pre-install", HELM_WEIGHT: "first"}),
         )])
-        .unwrap_err();
+        .unwrap_err()
+        .0;
         assert_eq!(
             err,
             "Job.batch/apps/j: annotation helm.sh/hook-weight must be an integer, not \"first\""
         );
-        let err = validate(&[object("Job", "j", json!({ARGO_HOOK: "Presync"}))]).unwrap_err();
+        let err = validate(&[object("Job", "j", json!({ARGO_HOOK: "Presync"}))])
+            .unwrap_err()
+            .0;
         assert!(
             err.contains("accepted values are PreSync, Sync, PostSync"),
             "{err}"

@@ -38,6 +38,24 @@ pub trait Categorized {
     fn category(&self) -> Category;
 }
 
+/// Input that is not valid. The message names the object, the field and the fix; its
+/// category is always [`Category::Invalid`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Invalid(pub String);
+
+impl From<String> for Invalid {
+    fn from(message: String) -> Self {
+        Invalid(message)
+    }
+}
+
+impl Categorized for Invalid {
+    fn category(&self) -> Category {
+        Category::Invalid
+    }
+}
+
 /// The category of an API error: no answer (transport, timeout, 5xx, 429) is unreachable;
 /// 400 and 422 mean what was sent is invalid; 401 and 403 are refusals, as is a conflict.
 pub fn kube_category(error: &kube::Error) -> Category {

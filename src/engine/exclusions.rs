@@ -7,6 +7,7 @@
 //! object is never applied and never recorded (so never pruned); an `IfNotPresent` object
 //! is created when missing and never sent again while it exists.
 
+use crate::engine::error::Invalid;
 use std::collections::{BTreeSet, HashMap};
 
 use serde_json::Value;
@@ -31,35 +32,37 @@ pub enum SsaPolicy {
 }
 
 /// The object's policy, or why its annotation is not one.
-pub fn ssa_policy(object: &Object) -> Result<SsaPolicy, String> {
+pub fn ssa_policy(object: &Object) -> Result<SsaPolicy, Invalid> {
     match object.0["metadata"]["annotations"][SSA_ANNOTATION].as_str() {
         None => Ok(SsaPolicy::Apply),
         Some("IfNotPresent") => Ok(SsaPolicy::IfNotPresent),
         Some("Ignore") => Ok(SsaPolicy::Ignore),
-        Some(other) => Err(format!(
+        Some(other) => Err(Invalid(format!(
             "{object}: annotation {SSA_ANNOTATION} is {other:?}; accepted values are IfNotPresent and Ignore"
-        )),
+        ))),
     }
 }
 
 /// Check the annotations of a render and the Release's exclusions (stageRender: a bad one
 /// fails the render, naming the object or the exclusion, before anything is applied).
-pub fn validate(release: &Release, objects: &[Object]) -> Result<(), String> {
+pub fn validate(release: &Release, objects: &[Object]) -> Result<(), Invalid> {
     for object in objects {
         ssa_policy(object)?;
     }
     for (i, exclusion) in release.spec.drift_exclusions.iter().enumerate() {
         let name = format!("spec.driftExclusions[{i}]");
         let Some(target) = &exclusion.target else {
-            return Err(format!(
+            return Err(Invalid(format!(
                 "{name} has no target: name the objects it applies to (group, kind, name, namespace or labelSelector)"
-            ));
+            )));
         };
         if let Some(selector) = &target.label_selector {
             selectors::parse(selector).map_err(|e| format!("{name}.target: {e}"))?;
         }
         if exclusion.json_pointers.is_empty() && exclusion.managers.is_empty() {
-            return Err(format!("{name} names neither jsonPointers nor managers"));
+            return Err(Invalid(format!(
+                "{name} names neither jsonPointers nor managers"
+            )));
         }
         for pointer in &exclusion.json_pointers {
             parse_pointer(pointer)
@@ -335,11 +338,13 @@ mod tests {
         let object = Object(json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "a", "namespace": "apps", "annotations": {SSA_ANNOTATION: "Sometimes"}}}));
         assert_eq!(
-            validate(&release(json!([])), &[object]).unwrap_err(),
+            validate(&release(json!([])), &[object]).unwrap_err().0,
             "ConfigMap/apps/a: annotation convoy.kumodo.io/ssa is \"Sometimes\"; accepted values are IfNotPresent and Ignore"
         );
         assert_eq!(
-            validate(&release(json!([{"jsonPointers": ["/spec/replicas"]}])), &[]).unwrap_err(),
+            validate(&release(json!([{"jsonPointers": ["/spec/replicas"]}])), &[])
+                .unwrap_err()
+                .0,
             "spec.driftExclusions[0] has no target: name the objects it applies to (group, kind, name, namespace or labelSelector)"
         );
         assert_eq!(
@@ -349,7 +354,8 @@ mod tests {
                 ),
                 &[]
             )
-            .unwrap_err(),
+            .unwrap_err()
+            .0,
             "spec.driftExclusions[0]: JSON pointer \"spec/replicas\" does not start with '/'"
         );
         assert!(
@@ -358,6 +364,7 @@ mod tests {
                 &[]
             )
             .unwrap_err()
+            .0
             .contains("has a '~' not followed by 0 or 1")
         );
     }

@@ -5,6 +5,7 @@
 //! other's list); the health loop writes per-entry health (`write_inventory_health`) and hook
 //! results (`write_hook_status`). Each write sends the list-map keys plus its own fields only.
 
+use crate::engine::error::Invalid;
 use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
@@ -521,19 +522,19 @@ pub fn entry_bytes(key: &ObjectKey) -> usize {
 /// Refuse a set of objects the inventory could not record: nothing may be applied that the
 /// inventory cannot hold (else it could never be pruned). About 2,000 objects of ordinary
 /// names fit.
-pub fn check_capacity(keys: &[ObjectKey]) -> Result<(), String> {
+pub fn check_capacity(keys: &[ObjectKey]) -> Result<(), Invalid> {
     let bytes: usize = keys.iter().map(entry_bytes).sum();
     if bytes <= MAX_INVENTORY_BYTES {
         return Ok(());
     }
     let per = bytes / keys.len().max(1);
-    Err(format!(
+    Err(Invalid(format!(
         "the render has {} objects; recording them would take its ReleaseInventory to about {:.1} MiB, over the {:.1} MiB one object may hold (about {} objects of this size): split the Release (for example by path) so each records fewer",
         keys.len(),
         bytes as f64 / (1024.0 * 1024.0),
         MAX_INVENTORY_BYTES as f64 / (1024.0 * 1024.0),
         MAX_INVENTORY_BYTES / per.max(1)
-    ))
+    )))
 }
 
 /// The objects a sync was about to apply when it stopped (see `ReleaseInventory.pending`),

@@ -21,29 +21,26 @@ use crate::engine::inventory::{InventoryError, InventoryHandle, members, pending
 use crate::engine::ownership;
 use crate::engine::runtime::Requeue;
 
-/// Why a deletion cannot go on yet (it is retried). Each message carries its causes.
+/// Why a deletion cannot go on yet (it is retried).
 #[derive(Debug, thiserror::Error)]
 pub enum FinalizeError {
     /// Reading the Cluster or its Secret failed on convoy's own cluster.
-    #[error("cannot resolve the cluster to prune on (retrying): {}", chain(source))]
+    #[error("cannot resolve the cluster to prune on (retrying)")]
     Cluster {
         #[source]
         source: ClusterError,
     },
-    #[error(
-        "the cluster is unreachable and deletionPolicy.blockOnClusterUnreachable is set: {}",
-        chain(source)
-    )]
+    #[error("the cluster is unreachable and deletionPolicy.blockOnClusterUnreachable is set")]
     Blocked {
         #[source]
         source: ClusterError,
     },
-    #[error("{0}")]
-    Hooks(#[source] HookPhaseError),
-    #[error("{}", chain(.0))]
-    Inventory(#[source] InventoryError),
-    #[error("{}", chain(.0))]
-    Prune(#[source] ApplyError),
+    #[error(transparent)]
+    Hooks(HookPhaseError),
+    #[error(transparent)]
+    Inventory(InventoryError),
+    #[error(transparent)]
+    Prune(ApplyError),
     #[error("cannot prune: {}", first_of(.0, 3))]
     PruneFailed(Vec<Rejection>),
 }

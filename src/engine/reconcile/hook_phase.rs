@@ -15,7 +15,7 @@ use crate::engine::api::{
 use crate::engine::apply::Applier;
 use crate::engine::cluster::Target;
 use crate::engine::content_hooks::{ContentHook, DeletePolicy};
-use crate::engine::error::{Categorized, Category, chain};
+use crate::engine::error::{Categorized, Category};
 use crate::engine::hooks::HookError;
 use crate::engine::hooks::{
     Armed, arm_content_hook, arm_workload, collect_old_jobs, delete_content_hook, effective_state,
@@ -23,17 +23,16 @@ use crate::engine::hooks::{
 };
 use crate::engine::inventory::{HookMember, InventoryError, InventoryHandle};
 
-/// Why a phase's hooks could not be armed or recorded. The message carries its causes (it
-/// becomes an outcome's message); the source keeps them typed for the category.
+/// Why a phase's hooks could not be armed or recorded (`chain` prints it with its causes).
 #[derive(Debug, thiserror::Error)]
 pub enum HookPhaseError {
-    #[error("{} hooks: {}", phase.as_str(), chain(source))]
+    #[error("{} hooks", phase.as_str())]
     Inventory {
         phase: HookPhase,
         #[source]
         source: InventoryError,
     },
-    #[error("{} hooks: cannot create {workload} in {namespace}: {}", phase.as_str(), chain(source))]
+    #[error("{} hooks: cannot create {workload} in {namespace}", phase.as_str())]
     Workload {
         phase: HookPhase,
         workload: String,
@@ -41,7 +40,7 @@ pub enum HookPhaseError {
         #[source]
         source: kube::Error,
     },
-    #[error("{} hooks: {}", phase.as_str(), chain(source))]
+    #[error("{} hooks", phase.as_str())]
     Content {
         phase: HookPhase,
         #[source]

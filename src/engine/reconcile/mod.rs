@@ -241,7 +241,7 @@ async fn run_sync_failed_hooks(
     };
     let phase = crate::engine::api::HookPhase::SyncFailed;
     if let Err(e) = hook_phase::run_hook_phase(&hook_run, phase, None).await {
-        tracing::warn!(release = %ReleaseId::of(release), "{e}");
+        tracing::warn!(release = %ReleaseId::of(release), "{}", crate::engine::error::chain(&e));
     }
 }
 
@@ -296,16 +296,13 @@ pub enum HandlerError {
         #[source]
         source: Box<kube::Error>,
     },
-    #[error("cannot finalize Release {release}: {source}")]
+    #[error("cannot finalize Release {release}")]
     Finalize {
         release: String,
         #[source]
         source: finalize::FinalizeError,
     },
-    #[error(
-        "cannot roll up the lifecycle hooks of Release {release}: {}",
-        crate::engine::error::chain(source)
-    )]
+    #[error("cannot roll up the lifecycle hooks of Release {release}")]
     Rollup {
         release: String,
         #[source]

@@ -40,8 +40,8 @@ pub enum RenderError {
     Kustomize(String),
     #[error("mutation {name:?} failed: {message}")]
     Mutation { name: String, message: String },
-    #[error("{0}")]
-    Invalid(String),
+    #[error(transparent)]
+    Invalid(#[from] crate::engine::error::Invalid),
 }
 
 impl RenderError {

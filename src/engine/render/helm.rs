@@ -11,6 +11,7 @@
 //! with an environment of convoy's making: no kubeconfig (a chart's `lookup` sees no
 //! cluster), no plugins, no repositories, a HOME of its own.
 
+use crate::engine::error::Invalid;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
@@ -180,40 +181,40 @@ pub fn chart_dir(root: &Path, chart: Option<&str>) -> Result<PathBuf, RenderErro
     }
     match charts.len() {
         1 => Ok(charts.remove(0)),
-        _ => Err(RenderError::Invalid(format!(
+        _ => Err(RenderError::Invalid(Invalid(format!(
             "no Helm chart (Chart.yaml) at {}",
             root.display()
-        ))),
+        )))),
     }
 }
 
 /// A Helm release name: what `helm install` accepts (a lowercase DNS-1123 subdomain of at
 /// most 53 characters).
-pub fn check_release_name(name: &str) -> Result<(), String> {
+pub fn check_release_name(name: &str) -> Result<(), Invalid> {
     let valid = !name.is_empty() && name.len() <= 53 && name.split('.').all(is_dns_label_text);
     if valid {
         Ok(())
     } else {
-        Err(format!(
+        Err(Invalid(format!(
             "{name:?} is not a valid Helm release name (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 53 characters)"
-        ))
+        )))
     }
 }
 
 /// A namespace: a DNS-1123 label of at most 63 characters.
-pub fn check_namespace(name: &str) -> Result<(), String> {
+pub fn check_namespace(name: &str) -> Result<(), Invalid> {
     if name.len() <= 63 && is_dns_label_text(name) {
         Ok(())
     } else {
-        Err(format!(
+        Err(Invalid(format!(
             "{name:?} is not a valid namespace (lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters)"
-        ))
+        )))
     }
 }
 
 /// A chart name as it appears in a repository index and as a directory of an archive: no
 /// path separators, not `.` or `..`, no leading `-`.
-pub fn check_chart_name(name: &str) -> Result<(), String> {
+pub fn check_chart_name(name: &str) -> Result<(), Invalid> {
     let valid = !name.is_empty()
         && name != "."
         && name != ".."
@@ -224,9 +225,9 @@ pub fn check_chart_name(name: &str) -> Result<(), String> {
     if valid {
         Ok(())
     } else {
-        Err(format!(
+        Err(Invalid(format!(
             "{name:?} is not a valid chart name (letters, digits, '-', '_' and '.', not starting with '-')"
-        ))
+        )))
     }
 }
 
@@ -248,10 +249,11 @@ pub async fn template(
     values: &Value,
     cluster: Option<&ClusterInfo>,
 ) -> Result<Vec<Object>, RenderError> {
-    check_release_name(release_name)
-        .map_err(|why| RenderError::Invalid(format!("spec.content.helm.releaseName {why}")))?;
+    check_release_name(release_name).map_err(|why| {
+        RenderError::Invalid(Invalid(format!("spec.content.helm.releaseName {why}")))
+    })?;
     check_namespace(namespace)
-        .map_err(|why| RenderError::Invalid(format!("the target namespace {why}")))?;
+        .map_err(|why| RenderError::Invalid(Invalid(format!("the target namespace {why}"))))?;
     let helm = Tool::Helm.locate()?;
     let scratch = tempfile::tempdir()
         .map_err(|e| RenderError::Tool(format!("cannot create a temporary directory: {e}")))?;

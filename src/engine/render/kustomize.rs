@@ -10,6 +10,7 @@
 //! Release sets `content.kustomize.allowRemoteBases`. kustomize then runs with the root-only
 //! load restrictor, no plugins, and an environment of convoy's making.
 
+use crate::engine::error::Invalid;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -122,10 +123,14 @@ impl Checker<'_> {
                 )),
             };
         };
-        let text = std::fs::read_to_string(self.root.join(&file))
-            .map_err(|e| RenderError::Invalid(format!("cannot read {}: {e}", file.display())))?;
+        let text = std::fs::read_to_string(self.root.join(&file)).map_err(|e| {
+            RenderError::Invalid(Invalid(format!("cannot read {}: {e}", file.display())))
+        })?;
         let kustomization: Value = serde_saphyr::from_str(&text).map_err(|e| {
-            RenderError::Invalid(format!("{} is not valid YAML: {e}", file.display()))
+            RenderError::Invalid(Invalid(format!(
+                "{} is not valid YAML: {e}",
+                file.display()
+            )))
         })?;
         self.kustomization(dir, &file, &kustomization)
     }
@@ -294,11 +299,11 @@ impl Checker<'_> {
     }
 
     fn refuse(&self, site: &Site, entry: &str, why: &str) -> RenderError {
-        RenderError::Invalid(format!(
+        RenderError::Invalid(Invalid(format!(
             "{}: {} entry {entry:?} {why}",
             site.file.display(),
             site.field
-        ))
+        )))
     }
 }
 

@@ -14,6 +14,7 @@
 //!
 //! A failing mutation is stage `Rendering`, reason `DeployFailed`, and names the mutation.
 
+use crate::engine::error::Invalid;
 use serde_json::Value;
 
 use super::error::RenderError;
@@ -107,7 +108,7 @@ pub fn apply_mutations(
     Ok(applied)
 }
 
-fn mutate(object: &mut Object, mutation: &Mutation) -> Result<(), String> {
+fn mutate(object: &mut Object, mutation: &Mutation) -> Result<(), Invalid> {
     if let Some(namespace) = &mutation.set_namespace {
         if !is_known_cluster_scoped(object.kind()) {
             object.set_namespace(namespace);
@@ -123,7 +124,7 @@ fn mutate(object: &mut Object, mutation: &Mutation) -> Result<(), String> {
         json_patch::patch(&mut object.0, &patch).map_err(|e| e.to_string())?;
     } else if let Some(patch) = &mutation.merge_patch {
         if !patch.is_object() {
-            return Err("mergePatch must be a mapping".to_string());
+            return Err(Invalid("mergePatch must be a mapping".to_string()));
         }
         json_patch::merge(&mut object.0, patch);
     } else if let Some(images) = &mutation.images {

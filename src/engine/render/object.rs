@@ -3,6 +3,7 @@
 //! Objects stay as JSON from render to apply: convoy must send exactly what the source says
 //! (SSA owns what it sends), so they are never round-tripped through typed structs.
 
+use crate::engine::error::Invalid;
 use serde_json::Value;
 
 use crate::engine::api::{ObjectKey, annotations};
@@ -66,7 +67,7 @@ impl Object {
     /// The sync wave: the integer annotation `convoy.kumodo.io/sync-wave`, else Argo CD's
     /// `argocd.argoproj.io/sync-wave` (so a repository written for Argo CD keeps its order),
     /// default 0.
-    pub fn wave(&self) -> Result<i32, String> {
+    pub fn wave(&self) -> Result<i32, Invalid> {
         let (name, raw) = match self.annotation(annotations::SYNC_WAVE) {
             Some(raw) => (annotations::SYNC_WAVE, raw),
             None => match self.annotation(crate::engine::content_hooks::ARGO_SYNC_WAVE) {
@@ -75,10 +76,10 @@ impl Object {
             },
         };
         raw.trim().parse().map_err(|_| {
-            format!(
+            Invalid(format!(
                 "{}: annotation {name} must be an integer, not {raw:?}",
                 self.key()
-            )
+            ))
         })
     }
 

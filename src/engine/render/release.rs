@@ -4,6 +4,7 @@
 //! reconcile can put the Cluster step (step 2) between them and record what it found before
 //! a later step stopped it: [`fetch_source`] (step 1) and [`render_fetched`] (steps 3–6).
 
+use crate::engine::error::Invalid;
 use std::path::{Path, PathBuf};
 
 use super::error::RenderError;
@@ -62,7 +63,10 @@ pub async fn fetch_source(
     let source = &release.spec.source;
     if let Some(dir) = ctx.source_dir {
         let digest = tree_digest(dir).map_err(|e| {
-            RenderError::Invalid(format!("cannot read --source-dir {}: {e}", dir.display()))
+            RenderError::Invalid(Invalid(format!(
+                "cannot read --source-dir {}: {e}",
+                dir.display()
+            )))
         })?;
         return Ok(Fetched {
             artifact: Artifact {
@@ -253,11 +257,11 @@ fn content_root(artifact: &Path, path: Option<&str>) -> Result<PathBuf, RenderEr
         return Ok(artifact.to_path_buf());
     };
     let root = path_inside(artifact, path)
-        .map_err(|why| RenderError::Invalid(format!("spec.source.path {path:?} {why}")))?;
+        .map_err(|why| RenderError::Invalid(Invalid(format!("spec.source.path {path:?} {why}"))))?;
     if !root.exists() {
-        return Err(RenderError::Invalid(format!(
+        return Err(RenderError::Invalid(Invalid(format!(
             "spec.source.path {path:?} does not exist in the source"
-        )));
+        ))));
     }
     Ok(root)
 }
@@ -304,9 +308,9 @@ fn validate(objects: &[Object]) -> Result<(), RenderError> {
     for object in objects {
         object.wave().map_err(RenderError::Invalid)?;
         if !seen.insert(object.key()) {
-            return Err(RenderError::Invalid(format!(
+            return Err(RenderError::Invalid(Invalid(format!(
                 "{object} is rendered more than once"
-            )));
+            ))));
         }
     }
     Ok(())

@@ -11,6 +11,7 @@
 //! or global configuration, an empty HOME, hooks pointed at an empty directory, and only the
 //! transports convoy supports allowed (`protocol.allow=never` otherwise).
 
+use crate::engine::error::Invalid;
 use std::path::Path;
 use std::process::Stdio;
 
@@ -33,7 +34,7 @@ pub async fn fetch(
     policy: &SourcePolicy,
 ) -> Result<Artifact, SourceError> {
     check_url(url, cache, policy)?;
-    check_reference(reference).map_err(SourceError::Unsupported)?;
+    check_reference(reference).map_err(|e| SourceError::Unsupported(e.0))?;
     let git = Tool::Git.locate()?;
     // A full commit id that was unpacked before (for this scope) needs no network at all.
     if let GitReference::Commit(sha) = reference
@@ -220,22 +221,22 @@ pub fn check_url(url: &str, cache: &Cache, policy: &SourcePolicy) -> Result<(), 
 /// Refuse a ref git would read as something else: an option, a refspec, a revision
 /// expression. Branch and tag names follow `git check-ref-format`; a commit is 4–64 hex
 /// digits.
-pub fn check_reference(reference: &GitReference) -> Result<(), String> {
+pub fn check_reference(reference: &GitReference) -> Result<(), Invalid> {
     match reference {
         GitReference::Head => Ok(()),
         GitReference::Branch(name) => {
-            check_ref_name(name).map_err(|why| format!("ref.branch {name:?} {why}"))
+            check_ref_name(name).map_err(|why| Invalid(format!("ref.branch {name:?} {why}")))
         }
         GitReference::Tag(name) => {
-            check_ref_name(name).map_err(|why| format!("ref.tag {name:?} {why}"))
+            check_ref_name(name).map_err(|why| Invalid(format!("ref.tag {name:?} {why}")))
         }
         GitReference::Commit(sha) => {
             if (4..=64).contains(&sha.len()) && sha.chars().all(|c| c.is_ascii_hexdigit()) {
                 Ok(())
             } else {
-                Err(format!(
+                Err(Invalid(format!(
                     "ref.commit {sha:?} is not a commit id (4 to 64 hexadecimal digits)"
-                ))
+                )))
             }
         }
     }

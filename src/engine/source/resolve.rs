@@ -4,6 +4,7 @@
 //! `semver` ref, a missing required field or an unknown URL scheme is `Unsupported`; a missing
 //! source object or Secret is a transient `SourceNotReady` (it may be created in a moment).
 
+use crate::engine::error::Invalid;
 use k8s_openapi::api::core::v1::Secret;
 
 use super::cache::scope_of;
@@ -151,21 +152,23 @@ pub async fn git_request(
 }
 
 /// A Git ref as a reference to fetch. `semver` is not supported.
-pub fn git_reference(git_ref: Option<&GitRef>) -> Result<GitReference, String> {
+pub fn git_reference(git_ref: Option<&GitRef>) -> Result<GitReference, Invalid> {
     let Some(r) = git_ref else {
         return Ok(GitReference::Head);
     };
     if let Some(range) = &r.semver {
-        return Err(format!(
+        return Err(Invalid(format!(
             "ref.semver {range:?} is not supported: name a branch, tag or commit"
-        ));
+        )));
     }
     let set = [r.branch.is_some(), r.tag.is_some(), r.commit.is_some()]
         .iter()
         .filter(|s| **s)
         .count();
     if set > 1 {
-        return Err("ref names more than one of branch, tag and commit".to_string());
+        return Err(Invalid(
+            "ref names more than one of branch, tag and commit".to_string(),
+        ));
     }
     Ok(match (&r.branch, &r.tag, &r.commit) {
         (Some(b), _, _) => GitReference::Branch(b.clone()),
@@ -225,7 +228,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            git_reference(Some(&r)).unwrap_err(),
+            git_reference(Some(&r)).unwrap_err().0,
             "ref.semver \">=1.0\" is not supported: name a branch, tag or commit"
         );
     }

@@ -127,7 +127,7 @@ pub async fn stage_sync(
     // Step 7: postSync hooks are armed; their result does not change this one.
     if let Err(e) = run_post_sync_hooks(ctx, &run, inventory).await {
         return run
-            .deploy_failed(e.to_string())
+            .deploy_failed(crate::engine::error::chain(&e))
             .with_waves(outcome.waves.unwrap_or_default());
     }
     // Steps 8 and 9 only log their errors.
@@ -234,7 +234,7 @@ fn hooks_hold_or_fail(
             format!("{label} hook {hook}{of_wave} failed: {message}"),
             run.attempt.clone(),
         )),
-        Err(e) => Some(run.deploy_failed(e.to_string())),
+        Err(e) => Some(run.deploy_failed(crate::engine::error::chain(&e))),
     }
 }
 

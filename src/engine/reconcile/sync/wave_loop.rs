@@ -77,7 +77,7 @@ pub(super) async fn apply_waves(
             });
         if let Err(e) = apply_wave(ctx, run, plan, hooks, &mut applied, (wave, objects), next).await
         {
-            return Err(run.deploy_failed(e.to_string()).with_waves(applied.waves));
+            return Err(run.deploy_failed(chain(&e)).with_waves(applied.waves));
         }
         // Sync hooks (Argo CD's `Sync`) run with their wave; the next wave waits for them.
         if run.hooks
@@ -121,19 +121,19 @@ fn next_wave_follows(run: &SyncRun<'_>, hooks: &HookRun<'_>, wave: i32) -> bool 
     !gated && !hooked
 }
 
-/// Why a wave failed; its message (with causes) becomes the `DeployFailed` outcome's.
+/// Why a wave failed; its chain becomes the `DeployFailed` outcome's message.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum WaveError {
-    #[error("{}", chain(.0))]
+    #[error(transparent)]
     Inventory(#[from] InventoryError),
-    #[error("wave {wave}: adopting {key} from kubectl: {}", chain(source))]
+    #[error("wave {wave}: adopting {key} from kubectl")]
     Adopt {
         wave: i32,
         key: ObjectKey,
         #[source]
         source: ApplyError,
     },
-    #[error("wave {wave}: {}", chain(source))]
+    #[error("wave {wave}")]
     Apply {
         wave: i32,
         #[source]
