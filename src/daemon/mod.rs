@@ -554,52 +554,27 @@ type PassFn = fn(
 /// metrics as they are seen).
 fn caches_ready(shared: &Shared, role: Role, metrics: &Metrics) -> bool {
     let controller = role.controller();
-    let caches: [(&str, bool, bool, usize); 6] = [
-        (
-            "Release",
-            true,
-            shared.releases.synced() && shared.releases.watching(),
-            shared.releases.watch_errors(),
-        ),
-        (
-            "ReleaseInventory",
-            true,
-            shared.inventories.synced() && shared.inventories.watching(),
-            shared.inventories.watch_errors(),
-        ),
-        (
-            "Cluster",
-            controller,
-            shared.clusters.synced() && shared.clusters.watching(),
-            shared.clusters.watch_errors(),
-        ),
-        (
-            "GitRepository",
-            controller,
-            shared.gits.synced() && shared.gits.watching(),
-            shared.gits.watch_errors(),
-        ),
-        (
-            "HelmRegistry",
-            controller,
-            shared.helms.synced() && shared.helms.watching(),
-            shared.helms.watch_errors(),
-        ),
-        (
-            "OCIRegistry",
-            controller,
-            shared.ocis.synced() && shared.ocis.watching(),
-            shared.ocis.watch_errors(),
-        ),
+    let caches: [(&str, bool, (bool, usize)); 6] = [
+        ("Release", true, cache_state(&shared.releases)),
+        ("ReleaseInventory", true, cache_state(&shared.inventories)),
+        ("Cluster", controller, cache_state(&shared.clusters)),
+        ("GitRepository", controller, cache_state(&shared.gits)),
+        ("HelmRegistry", controller, cache_state(&shared.helms)),
+        ("OCIRegistry", controller, cache_state(&shared.ocis)),
     ];
     let mut all = true;
-    for (resource, needed, ok, errors) in caches {
+    for (resource, needed, (ok, errors)) in caches {
         if needed {
             all &= ok;
             metrics.watch_errors_seen(resource, errors as u64);
         }
     }
     all
+}
+
+/// Whether a cache has listed and its watches work, and its watch errors so far.
+fn cache_state<K>(cache: &informer::Cache<K>) -> (bool, usize) {
+    (cache.synced() && cache.watching(), cache.watch_errors())
 }
 
 /// The Release informer's handlers: per-Release metrics, and each loop's enqueue rules.
