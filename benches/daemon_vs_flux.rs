@@ -30,6 +30,13 @@
 //!   by writing its `spec.interval` in another spelling of the same duration. Both then wake
 //!   every app of the repository (all 1,000), as each does for a new revision.
 //!   `CONVOY_BENCH_NUDGE=0` leaves both to their poll.
+//! * Done means, for Flux, Ready (set after the health check of `wait: true`) with the
+//!   revision in `lastAppliedRevision`; for convoy, Applied and Healthy (reason Healthy) with
+//!   the revision in `lastSuccessful` and nothing newer attempted, and after the commit also
+//!   an inventory whose every entry was assessed Healthy for the new render (Healthy can still
+//!   be the previous render's verdict for a moment). When convoy's `lastHealthy` caught up is
+//!   printed apart: it can lag Healthy by up to an interval (a controller pass that ran before
+//!   the Healthy condition was written is not repeated).
 //! * Defaults otherwise: kustomize-controller `--concurrent=4 --concurrent-ssa=4`,
 //!   source-controller `--concurrent=2`; convoy daemon `--workers 4 --concurrency 16`.
 //!
@@ -299,8 +306,10 @@ impl Tool {
     }
 
     /// An app applied and healthy at commit `sha`: Flux's Ready (set after its health check)
-    /// with that revision applied; convoy's Applied and Healthy with `lastHealthy` (which
-    /// advances once the verdict for the running render is healthy) at that revision.
+    /// with that revision applied; convoy's Applied and Healthy (the verdict on the render that
+    /// runs) with that revision applied and nothing newer attempted. After a commit convoy's
+    /// Healthy may still be the previous render's for a moment, so the commit also waits for
+    /// [`Tool::assessed`] on the inventory.
     fn app_done(self, sha: &str) -> common::Predicate {
         let sha = sha.to_string();
         match self {
@@ -311,13 +320,50 @@ impl Tool {
                         .is_some_and(|r| r.contains(&sha))
             }),
             Tool::Convoy => Arc::new(move |o: &Value| {
+                let status = &o["status"];
                 condition_true(o, "Applied")
-                    && condition_true(o, "Healthy")
-                    && o["status"]["lastHealthy"]["resolvedSource"]["revision"]
+                    && common::condition(o, "Healthy")
+                        .is_some_and(|c| c["status"] == "True" && c["reason"] == "Healthy")
+                    && status["lastSuccessful"]["resolvedSource"]["revision"]
                         .as_str()
                         .is_some_and(|r| r.contains(&sha))
+                    && status["lastAttempted"]["renderRef"] == status["lastSuccessful"]["renderRef"]
             }),
         }
+    }
+
+    /// A convoy ReleaseInventory whose every entry carries one render, not one of `old`, and
+    /// was assessed Healthy for it: what the controller itself requires before it calls a
+    /// render healthy (`inventory_healthy_for`).
+    fn assessed(old: BTreeSet<String>) -> common::Predicate {
+        Arc::new(move |o: &Value| {
+            let Some(entries) = inventory_entries(o) else {
+                return false;
+            };
+            let Some(render) = entries.first().and_then(|e| e["renderRef"].as_str()) else {
+                return false;
+            };
+            !old.contains(render)
+                && entries.iter().all(|e| {
+                    e["renderRef"] == render
+                        && e["assessedRenderRef"] == render
+                        && e["state"] == "Healthy"
+                })
+        })
+    }
+
+    /// The renders the inventories hold now.
+    fn renders(inventories: &[Value]) -> BTreeSet<String> {
+        inventories
+            .iter()
+            .flat_map(|o| {
+                o["spec"]["inventory"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter_map(|e| e["renderRef"].as_str().map(str::to_string))
+            .collect()
     }
 
     /// The GitRepository's artifact is at `sha`.
@@ -329,6 +375,11 @@ impl Tool {
                 .is_some_and(|r| r.contains(&sha))
         })
     }
+}
+
+/// A ReleaseInventory's entries (`inventory`, beside `metadata`: the kind has no spec).
+fn inventory_entries(o: &Value) -> Option<&Vec<Value>> {
+    o["inventory"].as_array()
 }
 
 /// The processes of one tool's run.
@@ -504,6 +555,9 @@ struct Run {
     client_view: BTreeMap<String, f64>,
     /// Time spent in reconciles: (what, seconds, passes).
     passes: Vec<(String, f64, f64)>,
+    /// convoy: when every Release's `lastHealthy` was the running render (from the start),
+    /// and (caught up, all) before the commit.
+    last_healthy: Option<(Option<Duration>, (usize, usize))>,
 }
 
 async fn run(tool: Tool, s: &Settings, repo: &Repo, peers: &Path, logs: &Path) -> Run {
@@ -557,6 +611,25 @@ async fn run(tool: Tool, s: &Settings, repo: &Repo, peers: &Path, logs: &Path) -
     let apps = Tracker::start(client.clone(), &tool.app_resource(), Some(HOME));
     let source = Tracker::start(client.clone(), &tool.source_resource(), Some(HOME));
     apps.expect(tool.app_done(&repo.initial));
+    // convoy: the inventories (for the commit), and when `lastHealthy` (the record of the last
+    // render assessed healthy, which rollbacks go back to) caught up with the running render.
+    let release_r = Tool::Convoy.app_resource();
+    let inventory_r = resource(
+        "core.convoy.kumodo.io",
+        "v1alpha1",
+        "ReleaseInventory",
+        "releaseinventories",
+    );
+    let convoy_trackers = (tool == Tool::Convoy).then(|| {
+        let inventories = Tracker::start(client.clone(), &inventory_r, Some(HOME));
+        let last_healthy = Tracker::start(client.clone(), &release_r, Some(HOME));
+        last_healthy.expect(Arc::new(|o: &Value| {
+            let s = &o["status"];
+            s["lastHealthy"]["renderRef"].is_string()
+                && s["lastHealthy"]["renderRef"] == s["lastSuccessful"]["renderRef"]
+        }));
+        (inventories, last_healthy)
+    });
     // Let the controllers settle after their start before the baseline is taken.
     tokio::time::sleep(Duration::from_secs(5)).await;
 
@@ -641,6 +714,14 @@ async fn run(tool: Tool, s: &Settings, repo: &Repo, peers: &Path, logs: &Path) -
     tokio::time::sleep(s.steady).await;
     let counts3 = RequestCounts::scrape(&client).await;
 
+    // How far convoy's lastHealthy had caught up before the commit.
+    let last_healthy = convoy_trackers.as_ref().map(|(_, t)| {
+        (
+            t.all_met(s.apps).map(|at| at.duration_since(started)),
+            t.count(),
+        )
+    });
+
     // The commit.
     let changed = s.changed();
     let config_maps = Tracker::start(
@@ -658,6 +739,9 @@ async fn run(tool: Tool, s: &Settings, repo: &Repo, peers: &Path, logs: &Path) -
     let pushed = Instant::now();
     apps.expect(tool.app_done(&sha));
     source.expect(Tool::source_at(&sha));
+    if let Some((inventories, _)) = &convoy_trackers {
+        inventories.expect(Tool::assessed(Tool::renders(&inventories.all())));
+    }
     if s.nudge {
         nudge(tool, &client, s).await;
     }
@@ -668,8 +752,17 @@ async fn run(tool: Tool, s: &Settings, repo: &Repo, peers: &Path, logs: &Path) -
     let cm_keys: Vec<String> = changed.iter().map(|i| format!("{TARGET}/r{i}-a")).collect();
     let commit_deadline = s.app_interval * 2 + Duration::from_secs(1800);
     let applied_at = loop {
-        if let Some(at) = apps.met_at(&keys) {
-            break at;
+        let inventories = match &convoy_trackers {
+            Some((inventories, _)) => inventories.met_at(&keys),
+            None => Some(Vec::new()),
+        };
+        if let (Some(at), Some(inv)) = (apps.met_at(&keys), inventories) {
+            // Both hold from the later of the two on.
+            break at
+                .iter()
+                .enumerate()
+                .map(|(n, t)| inv.get(n).map_or(*t, |i| (*t).max(*i)))
+                .collect::<Vec<Instant>>();
         }
         assert!(
             pushed.elapsed() < commit_deadline,
@@ -785,6 +878,7 @@ async fn run(tool: Tool, s: &Settings, repo: &Repo, peers: &Path, logs: &Path) -
         on_cluster,
         client_view,
         passes,
+        last_healthy,
     }
 }
 
@@ -904,6 +998,16 @@ fn report(s: &Settings, flux: &Run, convoy: &Run) {
         secs(flux.converged),
         secs(convoy.converged),
     );
+    if let Some((at, (met, all))) = convoy.last_healthy {
+        row(
+            "convoy: every lastHealthy at the running render after",
+            "".into(),
+            match at {
+                Some(at) => secs(at),
+                None => format!("{met} of {all} by the commit"),
+            },
+        );
+    }
     let speedup = flux.converged.as_secs_f64() / convoy.converged.as_secs_f64();
     println!(
         "  → convoy converges {speedup:.2}× faster (goal ≥ 2 {})",

@@ -535,6 +535,17 @@ impl Tracker {
             .flatten()
     }
 
+    /// Copies of every object's JSON.
+    pub fn all(&self) -> Vec<Value> {
+        self.state
+            .lock()
+            .unwrap()
+            .objects
+            .values()
+            .cloned()
+            .collect()
+    }
+
     /// A copy of one object's JSON.
     pub fn get(&self, key: &str) -> Option<Value> {
         self.state.lock().unwrap().objects.get(key).cloned()
