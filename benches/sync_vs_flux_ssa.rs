@@ -20,7 +20,8 @@
 //! burst 300).
 //!
 //! `cargo bench --bench sync_vs_flux_ssa` (a few minutes); `CONVOY_BENCH_OBJECTS` changes the
-//! count, `CONVOY_BENCH_TRACE=1` prints where convoy's sync spends its time (its debug log,
+//! count, `CONVOY_BENCH_CONCURRENCY` convoy's requests in flight (32, as `sync_vs_kubectl`; the
+//! ceiling has 64), `CONVOY_BENCH_TRACE=1` prints where convoy's sync spends its time (its debug log,
 //! one more run). Under `cargo test` (no `--bench` flag) it does nothing.
 
 #![allow(clippy::unwrap_used)]
@@ -38,8 +39,10 @@ use common::{ceiling, quantile, sync_manifests, timed};
 use support::servers::GitRepo;
 use support::{TestEnv, convoy_bin};
 
-/// convoy's requests in flight, as in `sync_vs_kubectl`.
-const CONVOY_CONCURRENCY: usize = 32;
+/// convoy's requests in flight, as in `sync_vs_kubectl` (`CONVOY_BENCH_CONCURRENCY`).
+fn convoy_concurrency() -> usize {
+    common::env_number("CONVOY_BENCH_CONCURRENCY", 32usize)
+}
 
 /// One run of fluxssa: wall time, and what it timed itself.
 fn fluxssa(bin: &Path, env: &TestEnv, file: &Path, extra: &[&str]) -> (Duration, f64) {
@@ -123,7 +126,7 @@ apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\nmetadata: {{name: ben
                 "sync",
                 "bench",
                 "--concurrency",
-                &CONVOY_CONCURRENCY.to_string(),
+                &convoy_concurrency().to_string(),
             ])
             .env("CONVOY_CACHE_DIR", &cache);
         c
@@ -149,6 +152,7 @@ async fn main() {
     let objects = common::env_number("CONVOY_BENCH_OBJECTS", common::SYNC_OBJECTS);
     let rounds = common::env_number("CONVOY_BENCH_ROUNDS", 3usize).max(1);
     let peers = common::peers_bin();
+    let concurrency = convoy_concurrency();
     let fluxssa_bin = peers.join("fluxssa");
 
     let work = tempfile::tempdir().unwrap();
@@ -208,7 +212,7 @@ async fn main() {
         (r.ceiling_dry, r.ceiling_apply) = ceiling(&env.client, &env.namespace, &dir).await;
 
         let env = TestEnv::without_controllers("bench-fluxssa-wide").await;
-        let wide = format!("--concurrent-ssa={CONVOY_CONCURRENCY}");
+        let wide = format!("--concurrent-ssa={concurrency}");
         let mut args = unthrottled.to_vec();
         args.push(&wide);
         (r.flux_wide, r.flux_wide_own) = fluxssa(&fluxssa_bin, &env, &file, &args);
@@ -219,7 +223,7 @@ async fn main() {
             throttled = Some(fluxssa(&fluxssa_bin, &env, &file, &["--concurrent-ssa=4"]));
         }
         eprintln!(
-            "  round {}: Flux {:.0} ms, convoy {:.0} ms, ceiling {:.0} ms, Flux ×{CONVOY_CONCURRENCY} {:.0} ms",
+            "  round {}: Flux {:.0} ms, convoy {:.0} ms, ceiling {:.0} ms, Flux ×{concurrency} {:.0} ms",
             round + 1,
             r.flux.as_secs_f64() * 1e3,
             r.convoy.as_secs_f64() * 1e3,
@@ -248,11 +252,10 @@ async fn main() {
         objects - cm - svc
     );
     println!(
-        "  Flux's engine (fluxssa, pkg/ssa v0.76.2 ApplyAllStaged, dry run + apply; --concurrent-ssa=4, no client throttle as with APF)"
+        "  Flux's engine               : {flux:>9.0} ms (fluxssa: pkg/ssa v0.76.2 ApplyAllStaged, dry run + apply, --concurrent-ssa=4, no client throttle as with APF; its own timer: {flux_own:.0} ms)"
     );
-    println!("                              : {flux:>9.0} ms (its own timer: {flux_own:.0} ms)");
     println!(
-        "  Flux's engine, {CONVOY_CONCURRENCY} in flight      : {flux_wide:>9.0} ms (its own timer: {flux_wide_own:.0} ms)"
+        "  Flux's engine, {concurrency} in flight : {flux_wide:>9.0} ms (its own timer: {flux_wide_own:.0} ms)"
     );
     println!(
         "  Flux's engine, throttled    : {:>9.0} ms (QPS 50 / burst 300, what Flux uses on this APF-off server; round 1 only; own timer {:.0} ms)",
@@ -260,7 +263,7 @@ async fn main() {
         throttled_own * 1e3
     );
     println!(
-        "  convoy sync (first)         : {convoy_ms:>9.0} ms (--concurrency {CONVOY_CONCURRENCY}, empty source cache)"
+        "  convoy sync (first)         : {convoy_ms:>9.0} ms (--concurrency {concurrency}, empty source cache)"
     );
     println!("  ceiling: raw dry runs       : {dry:>9.0} ms ({objects} requests, 64 in flight)");
     println!("  ceiling: raw applies        : {apply:>9.0} ms ({objects} requests, 64 in flight)");
@@ -275,7 +278,7 @@ async fn main() {
         if vs_flux >= 3.0 { "✓" } else { "✗" }
     );
     println!(
-        "  Flux ({CONVOY_CONCURRENCY} in flight)/convoy    : {:>9.2}x",
+        "  Flux ({concurrency} in flight)/convoy  : {:>9.2}x",
         flux_wide / convoy_ms
     );
     println!(
@@ -288,9 +291,46 @@ async fn main() {
         convoy.release(&env);
         let mut c = convoy.sync(&env);
         c.env("CONVOY_LOG", "convoy=debug,kube_client=debug");
+        let started_at = jiff::Timestamp::now();
         let start = Instant::now();
         let out = c.output().unwrap();
-        eprintln!("{}", String::from_utf8_lossy(&out.stderr));
-        eprintln!("traced convoy sync: {:.0} ms", ms(start.elapsed()));
+        let wall = start.elapsed();
+        eprintln!("  convoy sync started {started_at}");
+        eprintln!(
+            "where convoy sync's time goes (its debug log; the API requests sent since the line before):"
+        );
+        trace(&String::from_utf8_lossy(&out.stderr));
+        eprintln!("traced convoy sync: {:.0} ms", ms(wall));
+    }
+}
+
+/// convoy's own debug lines, each with the API requests (by method) sent since the line before.
+fn trace(log: &str) {
+    let mut since: std::collections::BTreeMap<String, usize> = Default::default();
+    for line in log.lines() {
+        if line.contains("kube_client") {
+            if line.ends_with("requesting")
+                && let Some(method) = line
+                    .split("http.method=")
+                    .nth(1)
+                    .and_then(|r| r.split_whitespace().next())
+            {
+                let dry = line.contains("dryRun=All");
+                let key = if dry {
+                    format!("{method} (dry run)")
+                } else {
+                    method.to_string()
+                };
+                *since.entry(key).or_insert(0) += 1;
+            }
+            continue;
+        }
+        let requests: Vec<String> = since.iter().map(|(m, n)| format!("{m} {n}")).collect();
+        eprintln!("  [{}] {line}", requests.join(", "));
+        since.clear();
+    }
+    if !since.is_empty() {
+        let requests: Vec<String> = since.iter().map(|(m, n)| format!("{m} {n}")).collect();
+        eprintln!("  [{}] (end)", requests.join(", "));
     }
 }
