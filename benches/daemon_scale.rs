@@ -16,10 +16,13 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{memory, metric_sum, metrics, usage};
 use convoy::engine::api::{Release, condition_types};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
@@ -54,65 +57,17 @@ fn objects(i: usize) -> Vec<(String, String)> {
     files
 }
 
-/// CPU seconds (user + system) and peak RSS in MiB of a process, from /proc.
-fn usage(pid: u32) -> (f64, f64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    // After the command name: state is field 3, utime 14 and stime 15 (1-based, man proc).
-    let ticks = |n: usize| {
-        fields
-            .get(n - 3)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    let hz = 100.0; // USER_HZ on Linux
-    let cpu = (ticks(14) + ticks(15)) / hz;
-    (cpu, memory(pid, "VmHWM:"))
-}
-
-/// A memory figure of /proc/PID/status in MiB (VmHWM: peak RSS, VmRSS: current).
-fn memory(pid: u32, field: &str) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib = status
-        .lines()
-        .find(|l| l.starts_with(field))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or(0.0);
-    kib / 1024.0
-}
-
-fn metrics(port: u16) -> String {
-    let out = Command::new("curl")
-        .args(["-sf", &format!("http://127.0.0.1:{port}/metrics")])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// The sum of a metric's series.
 fn total(port: u16, name: &str) -> f64 {
-    metrics(port)
-        .lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    metric_sum(&metrics(port), name, &[])
 }
 
 /// The daemon's API writes so far (creates, updates, patches, deletes; not dry runs).
 fn writes(port: u16) -> f64 {
-    metrics(port)
-        .lines()
-        .filter(|l| l.starts_with("convoy_api_requests_total{"))
-        .filter(|l| {
-            ["create", "update", "patch", "delete"]
-                .iter()
-                .any(|v| l.contains(&format!("verb=\"{v}\"")))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+    let text = metrics(port);
+    ["create", "update", "patch", "delete"]
+        .iter()
+        .map(|v| metric_sum(&text, "convoy_api_requests_total", &[("verb", v)]))
         .sum()
 }
 

@@ -300,11 +300,20 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let applied_after = big_started.elapsed();
-    tokio::time::sleep(INTERVAL * 4).await;
-    let after = rss(pid);
+    // RSS once per interval after it is Applied, while the drift and health loops go over
+    // its objects: whether memory stays taken or comes back.
+    let mut after = Vec::new();
+    for _ in 0..4 {
+        tokio::time::sleep(INTERVAL).await;
+        after.push(format!("{:.1}", rss(pid)));
+    }
     println!(
-        "  big Release ({big} ConfigMaps): RSS before {before:.1} MiB, peak during {during:.1} MiB, {}s after {after:.1} MiB (Applied in {:.1}s)",
-        (INTERVAL * 4).as_secs(),
-        applied_after.as_secs_f64()
+        "  big Release ({big} ConfigMaps): RSS before {before:.1} MiB, peak during {during:.1} MiB, then every {}s {} MiB (Applied in {:.1}s){}",
+        INTERVAL.as_secs(),
+        after.join(", "),
+        applied_after.as_secs_f64(),
+        std::env::var("MALLOC_ARENA_MAX")
+            .map(|v| format!("; MALLOC_ARENA_MAX={v}"))
+            .unwrap_or_default()
     );
 }

@@ -15,45 +15,14 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::path::Path;
+mod common;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::{SYNC_OBJECTS as OBJECTS, ceiling, sync_manifests as manifests, timed};
 use support::servers::GitRepo;
 use support::{TestEnv, testenv_bin};
-
-const OBJECTS: usize = 1000;
-
-fn manifests(dir: &Path) {
-    std::fs::create_dir_all(dir).unwrap();
-    for i in 0..OBJECTS {
-        let text = match i % 10 {
-            0..=3 => format!(
-                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg-{i}\n  labels: {{app: bench}}\ndata:\n  index: \"{i}\"\n  payload: \"{}\"\n",
-                "x".repeat(100)
-            ),
-            4..=6 => format!(
-                "apiVersion: v1\nkind: Service\nmetadata:\n  name: svc-{i}\nspec:\n  selector: {{app: app-{i}}}\n  ports:\n  - port: 80\n    targetPort: 8080\n"
-            ),
-            _ => format!(
-                "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app-{i}\nspec:\n  replicas: 0\n  selector:\n    matchLabels: {{app: app-{i}}}\n  template:\n    metadata:\n      labels: {{app: app-{i}}}\n    spec:\n      containers:\n      - name: app\n        image: nginx:1.27\n"
-            ),
-        };
-        std::fs::write(dir.join(format!("obj-{i:04}.yaml")), text).unwrap();
-    }
-}
-
-fn timed(mut cmd: Command) -> Duration {
-    let start = Instant::now();
-    let out = cmd.output().unwrap();
-    let elapsed = start.elapsed();
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    elapsed
-}
 
 #[tokio::main]
 async fn main() {
@@ -64,7 +33,7 @@ async fn main() {
     let convoy_env = TestEnv::without_controllers("bench-convoy").await;
     let work = tempfile::tempdir().unwrap();
     let dir = work.path().join("app");
-    manifests(&dir);
+    manifests(&dir, OBJECTS);
 
     // kubectl, as users run it.
     let mut kubectl = Command::new(testenv_bin().join("kubectl"));
@@ -149,7 +118,8 @@ apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\nmetadata: {{name: ben
         .arg(&dir);
     let kubectl_noop = timed(kubectl_again);
 
-    let (probe_dry, probe_apply) = ceiling(&dir).await;
+    let ceiling_env = TestEnv::without_controllers("bench-ceiling").await;
+    let (probe_dry, probe_apply) = ceiling(&ceiling_env.client, &ceiling_env.namespace, &dir).await;
 
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!("sync_vs_kubectl: {OBJECTS} objects (400 ConfigMaps, 300 Services, 300 Deployments)");
@@ -189,59 +159,4 @@ apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\nmetadata: {{name: ben
         "  kubectl/ceiling             : {:>9.2}x (the most any client with a dry-run gate can reach here)",
         kubectl_first.as_secs_f64() / (probe_dry + probe_apply).as_secs_f64()
     );
-}
-
-/// The fastest a client can dry-run and then apply these objects on this API server:
-/// requests built beforehand, 64 in flight, nothing else (no render, no inventory, no status).
-async fn ceiling(dir: &Path) -> (Duration, Duration) {
-    use futures::StreamExt;
-    use kube::api::{Api, DynamicObject, Patch, PatchParams};
-    use kube::discovery::ApiResource;
-
-    let env = TestEnv::without_controllers("bench-ceiling").await;
-    let mut requests = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-        let object: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
-        let (group, version, kind, plural) = match object["kind"].as_str().unwrap() {
-            "ConfigMap" => ("", "v1", "ConfigMap", "configmaps"),
-            "Service" => ("", "v1", "Service", "services"),
-            _ => ("apps", "v1", "Deployment", "deployments"),
-        };
-        let resource = ApiResource {
-            group: group.into(),
-            version: version.into(),
-            api_version: object["apiVersion"].as_str().unwrap().into(),
-            kind: kind.into(),
-            plural: plural.into(),
-        };
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(env.client.clone(), &env.namespace, &resource);
-        let name = object["metadata"]["name"].as_str().unwrap().to_string();
-        requests.push((api, name, object));
-    }
-    let run = |dry_run: bool| {
-        let requests = &requests;
-        async move {
-            let mut params = PatchParams::apply("bench-ceiling").force();
-            params.dry_run = dry_run;
-            let start = Instant::now();
-            futures::stream::iter(requests.iter())
-                .map(|(api, name, object)| {
-                    let params = params.clone();
-                    async move {
-                        api.patch(name, &params, &Patch::Apply(object))
-                            .await
-                            .unwrap()
-                    }
-                })
-                .buffer_unordered(64)
-                .for_each(|_| async {})
-                .await;
-            start.elapsed()
-        }
-    };
-    let dry = run(true).await;
-    let apply = run(false).await;
-    (dry, apply)
 }
