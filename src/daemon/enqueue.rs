@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::engine::api::{ReleaseInventory, ReleaseStatus, annotations, condition_types};
+use crate::engine::api::{
+    HealthyReason, ReleaseInventory, ReleaseStatus, annotations, condition_types,
+};
 
 /// `shouldEnqueueOnUpdate`: (1) the resource version did not change (a resync); (2) the
 /// generation changed (the spec did); (3) for the Release controller only, the
@@ -35,6 +37,23 @@ pub fn should_enqueue_on_update(
         return request(old) != request(new);
     }
     false
+}
+
+/// The health loop's Healthy verdict changed and says the render that runs is healthy while
+/// `status.lastHealthy` does not name it yet: the controller looks again, so lastHealthy
+/// (and a rollout waiting for it) follows the verdict instead of the next interval.
+/// Deviation: the spec has status writes wake no loop. Its three health edges fire in the
+/// pass that writes the entries' health, and the verdict can come one pass later (the
+/// controller woken by the edge read the previous verdict and nothing woke it again).
+pub fn healthy_verdict_to_record(old: Option<&ReleaseStatus>, new: Option<&ReleaseStatus>) -> bool {
+    let Some(new) = new else { return false };
+    let healthy = |s: &ReleaseStatus| s.condition(condition_types::HEALTHY).cloned();
+    let verdict = healthy(new);
+    let changed = old.map(healthy) != Some(verdict.clone());
+    let says_healthy =
+        verdict.is_some_and(|c| c.status.is_true() && c.reason == HealthyReason::Healthy);
+    let recorded = new.last_healthy.as_ref().map(|l| l.render_ref.as_str());
+    changed && says_healthy && new.applied_render().is_some() && recorded != new.applied_render()
 }
 
 /// The Applied or Healthy condition changed status: Releases of a higher cluster wave on the
@@ -146,8 +165,74 @@ mod tests {
     }
 
     use super::*;
-    use crate::engine::api::{HealthState, InventoryEntry};
+    use crate::engine::api::{ConditionStatus, HealthState, InventoryEntry, LastHealthy};
     use crate::engine::status::condition;
+
+    #[test]
+    fn a_healthy_verdict_lasthealthy_does_not_name_yet_wakes_the_controller_once() {
+        use crate::engine::api::Attempt;
+        let status = |healthy: Option<(ConditionStatus, &str, &str)>,
+                      last_healthy: Option<&str>| {
+            ReleaseStatus {
+                last_successful: Some(Attempt {
+                    render_ref: Some("r2".into()),
+                    ..Default::default()
+                }),
+                conditions: healthy
+                    .map(|(s, reason, message)| condition("Healthy", s, reason, message, Some(1)))
+                    .into_iter()
+                    .collect(),
+                last_healthy: last_healthy.map(|r| LastHealthy {
+                    render_ref: r.into(),
+                    resolved_source: None,
+                    healthy_at: None,
+                }),
+                ..Default::default()
+            }
+        };
+        let progressing = status(
+            Some((ConditionStatus::False, "Progressing", "1 of 2")),
+            Some("r1"),
+        );
+        let healthy = status(
+            Some((ConditionStatus::True, "Healthy", "2 objects")),
+            Some("r1"),
+        );
+        assert!(healthy_verdict_to_record(
+            Some(&progressing),
+            Some(&healthy)
+        ));
+        // Healthy already, only its message changed: still not recorded, so still a wake-up.
+        let reworded = status(
+            Some((ConditionStatus::True, "Healthy", "2 objects healthy")),
+            Some("r1"),
+        );
+        assert!(healthy_verdict_to_record(Some(&healthy), Some(&reworded)));
+        // The controller's own write that records it wakes nothing; nor does an unchanged verdict.
+        let recorded = status(
+            Some((ConditionStatus::True, "Healthy", "2 objects")),
+            Some("r2"),
+        );
+        assert!(!healthy_verdict_to_record(Some(&healthy), Some(&recorded)));
+        assert!(!healthy_verdict_to_record(
+            Some(&healthy),
+            Some(&healthy.clone())
+        ));
+        // A verdict that is not Healthy, or NotConfigured (recorded at the apply), wakes nothing.
+        let not_configured = status(
+            Some((ConditionStatus::True, "NotConfigured", "")),
+            Some("r1"),
+        );
+        assert!(!healthy_verdict_to_record(
+            Some(&progressing),
+            Some(&not_configured)
+        ));
+        let degraded = status(Some((ConditionStatus::False, "Degraded", "x")), Some("r1"));
+        assert!(!healthy_verdict_to_record(
+            Some(&progressing),
+            Some(&degraded)
+        ));
+    }
 
     fn meta(rv: &str, generation: i64, request: Option<&str>) -> ObjectMeta {
         ObjectMeta {

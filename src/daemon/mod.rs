@@ -15,6 +15,7 @@ pub mod queue;
 pub mod shard;
 pub mod worker;
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -25,8 +26,8 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::{Api, Client, Config, ResourceExt};
 
 use self::enqueue::{
-    applied_or_healthy_changed, attempted_render_changed, inventory_wakes_controller,
-    inventory_wakes_observer, should_enqueue_on_update,
+    applied_or_healthy_changed, attempted_render_changed, healthy_verdict_to_record,
+    inventory_wakes_controller, inventory_wakes_observer, should_enqueue_on_update,
 };
 use self::informer::{Handler, key_of};
 use self::metrics::{CountRequestsLayer, Metrics};
@@ -444,11 +445,8 @@ impl Wiring {
             duration: config.lease_duration,
         };
         let (held_now, metrics, shared) = (held.clone(), self.metrics.clone(), self.shared.clone());
-        let queues = [
-            self.queues.controller.clone(),
-            self.queues.drift.clone(),
-            self.queues.health.clone(),
-        ];
+        let queues = self.queues.release_loops(config.role);
+        let shards = config.shards;
         let mut stop = self.shutdown.clone();
         self.tasks.push(tokio::spawn(async move {
             let mut before = held_now.held();
@@ -459,12 +457,13 @@ impl Wiring {
                 }
                 let now_held = held_now.held();
                 metrics.shards_held.set(now_held.len() as i64);
-                if now_held != before {
-                    for key in shared.releases.keys() {
-                        queues.iter().for_each(|q| q.add(&key));
-                    }
-                    before = now_held;
+                // A newly held shard: its Releases (and only those) get a pass at once, those
+                // whose spec changed since their last reconcile first (the queue is FIFO).
+                let taken: BTreeSet<u32> = now_held.difference(&before).copied().collect();
+                for key in taken_over(&shared.releases.all(), &taken, shards) {
+                    queues.iter().for_each(|q| q.add(&key));
                 }
+                before = now_held;
             }
         }));
         // The Leases are kept until the passes in flight are done or cancelled: released
@@ -540,6 +539,20 @@ impl Wiring {
         }
         tracing::info!("stopped");
     }
+}
+
+/// The keys of the Releases on the shards just `taken` (of `shards`), those whose spec changed
+/// since their last reconcile first.
+fn taken_over(releases: &[Arc<Release>], taken: &BTreeSet<u32>, shards: u32) -> Vec<String> {
+    let spec_changed = |r: &Release| {
+        r.status.as_ref().and_then(|s| s.observed_generation) != r.metadata.generation
+    };
+    let mut on_taken: Vec<&Arc<Release>> = releases
+        .iter()
+        .filter(|r| taken.contains(&shard::shard_of(&cluster_key(r), shards)))
+        .collect();
+    on_taken.sort_by_key(|r| !spec_changed(r));
+    on_taken.into_iter().map(|r| key_of(r.as_ref())).collect()
 }
 
 /// A loop's pass, boxed so every loop's workers are spawned the same way.
@@ -634,8 +647,9 @@ fn release_metrics_handler(metrics: Arc<Metrics>) -> Handler<Release> {
     })
 }
 
-/// The controller's enqueue rules (`shouldEnqueueOnUpdate`, a deletion), and the next
-/// cluster wave woken when a Release's Applied or Healthy changes.
+/// The controller's enqueue rules (`shouldEnqueueOnUpdate`, a deletion, a Healthy verdict
+/// lastHealthy has yet to record), and the next cluster wave woken when a Release's Applied
+/// or Healthy changes.
 fn controller_handler(queue: WorkQueue, shared: Arc<Shared>) -> Handler<Release> {
     Box::new(move |old, new| {
         let Some(new) = new else { return };
@@ -650,6 +664,9 @@ fn controller_handler(queue: WorkQueue, shared: Arc<Shared>) -> Handler<Release>
                 queue.add(&key)
             }
             Some(_) => {}
+        }
+        if healthy_verdict_to_record(old.and_then(|o| o.status.as_ref()), new.status.as_ref()) {
+            queue.add(&key);
         }
         if old.is_some_and(|o| applied_or_healthy_changed(o.status.as_ref(), new.status.as_ref())) {
             let wave = new.spec.cluster_wave.as_ref().map(|w| w.wave).unwrap_or(0);
@@ -808,4 +825,41 @@ pub fn release_name(release: &Release) -> String {
         release.namespace().unwrap_or_default(),
         release.name_any()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_taken_shard_passes_its_own_releases_changed_ones_first() {
+        let release = |ns: &str, name: &str, generation: i64, observed: i64| {
+            let mut r: Release = serde_json::from_value(serde_json::json!({
+                "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+                "metadata": {"name": name, "namespace": ns, "generation": generation},
+                "spec": {"source": {"kind": "GitRepository", "name": "repo"}},
+            }))
+            .unwrap();
+            r.status = Some(crate::engine::api::ReleaseStatus {
+                observed_generation: Some(observed),
+                ..Default::default()
+            });
+            Arc::new(r)
+        };
+        // Home-cluster Releases: the shard of namespace `ns` is shard_of("ns/").
+        let namespaces: Vec<String> = (0..40).map(|i| format!("ns{i}")).collect();
+        let shard = |ns: &str| shard::shard_of(&format!("{ns}/"), 3);
+        let mine = namespaces.iter().find(|n| shard(n) == 1).unwrap();
+        let other = namespaces.iter().find(|n| shard(n) != 1).unwrap();
+        let releases = vec![
+            release(mine, "steady", 1, 1),
+            release(other, "elsewhere", 2, 1),
+            release(mine, "changed", 2, 1),
+        ];
+        assert_eq!(
+            taken_over(&releases, &BTreeSet::from([1]), 3),
+            [format!("{mine}/changed"), format!("{mine}/steady")]
+        );
+        assert!(taken_over(&releases, &BTreeSet::new(), 3).is_empty());
+    }
 }
