@@ -96,6 +96,8 @@ struct Figures {
     drained: Duration,
     steady_writes: f64,
     per_release: Vec<String>,
+    /// Passes of each loop per Release, until the queues drained.
+    passes: Vec<String>,
 }
 
 /// `binary`'s daemon brings `count` Releases to Applied and Healthy on `env`'s control plane.
@@ -223,6 +225,10 @@ async fn run(binary: &Path, env: &TestEnv, count: usize) -> Figures {
     tokio::time::sleep(Duration::from_secs(60)).await;
     let steady_writes = writes(port) - before;
     let (_, rss_after) = usage(pid);
+    let passes: Vec<String> = common::metric_by(&metrics(port), "convoy_reconciles_total", "loop")
+        .into_iter()
+        .map(|(l, n)| format!("{l} {:.1}", n / count as f64))
+        .collect();
     let per_release: Vec<String> = metrics(port)
         .lines()
         .filter_map(|l| l.strip_prefix("convoy_api_requests_total{verb=\""))
@@ -241,6 +247,7 @@ async fn run(binary: &Path, env: &TestEnv, count: usize) -> Figures {
         drained,
         steady_writes,
         per_release,
+        passes,
     }
 }
 
@@ -263,6 +270,7 @@ fn print(count: usize, f: &Figures) {
         f.steady_writes
     );
     println!("  API requests per Release  {}", f.per_release.join(", "));
+    println!("  passes per Release        {}", f.passes.join(", "));
 }
 
 #[tokio::main]

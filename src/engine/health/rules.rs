@@ -14,7 +14,9 @@
 //! the async threads ([`Evaluator::evaluate_off_runtime`]), one CEL thread at a time, so a
 //! slow rule delays only health assessments, never the probes or the controller.
 
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::ListParams;
@@ -22,6 +24,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
 
 use crate::engine::api::{GlobalHealthRuleSet, HealthRule, HealthRuleSet, Release};
+use crate::engine::locks;
 use crate::engine::selectors::{self, Selector};
 
 /// A rule that cannot be used, named by its set and name.
@@ -135,6 +138,60 @@ pub fn selector_string(selector: &LabelSelector) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
+/// Rules compiled so far, by their set and text (`compiled_key`).
+static COMPILED: std::sync::LazyLock<Mutex<HashMap<[u8; 32], Arc<CompiledRule>>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// How many compiled rules [`COMPILED`] keeps at most.
+const COMPILED_MAX: usize = 4096;
+
+/// A rule's identity in [`COMPILED`]: the SHA-256 of its set's name and its whole text
+/// (`None` if it cannot be serialized, which only means it is not cached).
+fn compiled_key(sourced: &SourcedRule) -> Option<[u8; 32]> {
+    use sha2::Digest;
+    let text = serde_json::to_vec(&sourced.rule).ok()?;
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(sourced.set.as_bytes());
+    hasher.update([0]);
+    hasher.update(&text);
+    Some(hasher.finalize().into())
+}
+
+/// One rule, checked and compiled.
+fn compile_rule(SourcedRule { set, rule }: SourcedRule) -> Result<CompiledRule, RuleError> {
+    let fail = |message: String| RuleError {
+        set: set.clone(),
+        rule: rule.name.clone(),
+        message,
+    };
+    if rule.matches.kind.is_empty() {
+        return Err(fail(
+            "match.kind is required (use \"*\" for any kind)".into(),
+        ));
+    }
+    let selector = match &rule.matches.label_selector {
+        Some(s) => Some(
+            selectors::from_label_selector(s)
+                .map_err(|m| fail(format!("match.labelSelector: {m}")))?,
+        ),
+        None => None,
+    };
+    let healthy = compile(&rule.healthy).map_err(|m| fail(format!("healthy: {m}")))?;
+    let message = match &rule.message {
+        Some(m) => Some(compile(m).map_err(|e| fail(format!("message: {e}")))?),
+        None => None,
+    };
+    Ok(CompiledRule {
+        set,
+        name: rule.name,
+        group: rule.matches.group,
+        kind: rule.matches.kind,
+        selector,
+        healthy,
+        message,
+    })
+}
+
 struct CompiledRule {
     set: String,
     name: String,
@@ -147,7 +204,7 @@ struct CompiledRule {
 
 /// All rules of a Release, compiled.
 pub struct Evaluator {
-    rules: Vec<CompiledRule>,
+    rules: Vec<Arc<CompiledRule>>,
     /// Judge objects no rule matches with the built-in rules.
     builtin: bool,
 }
@@ -260,40 +317,30 @@ pub enum Evaluation {
 
 impl Evaluator {
     /// `health.NewEvaluator`: compile every rule. The first bad rule fails the whole set.
+    /// A rule compiled before (the same set and the same text) is taken from [`COMPILED`]:
+    /// every health pass of every Release collects its rules again, and compiling CEL is most
+    /// of what a pass costs in CPU.
     pub fn new(rules: Vec<SourcedRule>) -> Result<Self, RuleError> {
-        let mut compiled = Vec::new();
-        for SourcedRule { set, rule } in rules {
-            let fail = |message: String| RuleError {
-                set: set.clone(),
-                rule: rule.name.clone(),
-                message,
-            };
-            if rule.matches.kind.is_empty() {
-                return Err(fail(
-                    "match.kind is required (use \"*\" for any kind)".into(),
-                ));
+        let mut compiled = Vec::with_capacity(rules.len());
+        for sourced in rules {
+            let key = compiled_key(&sourced);
+            if let Some(rule) = key
+                .as_ref()
+                .and_then(|k| locks::lock(&COMPILED).get(k).cloned())
+            {
+                compiled.push(rule);
+                continue;
             }
-            let selector = match &rule.matches.label_selector {
-                Some(s) => Some(
-                    selectors::from_label_selector(s)
-                        .map_err(|m| fail(format!("match.labelSelector: {m}")))?,
-                ),
-                None => None,
-            };
-            let healthy = compile(&rule.healthy).map_err(|m| fail(format!("healthy: {m}")))?;
-            let message = match &rule.message {
-                Some(m) => Some(compile(m).map_err(|e| fail(format!("message: {e}")))?),
-                None => None,
-            };
-            compiled.push(CompiledRule {
-                set,
-                name: rule.name,
-                group: rule.matches.group,
-                kind: rule.matches.kind,
-                selector,
-                healthy,
-                message,
-            });
+            let rule = Arc::new(compile_rule(sourced)?);
+            if let Some(key) = key {
+                let mut cache = locks::lock(&COMPILED);
+                // Bounded: rule sets edited again and again must not grow it for ever.
+                if cache.len() >= COMPILED_MAX {
+                    cache.clear();
+                }
+                cache.insert(key, rule.clone());
+            }
+            compiled.push(rule);
         }
         Ok(Self {
             rules: compiled,
@@ -464,6 +511,22 @@ mod tests {
     use super::*;
     use crate::engine::api::RuleMatch;
     use serde_json::json;
+
+    #[test]
+    fn a_rule_compiled_once_is_reused_and_an_edited_one_is_compiled_again() {
+        let expr = "has(object.data) && object.data.size() > 123456";
+        let first = Evaluator::new(vec![rule("reused", expr)]).unwrap();
+        let again = Evaluator::new(vec![rule("reused", expr)]).unwrap();
+        assert!(Arc::ptr_eq(&first.rules[0], &again.rules[0]));
+        let edited = Evaluator::new(vec![rule("reused", &format!("{expr} + 0 >= 0"))]);
+        assert!(!Arc::ptr_eq(&first.rules[0], &edited.unwrap().rules[0]));
+        // The same rule in another set is that set's own (its name is in every judgement).
+        let mut elsewhere = rule("reused", expr);
+        elsewhere.set = "HealthRuleSet/team-b/rules".into();
+        let other = Evaluator::new(vec![elsewhere]).unwrap();
+        assert!(!Arc::ptr_eq(&first.rules[0], &other.rules[0]));
+        assert_eq!(other.rules[0].set, "HealthRuleSet/team-b/rules");
+    }
 
     fn rule(name: &str, healthy: &str) -> SourcedRule {
         SourcedRule {
