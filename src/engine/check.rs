@@ -178,7 +178,10 @@ async fn rbac(conn: &Connection, namespace: &str) -> Vec<Finding> {
                     findings.push(Finding::new(
                         "RBAC",
                         Verdict::Fail,
-                        format!("cannot ask the API server what {account} may do: {e}"),
+                        format!(
+                            "cannot ask the API server what {account} may do: {}",
+                            crate::engine::apply::applier::api_message(&e)
+                        ),
                     ));
                     return findings;
                 }
@@ -297,7 +300,7 @@ async fn allowed(
     namespace: &str,
     account: &str,
     grant: &Grant,
-) -> Result<bool, String> {
+) -> Result<bool, kube::Error> {
     let (resource, subresource) = match grant.resource.split_once('/') {
         Some((r, s)) => (r.to_string(), Some(s.to_string())),
         None => (grant.resource.clone(), None),
@@ -323,10 +326,7 @@ async fn allowed(
         ..Default::default()
     };
     let api: Api<SubjectAccessReview> = Api::all(conn.client.clone());
-    let answer = api
-        .create(&PostParams::default(), &review)
-        .await
-        .map_err(|e| crate::engine::apply::applier::api_message(&e))?;
+    let answer = api.create(&PostParams::default(), &review).await?;
     Ok(answer.status.is_some_and(|s| s.allowed))
 }
 

@@ -39,11 +39,12 @@ pub struct RuleError {
 /// Why rules could not be collected.
 #[derive(Debug, thiserror::Error)]
 pub enum CollectError {
-    #[error("invalid {which} on Release {release}: {message}")]
+    #[error("invalid {which} on Release {release}")]
     Selector {
         which: &'static str,
         release: String,
-        message: String,
+        #[source]
+        source: selectors::SelectorError,
     },
     #[error("cannot list {kind}")]
     List {
@@ -76,10 +77,10 @@ pub async fn collect_rules(
         release.metadata.name.as_deref().unwrap_or_default()
     );
     let selector_of = |which: &'static str, selector: &LabelSelector| {
-        selector_string(selector).map_err(|message| CollectError::Selector {
+        selector_string(selector).map_err(|source| CollectError::Selector {
             which,
             release: name.clone(),
-            message,
+            source,
         })
     };
     let mut rules = Vec::new();
@@ -132,10 +133,8 @@ fn sourced(set: &str, rules: Vec<HealthRule>) -> impl Iterator<Item = SourcedRul
 }
 
 /// A Kubernetes label selector as the string the API takes.
-pub fn selector_string(selector: &LabelSelector) -> Result<String, String> {
-    selectors::from_label_selector(selector)
-        .map(|s| s.to_string())
-        .map_err(|e| e.to_string())
+pub fn selector_string(selector: &LabelSelector) -> Result<String, selectors::SelectorError> {
+    selectors::from_label_selector(selector).map(|s| s.to_string())
 }
 
 /// Rules compiled so far, by their set and text (`compiled_key`).
@@ -476,34 +475,46 @@ impl Evaluator {
     }
 }
 
-fn compile(source: &str) -> Result<cel::Program, String> {
+/// Why a CEL expression could not be compiled or evaluated. cel's own errors are kept as
+/// their text: the parser's reaches a condition message (first line only, the rest is an
+/// ASCII-art caret), and neither is `Clone`, which compiled rules and verdicts need.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CelError {
+    #[error("the expression is {0} characters long; at most {MAX_EXPRESSION_CHARS} are allowed")]
+    TooLong(usize),
+    #[error("{0}")]
+    Syntax(String),
+    #[error("the CEL parser failed on this expression")]
+    ParserPanicked,
+    #[error("{0}")]
+    Evaluation(String),
+    #[error("the CEL interpreter failed on this object")]
+    InterpreterPanicked,
+}
+
+fn compile(source: &str) -> Result<cel::Program, CelError> {
     if source.len() > MAX_EXPRESSION_CHARS {
-        return Err(format!(
-            "the expression is {} characters long; at most {MAX_EXPRESSION_CHARS} are allowed",
-            source.len()
-        ));
+        return Err(CelError::TooLong(source.len()));
     }
     std::panic::catch_unwind(|| cel::Program::compile(source))
-        .map_err(|_| "the CEL parser failed on this expression".to_string())?
+        .map_err(|_| CelError::ParserPanicked)?
         .map_err(|e| {
-            e.to_string()
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .trim()
-                .to_string()
+            let text = e.to_string();
+            CelError::Syntax(text.lines().next().unwrap_or_default().trim().to_string())
         })
 }
 
 /// Evaluate `program` with `object` bound, never letting a panic in the interpreter out.
-fn run(program: &cel::Program, object: &Value) -> Result<cel::Value, String> {
+fn run(program: &cel::Program, object: &Value) -> Result<cel::Value, CelError> {
     std::panic::catch_unwind(AssertUnwindSafe(|| {
         let mut ctx = cel::Context::default();
         ctx.add_variable("object", object.clone())
-            .map_err(|e| e.to_string())?;
-        program.execute(&ctx).map_err(|e| e.to_string())
+            .map_err(|e| CelError::Evaluation(e.to_string()))?;
+        program
+            .execute(&ctx)
+            .map_err(|e| CelError::Evaluation(e.to_string()))
     }))
-    .unwrap_or_else(|_| Err("the CEL interpreter failed on this object".to_string()))
+    .unwrap_or(Err(CelError::InterpreterPanicked))
 }
 
 #[cfg(test)]

@@ -41,7 +41,8 @@ pub async fn fetch(
     credentials: Option<&Credentials>,
 ) -> Result<Artifact, SourceError> {
     let base = url.trim_end_matches('/');
-    let client = crate::engine::http::client().map_err(|e| SourceError::not_ready(url, e))?;
+    let client = crate::engine::http::client()
+        .map_err(|e| SourceError::not_ready(url, crate::engine::error::chain(&e)))?;
     let index_url = format!("{base}/index.yaml");
     let body = get(&client, &index_url, credentials).await?;
     let text = String::from_utf8_lossy(&body);
@@ -163,11 +164,22 @@ async fn get(
     Ok(bytes.to_vec())
 }
 
+/// Why no chart version could be chosen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VersionError {
+    #[error("invalid version constraint {0:?}")]
+    InvalidConstraint(String),
+    #[error("no version satisfies {0:?}")]
+    NoneSatisfies(String),
+    #[error("no stable version")]
+    NoStable,
+}
+
 /// Pick the highest version of `available` that satisfies `constraint` (Helm's rules).
 pub fn select_version<'a>(
     available: impl Iterator<Item = &'a str>,
     constraint: Option<&str>,
-) -> Result<String, String> {
+) -> Result<String, VersionError> {
     let constraint = constraint.map(str::trim).filter(|c| !c.is_empty());
     let matcher = match constraint {
         Some(c) => Some(Constraint::parse(c)?),
@@ -188,8 +200,8 @@ pub fn select_version<'a>(
     }
     best.map(|(_, raw)| raw.to_string())
         .ok_or_else(|| match constraint {
-            Some(c) => format!("no version satisfies {c:?}"),
-            None => "no stable version".to_string(),
+            Some(c) => VersionError::NoneSatisfies(c.to_string()),
+            None => VersionError::NoStable,
         })
 }
 
@@ -217,7 +229,7 @@ struct Conjunction {
 }
 
 impl Constraint {
-    fn parse(text: &str) -> Result<Self, String> {
+    fn parse(text: &str) -> Result<Self, VersionError> {
         let mut alternatives = Vec::new();
         for alternative in text.split("||") {
             alternatives.push(Conjunction::parse(alternative.trim(), text)?);
@@ -231,8 +243,8 @@ impl Constraint {
 }
 
 impl Conjunction {
-    fn parse(text: &str, whole: &str) -> Result<Self, String> {
-        let invalid = || format!("invalid version constraint {whole:?}");
+    fn parse(text: &str, whole: &str) -> Result<Self, VersionError> {
+        let invalid = || VersionError::InvalidConstraint(whole.to_string());
         // Hyphen ranges: `1.2 - 1.4.5` means `>=1.2, <=1.4.5`.
         let text = match text.split_once(" - ") {
             Some((low, high)) => format!(">={}, <={}", low.trim(), high.trim()),
@@ -291,7 +303,8 @@ pub async fn index_digest(
     url: &str,
     credentials: Option<&Credentials>,
 ) -> Result<String, SourceError> {
-    let client = crate::engine::http::client().map_err(|e| SourceError::not_ready(url, e))?;
+    let client = crate::engine::http::client()
+        .map_err(|e| SourceError::not_ready(url, crate::engine::error::chain(&e)))?;
     let body = get(
         &client,
         &format!("{}/index.yaml", url.trim_end_matches('/')),
@@ -316,7 +329,7 @@ mod tests {
         "v3.0.0-beta.1",
     ];
 
-    fn pick(constraint: Option<&str>) -> Result<String, String> {
+    fn pick(constraint: Option<&str>) -> Result<String, VersionError> {
         select_version(AVAILABLE.iter().copied(), constraint)
     }
 
@@ -329,7 +342,10 @@ mod tests {
     fn an_exact_version_is_exact() {
         assert_eq!(pick(Some("1.2.0")).unwrap(), "1.2.0");
         assert_eq!(pick(Some("2.0.0-rc.1")).unwrap(), "2.0.0-rc.1");
-        assert!(pick(Some("1.3.0")).is_err());
+        assert_eq!(
+            pick(Some("1.3.0")),
+            Err(VersionError::NoneSatisfies("1.3.0".into()))
+        );
     }
 
     #[test]
@@ -352,14 +368,15 @@ mod tests {
     fn pre_releases_only_when_the_range_names_one() {
         assert_eq!(pick(Some(">=2.0.0-rc.0 <2.0.0")).unwrap(), "2.0.0-rc.1");
         assert_eq!(pick(Some(">=3.0.0-beta.0")).unwrap(), "v3.0.0-beta.1");
-        assert!(pick(Some("^3")).is_err());
+        assert_eq!(
+            pick(Some("^3")),
+            Err(VersionError::NoneSatisfies("^3".into()))
+        );
     }
 
     #[test]
     fn a_bad_constraint_is_named() {
-        assert_eq!(
-            pick(Some(">=banana")).unwrap_err(),
-            "invalid version constraint \">=banana\""
-        );
+        let err = pick(Some(">=banana")).unwrap_err();
+        assert_eq!(err.to_string(), "invalid version constraint \">=banana\"");
     }
 }

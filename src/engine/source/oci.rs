@@ -163,7 +163,8 @@ pub fn reference(
 pub async fn ping(url: &str, insecure: bool) -> Result<(), SourceError> {
     let reference = reference(url, Some("latest"), None)?;
     let scheme = if insecure { "http" } else { "https" };
-    let client = crate::engine::http::client().map_err(|e| SourceError::not_ready(url, e))?;
+    let client = crate::engine::http::client()
+        .map_err(|e| SourceError::not_ready(url, crate::engine::error::chain(&e)))?;
     let response = client
         .get(format!("{scheme}://{}/v2/", reference.registry()))
         .send()
