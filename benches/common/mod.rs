@@ -424,8 +424,13 @@ pub type Predicate = Arc<dyn Fn(&Value) -> bool + Send + Sync>;
 struct TrackerState {
     objects: BTreeMap<String, Value>,
     predicate: Predicate,
-    /// When each object was first seen to meet the predicate (and has met it since).
+    /// When each object was first seen to meet the predicate (and has met it since, unless
+    /// `once`).
     since: BTreeMap<String, Instant>,
+    /// An object that met the predicate once counts as done even if it stops meeting it:
+    /// Flux sets Ready=Unknown while it reconciles a Kustomization again, and at 1,000 apps on
+    /// two cores its queue never drains, so "all Ready at one moment" may never happen.
+    once: bool,
     events: u64,
 }
 
@@ -433,7 +438,7 @@ impl TrackerState {
     fn update(&mut self, key: String, object: Value, at: Instant) {
         if (self.predicate)(&object) {
             self.since.entry(key.clone()).or_insert(at);
-        } else {
+        } else if !self.once {
             self.since.remove(&key);
         }
         self.objects.insert(key, object);
@@ -467,6 +472,7 @@ impl Tracker {
             objects: BTreeMap::new(),
             predicate: Arc::new(|_| false),
             since: BTreeMap::new(),
+            once: false,
             events: 0,
         }));
         let shared = state.clone();
@@ -505,8 +511,18 @@ impl Tracker {
     /// Look for `predicate` from now on: every object is judged again now, and its time is
     /// when it first meets it from here (now, for those that already do).
     pub fn expect(&self, predicate: Predicate) {
+        self.expect_with(predicate, false);
+    }
+
+    /// As [`Tracker::expect`], but an object that met the predicate once stays met.
+    pub fn expect_once(&self, predicate: Predicate) {
+        self.expect_with(predicate, true);
+    }
+
+    fn expect_with(&self, predicate: Predicate, once: bool) {
         let mut s = self.state.lock().unwrap();
         s.predicate = predicate;
+        s.once = once;
         s.since.clear();
         let now = Instant::now();
         let objects: Vec<(String, Value)> = std::mem::take(&mut s.objects).into_iter().collect();
