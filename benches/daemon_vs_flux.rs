@@ -31,12 +31,13 @@
 //!   every app of the repository (all 1,000), as each does for a new revision.
 //!   `CONVOY_BENCH_NUDGE=0` leaves both to their poll.
 //! * Done means, for Flux, Ready (set after the health check of `wait: true`) with the
-//!   revision in `lastAppliedRevision`, seen once (Flux sets Ready=Unknown while it reconciles
-//!   a Kustomization again, and at 1,000 apps on two cores its queue never drains, so all
-//!   1,000 may never be Ready at one moment; convoy's apps count the same way); for convoy, Applied and Healthy (reason Healthy) with
-//!   the revision in `lastSuccessful` and nothing newer attempted, and after the commit also
-//!   an inventory whose every entry was assessed Healthy for the new render (Healthy can still
-//!   be the previous render's verdict for a moment). When convoy's `lastHealthy` caught up is
+//!   revision in `lastAppliedRevision`; for convoy, Applied and Healthy (reason Healthy) with
+//!   the revision in `lastSuccessful` and nothing newer attempted. Each app counts once it was
+//!   seen done (Flux sets Ready=Unknown while it reconciles a Kustomization again, and at 1,000
+//!   apps on two cores its queue never drains, so all may never be Ready at one moment; convoy's
+//!   apps count the same way). After the commit convoy also needs an inventory whose every
+//!   entry was assessed Healthy for the new render (Healthy can still be the previous
+//!   render's verdict for a moment). When convoy's `lastHealthy` caught up is
 //!   printed apart: it can lag Healthy by up to an interval (a controller pass that ran before
 //!   the Healthy condition was written is not repeated).
 //! * Defaults otherwise: kustomize-controller `--concurrent=4 --concurrent-ssa=4`,
