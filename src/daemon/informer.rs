@@ -51,6 +51,16 @@ impl<K> Cache<K> {
         self.read().keys().cloned().collect()
     }
 
+    /// The keys of the objects that `keep` accepts, looked at under the read lock: an event
+    /// handler scanning every Release on each status change should not clone the whole cache.
+    pub fn keys_where(&self, keep: impl Fn(&K) -> bool) -> Vec<String> {
+        self.read()
+            .iter()
+            .filter(|(_, o)| keep(o))
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
     /// Every watch feeding the cache has listed once.
     pub fn synced(&self) -> bool {
         let watches = self.watches.load(Ordering::Relaxed);

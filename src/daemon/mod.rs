@@ -415,7 +415,7 @@ impl Wiring {
                     _ = stop.changed() => return,
                 }
                 for key in shared.releases.keys() {
-                    queues.iter().for_each(|q| q.add(&key));
+                    queues.iter().for_each(|q| q.add_bulk(&key));
                 }
             }
         }));
@@ -457,11 +457,27 @@ impl Wiring {
                 }
                 let now_held = held_now.held();
                 metrics.shards_held.set(now_held.len() as i64);
-                // A newly held shard: its Releases (and only those) get a pass at once, those
-                // whose spec changed since their last reconcile first (the queue is FIFO).
+                // A newly held shard: its Releases (and only those) get a pass at once. Those
+                // whose spec changed since their last reconcile are events (a user waits for
+                // them, and so do their next waves' wake-ups); the rest is bulk.
                 let taken: BTreeSet<u32> = now_held.difference(&before).copied().collect();
-                for key in taken_over(&shared.releases.all(), &taken, shards) {
-                    queues.iter().for_each(|q| q.add(&key));
+                let lost: BTreeSet<u32> = before.difference(&now_held).copied().collect();
+                let all = shared.releases.all();
+                // The per-Release series move with the shard.
+                for r in &all {
+                    let shard = shard::shard_of(&cluster_key(r), shards);
+                    if taken.contains(&shard) {
+                        record_release_metrics(&metrics, r);
+                    } else if lost.contains(&shard) {
+                        forget_release_metrics(&metrics, r);
+                    }
+                }
+                let (changed, rest) = taken_over(&all, &taken, shards);
+                for key in &changed {
+                    queues.iter().for_each(|q| q.add(key));
+                }
+                for key in &rest {
+                    queues.iter().for_each(|q| q.add_bulk(key));
                 }
                 before = now_held;
             }
@@ -541,18 +557,22 @@ impl Wiring {
     }
 }
 
-/// The keys of the Releases on the shards just `taken` (of `shards`), those whose spec changed
-/// since their last reconcile first.
-fn taken_over(releases: &[Arc<Release>], taken: &BTreeSet<u32>, shards: u32) -> Vec<String> {
+/// The keys of the Releases on the shards just `taken` (of `shards`): those whose spec changed
+/// since their last reconcile, and the rest.
+fn taken_over(
+    releases: &[Arc<Release>],
+    taken: &BTreeSet<u32>,
+    shards: u32,
+) -> (Vec<String>, Vec<String>) {
     let spec_changed = |r: &Release| {
         r.status.as_ref().and_then(|s| s.observed_generation) != r.metadata.generation
     };
-    let mut on_taken: Vec<&Arc<Release>> = releases
+    let (changed, rest): (Vec<&Arc<Release>>, Vec<&Arc<Release>>) = releases
         .iter()
         .filter(|r| taken.contains(&shard::shard_of(&cluster_key(r), shards)))
-        .collect();
-    on_taken.sort_by_key(|r| !spec_changed(r));
-    on_taken.into_iter().map(|r| key_of(r.as_ref())).collect()
+        .partition(|r| spec_changed(r));
+    let keys = |rs: Vec<&Arc<Release>>| rs.into_iter().map(|r| key_of(r.as_ref())).collect();
+    (keys(changed), keys(rest))
 }
 
 /// A loop's pass, boxed so every loop's workers are spawned the same way.
@@ -597,7 +617,10 @@ fn release_handlers(
     queues: &Queues,
     metrics: &Arc<Metrics>,
 ) -> Vec<Handler<Release>> {
-    let mut handlers = vec![release_metrics_handler(metrics.clone())];
+    let mut handlers = vec![release_metrics_handler(
+        metrics.clone(),
+        shared.ctx.shard.clone(),
+    )];
     if role.controller() {
         handlers.push(controller_handler(
             queues.controller.clone(),
@@ -612,39 +635,51 @@ fn release_handlers(
     handlers
 }
 
-/// Per-Release metrics follow the cache, whoever wrote the status.
-fn release_metrics_handler(metrics: Arc<Metrics>) -> Handler<Release> {
+/// Per-Release metrics follow the cache, whoever wrote the status, for the Releases of the
+/// shards this replica holds: each Release's series come from one replica (a Prometheus
+/// scraping all of them sees each once, as with Flux's per-object metrics), and a replica's
+/// series grow with its share, not with the fleet.
+fn release_metrics_handler(metrics: Arc<Metrics>, gate: Arc<dyn ShardGate>) -> Handler<Release> {
     Box::new(move |old, new| match (new, old) {
-        (Some(r), _) => {
-            let namespace = r.metadata.namespace.as_deref().unwrap_or_default();
-            let name = r.metadata.name.as_deref().unwrap_or_default();
-            let status = r.status.clone().unwrap_or_default();
-            let conditions: Vec<(String, crate::engine::api::ConditionStatus)> = status
-                .conditions
-                .iter()
-                .map(|c| (c.type_.clone(), c.status))
-                .collect();
-            metrics.release_conditions(namespace, name, &conditions);
-            if let Some(at) = status
-                .last_successful
-                .as_ref()
-                .and_then(|a| a.attempted_at.as_ref())
-            {
-                metrics
-                    .release_last_applied
-                    .get_or_create(&metrics::ReleaseLabels {
-                        namespace: namespace.to_string(),
-                        name: name.to_string(),
-                    })
-                    .set(at.0.as_second() as f64);
-            }
-        }
-        (None, Some(gone)) => metrics.forget_release(
-            gone.metadata.namespace.as_deref().unwrap_or_default(),
-            gone.metadata.name.as_deref().unwrap_or_default(),
-        ),
+        (Some(r), _) if gate.owns(r) => record_release_metrics(&metrics, r),
+        (Some(r), _) => forget_release_metrics(&metrics, r),
+        (None, Some(gone)) => forget_release_metrics(&metrics, gone),
         (None, None) => {}
     })
+}
+
+fn record_release_metrics(metrics: &Metrics, r: &Release) {
+    let namespace = r.metadata.namespace.as_deref().unwrap_or_default();
+    let name = r.metadata.name.as_deref().unwrap_or_default();
+    let Some(status) = r.status.as_ref() else {
+        return;
+    };
+    let conditions: Vec<(String, crate::engine::api::ConditionStatus)> = status
+        .conditions
+        .iter()
+        .map(|c| (c.type_.clone(), c.status))
+        .collect();
+    metrics.release_conditions(namespace, name, &conditions);
+    if let Some(at) = status
+        .last_successful
+        .as_ref()
+        .and_then(|a| a.attempted_at.as_ref())
+    {
+        metrics
+            .release_last_applied
+            .get_or_create(&metrics::ReleaseLabels {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            })
+            .set(at.0.as_second() as f64);
+    }
+}
+
+fn forget_release_metrics(metrics: &Metrics, r: &Release) {
+    metrics.forget_release(
+        r.metadata.namespace.as_deref().unwrap_or_default(),
+        r.metadata.name.as_deref().unwrap_or_default(),
+    );
 }
 
 /// The controller's enqueue rules (`shouldEnqueueOnUpdate`, a deletion, a Healthy verdict
@@ -671,12 +706,12 @@ fn controller_handler(queue: WorkQueue, shared: Arc<Shared>) -> Handler<Release>
         if old.is_some_and(|o| applied_or_healthy_changed(o.status.as_ref(), new.status.as_ref())) {
             let wave = new.spec.cluster_wave.as_ref().map(|w| w.wave).unwrap_or(0);
             let cluster = cluster_key(new);
-            for other in shared.releases.all() {
+            // The wave first: most Releases have none, and the cluster key allocates.
+            let later = shared.releases.keys_where(|other| {
                 let other_wave = other.spec.cluster_wave.as_ref().map(|w| w.wave);
-                if cluster_key(&other) == cluster && other_wave.is_some_and(|w| w > wave) {
-                    queue.add(&key_of(other.as_ref()));
-                }
-            }
+                other_wave.is_some_and(|w| w > wave) && cluster_key(other) == cluster
+            });
+            later.iter().for_each(|k| queue.add(k));
         }
     })
 }
@@ -858,8 +893,11 @@ mod tests {
         ];
         assert_eq!(
             taken_over(&releases, &BTreeSet::from([1]), 3),
-            [format!("{mine}/changed"), format!("{mine}/steady")]
+            (
+                vec![format!("{mine}/changed")],
+                vec![format!("{mine}/steady")]
+            )
         );
-        assert!(taken_over(&releases, &BTreeSet::new(), 3).is_empty());
+        assert_eq!(taken_over(&releases, &BTreeSet::new(), 3), (vec![], vec![]));
     }
 }

@@ -2,6 +2,11 @@
 //! processed is not handed to a second worker (if it is added meanwhile, it comes back after
 //! `done`), delayed adds, and rate-limited retries per key.
 //!
+//! Two levels: a key added by an event (a spec change, a wake-up from another loop, a retry)
+//! comes before every key added in bulk (the resync, the Releases of a shard just taken
+//! over). client-go's queue is one FIFO; with one, a rollout taken over with its shard waits
+//! behind the whole shard at every wave, since each wave's wake-up goes to the back.
+//!
 //! A key has at most one pending delayed add, the earliest, as client-go's delaying queue and
 //! kube-runtime's scheduler keep it: another `add_after` of the same key keeps the earlier
 //! time, so events and resyncs never stack up timers (passes per interval stay constant
@@ -26,10 +31,20 @@ pub const BASE_RETRY_DELAY: Duration = Duration::from_millis(5);
 /// The longest retry delay (client-go's default item rate limiter caps at 1000 s).
 pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(1000);
 
+/// Where a key waits: see the module doc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Bulk,
+    Event,
+}
+
 #[derive(Default)]
 struct State {
     queue: VecDeque<String>,
-    dirty: HashSet<String>,
+    /// Keys added in bulk; an entry is stale (skipped) once its key went to `queue`.
+    bulk: VecDeque<String>,
+    /// Queued or to be queued again after processing, and at which level.
+    dirty: HashMap<String, Level>,
     processing: HashSet<String>,
     failures: HashMap<String, u32>,
     /// The one pending delayed add of a key: when it is due.
@@ -53,15 +68,27 @@ impl WorkQueue {
         crate::engine::locks::lock(&self.state)
     }
 
-    /// Queue `key` now (no-op if it is already queued).
+    /// Queue `key` now, as an event (no-op if it is already queued as one).
     pub fn add(&self, key: &str) {
+        self.add_at(key, Level::Event);
+    }
+
+    /// Queue `key` behind every event (no-op if it is already queued).
+    pub fn add_bulk(&self, key: &str) {
+        self.add_at(key, Level::Bulk);
+    }
+
+    fn add_at(&self, key: &str, level: Level) {
         let mut s = self.lock();
-        if s.shutting_down || s.dirty.contains(key) {
+        if s.shutting_down || s.dirty.get(key).is_some_and(|l| *l >= level) {
             return;
         }
-        s.dirty.insert(key.to_string());
+        s.dirty.insert(key.to_string(), level);
         if !s.processing.contains(key) {
-            s.queue.push_back(key.to_string());
+            match level {
+                Level::Event => s.queue.push_back(key.to_string()),
+                Level::Bulk => s.bulk.push_back(key.to_string()),
+            }
             drop(s);
             self.notify.notify_one();
         }
@@ -144,7 +171,7 @@ impl WorkQueue {
             let notified = self.notify.notified();
             {
                 let mut s = self.lock();
-                if let Some(key) = s.queue.pop_front() {
+                if let Some(key) = s.pop() {
                     s.dirty.remove(&key);
                     s.processing.insert(key.clone());
                     return Some(key);
@@ -161,16 +188,29 @@ impl WorkQueue {
     pub fn done(&self, key: &str) {
         let mut s = self.lock();
         s.processing.remove(key);
-        if s.dirty.contains(key) && !s.shutting_down {
-            s.queue.push_back(key.to_string());
-            drop(s);
-            self.notify.notify_one();
+        if s.shutting_down {
+            return;
         }
+        let Some(level) = s.dirty.get(key).copied() else {
+            return;
+        };
+        match level {
+            Level::Event => s.queue.push_back(key.to_string()),
+            Level::Bulk => s.bulk.push_back(key.to_string()),
+        }
+        drop(s);
+        self.notify.notify_one();
     }
 
     /// Keys waiting (not counting those being processed).
     pub fn depth(&self) -> usize {
-        self.lock().queue.len()
+        let s = self.lock();
+        let held_back = s
+            .processing
+            .iter()
+            .filter(|k| s.dirty.contains_key(*k))
+            .count();
+        s.dirty.len() - held_back
     }
 
     /// Stop handing out keys; workers finish what they hold.
@@ -178,10 +218,27 @@ impl WorkQueue {
         let mut s = self.lock();
         s.shutting_down = true;
         s.queue.clear();
+        s.bulk.clear();
         s.dirty.clear();
         s.delayed.clear();
         drop(s);
         self.notify.notify_waiters();
+    }
+}
+
+impl State {
+    /// The next key to hand out: events first, then the bulk, skipping stale bulk entries
+    /// (keys queued as an event since, or handed out already).
+    fn pop(&mut self) -> Option<String> {
+        if let Some(key) = self.queue.pop_front() {
+            return Some(key);
+        }
+        while let Some(key) = self.bulk.pop_front() {
+            if self.dirty.get(&key) == Some(&Level::Bulk) && !self.processing.contains(&key) {
+                return Some(key);
+            }
+        }
+        None
     }
 }
 
@@ -212,6 +269,38 @@ mod tests {
         assert_eq!(q.depth(), 0);
         q.done("a");
         assert_eq!(q.get().await.unwrap(), "a");
+    }
+
+    /// A Release taken over with its shard: its first pass, and the wake-up of its next wave
+    /// (an event after its pass), both come before the shard's other Releases (bulk).
+    #[tokio::test]
+    async fn events_come_before_the_bulk_and_each_key_once() {
+        let q = WorkQueue::new();
+        for i in 0..1000 {
+            q.add_bulk(&format!("shard/{i}"));
+        }
+        q.add("shard/changed");
+        // Queued as bulk, then woken by an event: moves ahead, handed out once.
+        q.add("shard/500");
+        q.add_bulk("shard/changed");
+        assert_eq!(q.depth(), 1001);
+        assert_eq!(q.get().await.as_deref(), Some("shard/changed"));
+        assert_eq!(q.get().await.as_deref(), Some("shard/500"));
+        // The next wave's wake-up while the first pass still runs, and after it.
+        q.add("shard/changed");
+        q.done("shard/changed");
+        q.done("shard/500");
+        assert_eq!(q.get().await.as_deref(), Some("shard/changed"));
+        q.done("shard/changed");
+        let mut rest = Vec::new();
+        while q.depth() > 0 {
+            let key = q.get().await.unwrap();
+            q.done(&key);
+            rest.push(key);
+        }
+        assert_eq!(rest.len(), 999, "every other bulk key once, 500 not again");
+        assert_eq!(rest[..2], ["shard/0".to_string(), "shard/1".to_string()]);
+        assert!(!rest.contains(&"shard/500".to_string()));
     }
 
     #[tokio::test]

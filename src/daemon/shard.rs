@@ -115,6 +115,9 @@ fn now_micro() -> MicroTime {
     MicroTime(jiff::Timestamp::now())
 }
 
+/// How long after another replica's lease runs out this one looks at it again.
+const EXPIRY_MARGIN: Duration = Duration::from_millis(100);
+
 /// Keep leases until `shutdown`; then release them so another replica takes over at once.
 pub async fn run_leases(
     client: Client,
@@ -128,6 +131,10 @@ pub async fn run_leases(
     let renew_deadline = config.duration * 2 / 3;
     let started = Instant::now();
     loop {
+        // The next check comes at the renewal period, or when another replica's lease runs
+        // out if that is sooner: a dead replica's shard is taken a moment after its lease
+        // expires, not up to a renewal period later.
+        let mut next = renew_every;
         for shard in 0..held.shards {
             let sent = Instant::now();
             let stepped = tokio::time::timeout(
@@ -143,8 +150,13 @@ pub async fn run_leases(
             .await;
             match stepped {
                 // Valid for the renew deadline from when the renewal was sent.
-                Ok(Ok(true)) => held.set(shard, Some(sent + renew_deadline)),
-                Ok(Ok(false)) => held.set(shard, None),
+                Ok(Ok(Step::Held)) => held.set(shard, Some(sent + renew_deadline)),
+                Ok(Ok(Step::Other { expires_in })) => {
+                    held.set(shard, None);
+                    if let Some(left) = expires_in {
+                        next = next.min(left + EXPIRY_MARGIN);
+                    }
+                }
                 Ok(Err(e)) => tracing::warn!(shard, "lease: {e}"),
                 Err(_) => tracing::warn!(
                     shard,
@@ -154,7 +166,7 @@ pub async fn run_leases(
             }
         }
         tokio::select! {
-            _ = tokio::time::sleep(renew_every) => {}
+            _ = tokio::time::sleep(next) => {}
             _ = shutdown.changed() => break,
         }
     }
@@ -191,19 +203,39 @@ pub async fn run_leases(
     }
 }
 
-/// One lease step for `shard`; returns whether this replica holds it afterwards.
+/// How a lease step ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// This replica holds the shard.
+    Held,
+    /// It does not; another replica's lease on it runs out in `expires_in` (if known).
+    Other { expires_in: Option<Duration> },
+}
+
+/// How long a lease has left from `now`; `None` once expired (or never renewed). Sub-second:
+/// whole seconds made a dead replica's shard wait up to one more second.
+fn remaining(spec: &LeaseSpec, default_secs: i32, now: jiff::Timestamp) -> Option<Duration> {
+    let renewed = spec.renew_time.as_ref()?;
+    let seconds = spec.lease_duration_seconds.unwrap_or(default_secs).max(0);
+    let lease = Duration::from_secs(seconds as u64);
+    // A renewal stamped ahead of this clock counts as just made.
+    let age = Duration::try_from(now.duration_since(renewed.0)).unwrap_or(Duration::ZERO);
+    lease.checked_sub(age).filter(|d| !d.is_zero())
+}
+
+/// One lease step for `shard`.
 async fn step(
     api: &Api<Lease>,
     config: &LeaseConfig,
     shard: u32,
     holding: usize,
     patient: bool,
-) -> Result<bool, kube::Error> {
+) -> Result<Step, kube::Error> {
     let name = lease_name(&config.prefix, shard);
     let duration_secs = config.duration.as_secs().max(1) as i32;
     let Some(mut lease) = api.get_opt(&name).await? else {
         if holding > 0 && !patient {
-            return Ok(false);
+            return Ok(Step::Other { expires_in: None });
         }
         let lease = Lease {
             metadata: kube::api::ObjectMeta {
@@ -220,27 +252,26 @@ async fn step(
             }),
         };
         return match api.create(&PostParams::default(), &lease).await {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Ok(_) => Ok(Step::Held),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Step::Other { expires_in: None }),
             Err(e) => Err(e),
         };
     };
     let spec = lease.spec.clone().unwrap_or_default();
     let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
-    let expired = spec.renew_time.as_ref().is_none_or(|t| {
-        let age = jiff::Timestamp::now().as_second() - t.0.as_second();
-        age > i64::from(spec.lease_duration_seconds.unwrap_or(duration_secs))
-    });
+    let remaining = remaining(&spec, duration_secs, jiff::Timestamp::now());
     let ours = holder.as_deref() == Some(config.identity.as_str());
     let take = if ours {
         true
     } else if holder.is_none() {
         holding == 0 || patient
     } else {
-        expired
+        remaining.is_none()
     };
     if !take {
-        return Ok(false);
+        return Ok(Step::Other {
+            expires_in: remaining.filter(|_| holder.is_some()),
+        });
     }
     let mut new_spec = spec.clone();
     new_spec.renew_time = Some(now_micro());
@@ -253,8 +284,8 @@ async fn step(
     lease.spec = Some(new_spec);
     // The resourceVersion read above makes this a compare-and-swap.
     match api.replace(&name, &PostParams::default(), &lease).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Ok(_) => Ok(Step::Held),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Step::Other { expires_in: None }),
         // Unsure whether a renewal landed: the caller's renewal deadline decides.
         Err(e) => Err(e),
     }
@@ -274,6 +305,29 @@ mod tests {
         assert_eq!(held.held(), BTreeSet::from([1]));
         held.set(1, None);
         assert!(!held.owns_shard(1));
+    }
+
+    #[test]
+    fn a_lease_expires_to_the_millisecond_of_its_duration() {
+        let renewed: jiff::Timestamp = "2026-12-02T10:00:00.250Z".parse().unwrap();
+        let spec = LeaseSpec {
+            renew_time: Some(MicroTime(renewed)),
+            lease_duration_seconds: Some(15),
+            ..Default::default()
+        };
+        let at = |s: &str| remaining(&spec, 15, s.parse().unwrap());
+        assert_eq!(
+            at("2026-12-02T10:00:15.000Z"),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(at("2026-12-02T10:00:15.300Z"), None, "expired");
+        assert_eq!(
+            at("2026-12-02T09:59:59.000Z"),
+            Some(Duration::from_secs(15)),
+            "a renewal from a clock ahead counts as just made"
+        );
+        let never = LeaseSpec::default();
+        assert_eq!(remaining(&never, 15, renewed), None);
     }
 
     #[test]

@@ -94,6 +94,33 @@ async fn two_replicas_split_the_shards_and_a_killed_one_hands_its_shard_over() {
     }
     assert_eq!(a.metric("convoy_shards_held", &[]), 1.0);
     assert_eq!(b.metric("convoy_shards_held", &[]), 1.0);
+    // Each Release's series come from the replica that holds its shard, and only from it.
+    let applied_series = |d: &Daemon, f: &Fixture| {
+        let ns = format!("namespace=\"{}\"", f.env.namespace);
+        d.metric(
+            "convoy_release_condition",
+            &[&ns, "type=\"Applied\"", "status=\"True\""],
+        )
+    };
+    let (a_own, b_own) = if holders.0 == "replica-a" {
+        (&zero, &one)
+    } else {
+        (&one, &zero)
+    };
+    eventually("each replica's series", Duration::from_secs(10), || async {
+        (applied_series(&a, a_own) == 1.0 && applied_series(&b, b_own) == 1.0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        applied_series(&a, b_own),
+        0.0,
+        "B's Release is not A's to report"
+    );
+    assert_eq!(
+        applied_series(&b, a_own),
+        0.0,
+        "A's Release is not B's to report"
+    );
 
     // Kill replica A: its shard goes to B once the lease expires.
     let (a_shard, a_fixture) = if holders.0 == "replica-a" {
@@ -112,6 +139,12 @@ async fn two_replicas_split_the_shards_and_a_killed_one_hands_its_shard_over() {
     eventually("B to hold both shards", Duration::from_secs(10), || async {
         (b.metric("convoy_shards_held", &[]) == 2.0).then_some(())
     })
+    .await;
+    eventually(
+        "B to report A's Release",
+        Duration::from_secs(10),
+        || async { (applied_series(&b, a_own) == 1.0).then_some(()) },
+    )
     .await;
     // B looks at A's Release (interval 2s) and finds nothing to apply: no second apply.
     tokio::time::sleep(Duration::from_secs(5)).await;
