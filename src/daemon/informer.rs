@@ -13,9 +13,38 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+/// What a sharded replica keeps of an object it does not work on (a Release of a shard
+/// another replica holds): a stub with what the event handlers and a takeover look at, or
+/// nothing. Each replica would otherwise hold every Release of the fleet in full.
+pub struct Trim<K> {
+    /// Whether this replica needs the object in full now.
+    pub needed: Box<dyn Fn(&K) -> bool + Send + Sync>,
+    /// The stub kept otherwise; `None`: nothing is kept.
+    pub stub: StubFn<K>,
+}
+
+/// Makes the stub of an object, or says to keep nothing.
+pub type StubFn<K> = Box<dyn Fn(&K) -> Option<K> + Send + Sync>;
+
+/// A cached object, in full or as a stub.
+struct Entry<K> {
+    object: Arc<K>,
+    stub: bool,
+}
+
+impl<K> Clone for Entry<K> {
+    fn clone(&self) -> Self {
+        Self {
+            object: self.object.clone(),
+            stub: self.stub,
+        }
+    }
+}
+
 /// The cache of one kind, by `namespace/name`.
 pub struct Cache<K> {
-    map: RwLock<HashMap<String, Arc<K>>>,
+    map: RwLock<HashMap<String, Entry<K>>>,
+    trim: Option<Trim<K>>,
     /// Watches that finished their first list.
     listed: AtomicUsize,
     /// Watches feeding this cache.
@@ -30,6 +59,7 @@ impl<K> Default for Cache<K> {
     fn default() -> Self {
         Self {
             map: RwLock::new(HashMap::new()),
+            trim: None,
             listed: AtomicUsize::new(0),
             watches: AtomicUsize::new(0),
             failing: AtomicUsize::new(0),
@@ -39,26 +69,129 @@ impl<K> Default for Cache<K> {
 }
 
 impl<K> Cache<K> {
+    /// A cache that keeps only what `trim` says of objects this replica does not need.
+    pub fn trimmed(trim: Trim<K>) -> Self {
+        Self {
+            trim: Some(trim),
+            ..Self::default()
+        }
+    }
+
+    /// The object in full (`None` if only its stub is cached: see [`Cache::stub`]).
     pub fn get(&self, key: &str) -> Option<Arc<K>> {
-        self.read().get(key).cloned()
+        self.read()
+            .get(key)
+            .filter(|e| !e.stub)
+            .map(|e| e.object.clone())
     }
 
+    /// The object of `key` in full or its stub.
+    pub fn get_any(&self, key: &str) -> Option<Arc<K>> {
+        self.read().get(key).map(|e| e.object.clone())
+    }
+
+    /// The stub of `key`, if that is all the cache holds of it.
+    pub fn stub(&self, key: &str) -> Option<Arc<K>> {
+        self.read()
+            .get(key)
+            .filter(|e| e.stub)
+            .map(|e| e.object.clone())
+    }
+
+    /// Put `object` (read from the API) in place of the stub of `key`; `false` if the entry
+    /// is no stub any more (a watch event brought the object in full meanwhile: newer).
+    pub fn replace_stub(&self, key: &str, object: Arc<K>) -> bool {
+        let mut map = self.write();
+        match map.get_mut(key) {
+            Some(e) if e.stub => {
+                *e = Entry {
+                    object,
+                    stub: false,
+                };
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The objects cached in full.
     pub fn all(&self) -> Vec<Arc<K>> {
-        self.read().values().cloned().collect()
+        self.read()
+            .values()
+            .filter(|e| !e.stub)
+            .map(|e| e.object.clone())
+            .collect()
     }
 
+    /// Every cached object, stubs included.
+    pub fn all_entries(&self) -> Vec<Arc<K>> {
+        self.read().values().map(|e| e.object.clone()).collect()
+    }
+
+    /// Every key, stubs included.
     pub fn keys(&self) -> Vec<String> {
         self.read().keys().cloned().collect()
     }
 
-    /// The keys of the objects that `keep` accepts, looked at under the read lock: an event
-    /// handler scanning every Release on each status change should not clone the whole cache.
+    /// The keys of the objects (stubs included) that `keep` accepts, looked at under the read
+    /// lock: an event handler scanning every Release on each status change should not clone
+    /// the whole cache.
     pub fn keys_where(&self, keep: impl Fn(&K) -> bool) -> Vec<String> {
         self.read()
             .iter()
-            .filter(|(_, o)| keep(o))
+            .filter(|(_, e)| keep(&e.object))
             .map(|(k, _)| k.clone())
             .collect()
+    }
+
+    /// Store `object` as the trim says: returns the entry it replaced and the one stored.
+    fn store(&self, key: String, object: K) -> (Option<Arc<K>>, Option<Arc<K>>) {
+        let entry = match &self.trim {
+            Some(trim) if !(trim.needed)(&object) => (trim.stub)(&object).map(|stub| Entry {
+                object: Arc::new(stub),
+                stub: true,
+            }),
+            _ => Some(Entry {
+                object: Arc::new(object),
+                stub: false,
+            }),
+        };
+        let mut map = self.write();
+        let new = entry.as_ref().map(|e| e.object.clone());
+        let old = match entry {
+            Some(e) => map.insert(key, e),
+            None => map.remove(&key),
+        };
+        (old.map(|e| e.object), new)
+    }
+
+    /// Turn the entries `lost` accepts into stubs (or drop them), as the trim says: a shard
+    /// given up keeps no full objects.
+    pub fn trim_where(&self, lost: impl Fn(&K) -> bool) {
+        let Some(trim) = &self.trim else { return };
+        let mut map = self.write();
+        let keys: Vec<String> = map
+            .iter()
+            .filter(|(_, e)| !e.stub && lost(&e.object))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in keys {
+            let stub = map.get(&key).and_then(|e| (trim.stub)(&e.object));
+            match stub {
+                Some(stub) => {
+                    map.insert(
+                        key,
+                        Entry {
+                            object: Arc::new(stub),
+                            stub: true,
+                        },
+                    );
+                }
+                None => {
+                    map.remove(&key);
+                }
+            }
+        }
     }
 
     /// Every watch feeding the cache has listed once.
@@ -83,11 +216,11 @@ impl<K> Cache<K> {
         self.watches.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<K>>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Entry<K>>> {
         crate::engine::locks::read(&self.map)
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<K>>> {
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Entry<K>>> {
         crate::engine::locks::write(&self.map)
     }
 }
@@ -140,8 +273,10 @@ pub async fn run<K>(
             Ok(Event::InitApply(object)) | Ok(Event::Apply(object)) => {
                 let key = key_of(&object);
                 seen_in_list.insert(key.clone());
-                let new = Arc::new(object);
-                let old = cache.write().insert(key, new.clone());
+                // Nothing kept of an object this replica does not need: no handler either.
+                let (old, Some(new)) = cache.store(key, object) else {
+                    continue;
+                };
                 for h in handlers.iter() {
                     h(old.as_deref(), Some(&new));
                 }
@@ -161,7 +296,7 @@ pub async fn run<K>(
                 for key in stale {
                     if let Some(old) = cache.write().remove(&key) {
                         for h in handlers.iter() {
-                            h(Some(&old), None);
+                            h(Some(&old.object), None);
                         }
                     }
                 }
@@ -170,7 +305,7 @@ pub async fn run<K>(
             Ok(Event::Delete(object)) => {
                 let key = key_of(&object);
                 let old = cache.write().remove(&key);
-                let old = old.as_deref().cloned().unwrap_or(object);
+                let old = old.map(|e| e.object.as_ref().clone()).unwrap_or(object);
                 for h in handlers.iter() {
                     h(Some(&old), None);
                 }
@@ -190,5 +325,85 @@ pub async fn run<K>(
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn cm(name: &str, team: &str, value: &str) -> ConfigMap {
+        let mut cm = ConfigMap::default();
+        cm.metadata.namespace = Some("ns".into());
+        cm.metadata.name = Some(name.into());
+        cm.metadata.labels = Some([("team".to_string(), team.to_string())].into());
+        cm.data = Some([("value".to_string(), value.to_string())].into());
+        cm
+    }
+
+    fn team(o: &ConfigMap) -> String {
+        o.labels().get("team").cloned().unwrap_or_default()
+    }
+
+    /// "ours" in full, "theirs" as a stub without its data, "nobody's" not at all.
+    fn trimmed() -> Cache<ConfigMap> {
+        Cache::trimmed(Trim {
+            needed: Box::new(|o| team(o) == "ours"),
+            stub: Box::new(|o| {
+                (team(o) != "nobody").then(|| ConfigMap {
+                    metadata: o.metadata.clone(),
+                    ..Default::default()
+                })
+            }),
+        })
+    }
+
+    #[test]
+    fn objects_not_needed_are_kept_as_stubs_or_not_at_all() {
+        let cache = trimmed();
+        cache.store("ns/a".into(), cm("a", "ours", "1"));
+        cache.store("ns/b".into(), cm("b", "theirs", "2"));
+        let (_, kept) = cache.store("ns/c".into(), cm("c", "nobody", "3"));
+        assert!(kept.is_none());
+        assert_eq!(
+            cache.get("ns/a").unwrap().data.as_ref().unwrap()["value"],
+            "1"
+        );
+        assert!(
+            cache.get("ns/b").is_none(),
+            "a stub is not handed out as the object"
+        );
+        assert!(
+            cache.stub("ns/b").unwrap().data.is_none(),
+            "the stub has no data"
+        );
+        assert!(cache.get_any("ns/c").is_none());
+        assert_eq!(cache.all().len(), 1);
+        assert_eq!(cache.all_entries().len(), 2);
+
+        // A takeover reads the object and replaces the stub; an entry in full stays.
+        assert!(cache.replace_stub("ns/b", Arc::new(cm("b", "theirs", "2"))));
+        assert!(!cache.replace_stub("ns/a", Arc::new(cm("a", "ours", "old"))));
+        assert_eq!(
+            cache.get("ns/a").unwrap().data.as_ref().unwrap()["value"],
+            "1"
+        );
+        assert!(cache.get("ns/b").is_some());
+
+        // A shard given up: its objects become stubs again.
+        cache.trim_where(|o| o.name_any() == "b");
+        assert!(cache.get("ns/b").is_none());
+        assert!(cache.stub("ns/b").is_some());
+        assert!(cache.get("ns/a").is_some());
+    }
+
+    #[test]
+    fn an_object_that_stops_being_needed_replaces_its_full_entry() {
+        let cache = trimmed();
+        cache.store("ns/a".into(), cm("a", "ours", "1"));
+        let (old, new) = cache.store("ns/a".into(), cm("a", "nobody", "2"));
+        assert!(old.is_some() && new.is_none());
+        assert!(cache.get_any("ns/a").is_none());
     }
 }

@@ -108,11 +108,55 @@ struct ReleasesByCluster(Arc<informer::Cache<Release>>);
 
 impl crate::engine::runtime::ReleaseIndex for ReleasesByCluster {
     fn on_cluster(&self, key: &str) -> Vec<Arc<Release>> {
+        // Stubs too: a stub has no conditions, so a later wave waits for it rather than
+        // going ahead as if it did not exist.
         self.0
-            .all()
+            .all_entries()
             .into_iter()
             .filter(|r| cluster_key(r) == key)
             .collect()
+    }
+}
+
+/// The Release and inventory caches of a sharded replica: in full only for the shards it
+/// holds. Other Releases are kept as stubs (metadata and spec, the status's observed
+/// generation: what the enqueue rules, the source wake-ups and a takeover look at), their
+/// inventories not at all. A pass that finds a stub of a shard now held reads the Release
+/// from the API ([`passes::release`]).
+fn trimmed_caches(
+    held: &HeldShards,
+) -> (
+    Arc<informer::Cache<Release>>,
+    Arc<informer::Cache<ReleaseInventory>>,
+) {
+    let gate = held.clone();
+    let releases = Arc::new(informer::Cache::trimmed(informer::Trim {
+        needed: Box::new(move |r: &Release| gate.owns(r)),
+        stub: Box::new(|r: &Release| Some(release_stub(r))),
+    }));
+    let (gate, of) = (held.clone(), releases.clone());
+    let inventories = Arc::new(informer::Cache::trimmed(informer::Trim {
+        // An inventory seen before its Release is kept.
+        needed: Box::new(move |inv: &ReleaseInventory| {
+            of.get_any(&key_of(inv)).is_none_or(|r| gate.owns(&r))
+        }),
+        stub: Box::new(|_: &ReleaseInventory| None),
+    }));
+    (releases, inventories)
+}
+
+/// A Release as a stub: without its status but for the observed generation.
+fn release_stub(r: &Release) -> Release {
+    Release {
+        metadata: r.metadata.clone(),
+        spec: r.spec.clone(),
+        status: r
+            .status
+            .as_ref()
+            .map(|s| crate::engine::api::ReleaseStatus {
+                observed_generation: s.observed_generation,
+                ..Default::default()
+            }),
     }
 }
 
@@ -190,12 +234,16 @@ fn shared_state(
     )));
     ctx.concurrency = config.concurrency;
     ctx.store = config.render_store.open(&client, &config.lease_namespace);
-    let releases: Arc<informer::Cache<Release>> = Arc::default();
+    let (releases, inventories) = if config.shards == 0 {
+        (Arc::default(), Arc::default())
+    } else {
+        trimmed_caches(held)
+    };
     ctx.releases = Some(Arc::new(ReleasesByCluster(releases.clone())));
     Shared {
         ctx: Arc::new(ctx),
         releases,
-        inventories: Arc::default(),
+        inventories,
         clusters: Arc::default(),
         gits: Arc::default(),
         helms: Arc::default(),
@@ -462,7 +510,18 @@ impl Wiring {
                 // them, and so do their next waves' wake-ups); the rest is bulk.
                 let taken: BTreeSet<u32> = now_held.difference(&before).copied().collect();
                 let lost: BTreeSet<u32> = before.difference(&now_held).copied().collect();
-                let all = shared.releases.all();
+                let all = shared.releases.all_entries();
+                if !lost.is_empty() {
+                    shared
+                        .releases
+                        .trim_where(|r| lost.contains(&shard::shard_of(&cluster_key(r), shards)));
+                    let releases = shared.releases.clone();
+                    shared.inventories.trim_where(|inv| {
+                        releases.get_any(&key_of(inv)).is_some_and(|r| {
+                            lost.contains(&shard::shard_of(&cluster_key(&r), shards))
+                        })
+                    });
+                }
                 // The per-Release series move with the shard.
                 for r in &all {
                     let shard = shard::shard_of(&cluster_key(r), shards);

@@ -45,9 +45,43 @@ pub struct Shared {
     pub controller_queue: WorkQueue,
 }
 
+/// The Release of `key` in full. A stub (a Release of a shard this replica did not hold when
+/// its last event came) of a shard held now is read from the API and cached in full; a stub
+/// of a shard held elsewhere is nothing to work on.
+pub async fn release(shared: &Shared, key: &str) -> Option<Arc<Release>> {
+    if let Some(full) = shared.releases.get(key) {
+        return Some(full);
+    }
+    let stub = shared.releases.stub(key)?;
+    if !shared.ctx.shard.owns(&stub) {
+        return None;
+    }
+    let api: Api<Release> = Api::namespaced(
+        shared.ctx.home.client.clone(),
+        &stub.namespace().unwrap_or_default(),
+    );
+    let mut live = match api.get_opt(&stub.name_any()).await {
+        Ok(Some(live)) => live,
+        // Gone: its watch event removes the stub.
+        Ok(None) => return None,
+        Err(e) => {
+            tracing::warn!(release = %key, "cannot read the Release of a shard taken over: {e}");
+            return None;
+        }
+    };
+    live.metadata.managed_fields = None;
+    let live = Arc::new(live);
+    if shared.releases.replace_stub(key, live.clone()) {
+        super::record_release_metrics(&shared.metrics, &live);
+        Some(live)
+    } else {
+        shared.releases.get(key)
+    }
+}
+
 /// The Release controller.
 pub async fn controller(shared: Arc<Shared>, key: String, failures: u32) -> PassResult {
-    let Some(release) = shared.releases.get(&key) else {
+    let Some(release) = release(&shared, &key).await else {
         return PassResult::Skip;
     };
     match sync_handler(&shared.ctx, &release, failures).await {
@@ -198,7 +232,7 @@ fn truncate(s: &str, max: usize) -> String {
 
 /// The drift loop.
 pub async fn drift(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
-    let Some(release) = shared.releases.get(&key) else {
+    let Some(release) = release(&shared, &key).await else {
         return PassResult::Skip;
     };
     match drift_pass(&shared.ctx, &release).await {
@@ -218,7 +252,7 @@ pub async fn drift(shared: Arc<Shared>, key: String, _failures: u32) -> PassResu
 
 /// The health loop.
 pub async fn health(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
-    let Some(release) = shared.releases.get(&key) else {
+    let Some(release) = release(&shared, &key).await else {
         return PassResult::Skip;
     };
     match health_pass(&shared.ctx, &shared.health_memory, &release).await {
@@ -355,7 +389,7 @@ async fn cluster_finalizer(shared: &Shared, key: &str, cluster: &Cluster) -> Opt
             .releases
             .keys()
             .into_iter()
-            .filter_map(|k| shared.releases.get(&k))
+            .filter_map(|k| shared.releases.get_any(&k))
             .filter(|r| {
                 r.namespace().as_deref() == Some(namespace.as_str())
                     && r.spec.cluster.as_deref() == Some(name.as_str())
@@ -412,7 +446,7 @@ fn status_ready(conditions: &[Condition]) -> bool {
 fn releases_of(shared: &Shared, kind: SourceKind, namespace: &str, name: &str) -> Vec<String> {
     shared
         .releases
-        .all()
+        .all_entries()
         .iter()
         .filter(|r| {
             r.spec.source.kind == kind
