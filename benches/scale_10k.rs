@@ -582,7 +582,7 @@ async fn main() {
         let per = kib_per(rss[i], held);
         memory_ok &= per <= 40.0;
         println!(
-            "  {:<10} {:<7} {:>8}  {:>5.1} % ({:+.1} %)            {:>7.0} {:>5.0} s {:>7.1} MiB {:>6.1} MiB {:>7.1} MiB  {:>6.1} KiB (above RSS before: {:.1} KiB; per Release in its caches: {:.1} KiB; peak {:.1} KiB)",
+            "  {:<10} {:<7} {:>8}  {:>5.1} % ({:+.1} %)            {:>7.0} {:>5.0} s {:>7.1} MiB {:>6.1} MiB {:>7.1} MiB  {:>6.1} KiB (above RSS before: {:.1} KiB; per Release watched: {:.1} KiB; peak {:.1} KiB)",
             r.name,
             format!("{shards:?}"),
             held,
@@ -600,7 +600,7 @@ async fn main() {
         );
     }
     println!(
-        "  (every replica watches every Release and ReleaseInventory, held or not: {total} of each in its caches)"
+        "  (every replica watches all {total} Releases and ReleaseInventories; it caches those of the shards it holds in full, the other Releases as stubs and their inventories not at all)"
     );
     println!(
         "  → balance {}; memory per Release held {}",
