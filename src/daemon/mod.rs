@@ -462,7 +462,9 @@ impl Wiring {
                     _ = tokio::time::sleep(every) => {}
                     _ = stop.changed() => return,
                 }
-                for key in shared.releases.keys() {
+                // Only the Releases of shards held: the others' passes would do nothing.
+                let gate = shared.ctx.shard.clone();
+                for key in shared.releases.keys_where(|r| gate.owns(r)) {
                     queues.iter().for_each(|q| q.add_bulk(&key));
                 }
             }
@@ -497,19 +499,33 @@ impl Wiring {
         let shards = config.shards;
         let mut stop = self.shutdown.clone();
         self.tasks.push(tokio::spawn(async move {
-            let mut before = held_now.held();
+            let mut before = held_now.holds();
             loop {
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(250)) => {}
                     _ = stop.changed() => return,
                 }
-                let now_held = held_now.held();
+                let now_held = held_now.holds();
                 metrics.shards_held.set(now_held.len() as i64);
                 // A newly held shard: its Releases (and only those) get a pass at once. Those
                 // whose spec changed since their last reconcile are events (a user waits for
                 // them, and so do their next waves' wake-ups); the rest is bulk.
-                let taken: BTreeSet<u32> = now_held.difference(&before).copied().collect();
-                let lost: BTreeSet<u32> = before.difference(&now_held).copied().collect();
+                // Taken: held now and not before, or lost and taken again in between (its
+                // epoch changed); events that came meanwhile left stubs and skipped passes.
+                let taken: BTreeSet<u32> = now_held
+                    .iter()
+                    .filter(|(shard, epoch)| before.get(shard) != Some(epoch))
+                    .map(|(shard, _)| *shard)
+                    .collect();
+                let lost: BTreeSet<u32> = before
+                    .keys()
+                    .filter(|shard| !now_held.contains_key(shard))
+                    .copied()
+                    .collect();
+                before = now_held;
+                if taken.is_empty() && lost.is_empty() {
+                    continue;
+                }
                 let all = shared.releases.all_entries();
                 if !lost.is_empty() {
                     shared
@@ -538,7 +554,6 @@ impl Wiring {
                 for key in &rest {
                     queues.iter().for_each(|q| q.add_bulk(key));
                 }
-                before = now_held;
             }
         }));
         // The Leases are kept until the passes in flight are done or cancelled: released

@@ -3,9 +3,11 @@
 //! `done`), delayed adds, and rate-limited retries per key.
 //!
 //! Two levels: a key added by an event (a spec change, a wake-up from another loop, a retry)
-//! comes before every key added in bulk (the resync, the Releases of a shard just taken
-//! over). client-go's queue is one FIFO; with one, a rollout taken over with its shard waits
-//! behind the whole shard at every wave, since each wave's wake-up goes to the back.
+//! comes before keys added in bulk (the resync, the Releases of a shard just taken over),
+//! except that every [`BULK_TURN`]th key handed out is a bulk one, so a daemon that always has
+//! events still gets through its bulk. client-go's queue is one FIFO; with one, a rollout
+//! taken over with its shard waits behind the whole shard at every wave, since each wave's
+//! wake-up goes to the back.
 //!
 //! A key has at most one pending delayed add, the earliest, as client-go's delaying queue and
 //! kube-runtime's scheduler keep it: another `add_after` of the same key keeps the earlier
@@ -26,6 +28,9 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+/// One key in this many handed out comes from the bulk while there are events.
+pub const BULK_TURN: u32 = 4;
+
 /// The first retry delay of a failing key; doubles up to [`MAX_RETRY_DELAY`].
 pub const BASE_RETRY_DELAY: Duration = Duration::from_millis(5);
 /// The longest retry delay (client-go's default item rate limiter caps at 1000 s).
@@ -45,6 +50,8 @@ struct State {
     bulk: VecDeque<String>,
     /// Queued or to be queued again after processing, and at which level.
     dirty: HashMap<String, Level>,
+    /// Keys handed out since the last bulk one.
+    since_bulk: u32,
     processing: HashSet<String>,
     failures: HashMap<String, u32>,
     /// The one pending delayed add of a key: when it is due.
@@ -230,11 +237,22 @@ impl State {
     /// The next key to hand out: events first, then the bulk, skipping stale bulk entries
     /// (keys queued as an event since, or handed out already).
     fn pop(&mut self) -> Option<String> {
-        if let Some(key) = self.queue.pop_front() {
+        if self.since_bulk + 1 >= BULK_TURN
+            && let Some(key) = self.pop_bulk()
+        {
             return Some(key);
         }
+        if let Some(key) = self.queue.pop_front() {
+            self.since_bulk += 1;
+            return Some(key);
+        }
+        self.pop_bulk()
+    }
+
+    fn pop_bulk(&mut self) -> Option<String> {
         while let Some(key) = self.bulk.pop_front() {
             if self.dirty.get(&key) == Some(&Level::Bulk) && !self.processing.contains(&key) {
+                self.since_bulk = 0;
                 return Some(key);
             }
         }
@@ -301,6 +319,30 @@ mod tests {
         assert_eq!(rest.len(), 999, "every other bulk key once, 500 not again");
         assert_eq!(rest[..2], ["shard/0".to_string(), "shard/1".to_string()]);
         assert!(!rest.contains(&"shard/500".to_string()));
+    }
+
+    /// A daemon that always has events (a thousand Releases' interval passes) still gets
+    /// through its resync: one key in BULK_TURN is a bulk one.
+    #[tokio::test]
+    async fn the_bulk_gets_its_turn_while_events_keep_coming() {
+        let q = WorkQueue::new();
+        q.add_bulk("resync/a");
+        q.add_bulk("resync/b");
+        let mut handed = Vec::new();
+        for i in 0..8 {
+            q.add(&format!("event/{i}"));
+            q.add(&format!("event/{i}-more"));
+            let key = q.get().await.unwrap();
+            q.done(&key);
+            handed.push(key);
+        }
+        let turns: Vec<usize> = handed
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| k.starts_with("resync/"))
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(turns, [3, 7], "{handed:?}");
     }
 
     #[tokio::test]

@@ -43,8 +43,16 @@ pub use crate::engine::cluster::cluster_key;
 /// The shards this replica holds, shared with every loop's gate: each until when it is valid.
 #[derive(Clone)]
 pub struct HeldShards {
-    held: Arc<RwLock<BTreeMap<u32, Instant>>>,
+    held: Arc<RwLock<BTreeMap<u32, Hold>>>,
     shards: u32,
+}
+
+/// One shard's hold: valid until `until`; `epoch` counts the times it was taken (again), so a
+/// lapse shorter than anyone's polling still shows as a new hold.
+#[derive(Debug, Clone, Copy)]
+struct Hold {
+    until: Instant,
+    epoch: u64,
 }
 
 impl HeldShards {
@@ -57,27 +65,42 @@ impl HeldShards {
 
     /// The shards held and still valid now.
     pub fn held(&self) -> BTreeSet<u32> {
+        self.holds().into_keys().collect()
+    }
+
+    /// The shards held and still valid now, each with the number of times it was taken: a
+    /// shard whose number changed was lost and taken again in between.
+    pub fn holds(&self) -> BTreeMap<u32, u64> {
         let now = Instant::now();
         self.read()
             .iter()
-            .filter(|(_, until)| **until > now)
-            .map(|(shard, _)| *shard)
+            .filter(|(_, hold)| hold.until > now)
+            .map(|(shard, hold)| (*shard, hold.epoch))
             .collect()
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<u32, Instant>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<u32, Hold>> {
         crate::engine::locks::read(&self.held)
     }
 
     /// Hold `shard` until `until`, or (`None`) not at all.
     fn set(&self, shard: u32, until: Option<Instant>) {
         let mut g = crate::engine::locks::write(&self.held);
+        let now = Instant::now();
         match until {
             Some(until) => {
-                g.insert(shard, until);
+                let epoch = match g.get(&shard) {
+                    Some(hold) if hold.until > now => hold.epoch,
+                    Some(hold) => hold.epoch + 1,
+                    None => 1,
+                };
+                g.insert(shard, Hold { until, epoch });
             }
             None => {
-                g.remove(&shard);
+                // The epoch is kept: a shard taken again later counts as a new hold.
+                if let Some(hold) = g.get_mut(&shard) {
+                    hold.until = now;
+                }
             }
         }
     }
@@ -86,7 +109,7 @@ impl HeldShards {
     pub fn owns_shard(&self, shard: u32) -> bool {
         self.read()
             .get(&shard)
-            .is_some_and(|until| *until > Instant::now())
+            .is_some_and(|hold| hold.until > Instant::now())
     }
 }
 
@@ -305,6 +328,34 @@ mod tests {
         assert_eq!(held.held(), BTreeSet::from([1]));
         held.set(1, None);
         assert!(!held.owns_shard(1));
+    }
+
+    /// A lapse between two looks at the held shards (a renewal that came late, then one that
+    /// succeeded) is a new hold: the takeover's passes run again for it.
+    #[test]
+    fn a_shard_lapsed_and_taken_again_is_a_new_hold() {
+        let held = HeldShards::new(2);
+        let later = || Some(Instant::now() + Duration::from_secs(60));
+        held.set(0, later());
+        let first = held.holds();
+        held.set(0, later());
+        assert_eq!(held.holds(), first, "a renewal in time is the same hold");
+        held.set(0, Some(Instant::now() - Duration::from_millis(1)));
+        held.set(0, later());
+        assert_ne!(
+            held.holds()[&0],
+            first[&0],
+            "lapsed, then renewed: a new hold"
+        );
+        let second = held.holds();
+        held.set(0, None);
+        assert!(held.holds().is_empty());
+        held.set(0, later());
+        assert_ne!(
+            held.holds()[&0],
+            second[&0],
+            "given up, then taken: a new hold"
+        );
     }
 
     #[test]
