@@ -32,15 +32,6 @@ struct Entry<K> {
     stub: bool,
 }
 
-impl<K> Clone for Entry<K> {
-    fn clone(&self) -> Self {
-        Self {
-            object: self.object.clone(),
-            stub: self.stub,
-        }
-    }
-}
-
 /// The cache of one kind, by `namespace/name`.
 pub struct Cache<K> {
     map: RwLock<HashMap<String, Entry<K>>>,

@@ -716,7 +716,9 @@ fn release_handlers(
 fn release_metrics_handler(metrics: Arc<Metrics>, gate: Arc<dyn ShardGate>) -> Handler<Release> {
     Box::new(move |old, new| match (new, old) {
         (Some(r), _) if gate.owns(r) => record_release_metrics(&metrics, r),
-        (Some(r), _) => forget_release_metrics(&metrics, r),
+        // Another replica's: it has no series here (a shard given up loses its series in
+        // the lease task), so nothing to do on the events of two thirds of the fleet.
+        (Some(_), _) => {}
         (None, Some(gone)) => forget_release_metrics(&metrics, gone),
         (None, None) => {}
     })
