@@ -47,14 +47,17 @@ pub struct Shared {
 
 /// The Release of `key` in full. A stub (a Release of a shard this replica did not hold when
 /// its last event came) of a shard held now is read from the API and cached in full; a stub
-/// of a shard held elsewhere is nothing to work on.
-pub async fn release(shared: &Shared, key: &str) -> Option<Arc<Release>> {
+/// of a shard held elsewhere is nothing to work on. A failed read is an error, so the key is
+/// retried: nothing else would queue it again before the resync.
+pub async fn release(shared: &Shared, key: &str) -> Result<Option<Arc<Release>>, PassError> {
     if let Some(full) = shared.releases.get(key) {
-        return Some(full);
+        return Ok(Some(full));
     }
-    let stub = shared.releases.stub(key)?;
+    let Some(stub) = shared.releases.stub(key) else {
+        return Ok(None);
+    };
     if !shared.ctx.shard.owns(&stub) {
-        return None;
+        return Ok(None);
     }
     let api: Api<Release> = Api::namespaced(
         shared.ctx.home.client.clone(),
@@ -63,26 +66,38 @@ pub async fn release(shared: &Shared, key: &str) -> Option<Arc<Release>> {
     let mut live = match api.get_opt(&stub.name_any()).await {
         Ok(Some(live)) => live,
         // Gone: its watch event removes the stub.
-        Ok(None) => return None,
+        Ok(None) => return Ok(None),
         Err(e) => {
-            tracing::warn!(release = %key, "cannot read the Release of a shard taken over: {e}");
-            return None;
+            return Err(PassError::api(
+                format!("cannot read Release {key} of a shard taken over"),
+                &e,
+            ));
         }
     };
     live.metadata.managed_fields = None;
     let live = Arc::new(live);
     if shared.releases.replace_stub(key, live.clone()) {
         super::record_release_metrics(&shared.metrics, &live);
-        Some(live)
+        Ok(Some(live))
     } else {
-        shared.releases.get(key)
+        Ok(shared.releases.get(key))
+    }
+}
+
+/// The Release a pass works on, or how the pass ends without one.
+async fn release_or_end(shared: &Shared, key: &str) -> Result<Arc<Release>, PassResult> {
+    match release(shared, key).await {
+        Ok(Some(release)) => Ok(release),
+        Ok(None) => Err(PassResult::Skip),
+        Err(e) => Err(PassResult::Error(e)),
     }
 }
 
 /// The Release controller.
 pub async fn controller(shared: Arc<Shared>, key: String, failures: u32) -> PassResult {
-    let Some(release) = release(&shared, &key).await else {
-        return PassResult::Skip;
+    let release = match release_or_end(&shared, &key).await {
+        Ok(release) => release,
+        Err(end) => return end,
     };
     match sync_handler(&shared.ctx, &release, failures).await {
         Err(e) => PassResult::Error(PassError::of(&e)),
@@ -232,8 +247,9 @@ fn truncate(s: &str, max: usize) -> String {
 
 /// The drift loop.
 pub async fn drift(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
-    let Some(release) = release(&shared, &key).await else {
-        return PassResult::Skip;
+    let release = match release_or_end(&shared, &key).await {
+        Ok(release) => release,
+        Err(end) => return end,
     };
     match drift_pass(&shared.ctx, &release).await {
         Err(e) => PassResult::Error(PassError::of(&e)),
@@ -252,8 +268,9 @@ pub async fn drift(shared: Arc<Shared>, key: String, _failures: u32) -> PassResu
 
 /// The health loop.
 pub async fn health(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
-    let Some(release) = release(&shared, &key).await else {
-        return PassResult::Skip;
+    let release = match release_or_end(&shared, &key).await {
+        Ok(release) => release,
+        Err(end) => return end,
     };
     match health_pass(&shared.ctx, &shared.health_memory, &release).await {
         Err(e) => PassResult::Error(PassError::of(&e)),
