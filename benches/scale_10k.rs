@@ -391,22 +391,8 @@ async fn main() {
     // Steady state: the queues drain (or, if they do not within DRAIN_WAIT, as at 10,000
     // Releases on two cores, what is still queued is printed), 30 s pass, one window is counted.
     let settle = Instant::now();
-    let queued = |replicas: &[Replica]| -> f64 {
-        replicas
-            .iter()
-            .map(|r| r.metric("convoy_queue_depth", &[]))
-            .sum()
-    };
-    let undrained = loop {
-        let depth = queued(&replicas);
-        if depth == 0.0 {
-            break None;
-        }
-        if settle.elapsed() > DRAIN_WAIT {
-            break Some(depth);
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    let all: Vec<usize> = (0..replicas.len()).collect();
+    let undrained = drain(&replicas, &all, settle, DRAIN_WAIT).await;
     tokio::time::sleep(Duration::from_secs(30)).await;
     let settled = settle.elapsed();
     let holders_steady = holders(&client).await;
@@ -528,19 +514,13 @@ async fn main() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let takeover_undrained = loop {
-        let depth: f64 = survivors
-            .iter()
-            .map(|i| replicas[*i].metric("convoy_queue_depth", &[]))
-            .sum();
-        if depth == 0.0 {
-            break None;
-        }
-        if killed.elapsed() > DRAIN_WAIT + Duration::from_secs(60) {
-            break Some(depth);
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    let takeover_undrained = drain(
+        &replicas,
+        &survivors,
+        killed,
+        DRAIN_WAIT + Duration::from_secs(60),
+    )
+    .await;
     let drained = killed.elapsed();
     let passes_after = passes_of(&replicas);
     let holders_after = holders(&client).await;
@@ -738,4 +718,27 @@ async fn main() {
         delta.join(", "),
         in_victim.len()
     );
+}
+
+/// Wait until the queues of `replicas[which]` are empty, or `wait` after `since`: `None` when
+/// they drained, else the keys still queued (the report prints them rather than waiting on).
+async fn drain(
+    replicas: &[Replica],
+    which: &[usize],
+    since: Instant,
+    wait: Duration,
+) -> Option<f64> {
+    loop {
+        let depth: f64 = which
+            .iter()
+            .map(|i| replicas[*i].metric("convoy_queue_depth", &[]))
+            .sum();
+        if depth == 0.0 {
+            return None;
+        }
+        if since.elapsed() > wait {
+            return Some(depth);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }

@@ -45,19 +45,20 @@ pub struct Shared {
     pub controller_queue: WorkQueue,
 }
 
-/// The Release of `key` in full. A stub (a Release of a shard this replica did not hold when
-/// its last event came) of a shard held now is read from the API and cached in full; a stub
-/// of a shard held elsewhere is nothing to work on. A failed read is an error, so the key is
-/// retried: nothing else would queue it again before the resync.
-pub async fn release(shared: &Shared, key: &str) -> Result<Option<Arc<Release>>, PassError> {
+/// The Release of `key` in full, or how the pass ends without one. A stub (a Release of a
+/// shard this replica did not hold when its last event came) of a shard held now is read from
+/// the API and cached in full; a stub of a shard held elsewhere is nothing to work on (Skip).
+/// A failed read is an error, so the key is retried: nothing else would queue it again
+/// before the resync.
+pub async fn release(shared: &Shared, key: &str) -> Result<Arc<Release>, PassResult> {
     if let Some(full) = shared.releases.get(key) {
-        return Ok(Some(full));
+        return Ok(full);
     }
     let Some(stub) = shared.releases.stub(key) else {
-        return Ok(None);
+        return Err(PassResult::Skip);
     };
     if !shared.ctx.shard.owns(&stub) {
-        return Ok(None);
+        return Err(PassResult::Skip);
     }
     let api: Api<Release> = Api::namespaced(
         shared.ctx.home.client.clone(),
@@ -66,36 +67,27 @@ pub async fn release(shared: &Shared, key: &str) -> Result<Option<Arc<Release>>,
     let mut live = match api.get_opt(&stub.name_any()).await {
         Ok(Some(live)) => live,
         // Gone: its watch event removes the stub.
-        Ok(None) => return Ok(None),
+        Ok(None) => return Err(PassResult::Skip),
         Err(e) => {
-            return Err(PassError::api(
+            return Err(PassResult::Error(PassError::api(
                 format!("cannot read Release {key} of a shard taken over"),
                 &e,
-            ));
+            )));
         }
     };
     live.metadata.managed_fields = None;
     let live = Arc::new(live);
     if shared.releases.replace_stub(key, live.clone()) {
         super::record_release_metrics(&shared.metrics, &live);
-        Ok(Some(live))
+        Ok(live)
     } else {
-        Ok(shared.releases.get(key))
-    }
-}
-
-/// The Release a pass works on, or how the pass ends without one.
-async fn release_or_end(shared: &Shared, key: &str) -> Result<Arc<Release>, PassResult> {
-    match release(shared, key).await {
-        Ok(Some(release)) => Ok(release),
-        Ok(None) => Err(PassResult::Skip),
-        Err(e) => Err(PassResult::Error(e)),
+        shared.releases.get(key).ok_or(PassResult::Skip)
     }
 }
 
 /// The Release controller.
 pub async fn controller(shared: Arc<Shared>, key: String, failures: u32) -> PassResult {
-    let release = match release_or_end(&shared, &key).await {
+    let release = match release(&shared, &key).await {
         Ok(release) => release,
         Err(end) => return end,
     };
@@ -247,7 +239,7 @@ fn truncate(s: &str, max: usize) -> String {
 
 /// The drift loop.
 pub async fn drift(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
-    let release = match release_or_end(&shared, &key).await {
+    let release = match release(&shared, &key).await {
         Ok(release) => release,
         Err(end) => return end,
     };
@@ -268,7 +260,7 @@ pub async fn drift(shared: Arc<Shared>, key: String, _failures: u32) -> PassResu
 
 /// The health loop.
 pub async fn health(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
-    let release = match release_or_end(&shared, &key).await {
+    let release = match release(&shared, &key).await {
         Ok(release) => release,
         Err(end) => return end,
     };

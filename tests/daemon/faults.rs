@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use convoy::engine::api::ReleaseInventory;
+use convoy::engine::api::{Release, ReleaseInventory};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -120,16 +120,15 @@ async fn all_applied(f: &Fixture, expected: usize, value: &str) -> Option<()> {
         return None;
     }
     let releases = f.releases().list(&ListParams::default()).await.ok()?;
-    releases
-        .items
-        .iter()
-        .all(|r| {
-            r.status
-                .as_ref()
-                .and_then(|s| s.condition("Applied"))
-                .is_some_and(|c| c.status.is_true())
-        })
-        .then_some(())
+    releases.items.iter().all(applied).then_some(())
+}
+
+/// Whether the Release's `Applied` condition is True.
+fn applied(r: &Release) -> bool {
+    r.status
+        .as_ref()
+        .and_then(|s| s.condition("Applied"))
+        .is_some_and(|c| c.status.is_true())
 }
 
 /// Wait until the API server says it is ready (`/readyz`, which includes its etcd check).
@@ -152,12 +151,7 @@ async fn not_applied(f: &Fixture) -> String {
     };
     list.items
         .iter()
-        .filter(|r| {
-            !r.status
-                .as_ref()
-                .and_then(|s| s.condition("Applied"))
-                .is_some_and(|c| c.status.is_true())
-        })
+        .filter(|r| !applied(r))
         .map(|r| {
             format!(
                 "{}: {}",
