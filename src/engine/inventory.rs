@@ -239,12 +239,7 @@ impl InventoryHandle {
         let mut patch = self.skeleton();
         patch["inventory"] = Value::Array(entries);
         if !pending.is_empty() {
-            patch["pending"] = Value::Array(
-                pending
-                    .iter()
-                    .map(|k| Value::Object(key_fields(k)))
-                    .collect(),
-            );
+            patch["pending"] = Value::Array(pending_entries(pending));
         }
         let written = self.apply(field_managers::INVENTORY, &patch).await?;
         let keep: BTreeSet<ObjectKey> = members.iter().map(|m| m.key.clone()).collect();
@@ -537,6 +532,18 @@ pub fn check_capacity(keys: &[ObjectKey]) -> Result<(), Invalid> {
     )))
 }
 
+/// `pending` as the inventory's entries, each key once. `pending` is a list map keyed by the
+/// object's key, and the API server refuses an apply that names a key twice; a sync that
+/// resumes after an interrupted one sends again what the last one left pending, so the
+/// callers' lists (carried over + sending) can hold a key twice.
+fn pending_entries(pending: &[ObjectKey]) -> Vec<Value> {
+    let unique: BTreeSet<&ObjectKey> = pending.iter().collect();
+    unique
+        .into_iter()
+        .map(|k| Value::Object(key_fields(k)))
+        .collect()
+}
+
 /// The objects a sync was about to apply when it stopped (see `ReleaseInventory.pending`),
 /// as members of no render: the next sync applies them again or prunes them.
 pub fn pending_members(inventory: &ReleaseInventory) -> Vec<Member> {
@@ -560,4 +567,30 @@ pub fn members(inventory: &ReleaseInventory) -> Vec<&InventoryEntry> {
         .iter()
         .filter(|e| e.render_ref.is_some())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey {
+            kind: "ConfigMap".into(),
+            namespace: "ns".into(),
+            name: name.into(),
+            ..Default::default()
+        }
+    }
+
+    /// A sync resuming an interrupted one sends again what was left pending: the API server
+    /// refuses a `pending` list naming a key twice, which kept such a Release DeployFailed.
+    #[test]
+    fn pending_names_each_object_once() {
+        let entries = pending_entries(&[key("a"), key("b"), key("a")]);
+        let names: Vec<&str> = entries
+            .iter()
+            .map(|e| e["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+    }
 }
