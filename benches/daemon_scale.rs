@@ -229,15 +229,11 @@ async fn run(binary: &Path, env: &TestEnv, count: usize) -> Figures {
         .into_iter()
         .map(|(l, n)| format!("{l} {:.1}", n / count as f64))
         .collect();
-    let per_release: Vec<String> = metrics(port)
-        .lines()
-        .filter_map(|l| l.strip_prefix("convoy_api_requests_total{verb=\""))
-        .filter_map(|l| {
-            let (verb, rest) = l.split_once('"')?;
-            let n: f64 = rest.rsplit(' ').next()?.parse().ok()?;
-            Some(format!("{verb} {:.1}", n / count as f64))
-        })
-        .collect();
+    let per_release: Vec<String> =
+        common::metric_by(&metrics(port), "convoy_api_requests_total", "verb")
+            .into_iter()
+            .map(|(verb, n)| format!("{verb} {:.1}", n / count as f64))
+            .collect();
     Figures {
         created,
         all_ready,

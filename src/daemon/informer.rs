@@ -207,6 +207,22 @@ impl<K> Cache<K> {
         self.watches.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Tests: store `object` as a watch event would.
+    #[cfg(test)]
+    pub(crate) fn insert_for_test(&self, object: K)
+    where
+        K: Resource,
+    {
+        self.store(key_of(&object), object);
+    }
+
+    /// Tests: one watch feeds this cache and has listed.
+    #[cfg(test)]
+    pub(crate) fn mark_listed_for_test(&self) {
+        self.add_watch();
+        self.listed.fetch_add(1, Ordering::Relaxed);
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Entry<K>>> {
         crate::engine::locks::read(&self.map)
     }

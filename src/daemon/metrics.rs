@@ -39,7 +39,10 @@ pub struct StageLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VerbLabels {
-    pub verb: String,
+    pub verb: &'static str,
+    /// The resource asked for (`configmaps`, `releases/status`), or what a request without
+    /// one asks (`version`, `discovery`).
+    pub resource: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -120,7 +123,7 @@ impl Metrics {
         let api_requests = Family::<VerbLabels, Counter>::default();
         registry.register(
             "convoy_api_requests",
-            "Requests to the Kubernetes API, by verb",
+            "Requests to the Kubernetes API, by verb and resource",
             api_requests.clone(),
         );
         let shards_held = Gauge::default();
@@ -274,7 +277,33 @@ pub fn verb_of<B>(request: &http::Request<B>) -> &'static str {
     }
 }
 
-/// A tower layer that counts the requests of a kube client by verb.
+/// The resource of an API path, with its subresource (`releases/status`); `version` and
+/// `discovery` for the paths without one. The group is left out: a daemon's kinds rarely share
+/// a plural name, and the label stays short.
+pub fn resource_of(path: &str) -> String {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let rest = match parts.as_slice() {
+        ["version", ..] => return "version".into(),
+        ["api", _version, rest @ ..] => rest,
+        ["apis", _group, _version, rest @ ..] => rest,
+        _ => return "discovery".into(),
+    };
+    let rest = match rest {
+        ["namespaces", _ns, resource, more @ ..] => {
+            let mut r = vec![*resource];
+            r.extend(more);
+            r
+        }
+        other => other.to_vec(),
+    };
+    match rest.as_slice() {
+        [] => "discovery".into(),
+        [resource] | [resource, _] => (*resource).to_string(),
+        [resource, _, sub, ..] => format!("{resource}/{sub}"),
+    }
+}
+
+/// A tower layer that counts the requests of a kube client by verb and resource.
 #[derive(Clone)]
 pub struct CountRequestsLayer(pub Arc<Metrics>);
 
@@ -311,7 +340,8 @@ where
         self.metrics
             .api_requests
             .get_or_create(&VerbLabels {
-                verb: verb_of(&request).to_string(),
+                verb: verb_of(&request),
+                resource: resource_of(request.uri().path()),
             })
             .inc();
         self.inner.call(request)
@@ -394,5 +424,30 @@ mod tests {
             "patch"
         );
         assert_eq!(verb_of(&req("DELETE", "/api/v1/x")), "delete");
+    }
+
+    #[test]
+    fn requests_are_named_by_their_resource() {
+        let cases = [
+            ("/api/v1/namespaces/a/configmaps/web", "configmaps"),
+            ("/api/v1/namespaces/a/configmaps", "configmaps"),
+            ("/api/v1/namespaces/a", "namespaces"),
+            ("/api/v1/namespaces", "namespaces"),
+            ("/api/v1/pods", "pods"),
+            (
+                "/apis/core.convoy.kumodo.io/v1alpha1/namespaces/a/releases/web/status",
+                "releases/status",
+            ),
+            (
+                "/apis/health.convoy.kumodo.io/v1alpha1/globalhealthrulesets",
+                "globalhealthrulesets",
+            ),
+            ("/apis/apps/v1", "discovery"),
+            ("/apis", "discovery"),
+            ("/version", "version"),
+        ];
+        for (path, resource) in cases {
+            assert_eq!(resource_of(path), resource, "{path}");
+        }
     }
 }

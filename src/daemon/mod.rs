@@ -9,6 +9,7 @@
 pub mod enqueue;
 pub mod http;
 pub mod informer;
+pub mod listers;
 pub mod metrics;
 pub mod passes;
 pub mod queue;
@@ -233,6 +234,7 @@ fn shared_state(
         config.lease_namespace.clone(),
     )));
     ctx.concurrency = config.concurrency;
+    ctx.reuse_fetches = true;
     ctx.store = config.render_store.open(&client, &config.lease_namespace);
     let (releases, inventories) = if config.shards == 0 {
         (Arc::default(), Arc::default())
@@ -240,14 +242,21 @@ fn shared_state(
         trimmed_caches(held)
     };
     ctx.releases = Some(Arc::new(ReleasesByCluster(releases.clone())));
+    let listers = listers::InformerListers {
+        inventories,
+        ..Default::default()
+    };
+    ctx.listers = Some(Arc::new(listers.clone()));
     Shared {
         ctx: Arc::new(ctx),
         releases,
-        inventories,
-        clusters: Arc::default(),
-        gits: Arc::default(),
-        helms: Arc::default(),
-        ocis: Arc::default(),
+        inventories: listers.inventories,
+        clusters: listers.clusters,
+        gits: listers.gits,
+        helms: listers.helms,
+        ocis: listers.ocis,
+        global_rule_sets: listers.global_rule_sets,
+        rule_sets: listers.rule_sets,
         health_memory: HealthMemory::default(),
         recorder: Recorder::new(
             client,
@@ -345,15 +354,15 @@ impl Wiring {
             &self.shutdown,
             &mut self.tasks,
         );
-        if !config.role.controller() {
-            return;
-        }
+        // Clusters and sources: the controller's own loops react to them; every loop reads
+        // them (a Release's target and source) from these caches.
         let (q, stop, tasks) = (&self.queues, &self.shutdown, &mut self.tasks);
+        let controller = config.role.controller();
         watch(
             watch_client,
             namespaces,
             shared.clusters.clone(),
-            vec![generation_handler(q.cluster.clone())],
+            generation_handlers(controller, &q.cluster),
             stop,
             tasks,
         );
@@ -361,7 +370,7 @@ impl Wiring {
             watch_client,
             namespaces,
             shared.gits.clone(),
-            vec![generation_handler(q.git.clone())],
+            generation_handlers(controller, &q.git),
             stop,
             tasks,
         );
@@ -369,7 +378,7 @@ impl Wiring {
             watch_client,
             namespaces,
             shared.helms.clone(),
-            vec![generation_handler(q.helm.clone())],
+            generation_handlers(controller, &q.helm),
             stop,
             tasks,
         );
@@ -377,10 +386,30 @@ impl Wiring {
             watch_client,
             namespaces,
             shared.ocis.clone(),
-            vec![generation_handler(q.oci.clone())],
+            generation_handlers(controller, &q.oci),
             stop,
             tasks,
         );
+        if !config.role.observer() {
+            return;
+        }
+        // The health loop's rule sets (collectRules); GlobalHealthRuleSets are cluster-scoped.
+        watch(
+            watch_client,
+            namespaces,
+            shared.rule_sets.clone(),
+            Vec::new(),
+            stop,
+            tasks,
+        );
+        shared.global_rule_sets.add_watch();
+        tasks.push(tokio::spawn(informer::run(
+            Api::<crate::engine::api::GlobalHealthRuleSet>::all(watch_client.clone()),
+            None,
+            shared.global_rule_sets.clone(),
+            Arc::new(Vec::new()),
+            stop.clone(),
+        )));
     }
 
     /// The workers of each loop this role runs.
@@ -660,14 +689,20 @@ type PassFn = fn(
 /// Whether every cache this role needs has listed and watches (watch errors go to the
 /// metrics as they are seen).
 fn caches_ready(shared: &Shared, role: Role, metrics: &Metrics) -> bool {
-    let controller = role.controller();
-    let caches: [(&str, bool, (bool, usize)); 6] = [
+    let observer = role.observer();
+    let caches: [(&str, bool, (bool, usize)); 8] = [
         ("Release", true, cache_state(&shared.releases)),
         ("ReleaseInventory", true, cache_state(&shared.inventories)),
-        ("Cluster", controller, cache_state(&shared.clusters)),
-        ("GitRepository", controller, cache_state(&shared.gits)),
-        ("HelmRegistry", controller, cache_state(&shared.helms)),
-        ("OCIRegistry", controller, cache_state(&shared.ocis)),
+        ("Cluster", true, cache_state(&shared.clusters)),
+        ("GitRepository", true, cache_state(&shared.gits)),
+        ("HelmRegistry", true, cache_state(&shared.helms)),
+        ("OCIRegistry", true, cache_state(&shared.ocis)),
+        ("HealthRuleSet", observer, cache_state(&shared.rule_sets)),
+        (
+            "GlobalHealthRuleSet",
+            observer,
+            cache_state(&shared.global_rule_sets),
+        ),
     ];
     let mut all = true;
     for (resource, needed, (ok, errors)) in caches {
@@ -889,6 +924,19 @@ fn watch<K>(
             handlers.clone(),
             shutdown.clone(),
         )));
+    }
+}
+
+/// The controller's [`generation_handler`] on `queue`, or none (a role that only reads the
+/// cache).
+fn generation_handlers<K: kube::Resource + Send + Sync + 'static>(
+    controller: bool,
+    queue: &WorkQueue,
+) -> Vec<Handler<K>> {
+    if controller {
+        vec![generation_handler(queue.clone())]
+    } else {
+        Vec::new()
     }
 }
 

@@ -38,6 +38,9 @@ pub struct Shared {
     pub gits: Arc<Cache<GitRepository>>,
     pub helms: Arc<Cache<HelmRegistry>>,
     pub ocis: Arc<Cache<OCIRegistry>>,
+    /// The health loop's rule sets (read through the engine's listers).
+    pub rule_sets: Arc<Cache<crate::engine::api::HealthRuleSet>>,
+    pub global_rule_sets: Arc<Cache<crate::engine::api::GlobalHealthRuleSet>>,
     pub health_memory: HealthMemory,
     pub recorder: Recorder,
     pub metrics: Arc<super::metrics::Metrics>,
@@ -603,7 +606,10 @@ pub async fn git(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult
         Err(e) => Err(e),
         Ok(reader) => git_source(&shared, &reader, &namespace, &repo.name_any()).await,
     };
-    let every = interval(repo.spec.interval.as_ref(), Duration::from_secs(60));
+    let every = interval(
+        repo.spec.interval.as_ref(),
+        crate::engine::source::resolve::DEFAULT_GIT_INTERVAL,
+    );
     finish_source(
         &shared,
         repo.as_ref(),
@@ -649,6 +655,7 @@ fn namespace_reader(shared: &Shared, namespace: &str) -> Result<ObjectReader, So
     Ok(ObjectReader::Tenant {
         own: shared.ctx.home.client.clone(),
         tenant: tenant.client,
+        listers: shared.ctx.listers.clone(),
     })
 }
 

@@ -54,8 +54,8 @@ struct State {
     since_bulk: u32,
     processing: HashSet<String>,
     failures: HashMap<String, u32>,
-    /// The one pending delayed add of a key: when it is due.
-    delayed: HashMap<String, tokio::time::Instant>,
+    /// The one pending delayed add of a key: when it is due, and at which level it comes.
+    delayed: HashMap<String, (tokio::time::Instant, Level)>,
     shutting_down: bool,
 }
 
@@ -103,8 +103,18 @@ impl WorkQueue {
 
     /// Queue `key` after `delay`, unless an earlier delayed add of it is pending already.
     pub fn add_after(&self, key: &str, delay: Duration) {
+        self.add_after_at(key, delay, Level::Event);
+    }
+
+    /// Queue `key` in bulk after `delay` (a periodic pass nobody waits for: the interval),
+    /// unless an earlier delayed add of it is pending already.
+    pub fn add_after_bulk(&self, key: &str, delay: Duration) {
+        self.add_after_at(key, delay, Level::Bulk);
+    }
+
+    fn add_after_at(&self, key: &str, delay: Duration, level: Level) {
         if delay.is_zero() {
-            self.add(key);
+            self.add_at(key, level);
             return;
         }
         let due = tokio::time::Instant::now() + delay;
@@ -114,9 +124,9 @@ impl WorkQueue {
                 return;
             }
             match s.delayed.get(key) {
-                Some(pending) if *pending <= due => return,
+                Some((pending, _)) if *pending <= due => return,
                 _ => {
-                    s.delayed.insert(key.to_string(), due);
+                    s.delayed.insert(key.to_string(), (due, level));
                 }
             }
         }
@@ -127,7 +137,7 @@ impl WorkQueue {
             // Only the timer of the pending time adds; one replaced by an earlier time ends.
             let mine = {
                 let mut s = queue.lock();
-                if s.delayed.get(&key) == Some(&due) {
+                if s.delayed.get(&key).map(|(at, _)| at) == Some(&due) {
                     s.delayed.remove(&key);
                     true
                 } else {
@@ -135,7 +145,7 @@ impl WorkQueue {
                 }
             };
             if mine {
-                queue.add(&key);
+                queue.add_at(&key, level);
             }
         });
     }
@@ -384,6 +394,28 @@ mod tests {
         }
         assert_eq!(q.depth(), 0, "one delivery for all those adds");
         assert_eq!(q.delayed(), 0);
+    }
+
+    /// The interval's passes wait behind every event: a spec change (or a wave's wake-up)
+    /// queued after thousands of interval passes came due is handed out before them.
+    #[tokio::test(start_paused = true)]
+    async fn interval_passes_come_due_in_bulk_behind_events() {
+        let q = WorkQueue::new();
+        for i in 0..100 {
+            q.add_after_bulk(&format!("steady/{i}"), Duration::from_secs(600));
+        }
+        // A progress recheck is an event; it replaces a later interval pass of its key.
+        q.add_after_bulk("rolling", Duration::from_secs(600));
+        q.add_after("rolling", Duration::from_secs(10));
+        tokio::time::advance(Duration::from_secs(601)).await;
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        q.add("changed");
+        assert_eq!(q.depth(), 102);
+        assert_eq!(q.get().await.as_deref(), Some("rolling"));
+        assert_eq!(q.get().await.as_deref(), Some("changed"));
+        assert!(q.get().await.unwrap().starts_with("steady/"));
     }
 
     #[test]

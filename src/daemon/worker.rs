@@ -78,7 +78,7 @@ where
                         PassResult::Retry { reason, requeue } => {
                             metrics.pass(name, &reason, seconds);
                             match requeue {
-                                Requeue::After(delay) => {
+                                Requeue::After(delay) | Requeue::Interval(delay) => {
                                     queue.count_failure(&key);
                                     queue.add_after(&key, delay);
                                 }
@@ -109,6 +109,7 @@ where
 fn schedule(queue: &WorkQueue, key: &str, requeue: Requeue) {
     match requeue {
         Requeue::After(delay) => queue.add_after(key, delay),
+        Requeue::Interval(delay) => queue.add_after_bulk(key, delay),
         Requeue::RateLimited => {
             queue.add_rate_limited(key);
         }

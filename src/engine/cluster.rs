@@ -4,11 +4,17 @@
 //! Spec: reconcile-flow.txt stageRender step 2 ("A missing or unreachable cluster stops the
 //! reconcile with reason ClusterNotReady and an error").
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 
 use crate::engine::api::{Cluster, Release, ResolvedCluster};
 use crate::engine::connect::{ConnectError, Connection};
+use crate::engine::locks::lock;
+use crate::engine::runtime::{Listers, cached};
 use crate::engine::source::resolve::secret_data;
 use crate::engine::tenancy::Tenancy;
 
@@ -57,8 +63,6 @@ pub struct Target {
     pub resolved: ResolvedCluster,
 }
 
-/// Resolve and probe the target cluster of `release`. `home` is the cluster the Release lives
-/// in (the CLI's kubeconfig cluster, or the daemon's own).
 /// The cluster a Release deploys to, as `<namespace>/<Cluster name>` (empty name: the cluster
 /// the Release lives in). Sharding and cluster waves group Releases by it.
 pub fn cluster_key(release: &Release) -> String {
@@ -69,10 +73,13 @@ pub fn cluster_key(release: &Release) -> String {
     )
 }
 
+/// Resolve and probe the target cluster of `release`. `home` is the cluster the Release lives
+/// in (the CLI's kubeconfig cluster, or the daemon's own).
 pub async fn resolve_target(
     home: &Connection,
     tenancy: &Tenancy,
     release: &Release,
+    lookups: Lookups<'_>,
 ) -> Result<Target, ClusterError> {
     let namespace = release.metadata.namespace.clone().unwrap_or_default();
     // The Release's identity on the cluster it lives in (see engine::tenancy).
@@ -83,22 +90,65 @@ pub async fn resolve_target(
             source,
         })?;
     let Some(name) = release.spec.cluster.clone() else {
-        return probe(tenant, None).await;
+        return probe(tenant, None, lookups.probes).await;
     };
-    let clusters: Api<Cluster> = Api::namespaced(home.client.clone(), &namespace);
-    let cluster = clusters
-        .get_opt(&name)
-        .await
-        .map_err(|source| ClusterError::Read {
-            namespace: namespace.clone(),
-            name: name.clone(),
-            source,
-        })?
-        .ok_or_else(|| ClusterError::NotFound {
-            namespace: namespace.clone(),
-            name: name.clone(),
-        })?;
-    connect_cluster(&tenant, tenancy, &cluster).await
+    let cluster = match cached::<Cluster>(lookups.listers, &namespace, &name) {
+        Some(cluster) => cluster,
+        None => {
+            let clusters: Api<Cluster> = Api::namespaced(home.client.clone(), &namespace);
+            let read = clusters
+                .get_opt(&name)
+                .await
+                .map_err(|source| ClusterError::Read {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    source,
+                })?
+                .ok_or_else(|| ClusterError::NotFound {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                })?;
+            std::sync::Arc::new(read)
+        }
+    };
+    connect_cluster_with(&tenant, tenancy, &cluster, lookups.probes).await
+}
+
+/// Where [`resolve_target`] may answer from instead of asking the API server: the process's
+/// cache of Clusters (reconcile-flow.txt stageRender step 2: "reads the target Cluster from
+/// the cache") and the targets that answered a probe lately. The CLI has neither.
+#[derive(Clone, Copy, Default)]
+pub struct Lookups<'a> {
+    pub listers: Option<&'a dyn Listers>,
+    pub probes: Option<&'a Probes>,
+}
+
+/// How long a target that answered a probe counts as answering. Every pass of every loop
+/// resolves its target, and at 10,000 Releases one `/version` request per pass was a steady
+/// stream; a target that stops answering within this window fails the pass's next request
+/// instead, with the same unreachable error and category.
+pub const PROBE_FRESH: Duration = Duration::from_secs(30);
+
+/// The targets (by connection: server and identity) that answered a probe within
+/// [`PROBE_FRESH`], with the version they gave. A failed probe is not remembered.
+#[derive(Default)]
+pub struct Probes(Mutex<HashMap<String, (Instant, String)>>);
+
+impl Probes {
+    fn fresh(&self, key: &str) -> Option<String> {
+        let probes = lock(&self.0);
+        let (at, version) = probes.get(key)?;
+        (at.elapsed() < PROBE_FRESH).then(|| version.clone())
+    }
+
+    fn answered(&self, key: String, version: String) {
+        let mut probes = lock(&self.0);
+        // Connections come and go with credentials; old entries go with them.
+        if probes.len() > 4096 {
+            probes.retain(|_, (at, _)| at.elapsed() < PROBE_FRESH);
+        }
+        probes.insert(key, (Instant::now(), version));
+    }
 }
 
 /// Connect to a `Cluster` (its kubeconfig Secret, or in-cluster) and probe it. `tenant` is
@@ -109,6 +159,16 @@ pub async fn connect_cluster(
     tenancy: &Tenancy,
     cluster: &Cluster,
 ) -> Result<Target, ClusterError> {
+    connect_cluster_with(tenant, tenancy, cluster, None).await
+}
+
+/// [`connect_cluster`], skipping the probe of a target that answered one lately.
+async fn connect_cluster_with(
+    tenant: &Connection,
+    tenancy: &Tenancy,
+    cluster: &Cluster,
+    probes: Option<&Probes>,
+) -> Result<Target, ClusterError> {
     let home = tenant;
     let namespace = cluster.metadata.namespace.clone().unwrap_or_default();
     let name = cluster.metadata.name.clone().unwrap_or_default();
@@ -118,7 +178,7 @@ pub async fn connect_cluster(
         message,
     };
     if cluster.spec.in_cluster {
-        return probe(home.clone(), Some(name)).await;
+        return probe(home.clone(), Some(name), probes).await;
     }
     let secret_ref = cluster
         .spec
@@ -160,24 +220,41 @@ pub async fn connect_cluster(
                 cluster: format!("{namespace}/{name}"),
                 source,
             })?;
-    probe(conn, Some(name)).await
+    probe(conn, Some(name), probes).await
 }
 
-async fn probe(conn: Connection, name: Option<String>) -> Result<Target, ClusterError> {
-    let version = conn
-        .server_version()
-        .await
-        .map_err(|source| ClusterError::Connect {
-            cluster: name
-                .clone()
-                .unwrap_or_else(|| "(the Release's own cluster)".to_string()),
-            source,
-        })?;
+/// Ask the target for its version (the cheapest proof that it answers), unless `probes` says
+/// it answered lately.
+async fn probe(
+    conn: Connection,
+    name: Option<String>,
+    probes: Option<&Probes>,
+) -> Result<Target, ClusterError> {
+    let key = conn.cache_key();
+    let version = match probes.and_then(|p| p.fresh(&key)) {
+        Some(version) => version,
+        None => {
+            let version = conn
+                .server_version()
+                .await
+                .map_err(|source| ClusterError::Connect {
+                    cluster: name
+                        .clone()
+                        .unwrap_or_else(|| "(the Release's own cluster)".to_string()),
+                    source,
+                })?
+                .git_version;
+            if let Some(probes) = probes {
+                probes.answered(key, version.clone());
+            }
+            version
+        }
+    };
     Ok(Target {
         resolved: ResolvedCluster {
             name,
             server: Some(conn.server.clone()),
-            version: Some(version.git_version),
+            version: Some(version),
         },
         conn,
     })

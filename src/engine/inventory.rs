@@ -6,6 +6,7 @@
 //! results (`write_hook_status`). Each write sends the list-map keys plus its own fields only.
 
 use crate::engine::error::Invalid;
+use crate::engine::runtime::{Listers, cached};
 use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
@@ -58,6 +59,10 @@ pub struct InventoryHandle {
     owner: Option<OwnerReference>,
     /// A read made while the render ran (see `prefetch`), taken once by `get_prefetched`.
     prefetched: std::sync::Arc<std::sync::Mutex<Option<Option<ReleaseInventory>>>>,
+    /// Whether the inventory this handle last read or wrote had hook entries (`None`:
+    /// nothing read or written yet). Only the controller adds hook entries, so a reconcile
+    /// that saw none and added none knows there are none ([`InventoryHandle::known_without_hooks`]).
+    hooks_seen: std::sync::Arc<std::sync::Mutex<Option<bool>>>,
 }
 
 /// What the controller records for an applied object.
@@ -131,6 +136,7 @@ impl InventoryHandle {
             namespace,
             owner,
             prefetched: Default::default(),
+            hooks_seen: Default::default(),
         }
     }
 
@@ -142,6 +148,7 @@ impl InventoryHandle {
             name: name.to_string(),
             owner: None,
             prefetched: Default::default(),
+            hooks_seen: Default::default(),
         }
     }
 
@@ -185,15 +192,44 @@ impl InventoryHandle {
         crate::engine::locks::lock(&self.prefetched)
     }
 
+    /// The inventory as the observer loops read it (health-loop.txt: "It reads the
+    /// ReleaseInventory from the cache"): from the process's cache when it holds it, else from
+    /// the API server. A cached copy can trail a write by a moment; the health loop's writes
+    /// carry the resourceVersion read, so a stale copy costs a conflict and a retry, never a
+    /// lost write. The controller reads the API server (its prune works on the inventory).
+    pub async fn get_cached(
+        &self,
+        listers: Option<&dyn Listers>,
+    ) -> Result<Option<ReleaseInventory>, InventoryError> {
+        match cached::<ReleaseInventory>(listers, &self.namespace, &self.name) {
+            Some(hit) => Ok(Some(ReleaseInventory::clone(&hit))),
+            None => self.get().await,
+        }
+    }
+
     pub async fn get(&self) -> Result<Option<ReleaseInventory>, InventoryError> {
-        self.api
+        let read = self
+            .api
             .get_opt(&self.name)
             .await
             .map_err(|source| InventoryError::Read {
                 namespace: self.namespace.clone(),
                 name: self.name.clone(),
                 source,
-            })
+            })?;
+        self.saw(read.as_ref());
+        Ok(read)
+    }
+
+    fn saw(&self, inventory: Option<&ReleaseInventory>) {
+        *crate::engine::locks::lock(&self.hooks_seen) =
+            Some(inventory.is_some_and(|i| !i.spec.hooks.is_empty()));
+    }
+
+    /// Whether the inventory this handle last read or wrote had no hook entries (and it read
+    /// or wrote one at all).
+    pub fn known_without_hooks(&self) -> bool {
+        *crate::engine::locks::lock(&self.hooks_seen) == Some(false)
     }
 
     /// Delete the inventory (finalize step 5); absent is fine.
@@ -400,14 +436,16 @@ impl InventoryHandle {
         manager: FieldManager,
         patch: &Value,
     ) -> Result<ReleaseInventory, InventoryError> {
-        ssa::apply(&self.api, &self.name, manager, patch)
+        let written = ssa::apply(&self.api, &self.name, manager, patch)
             .await
             .map_err(|source| InventoryError::Write {
                 namespace: self.namespace.clone(),
                 name: self.name.clone(),
                 manager,
                 source,
-            })
+            })?;
+        self.saw(Some(&written));
+        Ok(written)
     }
 
     /// SSA keeps a list-map entry while any manager owns a field of it, so an entry the health
@@ -477,7 +515,8 @@ impl InventoryHandle {
             field_manager: Some(manager.as_str().to_string()),
             ..Default::default()
         };
-        self.api
+        let written = self
+            .api
             .patch(&self.name, &params, &Patch::<()>::Json(patch))
             .await
             .map_err(|source| InventoryError::Write {
@@ -485,7 +524,9 @@ impl InventoryHandle {
                 name: self.name.clone(),
                 manager,
                 source,
-            })
+            })?;
+        self.saw(Some(&written));
+        Ok(written)
     }
 }
 

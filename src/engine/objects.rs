@@ -6,12 +6,14 @@
 //! holds for the inputs too.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::engine::render::manifests::{ManifestError, parse_documents};
+use crate::engine::runtime::{Listers, cached};
 
 /// Why an object could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -48,8 +50,12 @@ pub enum ObjectReader {
     Cluster(Client),
     /// An API server, reading Secrets and ConfigMaps (what a Release names for its values,
     /// source credentials and kubeconfig) as the Release's tenant and convoy's own kinds as
-    /// convoy (see `engine::tenancy`).
-    Tenant { own: Client, tenant: Client },
+    /// convoy (see `engine::tenancy`), convoy's own kinds from `listers` when it holds them.
+    Tenant {
+        own: Client,
+        tenant: Client,
+        listers: Option<Arc<dyn Listers>>,
+    },
     /// Objects from local files (`convoy render -f`).
     Local(LocalObjects),
 }
@@ -61,16 +67,20 @@ impl ObjectReader {
         K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
             + Clone
             + DeserializeOwned
-            + std::fmt::Debug,
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
     {
+        let tenants = matches!(K::kind(&()).as_ref(), "Secret" | "ConfigMap");
         let client = match self {
             ObjectReader::Cluster(client) => Some(client),
-            ObjectReader::Tenant { own, tenant } => {
-                Some(if matches!(K::kind(&()).as_ref(), "Secret" | "ConfigMap") {
-                    tenant
-                } else {
-                    own
-                })
+            ObjectReader::Tenant { tenant, .. } if tenants => Some(tenant),
+            ObjectReader::Tenant { own, listers, .. } => {
+                if let Some(hit) = cached::<K>(listers.as_deref(), namespace, name) {
+                    return Ok(Some(K::clone(&hit)));
+                }
+                Some(own)
             }
             ObjectReader::Local(_) => None,
         };

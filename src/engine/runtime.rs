@@ -6,6 +6,7 @@
 //!
 //! Design: DESIGN.md "Daemon" (one engine for CLI and daemon), "Sharding".
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -23,8 +24,13 @@ use crate::engine::store::RenderStore;
 /// What the work queue does next with a Release.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Requeue {
-    /// Reconcile again after this delay.
+    /// Reconcile again after this delay: someone waits for it (a rollout in progress, a hold
+    /// that can time out, a retry, drift being put back).
     After(Duration),
+    /// The periodic pass of `syncPolicy.interval`, after this delay: nothing is waiting for
+    /// it, so a daemon queues it behind every event (a spec change never waits for a fleet's
+    /// interval passes).
+    Interval(Duration),
     /// A transient failure without `retryBackoff`: the work queue's own rate limit decides.
     RateLimited,
     /// Only events and the informer resync start the next reconcile.
@@ -66,6 +72,49 @@ pub trait ReleaseIndex: Send + Sync {
     fn on_cluster(&self, cluster_key: &str) -> Vec<Arc<Release>>;
 }
 
+/// A cached object, typed by its kind (see [`Listers`]).
+pub type CachedObject = Arc<dyn Any + Send + Sync>;
+
+/// The process's caches of convoy's own kinds: the daemon's informers. The spec's loops read
+/// the Release's inventory, its Cluster, its source and the rule sets "from the cache"
+/// (health-loop.txt assessment steps 1, 3 and 4; reconcile-flow.txt stageRender step 2);
+/// without one (the CLI), or for what a cache does not hold, they read the API server. At
+/// 10,000 Releases those reads were most of a steady daemon's requests.
+pub trait Listers: Send + Sync {
+    /// The cached object `namespace/name` of `kind` (its Kubernetes kind; an empty namespace
+    /// for a cluster-scoped one). `None` when this cache cannot say: the kind is not cached
+    /// here, the object is not (yet) in it, or it is absent. The caller then reads the API
+    /// server, so a miss costs what no cache costs.
+    fn get(&self, kind: &str, namespace: &str, name: &str) -> Option<CachedObject>;
+
+    /// Every object of `kind` (in `namespace`; `None`: a cluster-scoped kind), or `None` when
+    /// this cache does not hold that kind or has not listed it yet.
+    fn list(&self, kind: &str, namespace: Option<&str>) -> Option<Vec<CachedObject>>;
+}
+
+/// The object `namespace/name` of kind `K` from `listers`, when it holds it.
+pub fn cached<K>(listers: Option<&dyn Listers>, namespace: &str, name: &str) -> Option<Arc<K>>
+where
+    K: kube::Resource<DynamicType = ()> + Send + Sync + 'static,
+{
+    listers?
+        .get(&K::kind(&()), namespace, name)?
+        .downcast::<K>()
+        .ok()
+}
+
+/// Every object of kind `K` (in `namespace`) from `listers`, when it holds that kind.
+pub fn cached_list<K>(listers: Option<&dyn Listers>, namespace: Option<&str>) -> Option<Vec<Arc<K>>>
+where
+    K: kube::Resource<DynamicType = ()> + Send + Sync + 'static,
+{
+    listers?
+        .list(&K::kind(&()), namespace)?
+        .into_iter()
+        .map(|o| o.downcast::<K>().ok())
+        .collect()
+}
+
 /// What every reconcile shares: the home cluster, the source cache, caches per target.
 pub struct Context {
     /// The cluster the Releases live in.
@@ -86,6 +135,16 @@ pub struct Context {
     /// Where the installation's Secret digest key is read from (`None`: no key; Secrets get
     /// no digest and are always compared by a dry run).
     pub digest_key: Option<Arc<crate::engine::digest_key::KeyCell>>,
+    /// Cached reads of convoy's own kinds (the daemon's informers); `None`: the API server.
+    pub listers: Option<Arc<dyn Listers>>,
+    /// Targets that answered a probe lately (see [`crate::engine::cluster::Probes`]).
+    pub probes: crate::engine::cluster::Probes,
+    /// Whether renders may take a recent fetch of the same source and ref
+    /// ([`crate::engine::source::Reuse`]): a daemon, whose source controllers poll the
+    /// sources and wake the Releases on a new revision. Off for the CLI, which fetches.
+    pub reuse_fetches: bool,
+    /// The render of each Release this process saw stored and in the history.
+    pub known_stored: crate::engine::store::known::KnownStored,
     cluster_info: Mutex<HashMap<String, (Instant, ClusterInfo)>>,
     /// Appliers per server and identity, with when each was last used.
     appliers: Mutex<HashMap<String, (Instant, Arc<Applier>)>>,
@@ -111,6 +170,10 @@ impl Context {
             tenancy: Arc::default(),
             render_timeout: crate::engine::render::DEFAULT_RENDER_TIMEOUT,
             digest_key: None,
+            listers: None,
+            probes: crate::engine::cluster::Probes::default(),
+            reuse_fetches: false,
+            known_stored: Default::default(),
             cluster_info: Mutex::new(HashMap::new()),
             appliers: Mutex::new(HashMap::new()),
         }
@@ -168,7 +231,13 @@ impl Context {
         Ok(crate::engine::objects::ObjectReader::Tenant {
             own: self.home.client.clone(),
             tenant: tenant.client,
+            listers: self.listers.clone(),
         })
+    }
+
+    /// The cache of convoy's own kinds, if this process keeps one.
+    pub fn listers(&self) -> Option<&dyn Listers> {
+        self.listers.as_deref()
     }
 
     /// The target cluster of `release`, as the Release's tenant.
@@ -176,7 +245,11 @@ impl Context {
         &self,
         release: &Release,
     ) -> Result<Target, crate::engine::cluster::ClusterError> {
-        crate::engine::cluster::resolve_target(&self.home, &self.tenancy, release).await
+        let lookups = crate::engine::cluster::Lookups {
+            listers: self.listers(),
+            probes: Some(&self.probes),
+        };
+        crate::engine::cluster::resolve_target(&self.home, &self.tenancy, release, lookups).await
     }
 
     /// The target's version and APIs for Helm, cached; `None` if discovery fails.

@@ -117,6 +117,30 @@ async fn a_steady_release_costs_no_writes_for_a_minute() {
     let passes =
         || loops.map(|l| daemon.metric("convoy_reconciles_total", &[&format!("loop=\"{l}\"")]));
     let passes_before = passes();
+    let reads = |resource: &str| {
+        ["get", "list"]
+            .map(|v| {
+                daemon.metric(
+                    "convoy_api_requests_total",
+                    &[
+                        &format!("verb=\"{v}\""),
+                        &format!("resource=\"{resource}\""),
+                    ],
+                )
+            })
+            .iter()
+            .sum::<f64>()
+    };
+    let own_kinds = [
+        "clusters",
+        "gitrepositories",
+        "healthrulesets",
+        "globalhealthrulesets",
+        "releaseinventories",
+        "secrets",
+        "version",
+    ];
+    let reads_before = own_kinds.map(reads);
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(
         daemon.writes(),
@@ -124,6 +148,28 @@ async fn a_steady_release_costs_no_writes_for_a_minute() {
         "no writes at steady state:\n{}",
         daemon.get("/metrics").unwrap().1
     );
+    // The loops read the Release's Cluster, its GitRepository and the rule sets from the
+    // informer caches, and the target's /version at most every 30 s; of the inventory only
+    // the controller reads the API server (its prune works on it), once a pass; the render
+    // store is not asked again about the render it holds.
+    let controller_passes = passes()[0] - passes_before[0];
+    for ((resource, before), after) in own_kinds.iter().zip(reads_before).zip(own_kinds.map(reads))
+    {
+        let n = after - before;
+        let most = match *resource {
+            "releaseinventories" => controller_passes,
+            // Each identity's probe at most every 30 s (without the memo: one a pass, 60).
+            "version" => 6.0,
+            // The digest key's Secret (not installed here) is looked for once a minute.
+            "secrets" => 1.0,
+            _ => 0.0,
+        };
+        assert!(
+            n <= most,
+            "{n} reads of {resource} in a steady minute (at most {most}):\n{}",
+            daemon.get("/metrics").unwrap().1
+        );
+    }
     // Each loop kept looking (interval 3s: 20 passes a minute), and no more than that: a
     // pass that triggers another (its own status write, a watch event it caused) would show
     // as a count well above 20.

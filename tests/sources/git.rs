@@ -88,6 +88,61 @@ async fn a_new_commit_on_the_branch_is_fetched() {
     assert_eq!(after.revision, format!("main@sha1:{sha}"));
 }
 
+/// A daemon's render takes a fetch of the same source and ref younger than `max_age` when it
+/// found the revision the Release last attempted (no process, no request to the server); an
+/// older one, or one that found another revision, is fetched again.
+#[tokio::test]
+async fn a_recent_fetch_of_the_last_attempted_revision_is_reused_and_nothing_else() {
+    use convoy::engine::source::Reuse;
+    use std::time::Duration;
+    let repo = GitRepo::new();
+    repo.commit(&[("a.yaml", "v: 1\n")], "first");
+    let (_dir, coordinator) = coordinator();
+    let request = git(&repo.file_url(), GitReference::Branch("main".into()));
+    let first = coordinator
+        .ensure(crate::SCOPE, &request, None)
+        .await
+        .unwrap();
+    let second_sha = repo.commit(&[("a.yaml", "v: 2\n")], "second");
+    let within = |revision: Option<&str>| Reuse {
+        max_age: Duration::from_secs(60),
+        revision: revision.map(str::to_string),
+    };
+    // The revision the Release ran, fetched a moment ago: reused, the new commit not seen yet.
+    let reused = coordinator
+        .ensure_reusing(crate::SCOPE, &request, None, &within(Some(&first.revision)))
+        .await
+        .unwrap();
+    assert_eq!(reused.revision, first.revision);
+    assert_eq!(coordinator.fetch_count(), 1, "no second fetch");
+    // The Release last ran another revision (the controller applied a newer one): fetched.
+    let fetched = coordinator
+        .ensure_reusing(
+            crate::SCOPE,
+            &request,
+            None,
+            &within(Some("main@sha1:other")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(fetched.revision, format!("main@sha1:{second_sha}"));
+    assert_eq!(coordinator.fetch_count(), 2);
+    // Too old (max_age zero: the CLI, or a /sync request): fetched.
+    let third_sha = repo.commit(&[("a.yaml", "v: 3\n")], "third");
+    let fresh = coordinator
+        .ensure_reusing(crate::SCOPE, &request, None, &Reuse::default())
+        .await
+        .unwrap();
+    assert_eq!(fresh.revision, format!("main@sha1:{third_sha}"));
+    assert_eq!(coordinator.fetch_count(), 3);
+    // Another scope (another GitRepository, maybe another tenant's) never shares a fetch.
+    coordinator
+        .ensure_reusing("GitRepository/other/repo", &request, None, &within(None))
+        .await
+        .unwrap();
+    assert_eq!(coordinator.fetch_count(), 4);
+}
+
 #[tokio::test]
 async fn over_a_local_git_daemon() {
     let repo = GitRepo::new();

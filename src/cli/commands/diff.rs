@@ -88,14 +88,19 @@ pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> 
                 Some(h) => h.clone(),
                 None => global.connect().await?,
             };
-            let target = resolve_target(&home, &args.tenancy.tenancy(), &input.release)
-                .await
-                .map_err(|e| {
-                    CliError::new(
-                        ExitStatus::Unreachable,
-                        anyhow::Error::new(e).context("resolve the target cluster"),
-                    )
-                })?;
+            let target = resolve_target(
+                &home,
+                &args.tenancy.tenancy(),
+                &input.release,
+                Default::default(),
+            )
+            .await
+            .map_err(|e| {
+                CliError::new(
+                    ExitStatus::Unreachable,
+                    anyhow::Error::new(e).context("resolve the target cluster"),
+                )
+            })?;
             let cluster = ClusterInfo::discover(&target.conn.client).await.ok();
             let rendered =
                 render_input(&input, cache, args.source_dir.as_deref(), cluster.as_ref()).await?;

@@ -85,6 +85,7 @@ pub async fn render_input(
         source_dir,
         cluster,
         timeout: crate::engine::render::DEFAULT_RENDER_TIMEOUT,
+        reuse_fetches: false,
     };
     let (_, rendered) = render_release(&ctx, &input.release)
         .await
@@ -96,7 +97,7 @@ pub async fn render_input(
 /// that cannot be reached only costs Helm's capability checks, so it is a warning.
 async fn cluster_info(input: &ReleaseInput, tenancy: &Tenancy) -> Option<ClusterInfo> {
     let home = input.home.as_ref()?;
-    let target = match resolve_target(home, tenancy, &input.release).await {
+    let target = match resolve_target(home, tenancy, &input.release, Default::default()).await {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(

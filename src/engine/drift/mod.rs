@@ -751,7 +751,7 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
     // controller) is checked again soon, so InSync turns True once the controller put things
     // back.
     let requeue = match (out_of_sync && applied_before, schedule_recheck(release)) {
-        (true, Requeue::After(d)) => Requeue::After(d.min(DRIFT_RECHECK)),
+        (true, Requeue::After(d) | Requeue::Interval(d)) => Requeue::After(d.min(DRIFT_RECHECK)),
         (true, _) => Requeue::After(DRIFT_RECHECK),
         (false, requeue) => requeue,
     };
@@ -770,7 +770,10 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
 async fn determine_drift(ctx: &Context, release: &Release) -> (Verdict, Option<DiffReport>) {
     let unknown = |message: String| (Verdict::Unknown { message }, None);
     let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release);
-    let (desired, inventory) = futures::join!(render_desired(ctx, release), inventory.get());
+    let (desired, inventory) = futures::join!(
+        render_desired(ctx, release),
+        inventory.get_cached(ctx.listers())
+    );
     let desired = match desired {
         Ok(desired) => desired,
         Err(outcome) => {
@@ -821,6 +824,6 @@ pub fn schedule_recheck(release: &Release) -> Requeue {
         .and_then(|p| p.interval.as_ref())
         .map(|d| d.get())
         .filter(|d| !d.is_zero())
-        .map(Requeue::After)
+        .map(Requeue::Interval)
         .unwrap_or(Requeue::Never)
 }

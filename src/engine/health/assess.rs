@@ -98,13 +98,13 @@ pub async fn assess(
     now: &Time,
 ) -> Result<Assessment, AssessError> {
     // Steps 1–2: rules.
-    let rules = collect_rules(&ctx.home.client, release).await?;
+    let rules = collect_rules(&ctx.home.client, ctx.listers(), release).await?;
     let evaluator = std::sync::Arc::new(
         Evaluator::new(rules)?.with_builtin(crate::engine::health::builtin_rules(release)),
     );
     // Step 3: the inventory.
     let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release)
-        .get()
+        .get_cached(ctx.listers())
         .await
         .map_err(AssessError::Inventory)?;
     let Some(inventory) = inventory.filter(|i| !members(i).is_empty()) else {

@@ -171,7 +171,7 @@ async fn poll_and_record_hooks(
     at: &Time,
     name: &str,
 ) -> PolledPass {
-    let inventory = match handle.get().await {
+    let inventory = match handle.get_cached(ctx.listers()).await {
         Ok(inventory) => inventory,
         Err(e) => {
             tracing::warn!(release = %name, "cannot read the inventory to poll hooks: {}", crate::engine::error::chain(&e));
@@ -490,7 +490,7 @@ pub fn schedule_health_recheck(
     let mut all = crate::engine::locks::lock(&memory.counts);
     if pending.is_empty() {
         all.remove(&key);
-        return interval.map(Requeue::After).unwrap_or(Requeue::Never);
+        return interval.map(Requeue::Interval).unwrap_or(Requeue::Never);
     }
     let counts = all.entry(key).or_default();
     let wanted: BTreeSet<&String> = pending.iter().collect();
@@ -669,7 +669,7 @@ mod tests {
         assert!(near(secs(schedule_health_recheck(&memory, &r, &a)), 5.0));
         assert_eq!(
             schedule_health_recheck(&memory, &r, &[]),
-            Requeue::After(Duration::from_secs(5))
+            Requeue::Interval(Duration::from_secs(5))
         );
         // Without an interval the cap is 32 s, and nothing pending means events only.
         let r = release(None);

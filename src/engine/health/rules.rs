@@ -25,7 +25,8 @@ use serde_json::Value;
 
 use crate::engine::api::{GlobalHealthRuleSet, HealthRule, HealthRuleSet, Release};
 use crate::engine::locks;
-use crate::engine::selectors::{self, Selector};
+use crate::engine::runtime::{Listers, cached_list};
+use crate::engine::selectors::{self, Selector, SelectorExt};
 
 /// A rule that cannot be used, named by its set and name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -66,6 +67,7 @@ pub struct SourcedRule {
 /// selector matches nothing.
 pub async fn collect_rules(
     client: &Client,
+    listers: Option<&dyn Listers>,
     release: &Release,
 ) -> Result<Vec<SourcedRule>, CollectError> {
     let Some(assessment) = &release.spec.health_assessment else {
@@ -77,7 +79,7 @@ pub async fn collect_rules(
         release.metadata.name.as_deref().unwrap_or_default()
     );
     let selector_of = |which: &'static str, selector: &LabelSelector| {
-        selector_string(selector).map_err(|source| CollectError::Selector {
+        selectors::from_label_selector(selector).map_err(|source| CollectError::Selector {
             which,
             release: name.clone(),
             source,
@@ -87,48 +89,67 @@ pub async fn collect_rules(
     if let Some(selector) = &assessment.global_rule_set_selector {
         let selector = selector_of("globalRuleSetSelector", selector)?;
         let api: Api<GlobalHealthRuleSet> = Api::all(client.clone());
-        for set in list_sorted(api, &selector, "GlobalHealthRuleSet").await? {
+        for set in list_sorted(api, listers, None, &selector, "GlobalHealthRuleSet").await? {
             let set_name = format!("GlobalHealthRuleSet/{}", set.name_any());
-            rules.extend(sourced(&set_name, set.spec.rules));
+            rules.extend(sourced(&set_name, &set.spec.rules));
         }
     }
     if let Some(selector) = &assessment.local_rule_set_selector {
         let selector = selector_of("localRuleSetSelector", selector)?;
         let namespace = release.metadata.namespace.clone().unwrap_or_default();
         let api: Api<HealthRuleSet> = Api::namespaced(client.clone(), &namespace);
-        for set in list_sorted(api, &selector, "HealthRuleSet").await? {
+        let sets = list_sorted(api, listers, Some(&namespace), &selector, "HealthRuleSet").await?;
+        for set in sets {
             let set_name = format!("HealthRuleSet/{namespace}/{}", set.name_any());
-            rules.extend(sourced(&set_name, set.spec.rules));
+            rules.extend(sourced(&set_name, &set.spec.rules));
         }
     }
     Ok(rules)
 }
 
-/// The rule sets of one kind matching `selector`, by name.
+/// The rule sets of one kind (in `namespace`) matching `selector`, by name: from the
+/// process's cache when it holds the kind (health-loop.txt's listers), else listed.
 async fn list_sorted<K>(
     api: Api<K>,
-    selector: &str,
+    listers: Option<&dyn Listers>,
+    namespace: Option<&str>,
+    selector: &Selector,
     kind: &'static str,
-) -> Result<Vec<K>, CollectError>
+) -> Result<Vec<Arc<K>>, CollectError>
 where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
 {
-    let mut sets = api
-        .list(&ListParams::default().labels(selector))
-        .await
-        .map_err(|source| CollectError::List {
-            kind,
-            source: Box::new(source),
-        })?
-        .items;
+    let mut sets: Vec<Arc<K>> = match cached_list::<K>(listers, namespace) {
+        Some(all) => all
+            .into_iter()
+            .filter(|set| selector.matches(set.labels()))
+            .collect(),
+        None => api
+            .list(&ListParams::default().labels(&selector.to_string()))
+            .await
+            .map_err(|source| CollectError::List {
+                kind,
+                source: Box::new(source),
+            })?
+            .items
+            .into_iter()
+            .map(Arc::new)
+            .collect(),
+    };
     sets.sort_by_key(|s| s.name_any());
     Ok(sets)
 }
 
-fn sourced(set: &str, rules: Vec<HealthRule>) -> impl Iterator<Item = SourcedRule> + '_ {
-    rules.into_iter().map(move |rule| SourcedRule {
+fn sourced<'a>(set: &'a str, rules: &'a [HealthRule]) -> impl Iterator<Item = SourcedRule> + 'a {
+    rules.iter().map(move |rule| SourcedRule {
         set: set.to_string(),
-        rule,
+        rule: rule.clone(),
     })
 }
 

@@ -295,6 +295,7 @@ async fn delete_hook_leftovers(deletion: &Deletion<'_>, target: &Target, applier
 /// Step 6: the render store prefix. A failure leaves blobs behind but must not keep the
 /// Release from going, so it is logged.
 async fn delete_stored_renders(deletion: &Deletion<'_>) {
+    deletion.ctx.known_stored.forget(deletion.release);
     if let Some(store) = &deletion.ctx.store {
         let id = crate::engine::store::ReleaseId::of(deletion.release);
         if let Err(e) = store.delete_prefix(&id).await {

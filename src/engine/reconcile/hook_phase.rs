@@ -418,6 +418,11 @@ fn hook_still_present(release: &Release, content: &[ContentHook], entry: &HookEn
 /// Drop hook entries of hooks the Release no longer has (removed from the spec, or from the
 /// render), so the lifecycle status speaks only of current hooks.
 pub async fn forget_removed_hooks(run: &HookRun<'_>) -> Result<(), InventoryError> {
+    // Only the controller adds hook entries: an inventory this attempt saw without any has
+    // none to drop (a steady pass saves the read).
+    if run.inventory.known_without_hooks() {
+        return Ok(());
+    }
     let current = run.inventory.get().await?;
     let Some(current) = current else {
         return Ok(());

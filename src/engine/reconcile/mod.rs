@@ -96,6 +96,7 @@ pub async fn reconcile(
     let healthy = render_healthy(release, status, &inventory, &render_ref).await;
     let mut outcome = run_stages(ctx, release, status, state, &rendered, &inventory, healthy).await;
     outcome.render_healthy = healthy;
+    outcome.inventory_without_hooks = inventory.known_without_hooks();
     outcome.stage_seconds = vec![
         ("render", render_seconds),
         ("sync", started.elapsed().as_secs_f64()),
@@ -366,13 +367,12 @@ pub async fn sync_handler(
     let outcome = reconcile(ctx, &release, &cached, &state).await;
     tracing::debug!(elapsed_ms = started.elapsed().as_millis() as u64, reason = %outcome.reason, "reconciled");
     // Step 6: status assembly and write.
-    let rollup =
-        stages::apply_lifecycle_rollup(ctx, &release, outcome.attempt.render_ref.as_deref())
-            .await
-            .map_err(|source| HandlerError::Rollup {
-                release: name.clone(),
-                source,
-            })?;
+    let rollup = stages::apply_lifecycle_rollup(ctx, &release, &outcome)
+        .await
+        .map_err(|source| HandlerError::Rollup {
+            release: name.clone(),
+            source,
+        })?;
     let mut status = assemble::assemble_status(&release, &cached, &outcome, &state, rollup);
     // The shard may have lapsed during the pass (a renewal that could not be made in time):
     // another replica may own the Release now, so this one writes nothing more.

@@ -46,6 +46,9 @@ pub struct ReconcileOutcome {
     /// Objects this attempt sent to the cluster (unchanged ones are not sent): a render that
     /// ran already and still sends some put drift back.
     pub objects_sent: usize,
+    /// The inventory as this attempt last read or wrote it had no hook entries (set by
+    /// `reconcile`): the lifecycle rollup then has nothing to read.
+    pub inventory_without_hooks: bool,
 }
 
 impl ReconcileOutcome {
@@ -72,6 +75,7 @@ impl ReconcileOutcome {
             notices: Vec::new(),
             stage_seconds: Vec::new(),
             objects_sent: 0,
+            inventory_without_hooks: false,
         }
     }
 
@@ -94,6 +98,7 @@ impl ReconcileOutcome {
             notices: Vec::new(),
             stage_seconds: Vec::new(),
             objects_sent: 0,
+            inventory_without_hooks: false,
         }
     }
 
@@ -126,6 +131,7 @@ impl ReconcileOutcome {
             notices: Vec::new(),
             stage_seconds: Vec::new(),
             objects_sent: 0,
+            inventory_without_hooks: false,
         }
     }
 
@@ -157,6 +163,7 @@ impl ReconcileOutcome {
             notices: Vec::new(),
             stage_seconds: Vec::new(),
             objects_sent: 0,
+            inventory_without_hooks: false,
         }
     }
 

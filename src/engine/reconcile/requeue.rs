@@ -63,19 +63,16 @@ pub fn requeue_for(release: &Release, outcome: &ReconcileOutcome, failures: u32)
             .waiting
             .as_ref()
             .is_some_and(|w| !failed && hold_can_time_out(release, w));
-    let delay = if progressing {
-        if interval.is_zero() {
+    if progressing {
+        Requeue::After(if interval.is_zero() {
             PROGRESSING_RECHECK
         } else {
             interval.min(PROGRESSING_RECHECK)
-        }
-    } else {
-        interval
-    };
-    if delay.is_zero() {
+        })
+    } else if interval.is_zero() {
         Requeue::Never
     } else {
-        Requeue::After(delay)
+        Requeue::Interval(interval)
     }
 }
 
@@ -179,7 +176,7 @@ mod tests {
         let r = release(json!({"interval": "5m"}));
         assert_eq!(
             requeue_for(&r, &outcome(false, false), 0),
-            Requeue::After(Duration::from_secs(300))
+            Requeue::Interval(Duration::from_secs(300))
         );
         assert_eq!(
             requeue_for(&r, &outcome(false, true), 0),
@@ -221,7 +218,7 @@ mod tests {
         let with_interval = release(json!({"waves": {"waitForHealth": true}, "interval": "1m"}));
         assert_eq!(
             requeue_for(&with_interval, &held, 0),
-            Requeue::After(Duration::from_secs(60))
+            Requeue::Interval(Duration::from_secs(60))
         );
     }
 

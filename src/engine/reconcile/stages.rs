@@ -58,6 +58,10 @@ pub async fn stage_render(
         source_dir: None,
         cluster: None,
         timeout: ctx.render_timeout,
+        // A /sync request (forced or not) fetches anew: the person asking may have just pushed.
+        reuse_fetches: ctx.reuse_fetches
+            && state.pending_sync.is_none()
+            && state.pending_force.is_none(),
     };
     // Step 1: fetch. Errors are transient; "not supported" is not retried.
     let (fetched, content, target) = fetch_and_resolve(ctx, &render_ctx, release)
@@ -219,12 +223,23 @@ async fn resolve_pinned_render(
 
 /// Status assembly step 10, `applyLifecycleRollup`: from the hook entries of the
 /// ReleaseInventory (read from the API server), `status.lifecycle` and `LifecycleSucceeded`.
-/// `None` when the Release has no hooks.
+/// `None` when the Release has no hooks: no spec hooks, and the attempt saw an inventory
+/// without hook entries (only the controller adds them, so there are none to read: a steady
+/// pass saves the read).
 pub async fn apply_lifecycle_rollup(
     ctx: &Context,
     release: &Release,
-    render_ref: Option<&str>,
+    outcome: &ReconcileOutcome,
 ) -> Result<Option<LifecycleRollup>, crate::engine::inventory::InventoryError> {
+    let spec_hooks = release
+        .spec
+        .lifecycle
+        .as_ref()
+        .is_some_and(|l| !l.hooks.is_empty());
+    if !spec_hooks && outcome.inventory_without_hooks {
+        return Ok(None);
+    }
+    let render_ref = outcome.attempt.render_ref.as_deref();
     let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release)
         .get()
         .await?;

@@ -20,7 +20,7 @@ use crate::engine::objects::ObjectReader;
 use crate::engine::source::archive::path_inside;
 use crate::engine::source::cache::tree_digest;
 use crate::engine::source::resolve::release_request;
-use crate::engine::source::{Artifact, Coordinator};
+use crate::engine::source::{Artifact, Coordinator, Reuse};
 
 /// What a render reads from.
 pub struct RenderContext<'a> {
@@ -33,6 +33,10 @@ pub struct RenderContext<'a> {
     pub cluster: Option<&'a ClusterInfo>,
     /// The deadline of rendering the content (helm, kustomize): the tool is killed past it.
     pub timeout: std::time::Duration,
+    /// Whether the source may come from a recent fetch of the same source and ref (see
+    /// [`crate::engine::source::Reuse`]): a daemon's passes; not a /sync request, which
+    /// fetches anew.
+    pub reuse_fetches: bool,
 }
 
 /// The default deadline of a render.
@@ -87,12 +91,21 @@ pub async fn fetch_source(
     let resolved = release_request(ctx.reader, release)
         .await
         .map_err(RenderError::SourceObject)?;
+    let reuse = Reuse {
+        max_age: if ctx.reuse_fetches {
+            resolved.reuse_for
+        } else {
+            std::time::Duration::ZERO
+        },
+        revision: last_attempted_revision(release),
+    };
     let artifact = ctx
         .coordinator
-        .ensure(
+        .ensure_reusing(
             &resolved.scope,
             &resolved.request,
             resolved.credentials.as_ref(),
+            &reuse,
         )
         .await
         .map_err(|source| RenderError::Fetch {
@@ -111,6 +124,19 @@ pub async fn fetch_source(
         },
         artifact,
     })
+}
+
+/// The source revision of the Release's last attempt.
+fn last_attempted_revision(release: &Release) -> Option<String> {
+    release
+        .status
+        .as_ref()?
+        .last_attempted
+        .as_ref()?
+        .resolved_source
+        .as_ref()?
+        .revision
+        .clone()
 }
 
 /// stageRender steps 3–6: values, render, mutations, renderRef. This is the spec's

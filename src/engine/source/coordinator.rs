@@ -8,12 +8,40 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::cache::Cache;
 use super::{Artifact, Credentials, SourceError, SourcePolicy, SourceRequest, git, helm_repo, oci};
 
 type Slot = Arc<tokio::sync::Mutex<Option<(Instant, Artifact)>>>;
+
+/// When a render may take an earlier fetch of the same request instead of fetching again.
+/// A daemon renders each Release at every interval, twice (the controller and the drift
+/// loop): at 10,000 Releases on one monorepo that was 33 `git fetch`es a second against a
+/// repository whose GitRepository is fetched once a minute anyway. As Flux's consumers take
+/// the source-controller's artifact and Argo CD's repo server caches a resolved revision
+/// (`--revision-cache-expiration`, 3m), a render here takes a fetch of the same source and
+/// ref no older than its GitRepository's interval.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reuse {
+    /// Only a fetch at most this old (zero: always fetch).
+    pub max_age: Duration,
+    /// Only a fetch that resolved to this revision, when set: the one the Release last
+    /// attempted. A fetch that found another revision is fetched again, so a process that
+    /// did not see the new revision itself (an observer beside a controller) does not render
+    /// an older one than the controller applied.
+    pub revision: Option<String>,
+}
+
+impl Reuse {
+    fn accepts(&self, finished: Instant, artifact: &Artifact) -> bool {
+        finished.elapsed() < self.max_age
+            && self
+                .revision
+                .as_ref()
+                .is_none_or(|r| *r == artifact.revision)
+    }
+}
 
 /// Fetches sources into one cache, de-duplicating concurrent fetches.
 pub struct Coordinator {
@@ -57,11 +85,23 @@ impl Coordinator {
         request: &SourceRequest,
         credentials: Option<&Credentials>,
     ) -> Result<Artifact, SourceError> {
+        self.ensure_reusing(scope, request, credentials, &Reuse::default())
+            .await
+    }
+
+    /// [`Coordinator::ensure`], also taking an earlier fetch that `reuse` accepts.
+    pub async fn ensure_reusing(
+        &self,
+        scope: &str,
+        request: &SourceRequest,
+        credentials: Option<&Credentials>,
+        reuse: &Reuse,
+    ) -> Result<Artifact, SourceError> {
         let asked = Instant::now();
         let slot = self.slot(&format!("{scope}\0{}", request.key()));
         let mut result_slot = slot.lock().await;
         if let Some((finished, artifact)) = result_slot.as_ref()
-            && *finished >= asked
+            && (*finished >= asked || reuse.accepts(*finished, artifact))
         {
             return Ok(artifact.clone());
         }

@@ -15,7 +15,7 @@ pub mod resolve;
 use std::path::PathBuf;
 
 pub use cache::Cache;
-pub use coordinator::Coordinator;
+pub use coordinator::{Coordinator, Reuse};
 
 /// What to fetch, fully resolved from a Release and its source object.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -44,6 +44,9 @@ pub struct ResolvedRequest {
     pub credentials: Option<Credentials>,
     pub kind: SourceKind,
     pub name: String,
+    /// How old a fetch of this request a render may reuse (the source object's interval; zero
+    /// for kinds whose fetch is not polled by their controller): see [`super::Reuse`].
+    pub reuse_for: std::time::Duration,
 }
 
 /// Resolve the source of `release`.
@@ -86,6 +89,7 @@ pub async fn release_request(
                 credentials,
                 kind: SourceKind::HelmRegistry,
                 name: source.name.clone(),
+                reuse_for: std::time::Duration::ZERO,
             })
         }
         SourceKind::OciRegistry => {
@@ -112,6 +116,7 @@ pub async fn release_request(
                 credentials,
                 kind: SourceKind::OciRegistry,
                 name: source.name.clone(),
+                reuse_for: std::time::Duration::ZERO,
             })
         }
     }
@@ -148,8 +153,17 @@ pub async fn git_request(
         credentials,
         kind: SourceKind::GitRepository,
         name: name.to_string(),
+        reuse_for: repo
+            .spec
+            .interval
+            .as_ref()
+            .map(|d| d.get())
+            .unwrap_or(DEFAULT_GIT_INTERVAL),
     })
 }
+
+/// A GitRepository's `spec.interval` when it sets none: how often its controller fetches.
+pub const DEFAULT_GIT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A Git ref as a reference to fetch. `semver` is not supported.
 pub fn git_reference(git_ref: Option<&GitRef>) -> Result<GitReference, Invalid> {

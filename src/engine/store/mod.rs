@@ -6,6 +6,7 @@
 //! reconcile-flow.txt stageSync steps 2, 8, 9 and finalize step 6.
 
 pub mod dir;
+pub mod known;
 pub mod kube;
 
 use std::collections::BTreeSet;

@@ -22,6 +22,9 @@ pub(super) async fn persist_render(
     let Some(store) = &ctx.store else {
         return Ok(());
     };
+    if ctx.known_stored.knows(release, render_ref) {
+        return Ok(());
+    }
     let id = ReleaseId::of(release);
     if store.has_render(&id, render_ref).await? {
         return Ok(());
@@ -31,7 +34,8 @@ pub(super) async fn persist_render(
 
 /// stageSync step 8, `recordHistory`: append the render if the history does not hold it yet.
 /// Returns the history as it now stands and whether this call changed it (`None` on an
-/// error, which is only logged).
+/// error, which is only logged, and when the render is known to be stored and recorded:
+/// then there is nothing for runGC either).
 pub(super) async fn record_history(
     ctx: &Context,
     release: &Release,
@@ -41,6 +45,9 @@ pub(super) async fn record_history(
     let (Some(store), Some(render_ref)) = (&ctx.store, attempt.render_ref.as_ref()) else {
         return None;
     };
+    if ctx.known_stored.knows(release, render_ref) {
+        return None;
+    }
     let id = ReleaseId::of(release);
     let result = async {
         let history = store.history(&id).await?;
@@ -65,7 +72,11 @@ pub(super) async fn record_history(
     }
     .await;
     match result {
-        Ok(r) => Some(r),
+        Ok(r) => {
+            // Persisted at step 2 of this sync, and in the history now.
+            ctx.known_stored.remember(release, render_ref);
+            Some(r)
+        }
         Err(e) => {
             let e: StoreError = e;
             tracing::warn!(release = %id, "cannot record the render history: {}", crate::engine::error::chain(&e));

@@ -1,0 +1,105 @@
+//! What a process knows the render store holds: for each Release, the render this process
+//! saw persisted and in the history. A daemon re-syncs an unchanged render at every interval;
+//! persistRender and recordHistory would ask the store each time (with the Kubernetes store,
+//! a LIST of the store's Secrets by label and a GET of the history: at 10,000 Releases, two
+//! thousand requests a minute whose answer never changes).
+//!
+//! Spec: reconcile-flow.txt stageSync steps 2 and 8. The answer is taken from memory only
+//! while it cannot have changed: the same Release (uid), the same generation (a spec change,
+//! such as a lowered `maxHistory`, asks again), and the render is the one the Release last
+//! attempted. The store drops a render or a history entry only in runGC, which keeps every
+//! render the status refers to; for another process to drop this one, the Release must
+//! first attempt another render, and then this process asks again.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::engine::api::Release;
+use crate::engine::locks::lock;
+
+/// One entry per Release: the render known stored and in the history.
+#[derive(Default)]
+pub struct KnownStored(Mutex<HashMap<String, Known>>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Known {
+    uid: String,
+    generation: i64,
+    render_ref: String,
+}
+
+fn key(release: &Release) -> String {
+    format!(
+        "{}/{}",
+        release.metadata.namespace.as_deref().unwrap_or_default(),
+        release.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn known(release: &Release, render_ref: &str) -> Known {
+    Known {
+        uid: release.metadata.uid.clone().unwrap_or_default(),
+        generation: release.metadata.generation.unwrap_or_default(),
+        render_ref: render_ref.to_string(),
+    }
+}
+
+impl KnownStored {
+    /// Whether `render_ref` of `release` is known to be stored and in its history, and is the
+    /// render the Release last attempted.
+    pub fn knows(&self, release: &Release, render_ref: &str) -> bool {
+        let last_attempted = release
+            .status
+            .as_ref()
+            .and_then(|s| s.last_attempted.as_ref())
+            .and_then(|a| a.render_ref.as_deref());
+        last_attempted == Some(render_ref)
+            && lock(&self.0).get(&key(release)) == Some(&known(release, render_ref))
+    }
+
+    /// Remember that `render_ref` of `release` is stored and in its history.
+    pub fn remember(&self, release: &Release, render_ref: &str) {
+        lock(&self.0).insert(key(release), known(release, render_ref));
+    }
+
+    /// Forget `release` (it is deleted, or its store changed under it).
+    pub fn forget(&self, release: &Release) {
+        lock(&self.0).remove(&key(release));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn release(generation: i64, uid: &str, last_attempted: Option<&str>) -> Release {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+            "metadata": {"name": "web", "namespace": "apps", "generation": generation, "uid": uid},
+            "spec": {"source": {"kind": "GitRepository", "name": "repo"}},
+            "status": {"lastAttempted": last_attempted.map(|r| serde_json::json!({"renderRef": r}))},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_render_is_known_only_while_it_is_the_last_attempted_one_of_the_same_spec() {
+        let known = KnownStored::default();
+        let r = release(3, "u1", Some("aaa"));
+        assert!(!known.knows(&r, "aaa"), "nothing remembered yet");
+        known.remember(&r, "aaa");
+        assert!(known.knows(&r, "aaa"));
+        // Another render, another generation, a re-created Release, or a last attempt of
+        // another render (another process may have moved it on): asked again.
+        assert!(!known.knows(&r, "bbb"));
+        assert!(!known.knows(&release(4, "u1", Some("aaa")), "aaa"));
+        assert!(!known.knows(&release(3, "u2", Some("aaa")), "aaa"));
+        assert!(!known.knows(&release(3, "u1", Some("bbb")), "aaa"));
+        assert!(!known.knows(&release(3, "u1", None), "aaa"));
+        // One entry per Release: a new render replaces the old.
+        known.remember(&r, "bbb");
+        assert!(!known.knows(&r, "aaa"));
+        known.forget(&r);
+        assert!(!known.knows(&release(3, "u1", Some("bbb")), "bbb"));
+    }
+}
