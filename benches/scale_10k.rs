@@ -22,7 +22,8 @@
 //! `cargo bench --bench scale_10k` (an hour or more on two cores); `CONVOY_BENCH_RELEASES`,
 //! `CONVOY_BENCH_NAMESPACES`, `CONVOY_BENCH_CLUSTERS` (per namespace), `CONVOY_BENCH_LEASE`
 //! (the lease duration, 15s), `CONVOY_BENCH_APP_INTERVAL` (every Release's interval, 10m) and
-//! `CONVOY_BENCH_STEADY` (1m) change the run. Under `cargo test` (no `--bench` flag) it does
+//! `CONVOY_BENCH_STEADY` (1m) change the run; `CONVOY_BENCH_WRAP_REPLICA_A` runs replica-a under
+//! a profiler (`heaptrack -o FILE`). Under `cargo test` (no `--bench` flag) it does
 //! nothing.
 
 #![allow(clippy::unwrap_used)]
@@ -132,7 +133,25 @@ struct Replica {
 impl Replica {
     fn start(name: &'static str, s: &Settings, kubeconfig: &Path, dir: &Path) -> Self {
         let port = free_port();
-        let mut cmd = Command::new(convoy_bin());
+        // Diagnostics: `CONVOY_BENCH_WRAP_REPLICA_A="heaptrack -o /tmp/a"` runs replica-a under
+        // a profiler (its memory figures are then the wrapper's).
+        let wrap = std::env::var("CONVOY_BENCH_WRAP_REPLICA_A")
+            .ok()
+            .filter(|_| name == REPLICAS[0]);
+        let wrap: Vec<String> = wrap
+            .as_deref()
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        let mut cmd = match wrap.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(convoy_bin());
+                c
+            }
+            None => Command::new(convoy_bin()),
+        };
         cmd.arg("--kubeconfig")
             .arg(kubeconfig)
             .args([

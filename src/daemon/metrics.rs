@@ -50,18 +50,20 @@ pub struct ResourceLabels {
     pub resource: String,
 }
 
+/// A Release's series: its namespace and name shared by all of them (one allocation each,
+/// not one per series: a replica holds a dozen series for each of thousands of Releases).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReleaseLabels {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ConditionLabels {
-    pub namespace: String,
-    pub name: String,
-    pub r#type: String,
-    pub status: String,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
+    pub r#type: &'static str,
+    pub status: &'static str,
 }
 
 fn durations() -> Histogram {
@@ -217,20 +219,23 @@ impl Metrics {
     }
 
     /// A Release's conditions as they stand: its current status per type is 1, the others 0.
+    /// Only convoy's condition types have series (another writer's would grow them unbounded).
     pub fn release_conditions(
         &self,
-        namespace: &str,
-        name: &str,
-        conditions: &[(String, ConditionStatus)],
+        release: &ReleaseLabels,
+        conditions: &[(&str, ConditionStatus)],
     ) {
         for (type_, current) in conditions {
+            let Some(type_) = condition_types::ALL.iter().find(|t| *t == type_) else {
+                continue;
+            };
             for status in ConditionStatus::ALL {
                 self.release_condition
                     .get_or_create(&ConditionLabels {
-                        namespace: namespace.to_string(),
-                        name: name.to_string(),
-                        r#type: type_.clone(),
-                        status: status.to_string(),
+                        namespace: release.namespace.clone(),
+                        name: release.name.clone(),
+                        r#type: type_,
+                        status: status.as_str(),
                     })
                     .set(i64::from(status == *current));
             }
@@ -238,19 +243,15 @@ impl Metrics {
     }
 
     /// A Release that is gone takes its series with it.
-    pub fn forget_release(&self, namespace: &str, name: &str) {
-        let release = ReleaseLabels {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-        };
-        self.release_last_applied.remove(&release);
+    pub fn forget_release(&self, release: &ReleaseLabels) {
+        self.release_last_applied.remove(release);
         for type_ in condition_types::ALL {
             for status in ConditionStatus::ALL {
                 self.release_condition.remove(&ConditionLabels {
-                    namespace: namespace.to_string(),
-                    name: name.to_string(),
-                    r#type: type_.to_string(),
-                    status: status.to_string(),
+                    namespace: release.namespace.clone(),
+                    name: release.name.clone(),
+                    r#type: type_,
+                    status: status.as_str(),
                 });
             }
         }
@@ -362,7 +363,11 @@ mod tests {
                 r#loop: "health".into(),
             })
             .set(3);
-        m.release_conditions("apps", "web", &[("Healthy".into(), ConditionStatus::False)]);
+        let web = ReleaseLabels {
+            namespace: "apps".into(),
+            name: "web".into(),
+        };
+        m.release_conditions(&web, &[("Healthy", ConditionStatus::False)]);
         let text = m.render();
         assert!(
             text.contains("# TYPE convoy_reconciles counter\nconvoy_reconciles_total{loop=\"controller\",reason=\"Applied\"} 2\n"),
@@ -382,7 +387,7 @@ mod tests {
         assert!(text.contains(
             "convoy_release_condition{namespace=\"apps\",name=\"web\",type=\"Healthy\",status=\"True\"} 0\n"
         ));
-        m.forget_release("apps", "web");
+        m.forget_release(&web);
         assert!(!m.render().contains("name=\"web\""));
     }
 

@@ -146,11 +146,47 @@ fn trimmed_caches(
     (releases, inventories)
 }
 
-/// A Release as a stub: without its status but for the observed generation.
+/// A Release as a stub: what the enqueue rules, the source wake-ups, a takeover and the
+/// cluster-wave gate read of a Release of another shard — its identity, resource version,
+/// generation, deletion, `sync-requested-at`, source, cluster and cluster wave, and of its
+/// status the observed generation. Nothing else: a replica keeps a stub for every Release of
+/// the fleet it does not work on, so each byte counts thousands of times.
 fn release_stub(r: &Release) -> Release {
+    use crate::engine::api::annotations::SYNC_REQUESTED_AT;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    let m = &r.metadata;
+    let sync_requested = m
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(SYNC_REQUESTED_AT))
+        .map(|v| [(SYNC_REQUESTED_AT.to_string(), v.clone())].into());
     Release {
-        metadata: r.metadata.clone(),
-        spec: r.spec.clone(),
+        metadata: ObjectMeta {
+            name: m.name.clone(),
+            namespace: m.namespace.clone(),
+            uid: m.uid.clone(),
+            resource_version: m.resource_version.clone(),
+            generation: m.generation,
+            deletion_timestamp: m.deletion_timestamp.clone(),
+            annotations: sync_requested,
+            ..Default::default()
+        },
+        spec: crate::engine::api::ReleaseSpec {
+            source: r.spec.source.clone(),
+            content: Default::default(),
+            cluster: r.spec.cluster.clone(),
+            target_namespace: None,
+            service_account_name: None,
+            sync_policy: None,
+            cluster_wave: r.spec.cluster_wave.clone(),
+            health_assessment: None,
+            failure_policy: None,
+            deletion_policy: None,
+            retention_policy: None,
+            mutations: Vec::new(),
+            lifecycle: None,
+            drift_exclusions: Vec::new(),
+        },
         status: r
             .status
             .as_ref()
@@ -235,6 +271,7 @@ fn shared_state(
     )));
     ctx.concurrency = config.concurrency;
     ctx.reuse_fetches = true;
+    ctx.observer_reads = crate::engine::apply::Freshness::WatchCache;
     ctx.store = config.render_store.open(&client, &config.lease_namespace);
     let (releases, inventories) = if config.shards == 0 {
         (Arc::default(), Arc::default())
@@ -759,18 +796,24 @@ fn release_metrics_handler(metrics: Arc<Metrics>, gate: Arc<dyn ShardGate>) -> H
     })
 }
 
+fn release_labels(r: &Release) -> metrics::ReleaseLabels {
+    metrics::ReleaseLabels {
+        namespace: r.metadata.namespace.as_deref().unwrap_or_default().into(),
+        name: r.metadata.name.as_deref().unwrap_or_default().into(),
+    }
+}
+
 fn record_release_metrics(metrics: &Metrics, r: &Release) {
-    let namespace = r.metadata.namespace.as_deref().unwrap_or_default();
-    let name = r.metadata.name.as_deref().unwrap_or_default();
     let Some(status) = r.status.as_ref() else {
         return;
     };
-    let conditions: Vec<(String, crate::engine::api::ConditionStatus)> = status
+    let labels = release_labels(r);
+    let conditions: Vec<(&str, crate::engine::api::ConditionStatus)> = status
         .conditions
         .iter()
-        .map(|c| (c.type_.clone(), c.status))
+        .map(|c| (c.type_.as_str(), c.status))
         .collect();
-    metrics.release_conditions(namespace, name, &conditions);
+    metrics.release_conditions(&labels, &conditions);
     if let Some(at) = status
         .last_successful
         .as_ref()
@@ -778,19 +821,13 @@ fn record_release_metrics(metrics: &Metrics, r: &Release) {
     {
         metrics
             .release_last_applied
-            .get_or_create(&metrics::ReleaseLabels {
-                namespace: namespace.to_string(),
-                name: name.to_string(),
-            })
+            .get_or_create(&labels)
             .set(at.0.as_second() as f64);
     }
 }
 
 fn forget_release_metrics(metrics: &Metrics, r: &Release) {
-    metrics.forget_release(
-        r.metadata.namespace.as_deref().unwrap_or_default(),
-        r.metadata.name.as_deref().unwrap_or_default(),
-    );
+    metrics.forget_release(&release_labels(r));
 }
 
 /// The controller's enqueue rules (`shouldEnqueueOnUpdate`, a deletion, a Healthy verdict

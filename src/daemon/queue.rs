@@ -22,7 +22,7 @@
 //! (`reconcile_on`, predicates); this queue, fed by the informers of `daemon::informer`,
 //! expresses all of it with one mechanism that the unit tests below pin down.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -56,6 +56,10 @@ struct State {
     failures: HashMap<String, u32>,
     /// The one pending delayed add of a key: when it is due, and at which level it comes.
     delayed: HashMap<String, (tokio::time::Instant, Level)>,
+    /// The same, by time: what the queue's one timer task waits for.
+    timeline: BTreeSet<(tokio::time::Instant, String)>,
+    /// Whether the timer task runs (it is started by the first delayed add).
+    timer_running: bool,
     shutting_down: bool,
 }
 
@@ -64,6 +68,8 @@ struct State {
 pub struct WorkQueue {
     state: Arc<Mutex<State>>,
     notify: Arc<Notify>,
+    /// Wakes the timer task when a delayed add comes due earlier than all before it.
+    timer: Arc<Notify>,
 }
 
 impl WorkQueue {
@@ -118,36 +124,70 @@ impl WorkQueue {
             return;
         }
         let due = tokio::time::Instant::now() + delay;
-        {
+        let (start, earliest) = {
             let mut s = self.lock();
             if s.shutting_down {
                 return;
             }
             match s.delayed.get(key) {
                 Some((pending, _)) if *pending <= due => return,
-                _ => {
-                    s.delayed.insert(key.to_string(), (due, level));
+                Some((pending, _)) => {
+                    let pending = *pending;
+                    s.timeline.remove(&(pending, key.to_string()));
                 }
+                None => {}
+            }
+            s.delayed.insert(key.to_string(), (due, level));
+            s.timeline.insert((due, key.to_string()));
+            let earliest = s.timeline.first().is_some_and(|(at, _)| *at == due);
+            let start = !s.timer_running;
+            s.timer_running = true;
+            (start, earliest)
+        };
+        if start {
+            let queue = self.clone();
+            tokio::spawn(async move { queue.run_timer().await });
+        } else if earliest {
+            self.timer.notify_one();
+        }
+    }
+
+    /// The queue's one timer: adds each delayed key when it comes due. One task for all the
+    /// delayed adds, not one each: a daemon holds a delayed add per Release and loop (the
+    /// interval), and a sleeping task per key cost far more memory than an entry in a map.
+    async fn run_timer(&self) {
+        loop {
+            let (due, next) = {
+                let mut s = self.lock();
+                if s.shutting_down {
+                    s.timer_running = false;
+                    return;
+                }
+                let now = tokio::time::Instant::now();
+                let mut due = Vec::new();
+                while s.timeline.first().is_some_and(|(at, _)| *at <= now) {
+                    let Some((_, key)) = s.timeline.pop_first() else {
+                        break;
+                    };
+                    let level = s.delayed.remove(&key).map_or(Level::Event, |(_, l)| l);
+                    due.push((key, level));
+                }
+                (due, s.timeline.first().map(|(at, _)| *at))
+            };
+            for (key, level) in due {
+                self.add_at(&key, level);
+            }
+            // notify_one keeps a permit for a wake-up sent before this wait begins.
+            match next {
+                Some(at) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(at) => {}
+                        _ = self.timer.notified() => {}
+                    }
+                }
+                None => self.timer.notified().await,
             }
         }
-        let queue = self.clone();
-        let key = key.to_string();
-        tokio::spawn(async move {
-            tokio::time::sleep_until(due).await;
-            // Only the timer of the pending time adds; one replaced by an earlier time ends.
-            let mine = {
-                let mut s = queue.lock();
-                if s.delayed.get(&key).map(|(at, _)| at) == Some(&due) {
-                    s.delayed.remove(&key);
-                    true
-                } else {
-                    false
-                }
-            };
-            if mine {
-                queue.add_at(&key, level);
-            }
-        });
     }
 
     /// Keys with a pending delayed add.
@@ -238,8 +278,10 @@ impl WorkQueue {
         s.bulk.clear();
         s.dirty.clear();
         s.delayed.clear();
+        s.timeline.clear();
         drop(s);
         self.notify.notify_waiters();
+        self.timer.notify_one();
     }
 }
 

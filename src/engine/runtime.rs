@@ -143,6 +143,9 @@ pub struct Context {
     /// ([`crate::engine::source::Reuse`]): a daemon, whose source controllers poll the
     /// sources and wake the Releases on a new revision. Off for the CLI, which fetches.
     pub reuse_fetches: bool,
+    /// How fresh the drift and health loops' reads of live objects must be: the daemon's
+    /// periodic passes read the API server's watch cache; the CLI reads the latest.
+    pub observer_reads: crate::engine::apply::Freshness,
     /// The render of each Release this process saw stored and in the history.
     pub known_stored: crate::engine::store::known::KnownStored,
     cluster_info: Mutex<HashMap<String, (Instant, ClusterInfo)>>,
@@ -174,6 +177,7 @@ impl Context {
             probes: crate::engine::cluster::Probes::default(),
             reuse_fetches: false,
             known_stored: Default::default(),
+            observer_reads: Default::default(),
             cluster_info: Mutex::new(HashMap::new()),
             appliers: Mutex::new(HashMap::new()),
         }

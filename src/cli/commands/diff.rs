@@ -133,6 +133,7 @@ pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> 
         inventory.as_ref(),
         args.concurrency,
         digest_key.as_ref(),
+        crate::engine::apply::Freshness::Latest,
     )
     .await
     .map_err(|e| {

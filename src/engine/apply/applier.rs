@@ -97,6 +97,36 @@ pub struct PruneReport {
     pub failures: Vec<Rejection>,
 }
 
+/// How fresh a read of live objects must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Freshness {
+    /// The latest state (a quorum read from etcd): what the controller decides on, and what
+    /// `convoy diff` and `convoy health --live` show.
+    #[default]
+    Latest,
+    /// Whatever the API server's watch cache holds (`resourceVersion=0`), milliseconds
+    /// behind at most: the observer loops' periodic reads, which a daemon makes for every
+    /// object at every interval. Served from memory, they cost etcd nothing.
+    WatchCache,
+}
+
+impl Freshness {
+    /// GET `name` as fresh as asked; `None` when it does not exist.
+    pub async fn get<K>(self, api: &Api<K>, name: &str) -> Result<Option<K>, kube::Error>
+    where
+        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        match self {
+            Freshness::Latest => api.get_opt(name).await,
+            Freshness::WatchCache => match api.get_with(name, &kube::api::GetParams::any()).await {
+                Ok(object) => Ok(Some(object)),
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+                Err(e) => Err(e),
+            },
+        }
+    }
+}
+
 /// Applies objects to one cluster.
 pub struct Applier {
     client: Client,
@@ -350,18 +380,35 @@ impl Applier {
         &self,
         objects: &[Object],
     ) -> Result<std::collections::HashMap<ObjectKey, Value>, ApplyError> {
+        self.live_objects_as(objects, Freshness::Latest).await
+    }
+
+    /// [`Applier::live_objects`], as fresh as `freshness` asks.
+    pub async fn live_objects_as(
+        &self,
+        objects: &[Object],
+        freshness: Freshness,
+    ) -> Result<std::collections::HashMap<ObjectKey, Value>, ApplyError> {
         let mut prepared = Vec::with_capacity(objects.len());
         for object in objects {
             if let Ok(p) = self.prepare(object).await {
                 prepared.push(p);
             }
         }
-        self.list_live(prepared.iter()).await
+        self.list_live_as(prepared.iter(), freshness).await
     }
 
     async fn list_live<'a>(
         &self,
         prepared: impl Iterator<Item = &'a Prepared>,
+    ) -> Result<std::collections::HashMap<ObjectKey, Value>, ApplyError> {
+        self.list_live_as(prepared, Freshness::Latest).await
+    }
+
+    async fn list_live_as<'a>(
+        &self,
+        prepared: impl Iterator<Item = &'a Prepared>,
+        freshness: Freshness,
     ) -> Result<std::collections::HashMap<ObjectKey, Value>, ApplyError> {
         type Group = (String, String, Option<String>);
         let mut groups: BTreeMap<Group, Vec<&Prepared>> = BTreeMap::new();
@@ -388,7 +435,7 @@ impl Applier {
             })
             .collect();
         let results: Vec<Result<Vec<(ObjectKey, Value)>, ApplyError>> = stream::iter(owned)
-            .map(|group| self.list_group(group))
+            .map(|group| self.list_group(group, freshness))
             .buffer_unordered(self.concurrency)
             .collect()
             .await;
@@ -501,17 +548,25 @@ impl Applier {
         }
     }
 
-    async fn list_group(&self, group: ListGroup) -> Result<Vec<(ObjectKey, Value)>, ApplyError> {
+    async fn list_group(
+        &self,
+        group: ListGroup,
+        freshness: Freshness,
+    ) -> Result<Vec<(ObjectKey, Value)>, ApplyError> {
         let api: Api<DynamicObject> = match &group.namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &group.resource.api),
             None => Api::all_with(self.client.clone(), &group.resource.api),
         };
         if group.wanted.len() <= GETS_UP_TO {
-            return self.get_each(&api, &group.wanted).await;
+            return self.get_each(&api, &group.wanted, freshness).await;
         }
         let wanted: BTreeMap<&str, &ObjectKey> =
             group.wanted.iter().map(|(n, k)| (n.as_str(), k)).collect();
-        match api.list(&Default::default()).await {
+        let params = match freshness {
+            Freshness::Latest => kube::api::ListParams::default(),
+            Freshness::WatchCache => kube::api::ListParams::default().match_any(),
+        };
+        match api.list(&params).await {
             Ok(list) => Ok(list
                 .items
                 .into_iter()
@@ -521,7 +576,7 @@ impl Applier {
                 })
                 .collect()),
             Err(e) if is_unreachable(&e) => Err(ApplyError::Unreachable(Box::new(e))),
-            Err(_) => self.get_each(&api, &group.wanted).await,
+            Err(_) => self.get_each(&api, &group.wanted, freshness).await,
         }
     }
 
@@ -530,6 +585,7 @@ impl Applier {
         &self,
         api: &Api<DynamicObject>,
         wanted: &[(String, ObjectKey)],
+        freshness: Freshness,
     ) -> Result<Vec<(ObjectKey, Value)>, ApplyError> {
         // Owned items and a cloned Api per request keep the futures `Send` for any lifetime.
         let results: Vec<Result<Option<(ObjectKey, Value)>, ApplyError>> =
@@ -537,7 +593,7 @@ impl Applier {
                 .map(|(name, key)| {
                     let api = api.clone();
                     async move {
-                        match api.get_opt(&name).await {
+                        match freshness.get(&api, &name).await {
                             Ok(Some(o)) => Ok(serde_json::to_value(o).ok().map(|v| (key, v))),
                             Ok(None) => Ok(None),
                             Err(e) if is_unreachable(&e) => {

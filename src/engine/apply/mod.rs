@@ -8,5 +8,6 @@ pub mod resources;
 pub mod waves;
 
 pub use applier::{
-    Applier, ApplyError, DEFAULT_CONCURRENCY, DryRunReport, PruneReport, PruneTarget, Rejection,
+    Applier, ApplyError, DEFAULT_CONCURRENCY, DryRunReport, Freshness, PruneReport, PruneTarget,
+    Rejection,
 };

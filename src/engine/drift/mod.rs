@@ -238,13 +238,14 @@ pub async fn diff_objects(
     inventory: Option<&ReleaseInventory>,
     concurrency: usize,
     digest_key: Option<&DigestKey>,
+    freshness: crate::engine::apply::Freshness,
 ) -> Result<DiffReport, ApplyError> {
     // Compared as the apply would send it: without the render's hook objects (they run, they
     // are not applied), with the ownership labels, without what is left to others
     // (engine::content_hooks, engine::ownership, engine::exclusions).
     let applied = crate::engine::content_hooks::split(desired).objects;
     let labelled = crate::engine::ownership::labelled(release, &applied);
-    let live = applier.live_objects(&labelled).await?;
+    let live = applier.live_objects_as(&labelled, freshness).await?;
     let keyed = effective_keys(applier, &labelled).await;
     let for_cluster = crate::engine::exclusions::for_cluster(
         release,
@@ -794,16 +795,28 @@ async fn determine_drift(ctx: &Context, release: &Release) -> (Verdict, Option<D
     };
     let applier = ctx.applier(&desired.target);
     let digest_key = Some(ctx.inventory_digest_key().await);
-    match diff_objects(
-        &applier,
-        release,
-        &desired.objects,
-        inventory.as_ref(),
-        ctx.concurrency,
-        digest_key.as_ref(),
-    )
-    .await
-    {
+    let diff = |freshness| {
+        diff_objects(
+            &applier,
+            release,
+            &desired.objects,
+            inventory.as_ref(),
+            ctx.concurrency,
+            digest_key.as_ref(),
+            freshness,
+        )
+    };
+    let mut compared = diff(ctx.observer_reads).await;
+    // Drift seen in the watch cache is confirmed on the latest state before it is reported
+    // (and, in automatic mode, sent to the controller): a cache a moment behind an apply
+    // would otherwise report the objects just applied as drifted.
+    let drifted = compared
+        .as_ref()
+        .is_ok_and(|r| matches!(verdict(r), Verdict::OutOfSync { .. }));
+    if drifted && ctx.observer_reads != crate::engine::apply::Freshness::Latest {
+        compared = diff(crate::engine::apply::Freshness::Latest).await;
+    }
+    match compared {
         Ok(report) => (verdict(&report), Some(report)),
         Err(e) => unknown(format!(
             "cannot compare with the cluster: {}",

@@ -4,6 +4,7 @@
 //! works on the inventory, not on the render: an object is assessed as soon as the controller
 //! records it after the apply of its wave.
 
+use crate::engine::apply::Freshness;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -121,9 +122,12 @@ pub async fn assess(
     let applier = ctx.applier(&target);
     let entries = members(&inventory);
     // Step 6: each entry.
-    let keys: Vec<ObjectKey> = entries.iter().map(|e| e.key()).collect();
+    let keys: Vec<(ObjectKey, Freshness)> = entries
+        .iter()
+        .map(|e| (e.key(), read_freshness(e, ctx.observer_reads)))
+        .collect();
     let evaluated: Vec<Result<(ObjectKey, Judged), AssessError>> = stream::iter(keys)
-        .map(|key| evaluate_key(&applier, &evaluator, key))
+        .map(|(key, freshness)| evaluate_key(&applier, &evaluator, key, freshness))
         .buffered(ctx.concurrency.max(1))
         .collect()
         .await;
@@ -188,12 +192,29 @@ pub async fn assess(
 /// A verdict and the rules that gave it.
 type Judged = (Evaluation, Vec<String>);
 
+/// How fresh the read of an entry's object must be: the watch cache (when the process reads
+/// from it at all) only to confirm an object already assessed Healthy for the render it
+/// carries. A verdict that moves (a new render, an object not Healthy yet) reads the latest
+/// state: a watch cache a moment behind could show a Deployment before its new generation,
+/// and Healthy for a render it does not run yet would end a rollout early.
+fn read_freshness(entry: &crate::engine::api::InventoryEntry, allowed: Freshness) -> Freshness {
+    let confirmed = entry.state == Some(crate::engine::api::HealthState::Healthy)
+        && entry.assessed_render_ref.is_some()
+        && entry.assessed_render_ref == entry.render_ref;
+    if confirmed {
+        allowed
+    } else {
+        Freshness::Latest
+    }
+}
+
 async fn evaluate_key(
     applier: &Applier,
     evaluator: &std::sync::Arc<Evaluator>,
     key: ObjectKey,
+    freshness: Freshness,
 ) -> Result<(ObjectKey, Judged), AssessError> {
-    let evaluation = assess_item(applier, evaluator, &key).await?;
+    let evaluation = assess_item(applier, evaluator, &key, freshness).await?;
     Ok((key, evaluation))
 }
 
@@ -205,8 +226,9 @@ pub async fn assess_item(
     applier: &Applier,
     evaluator: &std::sync::Arc<Evaluator>,
     key: &ObjectKey,
+    freshness: Freshness,
 ) -> Result<Judged, AssessError> {
-    let live = read_object(applier, key).await?;
+    let live = read_object(applier, key, freshness).await?;
     match live {
         None => Ok((
             Evaluation::Fail {
@@ -219,7 +241,11 @@ pub async fn assess_item(
 }
 
 /// The live object for an inventory key, or `None`.
-pub async fn read_object(applier: &Applier, key: &ObjectKey) -> Result<Option<Value>, AssessError> {
+pub async fn read_object(
+    applier: &Applier,
+    key: &ObjectKey,
+    freshness: Freshness,
+) -> Result<Option<Value>, AssessError> {
     let read_err = |source: kube::Error| AssessError::Read {
         key: key.to_string(),
         source: Box::new(source),
@@ -243,7 +269,7 @@ pub async fn read_object(applier: &Applier, key: &ObjectKey) -> Result<Option<Va
     } else {
         Api::all_with(applier.client().clone(), &resource.api)
     };
-    let object = api.get_opt(&key.name).await.map_err(read_err)?;
+    let object = freshness.get(&api, &key.name).await.map_err(read_err)?;
     Ok(object.and_then(|o| {
         let mut v = serde_json::to_value(o).ok()?;
         // GET answers carry apiVersion/kind; keep them for rule matching either way.
@@ -263,4 +289,54 @@ pub fn deadline_of(release: &Release) -> Option<Duration> {
         .as_ref()
         .and_then(|a| a.deadline.as_ref())
         .map(|d| d.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::api::{HealthState, InventoryEntry};
+
+    fn entry(state: Option<HealthState>, render: &str, assessed: Option<&str>) -> InventoryEntry {
+        InventoryEntry {
+            kind: "Deployment".into(),
+            name: "web".into(),
+            render_ref: Some(render.into()),
+            state,
+            assessed_render_ref: assessed.map(str::to_string),
+            ..Default::default()
+        }
+    }
+
+    /// Only a verdict that stands is confirmed from the watch cache; a new render or an
+    /// object not Healthy yet is read at its latest.
+    #[test]
+    fn only_a_healthy_verdict_for_the_render_it_carries_reads_the_watch_cache() {
+        let cache = Freshness::WatchCache;
+        let healthy = Some(HealthState::Healthy);
+        assert_eq!(
+            read_freshness(&entry(healthy, "r2", Some("r2")), cache),
+            cache
+        );
+        assert_eq!(
+            read_freshness(&entry(healthy, "r2", Some("r1")), cache),
+            Freshness::Latest,
+            "a render applied since the last verdict"
+        );
+        assert_eq!(
+            read_freshness(
+                &entry(Some(HealthState::Progressing), "r2", Some("r2")),
+                cache
+            ),
+            Freshness::Latest
+        );
+        assert_eq!(
+            read_freshness(&entry(None, "r2", None), cache),
+            Freshness::Latest
+        );
+        assert_eq!(
+            read_freshness(&entry(healthy, "r2", Some("r2")), Freshness::Latest),
+            Freshness::Latest,
+            "the CLI reads the latest"
+        );
+    }
 }
