@@ -134,14 +134,16 @@ mod tests {
     fn a_new_attempted_or_applied_render_wakes_the_health_loop() {
         use crate::engine::api::Attempt;
         let with = |attempted: &str, applied: Option<&str>| ReleaseStatus {
-            last_attempted: Some(Attempt {
+            last_attempted: Some(Box::new(Attempt {
                 render_ref: Some(attempted.into()),
                 ..Default::default()
-            }),
-            last_successful: applied.map(|r| Attempt {
-                render_ref: Some(r.into()),
-                ..Default::default()
-            }),
+            })),
+            last_successful: applied
+                .map(|r| Attempt {
+                    render_ref: Some(r.into()),
+                    ..Default::default()
+                })
+                .map(Box::new),
             ..Default::default()
         };
         let before = with("a", Some("a"));
@@ -174,19 +176,21 @@ mod tests {
         let status = |healthy: Option<(ConditionStatus, &str, &str)>,
                       last_healthy: Option<&str>| {
             ReleaseStatus {
-                last_successful: Some(Attempt {
+                last_successful: Some(Box::new(Attempt {
                     render_ref: Some("r2".into()),
                     ..Default::default()
-                }),
+                })),
                 conditions: healthy
                     .map(|(s, reason, message)| condition("Healthy", s, reason, message, Some(1)))
                     .into_iter()
                     .collect(),
-                last_healthy: last_healthy.map(|r| LastHealthy {
-                    render_ref: r.into(),
-                    resolved_source: None,
-                    healthy_at: None,
-                }),
+                last_healthy: last_healthy
+                    .map(|r| LastHealthy {
+                        render_ref: r.into(),
+                        resolved_source: None,
+                        healthy_at: None,
+                    })
+                    .map(Box::new),
                 ..Default::default()
             }
         };

@@ -99,8 +99,8 @@ pub fn verdict(status: &ReleaseStatus) -> (String, bool) {
     let Some(applied) = status.condition(condition_types::APPLIED) else {
         return ("not reconciled yet".to_string(), false);
     };
-    let attempted = render_of(status.last_attempted.as_ref());
-    let successful = render_of(status.last_successful.as_ref());
+    let attempted = render_of(status.last_attempted.as_deref());
+    let successful = render_of(status.last_successful.as_deref());
     let running = match successful {
         Some(r) => format!("{} is applied", short(r)),
         None => "nothing is applied".to_string(),
@@ -244,8 +244,8 @@ mod tests {
                 condition("InSync", ConditionStatus::True, "InSync", "", Some(1)),
                 condition("Healthy", ConditionStatus::True, "Healthy", "", Some(1)),
             ],
-            last_attempted: attempt("3f2a91c0aaaaaaaa"),
-            last_successful: attempt("3f2a91c0aaaaaaaa"),
+            last_attempted: attempt("3f2a91c0aaaaaaaa").map(Box::new),
+            last_successful: attempt("3f2a91c0aaaaaaaa").map(Box::new),
             ..Default::default()
         };
         assert_eq!(
@@ -267,8 +267,8 @@ mod tests {
                 "",
                 Some(2),
             )],
-            last_attempted: attempt("3f2a91c0aaaaaaaa"),
-            last_successful: attempt("9c01d2e0bbbbbbbb"),
+            last_attempted: attempt("3f2a91c0aaaaaaaa").map(Box::new),
+            last_successful: attempt("9c01d2e0bbbbbbbb").map(Box::new),
             ..Default::default()
         };
         assert_eq!(
@@ -287,7 +287,7 @@ mod tests {
                 "x",
                 Some(1),
             )],
-            last_attempted: attempt("3f2a91c0aaaaaaaa"),
+            last_attempted: attempt("3f2a91c0aaaaaaaa").map(Box::new),
             ..Default::default()
         };
         status.last_attempted.as_mut().unwrap().failure = Some(crate::engine::api::Failure {

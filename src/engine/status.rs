@@ -220,10 +220,10 @@ mod tests {
                 condition("Healthy", ConditionStatus::True, "Healthy", "", Some(1)),
             ],
             health_summary: Some(HealthSummary::default()),
-            last_attempted: Some(Attempt {
+            last_attempted: Some(Box::new(Attempt {
                 render_ref: Some("abc".into()),
                 ..Default::default()
-            }),
+            })),
             ..Default::default()
         };
         let patch = owned_status_apply_config("web", &status);
@@ -266,11 +266,11 @@ mod tests {
     #[test]
     fn a_new_attempt_time_alone_is_not_a_change() {
         let old = ReleaseStatus {
-            last_attempted: Some(Attempt {
+            last_attempted: Some(Box::new(Attempt {
                 attempted_at: Some(t("2026-01-01T00:00:00Z")),
                 render_ref: Some("abc".into()),
                 ..Default::default()
-            }),
+            })),
             ..Default::default()
         };
         let mut new = old.clone();

@@ -141,12 +141,12 @@ pub fn render_status(
     out.push('\n');
     out.push_str(&attempt_line(
         "Last attempted ",
-        status.last_attempted.as_ref(),
+        status.last_attempted.as_deref(),
         now,
     ));
     out.push_str(&attempt_line(
         "Last successful",
-        status.last_successful.as_ref(),
+        status.last_successful.as_deref(),
         now,
     ));
     if let Some(h) = &status.last_healthy {

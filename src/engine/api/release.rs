@@ -71,13 +71,13 @@ pub struct ReleaseSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sync_policy: Option<SyncPolicy>,
+    pub sync_policy: Option<Box<SyncPolicy>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_wave: Option<ClusterWave>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub health_assessment: Option<HealthAssessment>,
+    pub health_assessment: Option<Box<HealthAssessment>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure_policy: Option<FailurePolicy>,
+    pub failure_policy: Option<Box<FailurePolicy>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_policy: Option<DeletionPolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -524,13 +524,13 @@ pub struct ReleaseStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_attempted: Option<Attempt>,
+    pub last_attempted: Option<Box<Attempt>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_successful: Option<Attempt>,
+    pub last_successful: Option<Box<Attempt>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_healthy: Option<LastHealthy>,
+    pub last_healthy: Option<Box<LastHealthy>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollout: Option<RolloutStatus>,
+    pub rollout: Option<Box<RolloutStatus>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pin: Option<PinStatus>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -553,7 +553,7 @@ pub struct ReleaseStatus {
     /// What the Release waits for and since when (deviation: not in the spec's status; the
     /// wave and cluster-wave timeouts count from it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub waiting: Option<Waiting>,
+    pub waiting: Option<Box<Waiting>>,
 }
 
 /// A hold in progress.

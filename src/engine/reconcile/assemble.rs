@@ -55,16 +55,16 @@ pub fn assemble_status(
 /// Steps 3 and 4: the attempt goes to `lastAttempted` (and, when it applied a render, to
 /// `lastSuccessful`); in manual mode a handled /sync goes to `lastHandledSyncAt`.
 fn record_attempt(status: &mut ReleaseStatus, outcome: &ReconcileOutcome, state: &ReconcileState) {
-    status.last_attempted = Some(outcome.attempt.clone());
+    status.last_attempted = Some(Box::new(outcome.attempt.clone()));
     if outcome.applied_render {
-        status.last_successful = Some(
+        status.last_successful = Some(Box::new(
             outcome
                 .successful
                 .clone()
                 .unwrap_or_else(|| outcome.attempt.clone()),
-        );
+        ));
     }
-    status.waiting = outcome.waiting.clone();
+    status.waiting = outcome.waiting.clone().map(Box::new);
     if state.mode == SyncMode::Manual
         && outcome.applied_render
         && let Some(request) = &state.pending_sync
@@ -185,11 +185,11 @@ fn advance_last_healthy(
     {
         return;
     }
-    status.last_healthy = Some(LastHealthy {
+    status.last_healthy = Some(Box::new(LastHealthy {
         render_ref: render.to_string(),
         resolved_source: outcome.attempt.resolved_source.clone(),
         healthy_at: Some(now.clone()),
-    });
+    }));
 }
 
 /// Whether the cached Healthy condition says `render` is healthy: Healthy is True (Healthy or
@@ -219,7 +219,7 @@ fn rollout_status(
         return;
     }
     if let Some(rollout) = &outcome.rollout {
-        status.rollout = Some(rollout.clone());
+        status.rollout = Some(Box::new(rollout.clone()));
     }
     match &status.rollout {
         Some(rollout) => {

@@ -199,8 +199,8 @@ async fn stage_plan_rollout(
         _ => None,
     };
     plan_rollout(&RolloutInput {
-        policy: release.spec.failure_policy.as_ref(),
-        previous: status.rollout.as_ref(),
+        policy: release.spec.failure_policy.as_deref(),
+        previous: status.rollout.as_deref(),
         render_ref,
         healthy,
         last_healthy: last_healthy.as_deref(),
@@ -424,8 +424,8 @@ async fn write_status(
     record_rollout_outcome(
         ctx,
         release,
-        cached.rollout.as_ref(),
-        status.rollout.as_ref(),
+        cached.rollout.as_deref(),
+        status.rollout.as_deref(),
     )
     .await;
     Ok(true)
@@ -520,10 +520,10 @@ mod tests {
 
     fn applied(render: &str) -> ReleaseStatus {
         ReleaseStatus {
-            last_successful: Some(Attempt {
+            last_successful: Some(Box::new(Attempt {
                 render_ref: Some(render.into()),
                 ..Default::default()
-            }),
+            })),
             ..Default::default()
         }
     }

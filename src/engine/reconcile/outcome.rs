@@ -258,15 +258,15 @@ mod tests {
     #[test]
     fn a_hold_keeps_its_start_for_the_same_render_and_target() {
         let mut status = ReleaseStatus {
-            last_attempted: Some(Attempt {
+            last_attempted: Some(Box::new(Attempt {
                 render_ref: Some("r1".into()),
                 ..Default::default()
-            }),
-            waiting: Some(Waiting {
+            })),
+            waiting: Some(Box::new(Waiting {
                 reason: Reason::WaitingForWaveHealth.into(),
                 target: "wave 0".into(),
                 since: t("2026-01-01T00:00:00Z"),
-            }),
+            })),
             ..Default::default()
         };
         let now = t("2026-01-01T00:05:00Z");

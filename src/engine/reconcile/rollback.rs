@@ -181,7 +181,7 @@ fn successful_attempt(
     last: &crate::engine::api::LastHealthy,
 ) -> Attempt {
     match &status.last_successful {
-        Some(s) if s.render_ref.as_deref() == Some(last.render_ref.as_str()) => s.clone(),
+        Some(s) if s.render_ref.as_deref() == Some(last.render_ref.as_str()) => Attempt::clone(s),
         _ => Attempt {
             attempted_at: render.attempt.attempted_at.clone(),
             resolved_source: last.resolved_source.clone(),
