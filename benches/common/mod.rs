@@ -280,8 +280,8 @@ impl Proc {
         let _ = Command::new("bash")
             .args([
                 "-c",
-                "while kill -0 \"$1\" 2>/dev/null && kill -0 \"$2\" 2>/dev/null; do sleep 1; done; \
-                 kill -TERM \"$2\" 2>/dev/null; sleep 10; kill -KILL \"$2\" 2>/dev/null",
+                "while kill -0 \"$1\" 2>/dev/null && kill -0 -- -\"$2\" 2>/dev/null; do sleep 1; done; \
+                 kill -TERM -- -\"$2\" 2>/dev/null; sleep 10; kill -KILL -- -\"$2\" 2>/dev/null",
                 "watchdog",
                 &std::process::id().to_string(),
                 &child.id().to_string(),
@@ -321,9 +321,11 @@ impl Proc {
         );
     }
 
+    /// Signal its whole process group (its own, see `spawn`): a wrapper such as a profiler
+    /// and the program it runs go together.
     fn signal(&self, signal: &str) {
         let _ = Command::new("kill")
-            .args([&format!("-{signal}"), &self.pid.to_string()])
+            .args([&format!("-{signal}"), "--", &format!("-{}", self.pid)])
             .stderr(Stdio::null())
             .status();
     }

@@ -129,14 +129,20 @@ impl WorkQueue {
             if s.shutting_down {
                 return;
             }
-            match s.delayed.get(key) {
-                Some((pending, _)) if *pending <= due => return,
-                Some((pending, _)) => {
-                    let pending = *pending;
-                    s.timeline.remove(&(pending, key.to_string()));
+            // One pending add per key: the earlier time, at the higher of the two levels
+            // (a progress recheck is not demoted to bulk by an interval pass due sooner).
+            let level = match s.delayed.get_mut(key) {
+                Some((pending, pending_level)) if *pending <= due => {
+                    *pending_level = (*pending_level).max(level);
+                    return;
                 }
-                None => {}
-            }
+                Some((pending, pending_level)) => {
+                    let (pending, merged) = (*pending, (*pending_level).max(level));
+                    s.timeline.remove(&(pending, key.to_string()));
+                    merged
+                }
+                None => level,
+            };
             s.delayed.insert(key.to_string(), (due, level));
             s.timeline.insert((due, key.to_string()));
             let earliest = s.timeline.first().is_some_and(|(at, _)| *at == due);
@@ -458,6 +464,29 @@ mod tests {
         assert_eq!(q.get().await.as_deref(), Some("rolling"));
         assert_eq!(q.get().await.as_deref(), Some("changed"));
         assert!(q.get().await.unwrap().starts_with("steady/"));
+    }
+
+    /// A recheck someone waits for stays an event when an interval pass of its key comes due
+    /// sooner (and the other way round): the earlier time at the higher level.
+    #[tokio::test(start_paused = true)]
+    async fn a_pending_event_is_not_demoted_by_an_earlier_interval_pass() {
+        let q = WorkQueue::new();
+        q.add_after_bulk("a", Duration::from_secs(5));
+        q.add_after("a", Duration::from_secs(10));
+        q.add_after("b", Duration::from_secs(10));
+        q.add_after_bulk("b", Duration::from_secs(5));
+        q.add_bulk("resync");
+        tokio::time::advance(Duration::from_secs(6)).await;
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(q.delayed(), 0, "each key came once, at 5 s");
+        let order = [q.get().await.unwrap(), q.get().await.unwrap()];
+        assert!(
+            order.contains(&"a".to_string()) && order.contains(&"b".to_string()),
+            "both as events, before the bulk: {order:?}"
+        );
+        assert_eq!(q.get().await.as_deref(), Some("resync"));
     }
 
     #[test]

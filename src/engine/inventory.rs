@@ -193,17 +193,23 @@ impl InventoryHandle {
     }
 
     /// The inventory as the observer loops read it (health-loop.txt: "It reads the
-    /// ReleaseInventory from the cache"): from the process's cache when it holds it, else from
-    /// the API server. A cached copy can trail a write by a moment; the health loop's writes
-    /// carry the resourceVersion read, so a stale copy costs a conflict and a retry, never a
-    /// lost write. The controller reads the API server (its prune works on the inventory).
+    /// ReleaseInventory from the cache"): from the process's cache when it holds it and the
+    /// copy agrees with `release` as cached, else from the API server. Agrees: every entry
+    /// carries the render the Release last attempted and applied, and nothing is pending.
+    /// The Release and its inventory come from two watches, either may be the later one; a
+    /// copy that lags a render's apply (or a Release that lags it) is read again, so a
+    /// verdict never rests on an old inventory beside a new status. In the steady state they
+    /// agree and the cache answers. The health loop's writes carry the resourceVersion read,
+    /// so a copy behind its own last write costs a conflict and a retry, never a lost write.
+    /// The controller reads the API server (its prune works on the inventory).
     pub async fn get_cached(
         &self,
         listers: Option<&dyn Listers>,
+        release: &Release,
     ) -> Result<Option<ReleaseInventory>, InventoryError> {
         match cached::<ReleaseInventory>(listers, &self.namespace, &self.name) {
-            Some(hit) => Ok(Some(ReleaseInventory::clone(&hit))),
-            None => self.get().await,
+            Some(hit) if agrees(&hit, release) => Ok(Some(ReleaseInventory::clone(&hit))),
+            _ => self.get().await,
         }
     }
 
@@ -530,6 +536,26 @@ impl InventoryHandle {
     }
 }
 
+/// Whether a cached inventory agrees with the Release's cached status (see
+/// [`InventoryHandle::get_cached`]).
+fn agrees(inventory: &ReleaseInventory, release: &Release) -> bool {
+    let status = release.status.as_ref();
+    let attempted = status
+        .and_then(|s| s.last_attempted.as_ref())
+        .and_then(|a| a.render_ref.as_deref());
+    let applied = status
+        .and_then(|s| s.last_successful.as_ref())
+        .and_then(|a| a.render_ref.as_deref());
+    applied.is_some()
+        && attempted == applied
+        && inventory.spec.pending.is_empty()
+        && inventory
+            .spec
+            .inventory
+            .iter()
+            .all(|e| e.render_ref.as_deref() == applied)
+}
+
 /// The list-map keys of an inventory entry, always all four (empty strings included).
 fn key_fields(key: &ObjectKey) -> Map<String, Value> {
     let mut e = Map::new();
@@ -633,5 +659,55 @@ mod tests {
             .map(|e| e["name"].as_str().unwrap())
             .collect();
         assert_eq!(names, ["a", "b"]);
+    }
+
+    /// A cached inventory is used only beside a Release status it agrees with: the health
+    /// loop must not judge an old render's entries as the render just applied.
+    #[test]
+    fn a_cached_inventory_is_used_only_when_it_agrees_with_the_status() {
+        let release = |attempted: Option<&str>, applied: Option<&str>| -> Release {
+            let attempt = |r: Option<&str>| r.map(|r| json!({"renderRef": r}));
+            serde_json::from_value(json!({
+                "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+                "metadata": {"name": "web", "namespace": "apps"},
+                "spec": {"source": {"kind": "GitRepository", "name": "repo"}},
+                "status": {"lastAttempted": attempt(attempted), "lastSuccessful": attempt(applied)},
+            }))
+            .unwrap()
+        };
+        let inventory = |renders: &[&str], pending: bool| -> ReleaseInventory {
+            let entries: Vec<Value> = renders
+                .iter()
+                .enumerate()
+                .map(|(i, r)| json!({"group": "", "kind": "ConfigMap", "namespace": "apps", "name": format!("c{i}"), "renderRef": r}))
+                .collect();
+            let pending: Vec<Value> = if pending {
+                vec![json!({"group": "", "kind": "ConfigMap", "namespace": "apps", "name": "next"})]
+            } else {
+                Vec::new()
+            };
+            serde_json::from_value(json!({
+                "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "ReleaseInventory",
+                "metadata": {"name": "web", "namespace": "apps"},
+                "inventory": entries,
+                "pending": pending,
+            }))
+            .unwrap()
+        };
+        let steady = release(Some("r2"), Some("r2"));
+        assert!(agrees(&inventory(&["r2", "r2"], false), &steady));
+        // The inventory behind the status (the render just applied), or ahead of it.
+        assert!(!agrees(&inventory(&["r1", "r2"], false), &steady));
+        assert!(!agrees(
+            &inventory(&["r2"], false),
+            &release(Some("r2"), Some("r1"))
+        ));
+        // A wave in flight, a render not applied yet, a Release never applied.
+        assert!(!agrees(&inventory(&["r2"], true), &steady));
+        assert!(!agrees(
+            &inventory(&["r1"], false),
+            &release(Some("r2"), Some("r1"))
+        ));
+        assert!(!agrees(&inventory(&[], false), &release(None, None)));
     }
 }

@@ -107,6 +107,7 @@ async fn a_recent_fetch_of_the_last_attempted_revision_is_reused_and_nothing_els
     let within = |revision: Option<&str>| Reuse {
         max_age: Duration::from_secs(60),
         revision: revision.map(str::to_string),
+        requested_at: None,
     };
     // The revision the Release ran, fetched a moment ago: reused, the new commit not seen yet.
     let reused = coordinator
@@ -135,12 +136,42 @@ async fn a_recent_fetch_of_the_last_attempted_revision_is_reused_and_nothing_els
         .unwrap();
     assert_eq!(fresh.revision, format!("main@sha1:{third_sha}"));
     assert_eq!(coordinator.fetch_count(), 3);
+    // A /sync request made after the fetch: fetched anew; one made before it: reused.
+    let fourth_sha = repo.commit(&[("a.yaml", "v: 4\n")], "fourth");
+    let after_request = coordinator
+        .ensure_reusing(
+            crate::SCOPE,
+            &request,
+            None,
+            &Reuse {
+                requested_at: Some(std::time::SystemTime::now()),
+                ..within(Some(&fresh.revision))
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(after_request.revision, format!("main@sha1:{fourth_sha}"));
+    assert_eq!(coordinator.fetch_count(), 4);
+    let before_request = coordinator
+        .ensure_reusing(
+            crate::SCOPE,
+            &request,
+            None,
+            &Reuse {
+                requested_at: Some(std::time::SystemTime::now() - Duration::from_secs(30)),
+                ..within(Some(&after_request.revision))
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(before_request.revision, after_request.revision);
+    assert_eq!(coordinator.fetch_count(), 4);
     // Another scope (another GitRepository, maybe another tenant's) never shares a fetch.
     coordinator
         .ensure_reusing("GitRepository/other/repo", &request, None, &within(None))
         .await
         .unwrap();
-    assert_eq!(coordinator.fetch_count(), 4);
+    assert_eq!(coordinator.fetch_count(), 5);
 }
 
 #[tokio::test]

@@ -770,10 +770,10 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
 /// verdict Unknown, with the reason.
 async fn determine_drift(ctx: &Context, release: &Release) -> (Verdict, Option<DiffReport>) {
     let unknown = |message: String| (Verdict::Unknown { message }, None);
-    let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release);
+    let handle = InventoryHandle::for_release(ctx.home.client.clone(), release);
     let (desired, inventory) = futures::join!(
         render_desired(ctx, release),
-        inventory.get_cached(ctx.listers())
+        handle.get_cached(ctx.listers(), release)
     );
     let desired = match desired {
         Ok(desired) => desired,
@@ -784,37 +784,46 @@ async fn determine_drift(ctx: &Context, release: &Release) -> (Verdict, Option<D
             ));
         }
     };
+    let cannot_read = |e: crate::engine::inventory::InventoryError| {
+        unknown(format!(
+            "cannot read the inventory: {}",
+            crate::engine::error::chain(&e)
+        ))
+    };
     let inventory = match inventory {
         Ok(inventory) => inventory,
-        Err(e) => {
-            return unknown(format!(
-                "cannot read the inventory: {}",
-                crate::engine::error::chain(&e)
-            ));
-        }
+        Err(e) => return cannot_read(e),
     };
     let applier = ctx.applier(&desired.target);
     let digest_key = Some(ctx.inventory_digest_key().await);
-    let diff = |freshness| {
-        diff_objects(
-            &applier,
-            release,
-            &desired.objects,
-            inventory.as_ref(),
-            ctx.concurrency,
-            digest_key.as_ref(),
-            freshness,
-        )
+    let diff = |inventory: Option<ReleaseInventory>, freshness| {
+        let (applier, desired, digest_key) = (&applier, &desired, &digest_key);
+        async move {
+            diff_objects(
+                applier,
+                release,
+                &desired.objects,
+                inventory.as_ref(),
+                ctx.concurrency,
+                digest_key.as_ref(),
+                freshness,
+            )
+            .await
+        }
     };
-    let mut compared = diff(ctx.observer_reads).await;
-    // Drift seen in the watch cache is confirmed on the latest state before it is reported
-    // (and, in automatic mode, sent to the controller): a cache a moment behind an apply
-    // would otherwise report the objects just applied as drifted.
+    let mut compared = diff(inventory, ctx.observer_reads).await;
+    // Drift seen in the caches is confirmed on the latest state (the live objects and the
+    // inventory) before it is reported (and, in automatic mode, sent to the controller): a
+    // cache a moment behind an apply or a prune would report it as drift.
     let drifted = compared
         .as_ref()
         .is_ok_and(|r| matches!(verdict(r), Verdict::OutOfSync { .. }));
     if drifted && ctx.observer_reads != crate::engine::apply::Freshness::Latest {
-        compared = diff(crate::engine::apply::Freshness::Latest).await;
+        let inventory = match handle.get().await {
+            Ok(inventory) => inventory,
+            Err(e) => return cannot_read(e),
+        };
+        compared = diff(inventory, crate::engine::apply::Freshness::Latest).await;
     }
     match compared {
         Ok(report) => (verdict(&report), Some(report)),

@@ -105,7 +105,7 @@ pub async fn assess(
     );
     // Step 3: the inventory.
     let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release)
-        .get_cached(ctx.listers())
+        .get_cached(ctx.listers(), release)
         .await
         .map_err(AssessError::Inventory)?;
     let Some(inventory) = inventory.filter(|i| !members(i).is_empty()) else {

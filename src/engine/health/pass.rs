@@ -171,7 +171,7 @@ async fn poll_and_record_hooks(
     at: &Time,
     name: &str,
 ) -> PolledPass {
-    let inventory = match handle.get_cached(ctx.listers()).await {
+    let inventory = match handle.get_cached(ctx.listers(), release).await {
         Ok(inventory) => inventory,
         Err(e) => {
             tracing::warn!(release = %name, "cannot read the inventory to poll hooks: {}", crate::engine::error::chain(&e));

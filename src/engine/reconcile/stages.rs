@@ -58,10 +58,7 @@ pub async fn stage_render(
         source_dir: None,
         cluster: None,
         timeout: ctx.render_timeout,
-        // A /sync request (forced or not) fetches anew: the person asking may have just pushed.
-        reuse_fetches: ctx.reuse_fetches
-            && state.pending_sync.is_none()
-            && state.pending_force.is_none(),
+        reuse_fetches: ctx.reuse_fetches,
     };
     // Step 1: fetch. Errors are transient; "not supported" is not retried.
     let (fetched, content, target) = fetch_and_resolve(ctx, &render_ctx, release)

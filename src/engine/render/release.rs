@@ -34,8 +34,8 @@ pub struct RenderContext<'a> {
     /// The deadline of rendering the content (helm, kustomize): the tool is killed past it.
     pub timeout: std::time::Duration,
     /// Whether the source may come from a recent fetch of the same source and ref (see
-    /// [`crate::engine::source::Reuse`]): a daemon's passes; not a /sync request, which
-    /// fetches anew.
+    /// [`crate::engine::source::Reuse`]): a daemon's passes. A fetch older than the Release's
+    /// newest /sync request is not reused.
     pub reuse_fetches: bool,
 }
 
@@ -91,13 +91,24 @@ pub async fn fetch_source(
     let resolved = release_request(ctx.reader, release)
         .await
         .map_err(RenderError::SourceObject)?;
+    // A fetch no older than the source's interval, nor than the Release's own: a Release
+    // whose interval is shorter than its GitRepository's still sees a commit within about
+    // its interval, as it did when every pass fetched.
+    let release_interval = release
+        .spec
+        .sync_policy
+        .as_ref()
+        .and_then(|p| p.interval.as_ref())
+        .map(|d| d.get())
+        .filter(|d| !d.is_zero());
     let reuse = Reuse {
         max_age: if ctx.reuse_fetches {
-            resolved.reuse_for
+            release_interval.map_or(resolved.reuse_for, |i| i.min(resolved.reuse_for))
         } else {
             std::time::Duration::ZERO
         },
         revision: last_attempted_revision(release),
+        requested_at: newest_request(release),
     };
     let artifact = ctx
         .coordinator
@@ -124,6 +135,22 @@ pub async fn fetch_source(
         },
         artifact,
     })
+}
+
+/// When the Release's newest /sync request (forced or not) was made, by its annotation's
+/// timestamp. A value that is not a timestamp counts as made now: it is fetched anew.
+fn newest_request(release: &Release) -> Option<std::time::SystemTime> {
+    use crate::engine::api::annotations::{FORCE_SYNC_REQUESTED_AT, SYNC_REQUESTED_AT};
+    let annotations = release.metadata.annotations.as_ref()?;
+    [SYNC_REQUESTED_AT, FORCE_SYNC_REQUESTED_AT]
+        .iter()
+        .filter_map(|key| annotations.get(*key).filter(|v| !v.is_empty()))
+        .map(|v| {
+            v.parse::<jiff::Timestamp>()
+                .map(std::time::SystemTime::from)
+                .unwrap_or_else(|_| std::time::SystemTime::now())
+        })
+        .max()
 }
 
 /// The source revision of the Release's last attempt.

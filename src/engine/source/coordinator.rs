@@ -8,12 +8,14 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::cache::Cache;
 use super::{Artifact, Credentials, SourceError, SourcePolicy, SourceRequest, git, helm_repo, oci};
 
-type Slot = Arc<tokio::sync::Mutex<Option<(Instant, Artifact)>>>;
+/// The last fetch of a request: when it finished (monotonic, and by the wall clock, which a
+/// /sync request's time is compared with) and what it found.
+type Slot = Arc<tokio::sync::Mutex<Option<(Instant, SystemTime, Artifact)>>>;
 
 /// When a render may take an earlier fetch of the same request instead of fetching again.
 /// A daemon renders each Release at every interval, twice (the controller and the drift
@@ -21,7 +23,7 @@ type Slot = Arc<tokio::sync::Mutex<Option<(Instant, Artifact)>>>;
 /// repository whose GitRepository is fetched once a minute anyway. As Flux's consumers take
 /// the source-controller's artifact and Argo CD's repo server caches a resolved revision
 /// (`--revision-cache-expiration`, 3m), a render here takes a fetch of the same source and
-/// ref no older than its GitRepository's interval.
+/// ref no older than its GitRepository's interval (nor the Release's own).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Reuse {
     /// Only a fetch at most this old (zero: always fetch).
@@ -31,15 +33,19 @@ pub struct Reuse {
     /// did not see the new revision itself (an observer beside a controller) does not render
     /// an older one than the controller applied.
     pub revision: Option<String>,
+    /// Only a fetch that finished after this moment, when set: the newest /sync request of
+    /// the Release (whoever asks may have just pushed).
+    pub requested_at: Option<SystemTime>,
 }
 
 impl Reuse {
-    fn accepts(&self, finished: Instant, artifact: &Artifact) -> bool {
+    fn accepts(&self, finished: Instant, finished_at: SystemTime, artifact: &Artifact) -> bool {
         finished.elapsed() < self.max_age
             && self
                 .revision
                 .as_ref()
                 .is_none_or(|r| *r == artifact.revision)
+            && self.requested_at.is_none_or(|at| finished_at > at)
     }
 }
 
@@ -100,8 +106,8 @@ impl Coordinator {
         let asked = Instant::now();
         let slot = self.slot(&format!("{scope}\0{}", request.key()));
         let mut result_slot = slot.lock().await;
-        if let Some((finished, artifact)) = result_slot.as_ref()
-            && (*finished >= asked || reuse.accepts(*finished, artifact))
+        if let Some((finished, finished_at, artifact)) = result_slot.as_ref()
+            && (*finished >= asked || reuse.accepts(*finished, *finished_at, artifact))
         {
             return Ok(artifact.clone());
         }
@@ -186,7 +192,7 @@ impl Coordinator {
         };
 
         if let Ok(artifact) = &result {
-            *result_slot = Some((Instant::now(), artifact.clone()));
+            *result_slot = Some((Instant::now(), SystemTime::now(), artifact.clone()));
         }
         result
     }

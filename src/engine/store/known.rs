@@ -7,9 +7,11 @@
 //! Spec: reconcile-flow.txt stageSync steps 2 and 8. The answer is taken from memory only
 //! while it cannot have changed: the same Release (uid), the same generation (a spec change,
 //! such as a lowered `maxHistory`, asks again), and the render is the one the Release last
-//! attempted. The store drops a render or a history entry only in runGC, which keeps every
-//! render the status refers to; for another process to drop this one, the Release must
-//! first attempt another render, and then this process asks again.
+//! attempted and last applied (`lastAttempted` and `lastSuccessful`). The store drops a
+//! render or a history entry only in runGC, which keeps every render the status refers to;
+//! for another process (a replica that held the shard meanwhile, a person's `convoy sync`)
+//! to drop this one, the Release must first apply another render, and then this process
+//! asks again until it applies this one once more.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -46,14 +48,14 @@ fn known(release: &Release, render_ref: &str) -> Known {
 
 impl KnownStored {
     /// Whether `render_ref` of `release` is known to be stored and in its history, and is the
-    /// render the Release last attempted.
+    /// render the Release last attempted and last applied.
     pub fn knows(&self, release: &Release, render_ref: &str) -> bool {
-        let last_attempted = release
-            .status
-            .as_ref()
-            .and_then(|s| s.last_attempted.as_ref())
-            .and_then(|a| a.render_ref.as_deref());
-        last_attempted == Some(render_ref)
+        let status = release.status.as_ref();
+        let last = |attempt: Option<&crate::engine::api::Attempt>| {
+            attempt.and_then(|a| a.render_ref.as_deref()) == Some(render_ref)
+        };
+        last(status.and_then(|s| s.last_attempted.as_deref()))
+            && last(status.and_then(|s| s.last_successful.as_deref()))
             && lock(&self.0).get(&key(release)) == Some(&known(release, render_ref))
     }
 
@@ -73,11 +75,24 @@ mod tests {
     use super::*;
 
     fn release(generation: i64, uid: &str, last_attempted: Option<&str>) -> Release {
+        applied(generation, uid, last_attempted, last_attempted)
+    }
+
+    fn applied(
+        generation: i64,
+        uid: &str,
+        last_attempted: Option<&str>,
+        last_successful: Option<&str>,
+    ) -> Release {
+        let attempt = |r: Option<&str>| r.map(|r| serde_json::json!({"renderRef": r}));
         serde_json::from_value(serde_json::json!({
             "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
             "metadata": {"name": "web", "namespace": "apps", "generation": generation, "uid": uid},
             "spec": {"source": {"kind": "GitRepository", "name": "repo"}},
-            "status": {"lastAttempted": last_attempted.map(|r| serde_json::json!({"renderRef": r}))},
+            "status": {
+                "lastAttempted": attempt(last_attempted),
+                "lastSuccessful": attempt(last_successful),
+            },
         }))
         .unwrap()
     }
@@ -96,6 +111,9 @@ mod tests {
         assert!(!known.knows(&release(3, "u2", Some("aaa")), "aaa"));
         assert!(!known.knows(&release(3, "u1", Some("bbb")), "aaa"));
         assert!(!known.knows(&release(3, "u1", None), "aaa"));
+        // Attempted again but not applied since another render was (held by a gate after a
+        // revert: another process may have collected it meanwhile): asked again.
+        assert!(!known.knows(&applied(3, "u1", Some("aaa"), Some("bbb")), "aaa"));
         // One entry per Release: a new render replaces the old.
         known.remember(&r, "bbb");
         assert!(!known.knows(&r, "aaa"));
