@@ -528,10 +528,13 @@ impl Wiring {
                     _ = tokio::time::sleep(every) => {}
                     _ = stop.changed() => return,
                 }
-                // Only the Releases of shards held: the others' passes would do nothing.
+                // Only the Releases of shards held: the others' passes would do nothing. A
+                // key whose interval pass comes before the next resync needs none.
                 let gate = shared.ctx.shard.clone();
                 for key in shared.releases.keys_where(|r| gate.owns(r)) {
-                    queues.iter().for_each(|q| q.add_bulk(&key));
+                    queues
+                        .iter()
+                        .for_each(|q| q.add_bulk_unless_due_within(&key, every));
                 }
             }
         }));

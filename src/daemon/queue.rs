@@ -196,6 +196,21 @@ impl WorkQueue {
         }
     }
 
+    /// Queue `key` in bulk unless a delayed add of it comes due within `within`: the
+    /// informer resync for a key whose interval pass is already on its way (a Release whose
+    /// interval is the resync period would otherwise pass twice as often).
+    pub fn add_bulk_unless_due_within(&self, key: &str, within: Duration) {
+        let due_soon = {
+            let s = self.lock();
+            s.delayed
+                .get(key)
+                .is_some_and(|(at, _)| *at <= tokio::time::Instant::now() + within)
+        };
+        if !due_soon {
+            self.add_bulk(key);
+        }
+    }
+
     /// Keys with a pending delayed add.
     pub fn delayed(&self) -> usize {
         self.lock().delayed.len()
@@ -487,6 +502,23 @@ mod tests {
             "both as events, before the bulk: {order:?}"
         );
         assert_eq!(q.get().await.as_deref(), Some("resync"));
+    }
+
+    /// The resync skips a key whose interval pass comes within the resync period, and queues
+    /// one whose next pass is further away (or not scheduled at all).
+    #[tokio::test(start_paused = true)]
+    async fn the_resync_leaves_out_keys_whose_pass_is_due_within_it() {
+        let q = WorkQueue::new();
+        let resync = Duration::from_secs(600);
+        q.add_after_bulk("interval-5m", Duration::from_secs(300));
+        q.add_after_bulk("interval-1h", Duration::from_secs(3600));
+        for key in ["interval-5m", "interval-1h", "events-only"] {
+            q.add_bulk_unless_due_within(key, resync);
+        }
+        let mut handed = vec![q.get().await.unwrap(), q.get().await.unwrap()];
+        handed.sort();
+        assert_eq!(handed, ["events-only", "interval-1h"]);
+        assert_eq!(q.depth(), 0);
     }
 
     #[test]

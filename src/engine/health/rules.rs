@@ -153,11 +153,6 @@ fn sourced<'a>(set: &'a str, rules: &'a [HealthRule]) -> impl Iterator<Item = So
     })
 }
 
-/// A Kubernetes label selector as the string the API takes.
-pub fn selector_string(selector: &LabelSelector) -> Result<String, selectors::SelectorError> {
-    selectors::from_label_selector(selector).map(|s| s.to_string())
-}
-
 /// Rules compiled so far, by their set and text (`compiled_key`).
 static COMPILED: std::sync::LazyLock<Mutex<HashMap<[u8; 32], Arc<CompiledRule>>>> =
     std::sync::LazyLock::new(Default::default);
