@@ -283,7 +283,15 @@ impl InventoryHandle {
         if !pending.is_empty() {
             patch["pending"] = Value::Array(pending_entries(pending));
         }
+        let started = std::time::Instant::now();
         let written = self.apply(field_managers::INVENTORY, &patch).await?;
+        // A large inventory's Put is a visible part of a sync (`sync_vs_flux_ssa`'s trace).
+        tracing::debug!(
+            members = members.len(),
+            pending = pending.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "inventory written"
+        );
         let keep: BTreeSet<ObjectKey> = members.iter().map(|m| m.key.clone()).collect();
         self.remove_entries_not_in(written, &keep).await
     }
