@@ -22,7 +22,8 @@
 //! `cargo bench --bench scale_10k` (an hour or more on two cores); `CONVOY_BENCH_RELEASES`,
 //! `CONVOY_BENCH_NAMESPACES`, `CONVOY_BENCH_CLUSTERS` (per namespace), `CONVOY_BENCH_LEASE`
 //! (the lease duration, 15s), `CONVOY_BENCH_APP_INTERVAL` (every Release's interval, 10m) and
-//! `CONVOY_BENCH_STEADY` (1m) change the run; `CONVOY_BENCH_WRAP_REPLICA_A` runs replica-a under
+//! `CONVOY_BENCH_STEADY` (1m) and `CONVOY_BENCH_WORKERS` (each replica's `--workers`, 4, the
+//! default) change the run; `CONVOY_BENCH_WRAP_REPLICA_A` runs replica-a under
 //! a profiler (`heaptrack -o FILE`). Under `cargo test` (no `--bench` flag) it does
 //! nothing.
 
@@ -65,6 +66,8 @@ struct Settings {
     steady: Duration,
     sample: usize,
     deadline: Duration,
+    /// Each replica's `--workers` (per loop).
+    workers: usize,
 }
 
 /// One Release: where it lives, its name, its Cluster, its object count.
@@ -165,6 +168,8 @@ impl Replica {
                 "--listen",
                 &format!("127.0.0.1:{port}"),
                 "--allow-file-urls",
+                "--workers",
+                &s.workers.to_string(),
                 "--cache-dir",
             ])
             .arg(dir.join(format!("cache-{name}")))
@@ -218,6 +223,7 @@ async fn main() {
         steady: common::env_duration("CONVOY_BENCH_STEADY", "1m"),
         sample: common::env_number("CONVOY_BENCH_TAKEOVER_SAMPLE", 20usize),
         deadline: common::env_duration("CONVOY_BENCH_DEADLINE", "3h"),
+        workers: common::env_number("CONVOY_BENCH_WORKERS", 4usize).max(1),
     };
     let logs = std::env::temp_dir().join(format!("scale-10k-{}", std::process::id()));
     std::fs::create_dir_all(&logs).unwrap();
@@ -554,9 +560,10 @@ async fn main() {
         s.namespaces * s.clusters
     );
     println!(
-        "  load average before / converged: {load_before} / {load_converged}; Release interval {}s, lease {}s",
+        "  load average before / converged: {load_before} / {load_converged}; Release interval {}s, lease {}s, --workers {}",
         s.interval.as_secs(),
-        s.lease.as_secs()
+        s.lease.as_secs(),
+        s.workers
     );
     println!(
         "  created in                          {:>9.1} s",
