@@ -176,6 +176,11 @@ async fn a_server_rejected_object_stops_the_sync_before_anything_is_applied() {
     assert!(!outcome.retry, "a rejection is not retried with backoff");
     assert_eq!(result.error, None, "no error is returned");
     assert!(f.config_map("good").await.is_none(), "nothing is applied");
+    // The first wave's intent, recorded while the dry run ran, is withdrawn: a Release that
+    // never applied anything has no inventory.
+    let inventories: Api<ReleaseInventory> =
+        Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    assert!(inventories.get_opt("web").await.unwrap().is_none());
     let status = f.release().await.status.unwrap();
     let failure = status.last_attempted.clone().unwrap().failure.unwrap();
     assert_eq!(failure.stage, "Syncing");
@@ -444,10 +449,17 @@ async fn unknown_kinds_and_namespaceless_objects_fail_the_dry_run_and_keep_the_i
     let inventories: Api<ReleaseInventory> =
         Api::namespaced(f.env.client.clone(), &f.env.namespace);
     let inventory = inventories.get("web").await.unwrap();
-    assert_eq!(
-        inventory.spec.inventory.len(),
-        1,
-        "the previous inventory is intact"
+    let names: Vec<&str> = inventory
+        .spec
+        .inventory
+        .iter()
+        .map(|e| e.name.as_str())
+        .collect();
+    assert_eq!(names, ["a"], "the previous inventory is intact");
+    assert!(
+        inventory.spec.pending.is_empty(),
+        "the intent recorded during the dry run is withdrawn: {:?}",
+        inventory.spec.pending
     );
 
     // Without targetNamespace a namespaced object without a namespace cannot be applied.

@@ -27,7 +27,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::Context;
 use super::hook_phase::{
-    HookPhaseError, HookRun, PhaseOutcome, forget_removed_hooks, run_hook_phase,
+    HookPhaseError, HookRun, PhaseOutcome, forget_removed_hooks, has_hooks, run_hook_phase,
 };
 use super::outcome::ReconcileOutcome;
 use super::stages::RenderStage;
@@ -159,18 +159,6 @@ pub(crate) async fn sync_objects(
     if let Err(stop) = admission::admit(ctx, run, &plan).await {
         return stop;
     }
-    // Step 1: the dry-run gate (skipped by a forced sync).
-    if let Err(stop) = admission::dry_run_gate(ctx, run, &applier, &plan).await {
-        return stop;
-    }
-    // Step 2: persistRender (the render as rendered, without the ownership labels).
-    if run.persist
-        && let Err(e) =
-            store_steps::persist_render(ctx, run.release, run.render_ref, run.objects).await
-    {
-        return run.deploy_failed(crate::engine::error::chain(&e));
-    }
-    // Step 3: the preSync hooks hold the waves until they finish.
     let hook_run = HookRun {
         release: run.release,
         target: run.target,
@@ -179,13 +167,27 @@ pub(crate) async fn sync_objects(
         render_ref: run.render_ref,
         content: &plan.content_hooks,
     };
+    // Step 1: the dry-run gate (skipped by a forced sync), with the first wave's intent
+    // recorded meanwhile when nothing can hold that wave.
+    let early_intent = match gate_and_first_intent(ctx, run, &applier, &plan, &hook_run).await {
+        Ok(early) => early,
+        Err(stop) => return stop,
+    };
+    // Step 2: persistRender (the render as rendered, without the ownership labels).
+    if run.persist
+        && let Err(e) =
+            store_steps::persist_render(ctx, run.release, run.render_ref, run.objects).await
+    {
+        return run.deploy_failed(crate::engine::error::chain(&e));
+    }
+    // Step 3: the preSync hooks hold the waves until they finish.
     if run.hooks
         && let Err(stop) = run_pre_sync_hooks(run, &hook_run).await
     {
         return stop;
     }
     // Step 4: the waves, each followed by a Put of everything applied so far.
-    let applied = match wave_loop::apply_waves(ctx, run, &plan, &hook_run).await {
+    let applied = match wave_loop::apply_waves(ctx, run, &plan, &hook_run, early_intent).await {
         Ok(applied) => applied,
         Err(stop) => return stop,
     };
@@ -209,6 +211,43 @@ async fn run_pre_sync_hooks(
         .map_err(|e| run.deploy_failed(crate::engine::error::chain(&e)))?;
     let result = run_hook_phase(hooks, HookPhase::PreSync, None).await;
     hooks_hold_or_fail(run, result, HookPhase::PreSync, None).map_or(Ok(()), Err)
+}
+
+/// stageSync step 1, the dry-run gate, and the intent of the first wave (step 4's first
+/// inventory Put) side by side, when nothing between them can hold that wave (no preSync
+/// hooks): a large first sync waits for one inventory write less. `Ok(Some(wave))`: the
+/// intent of `wave` is recorded.
+///
+/// Recording the intent before the gate's verdict leaves what a crash between the intent and
+/// the apply leaves (objects listed as pending that were never sent, which the next sync
+/// sends or prunes), so it is safe; a rejected dry run still withdraws it, so a Release held
+/// at `Unappliable` keeps the inventory it had.
+async fn gate_and_first_intent(
+    ctx: &Context,
+    run: &SyncRun<'_>,
+    applier: &crate::engine::apply::Applier,
+    plan: &compare::SyncPlan,
+    hooks: &HookRun<'_>,
+) -> Result<Option<i32>, ReconcileOutcome> {
+    let gate = admission::dry_run_gate(ctx, run, applier, plan);
+    let early = run.dry_run
+        && !plan.to_send.is_empty()
+        && !(run.hooks && has_hooks(hooks, HookPhase::PreSync, None));
+    if !early {
+        return gate.await.map(|()| None);
+    }
+    let (gate, intent) = tokio::join!(gate, wave_loop::record_first_intent(plan, hooks));
+    match (gate, intent) {
+        (Err(stop), Ok(Some(_))) => {
+            if let Err(e) = wave_loop::withdraw_first_intent(plan, hooks).await {
+                tracing::warn!(error = %crate::engine::error::chain(&e), "the first wave's intent stays recorded after a rejected dry run");
+            }
+            Err(stop)
+        }
+        (Err(stop), _) => Err(stop),
+        (Ok(()), Err(e)) => Err(run.deploy_failed(crate::engine::error::chain(&e))),
+        (Ok(()), Ok(recorded)) => Ok(recorded),
+    }
 }
 
 /// The stop a hook phase that holds the sync (preSync; sync, per wave) makes, if any: hooks

@@ -44,17 +44,19 @@ pub(super) struct Applied {
 }
 
 /// Apply every wave. `Err` is a stop (a hold, a failure), carrying the waves so far.
+/// `early_intent`: the wave whose intent [`record_first_intent`] recorded already.
 pub(super) async fn apply_waves(
     ctx: &Context,
     run: &SyncRun<'_>,
     plan: &SyncPlan,
     hooks: &HookRun<'_>,
+    early_intent: Option<i32>,
 ) -> Result<Applied, ReconcileOutcome> {
     let mut applied = Applied {
         members: Vec::new(),
         last_put: plan.recorded.clone(),
-        pending_in_inventory: plan.pending_in_inventory,
-        intent_recorded: None,
+        pending_in_inventory: plan.pending_in_inventory || early_intent.is_some(),
+        intent_recorded: early_intent,
         objects_sent: 0,
         waves: Vec::new(),
     };
@@ -234,6 +236,46 @@ async fn record_intent(
         .await?;
     applied.pending_in_inventory = true;
     Ok(())
+}
+
+/// The first wave's intent, recorded before the dry-run gate's verdict (see
+/// `sync::gate_and_first_intent`): the Put `apply_wave` makes for it, made earlier.
+/// `Ok(None)`: the first wave sends nothing, there is no intent to record.
+pub(super) async fn record_first_intent(
+    plan: &SyncPlan,
+    hooks: &HookRun<'_>,
+) -> Result<Option<i32>, InventoryError> {
+    let Some((wave, objects)) = waves::group(&plan.for_cluster.objects).into_iter().next() else {
+        return Ok(None);
+    };
+    let sending = sending_keys(plan, &objects);
+    if sending.is_empty() {
+        return Ok(None);
+    }
+    let mut pending = super::prune::still_pending(&plan.carried, &[]);
+    pending.extend(sending);
+    hooks
+        .inventory
+        .put_with_pending(&plan.recorded, &pending)
+        .await?;
+    Ok(Some(wave))
+}
+
+/// Undo [`record_first_intent`] after a rejected dry run: the inventory as it was read before
+/// the sync (its members, and the pending objects a stopped sync left, if any), or none.
+pub(super) async fn withdraw_first_intent(
+    plan: &SyncPlan,
+    hooks: &HookRun<'_>,
+) -> Result<(), InventoryError> {
+    if plan.previous.is_none() {
+        return hooks.inventory.delete().await;
+    }
+    let pending = super::prune::still_pending(&plan.carried, &[]);
+    hooks
+        .inventory
+        .put_with_pending(&plan.recorded, &pending)
+        .await
+        .map(|_| ())
 }
 
 /// Adoption from kubectl: an object recorded for the first time takes over the fields
