@@ -167,19 +167,13 @@ pub(crate) async fn sync_objects(
         render_ref: run.render_ref,
         content: &plan.content_hooks,
     };
-    // Step 1: the dry-run gate (skipped by a forced sync), with the first wave's intent
-    // recorded meanwhile when nothing can hold that wave.
-    let early_intent = match gate_and_first_intent(ctx, run, &applier, &plan, &hook_run).await {
+    // Steps 1 and 2 side by side: the dry-run gate (skipped by a forced sync) and
+    // persistRender, with the first wave's intent recorded meanwhile when nothing can hold
+    // that wave.
+    let early_intent = match gate_and_persist(ctx, run, &applier, &plan, &hook_run).await {
         Ok(early) => early,
         Err(stop) => return stop,
     };
-    // Step 2: persistRender (the render as rendered, without the ownership labels).
-    if run.persist
-        && let Err(e) =
-            store_steps::persist_render(ctx, run.release, run.render_ref, run.objects).await
-    {
-        return run.deploy_failed(crate::engine::error::chain(&e));
-    }
     // Step 3: the preSync hooks hold the waves until they finish.
     if run.hooks
         && let Err(stop) = run_pre_sync_hooks(run, &hook_run).await
@@ -213,16 +207,19 @@ async fn run_pre_sync_hooks(
     hooks_hold_or_fail(run, result, HookPhase::PreSync, None).map_or(Ok(()), Err)
 }
 
-/// stageSync step 1, the dry-run gate, and the intent of the first wave (step 4's first
-/// inventory Put) side by side, when nothing between them can hold that wave (no preSync
-/// hooks): a large first sync waits for one inventory write less. `Ok(Some(wave))`: the
-/// intent of `wave` is recorded.
+/// stageSync step 1, the dry-run gate, step 2, persistRender (the render as rendered,
+/// without the ownership labels), and, when nothing between them and the first wave can hold
+/// it (no preSync hooks), that wave's intent (step 4's first inventory Put), all at once: a
+/// sync waits for the slowest of them instead of their sum. `Ok(Some(wave))`: the intent of
+/// `wave` is recorded.
 ///
-/// Recording the intent before the gate's verdict leaves what a crash between the intent and
-/// the apply leaves (objects listed as pending that were never sent, which the next sync
-/// sends or prunes), so it is safe; a rejected dry run still withdraws it, so a Release held
-/// at `Unappliable` keeps the inventory it had.
-async fn gate_and_first_intent(
+/// None of them depends on another. A render stored for a sync that stops here is what a
+/// sync failing later leaves (runGC collects it at the next history change). An intent
+/// recorded before the verdict leaves what a crash between the intent and the apply leaves
+/// (pending objects never sent, which the next sync sends or prunes); a stop still withdraws
+/// it, so a Release held at `Unappliable` keeps the inventory it had. Of several failures the
+/// one of the earliest step is reported.
+async fn gate_and_persist(
     ctx: &Context,
     run: &SyncRun<'_>,
     applier: &crate::engine::apply::Applier,
@@ -230,24 +227,40 @@ async fn gate_and_first_intent(
     hooks: &HookRun<'_>,
 ) -> Result<Option<i32>, ReconcileOutcome> {
     let gate = admission::dry_run_gate(ctx, run, applier, plan);
+    let persist = async {
+        if !run.persist {
+            return Ok(());
+        }
+        store_steps::persist_render(ctx, run.release, run.render_ref, run.objects)
+            .await
+            .map_err(|e| run.deploy_failed(crate::engine::error::chain(&e)))
+    };
     let early = run.dry_run
         && !plan.to_send.is_empty()
         && !(run.hooks && has_hooks(hooks, HookPhase::PreSync, None));
-    if !early {
-        return gate.await.map(|()| None);
-    }
-    let (gate, intent) = tokio::join!(gate, wave_loop::record_first_intent(plan, hooks));
-    match (gate, intent) {
-        (Err(stop), Ok(Some(_))) => {
-            if let Err(e) = wave_loop::withdraw_first_intent(plan, hooks).await {
-                tracing::warn!(error = %crate::engine::error::chain(&e), "the first wave's intent stays recorded after a rejected dry run");
-            }
-            Err(stop)
+    let intent = async {
+        if !early {
+            return Ok(None);
         }
-        (Err(stop), _) => Err(stop),
-        (Ok(()), Err(e)) => Err(run.deploy_failed(crate::engine::error::chain(&e))),
-        (Ok(()), Ok(recorded)) => Ok(recorded),
+        wave_loop::record_first_intent(plan, hooks)
+            .await
+            .map_err(|e| run.deploy_failed(crate::engine::error::chain(&e)))
+    };
+    let (gate, persist, intent) = tokio::join!(gate, persist, intent);
+    let (stop, recorded) = match (gate, persist, intent) {
+        (Ok(()), Ok(()), Ok(recorded)) => return Ok(recorded),
+        (Ok(()), Ok(()), Err(stop)) => return Err(stop),
+        (Err(stop), _, intent) | (Ok(()), Err(stop), intent) => (stop, intent),
+    };
+    if matches!(recorded, Ok(Some(_)))
+        && let Err(e) = wave_loop::withdraw_first_intent(plan, hooks).await
+    {
+        tracing::warn!(
+            error = %crate::engine::error::chain(&e),
+            "the first wave's intent stays recorded after the sync stopped before it"
+        );
     }
+    Err(stop)
 }
 
 /// The stop a hook phase that holds the sync (preSync; sync, per wave) makes, if any: hooks
