@@ -239,7 +239,7 @@ async fn record_intent(
 }
 
 /// The first wave's intent, recorded before the dry-run gate's verdict (see
-/// `sync::gate_and_first_intent`): the Put `apply_wave` makes for it, made earlier.
+/// `sync::gate_and_persist`): the Put `apply_wave` makes for it, made earlier.
 /// `Ok(None)`: the first wave sends nothing, there is no intent to record.
 pub(super) async fn record_first_intent(
     plan: &SyncPlan,
@@ -261,8 +261,9 @@ pub(super) async fn record_first_intent(
     Ok(Some(wave))
 }
 
-/// Undo [`record_first_intent`] after a rejected dry run: the inventory as it was read before
-/// the sync (its members, and the pending objects a stopped sync left, if any), or none.
+/// Undo [`record_first_intent`] when the sync stops before its waves: the inventory as read
+/// before the sync (its members, and the pending objects a stopped sync left, if any), or
+/// none.
 pub(super) async fn withdraw_first_intent(
     plan: &SyncPlan,
     hooks: &HookRun<'_>,
