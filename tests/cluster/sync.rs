@@ -461,6 +461,14 @@ async fn unknown_kinds_and_namespaceless_objects_fail_the_dry_run_and_keep_the_i
         "the intent recorded during the dry run is withdrawn: {:?}",
         inventory.spec.pending
     );
+    // The same render again (an interval pass of a Release held at Unappliable): the dry run
+    // rejects it again and the inventory is not written at all.
+    assert_eq!(f.sync().await.outcome.unwrap().reason, Reason::Unappliable);
+    let again = inventories.get("web").await.unwrap();
+    assert_eq!(
+        again.metadata.resource_version, inventory.metadata.resource_version,
+        "a render rejected before is dry-run again without an inventory write"
+    );
 
     // Without targetNamespace a namespaced object without a namespace cannot be applied.
     f.commit(&[("a.yaml", &config_map("a", 0, "3"))]);

@@ -23,6 +23,8 @@ mod prune;
 mod store_steps;
 mod wave_loop;
 
+use std::collections::BTreeSet;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::Context;
@@ -32,7 +34,8 @@ use super::hook_phase::{
 use super::outcome::ReconcileOutcome;
 use super::stages::RenderStage;
 use crate::engine::api::{
-    Attempt, FailureStage, HookPhase, Reason, Release, ReleaseStatus, RolloutStatus, WavePolicy,
+    Attempt, FailureStage, HookPhase, ObjectKey, Reason, Release, ReleaseStatus, RolloutStatus,
+    WavePolicy,
 };
 use crate::engine::cluster::Target;
 use crate::engine::content_hooks;
@@ -237,7 +240,9 @@ async fn gate_and_persist(
     };
     let early = run.dry_run
         && !plan.to_send.is_empty()
-        && !(run.hooks && has_hooks(hooks, HookPhase::PreSync, None));
+        && !(run.hooks && has_hooks(hooks, HookPhase::PreSync, None))
+        && early_intent_is_safe(run, plan)
+        && ctx.shard.owns(run.release);
     let intent = async {
         if !early {
             return Ok(None);
@@ -247,12 +252,15 @@ async fn gate_and_persist(
             .map_err(|e| run.deploy_failed(crate::engine::error::chain(&e)))
     };
     let (gate, persist, intent) = tokio::join!(gate, persist, intent);
-    let (stop, recorded) = match (gate, persist, intent) {
+    let (stop, attempted) = match (gate, persist, intent) {
         (Ok(()), Ok(()), Ok(recorded)) => return Ok(recorded),
-        (Ok(()), Ok(()), Err(stop)) => return Err(stop),
-        (Err(stop), _, intent) | (Ok(()), Err(stop), intent) => (stop, intent),
+        (Ok(()), Ok(()), Err(stop)) => (stop, true),
+        (Err(stop), _, intent) | (Ok(()), Err(stop), intent) => (stop, !matches!(intent, Ok(None))),
     };
-    if matches!(recorded, Ok(Some(_)))
+    // A failed intent Put may still have landed (a lost response, a conflict after the
+    // write): withdrawn as well. A replica that lost the shard meanwhile writes nothing.
+    if attempted
+        && ctx.shard.owns(run.release)
         && let Err(e) = wave_loop::withdraw_first_intent(plan, hooks).await
     {
         tracing::warn!(
@@ -261,6 +269,33 @@ async fn gate_and_persist(
         );
     }
     Err(stop)
+}
+
+/// Whether the first wave's intent may be recorded before the dry run's verdict:
+/// - every object it would list is new on the cluster or recorded already: an object that
+///   exists but is not this Release's yet (kubectl's, adopted by the first wave) is listed
+///   only once the gate passed, so a rejected render never claims it, even across a crash;
+/// - this render's last attempt did not fail: a Release held at `Unappliable` that comes
+///   back at each interval dry-runs again without writing its inventory twice.
+fn early_intent_is_safe(run: &SyncRun<'_>, plan: &compare::SyncPlan) -> bool {
+    let sending: Vec<ObjectKey> = plan.to_send.iter().map(|o| plan.effective_key(o)).collect();
+    let recorded: BTreeSet<&ObjectKey> = plan.recorded.iter().map(|m| &m.key).collect();
+    claims_nothing(&sending, &recorded, |k| plan.live.contains_key(k))
+        && !failed_before(run.status.last_attempted.as_deref(), run.render_ref)
+}
+
+/// Whether each of `sending` is recorded already or absent from the cluster.
+fn claims_nothing(
+    sending: &[ObjectKey],
+    recorded: &BTreeSet<&ObjectKey>,
+    live: impl Fn(&ObjectKey) -> bool,
+) -> bool {
+    sending.iter().all(|k| recorded.contains(k) || !live(k))
+}
+
+/// Whether `last` attempted `render_ref` and failed.
+fn failed_before(last: Option<&Attempt>, render_ref: &str) -> bool {
+    last.is_some_and(|a| a.render_ref.as_deref() == Some(render_ref) && a.failure.is_some())
 }
 
 /// The stop a hook phase that holds the sync (preSync; sync, per wave) makes, if any: hooks
@@ -339,4 +374,52 @@ fn applied_outcome(
         outcome.notices.push(notice);
     }
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::api::Failure;
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey {
+            group: String::new(),
+            kind: "ConfigMap".into(),
+            namespace: "apps".into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn an_early_intent_lists_only_new_objects_and_the_releases_own() {
+        let (new, ours, kubectls) = (key("new"), key("ours"), key("kubectls"));
+        let recorded: BTreeSet<&ObjectKey> = [&ours].into_iter().collect();
+        let live = |k: &ObjectKey| k == &ours || k == &kubectls;
+        assert!(claims_nothing(
+            &[new.clone(), ours.clone()],
+            &recorded,
+            live
+        ));
+        assert!(!claims_nothing(&[new, kubectls.clone()], &recorded, live));
+    }
+
+    #[test]
+    fn a_render_whose_last_attempt_failed_gets_no_early_intent() {
+        let failed = Attempt {
+            render_ref: Some("r1".into()),
+            failure: Some(Failure {
+                stage: "Syncing".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(failed_before(Some(&failed), "r1"));
+        assert!(!failed_before(Some(&failed), "r2"), "a new render");
+        let applied = Attempt {
+            render_ref: Some("r1".into()),
+            ..Default::default()
+        };
+        assert!(!failed_before(Some(&applied), "r1"));
+        assert!(!failed_before(None, "r1"));
+    }
 }
