@@ -547,15 +547,12 @@ impl InventoryHandle {
 /// Whether a cached inventory agrees with the Release's cached status (see
 /// [`InventoryHandle::get_cached`]).
 fn agrees(inventory: &ReleaseInventory, release: &Release) -> bool {
-    let status = release.status.as_ref();
-    let attempted = status
-        .and_then(|s| s.last_attempted.as_ref())
-        .and_then(|a| a.render_ref.as_deref());
-    let applied = status
-        .and_then(|s| s.last_successful.as_ref())
-        .and_then(|a| a.render_ref.as_deref());
+    let Some(status) = release.status.as_ref() else {
+        return false;
+    };
+    let applied = status.applied_render();
     applied.is_some()
-        && attempted == applied
+        && status.attempted_render() == applied
         && inventory.spec.pending.is_empty()
         && inventory
             .spec

@@ -110,6 +110,17 @@ pub struct DriftExclusion {
     pub managers: Vec<String>,
 }
 
+impl ReleaseSpec {
+    /// `syncPolicy.interval`, when set and not zero (zero, like absent, means no periodic pass).
+    pub fn interval(&self) -> Option<std::time::Duration> {
+        self.sync_policy
+            .as_ref()
+            .and_then(|p| p.interval.as_ref())
+            .map(|d| d.get())
+            .filter(|d| !d.is_zero())
+    }
+}
+
 /// The kind of source object a Release reads.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, JsonSchema)]
 pub enum SourceKind {

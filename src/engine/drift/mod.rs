@@ -841,11 +841,7 @@ pub const DRIFT_RECHECK: std::time::Duration = std::time::Duration::from_secs(10
 pub fn schedule_recheck(release: &Release) -> Requeue {
     release
         .spec
-        .sync_policy
-        .as_ref()
-        .and_then(|p| p.interval.as_ref())
-        .map(|d| d.get())
-        .filter(|d| !d.is_zero())
+        .interval()
         .map(Requeue::Interval)
         .unwrap_or(Requeue::Never)
 }

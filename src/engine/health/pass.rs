@@ -480,13 +480,7 @@ pub fn schedule_health_recheck(
         release.namespace().unwrap_or_default(),
         release.name_any()
     );
-    let interval = release
-        .spec
-        .sync_policy
-        .as_ref()
-        .and_then(|p| p.interval.as_ref())
-        .map(|d| d.get())
-        .filter(|d| !d.is_zero());
+    let interval = release.spec.interval();
     let mut all = crate::engine::locks::lock(&memory.counts);
     if pending.is_empty() {
         all.remove(&key);

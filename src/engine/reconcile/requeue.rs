@@ -45,10 +45,7 @@ pub fn requeue_for(release: &Release, outcome: &ReconcileOutcome, failures: u32)
             None => Requeue::RateLimited,
         };
     }
-    let interval = policy
-        .and_then(|p| p.interval.as_ref())
-        .map(|d| d.get())
-        .unwrap_or(Duration::ZERO);
+    let interval = release.spec.interval().unwrap_or(Duration::ZERO);
     // A Progressing rollout, and a hold that can time out, must be looked at even when no
     // event arrives (the deadline and the timeout pass without one). A hold that already
     // failed (WaveFailed keeps its `waiting` to stay failed) has nothing left to time out.

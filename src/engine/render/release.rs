@@ -94,13 +94,7 @@ pub async fn fetch_source(
     // A fetch no older than the source's interval, nor than the Release's own: a Release
     // whose interval is shorter than its GitRepository's still sees a commit within about
     // its interval, as it did when every pass fetched.
-    let release_interval = release
-        .spec
-        .sync_policy
-        .as_ref()
-        .and_then(|p| p.interval.as_ref())
-        .map(|d| d.get())
-        .filter(|d| !d.is_zero());
+    let release_interval = release.spec.interval();
     let reuse = Reuse {
         max_age: if ctx.reuse_fetches {
             release_interval.map_or(resolved.reuse_for, |i| i.min(resolved.reuse_for))

@@ -50,13 +50,9 @@ impl KnownStored {
     /// Whether `render_ref` of `release` is known to be stored and in its history, and is the
     /// render the Release last attempted and last applied.
     pub fn knows(&self, release: &Release, render_ref: &str) -> bool {
-        let status = release.status.as_ref();
-        let last = |attempt: Option<&crate::engine::api::Attempt>| {
-            attempt.and_then(|a| a.render_ref.as_deref()) == Some(render_ref)
-        };
-        last(status.and_then(|s| s.last_attempted.as_deref()))
-            && last(status.and_then(|s| s.last_successful.as_deref()))
-            && lock(&self.0).get(&key(release)) == Some(&known(release, render_ref))
+        release.status.as_ref().is_some_and(|s| {
+            s.attempted_render() == Some(render_ref) && s.applied_render() == Some(render_ref)
+        }) && lock(&self.0).get(&key(release)) == Some(&known(release, render_ref))
     }
 
     /// Remember that `render_ref` of `release` is stored and in its history.
