@@ -79,28 +79,9 @@ pub fn attempted_render_changed(old: Option<&ReleaseStatus>, new: Option<&Releas
             != new.and_then(ReleaseStatus::applied_render)
 }
 
-/// The controller's ReleaseInventory handler: an entry's state or assessedRenderRef changed,
-/// or the number of entries did. The controller's own renderRef and wave do not count.
-pub fn inventory_wakes_controller(old: &ReleaseInventory, new: &ReleaseInventory) -> bool {
-    if old.spec.inventory.len() != new.spec.inventory.len() {
-        return true;
-    }
-    let health = |inv: &ReleaseInventory| -> BTreeMap<_, _> {
-        inv.spec
-            .inventory
-            .iter()
-            .map(|e| (e.key(), (e.state, e.assessed_render_ref.clone())))
-            .collect()
-    };
-    let hooks = |inv: &ReleaseInventory| -> BTreeMap<_, _> {
-        inv.spec
-            .hooks
-            .iter()
-            .map(|h| ((h.name.clone(), h.phase), (h.state, h.finished_at.clone())))
-            .collect()
-    };
-    health(old) != health(new) || hooks(old) != hooks(new)
-}
+/// The controller's ReleaseInventory handler: the health loop's fields changed (the engine
+/// also asks it, to know whether a health write woke the controller).
+pub use crate::engine::api::health_fields_changed as inventory_wakes_controller;
 
 /// The observer's ReleaseInventory handler: a controller-owned field changed — the set of
 /// entries, an entry's renderRef, or a hook entry's createdAt or workloadName. The health

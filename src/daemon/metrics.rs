@@ -338,6 +338,8 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        // `CONVOY_LOG=convoy::api=trace` lists every request (where a benchmark's writes go).
+        tracing::trace!(target: "convoy::api", method = %request.method(), uri = %request.uri(), "request");
         self.metrics
             .api_requests
             .get_or_create(&VerbLabels {

@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod passes;
 pub mod queue;
 pub mod shard;
+pub mod syncing;
 pub mod worker;
 
 use std::collections::BTreeSet;
@@ -304,10 +305,13 @@ fn shared_state(
         ),
         metrics,
         controller_queue: WorkQueue::new(),
+        health_queue: WorkQueue::new(),
+        syncing: Default::default(),
     }
 }
 
-/// The work queue of each loop (the controller's lives in [`Shared`]: passes requeue on it).
+/// The work queue of each loop (the controller's and the health loop's live in [`Shared`]:
+/// passes queue on them).
 struct Queues {
     controller: WorkQueue,
     drift: WorkQueue,
@@ -323,7 +327,7 @@ impl Queues {
         Self {
             controller: shared.controller_queue.clone(),
             drift: WorkQueue::new(),
-            health: WorkQueue::new(),
+            health: shared.health_queue.clone(),
             cluster: WorkQueue::new(),
             git: WorkQueue::new(),
             helm: WorkQueue::new(),

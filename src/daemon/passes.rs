@@ -46,6 +46,32 @@ pub struct Shared {
     pub metrics: Arc<super::metrics::Metrics>,
     /// The Release controller's queue (source controllers enqueue Releases on a new revision).
     pub controller_queue: WorkQueue,
+    /// The health loop's queue (a pass put off while the controller syncs goes back on it).
+    pub health_queue: WorkQueue,
+    /// The Releases the controller is reconciling now.
+    pub syncing: super::syncing::Syncing,
+}
+
+/// Marks a controller pass as running for [`super::syncing::Syncing`], and at its end (any
+/// return, a cancelled pass too) queues the health pass it put off.
+struct SyncingGuard<'a> {
+    shared: &'a Shared,
+    key: &'a str,
+}
+
+impl<'a> SyncingGuard<'a> {
+    fn begin(shared: &'a Shared, key: &'a str) -> Self {
+        shared.syncing.begin(key);
+        Self { shared, key }
+    }
+}
+
+impl Drop for SyncingGuard<'_> {
+    fn drop(&mut self) {
+        if self.shared.syncing.end(self.key) {
+            self.shared.health_queue.add(self.key);
+        }
+    }
 }
 
 /// The Release of `key` in full, or how the pass ends without one. A stub (a Release of a
@@ -90,6 +116,7 @@ pub async fn release(shared: &Shared, key: &str) -> Result<Arc<Release>, PassRes
 
 /// The Release controller.
 pub async fn controller(shared: Arc<Shared>, key: String, failures: u32) -> PassResult {
+    let _syncing = SyncingGuard::begin(&shared, &key);
     let release = match release(&shared, &key).await {
         Ok(release) => release,
         Err(end) => return end,
@@ -263,6 +290,9 @@ pub async fn drift(shared: Arc<Shared>, key: String, _failures: u32) -> PassResu
 
 /// The health loop.
 pub async fn health(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
+    if shared.syncing.put_off(&key) {
+        return PassResult::Skip;
+    }
     let release = match release(&shared, &key).await {
         Ok(release) => release,
         Err(end) => return end,

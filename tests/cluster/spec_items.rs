@@ -726,7 +726,9 @@ async fn the_drift_dry_run_runs_under_the_controllers_manager() {
 // --- health-loop.txt "Wake the controller", "Writes", "Re-check backoff" ----------------------
 
 /// "Render advanced. The assessment reached a render that the controller applied after the
-/// previous pass": the pass after a new apply sends /sync; a steady pass does not.
+/// previous pass": the pass after a new apply wakes the controller; a steady pass does not.
+/// In automatic mode the wake is the pass's own write of assessedRenderRef, which the
+/// controller's inventory watch wakes on (README "Deviations": no /sync on top of it).
 #[tokio::test]
 async fn the_pass_after_a_new_render_is_applied_wakes_the_controller() {
     let f = Fixture::new(
@@ -748,6 +750,9 @@ async fn the_pass_after_a_new_render_is_applied_wakes_the_controller() {
     assert!(!steady.requested_sync);
     f.commit(&[("a.yaml", &config_map("a", 0, "2"))]);
     f.sync().await;
+    let inventories: Api<ReleaseInventory> =
+        Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let before = inventories.get("web").await.unwrap();
     let advanced = health_pass(&f.ctx, &memory, &f.release().await)
         .await
         .unwrap()
@@ -757,7 +762,51 @@ async fn the_pass_after_a_new_render_is_applied_wakes_the_controller() {
         "{:?}",
         advanced.edges
     );
-    assert!(advanced.requested_sync);
+    let after = inventories.get("web").await.unwrap();
+    assert_ne!(
+        before.spec.inventory[0].assessed_render_ref,
+        after.spec.inventory[0].assessed_render_ref
+    );
+    assert!(
+        convoy::engine::api::health_fields_changed(&before, &after),
+        "the write the controller's inventory watch wakes on"
+    );
+    assert!(!advanced.requested_sync, "no second wake by /sync");
+    let annotations = f.release().await.metadata.annotations.unwrap_or_default();
+    assert!(
+        !annotations.contains_key("convoy.kumodo.io/sync-requested-at"),
+        "{annotations:?}"
+    );
+}
+
+/// The same edge in manual mode sends /sync: without a pending request the controller's
+/// manual gate would hold the render the edge is about.
+#[tokio::test]
+async fn in_manual_mode_the_edge_sends_a_sync() {
+    let f = Fixture::new(
+        "edge-render-advanced-manual",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({"syncPolicy": {"mode": "Manual"}}),
+    )
+    .await;
+    f.annotate(json!({"convoy.kumodo.io/sync-requested-at": "2026-01-01T00:00:00Z"}))
+        .await;
+    f.sync().await;
+    let memory = HealthMemory::default();
+    let first = health_pass(&f.ctx, &memory, &f.release().await)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        first.edges.contains(&"render advanced"),
+        "{:?}",
+        first.edges
+    );
+    assert!(first.requested_sync);
+    let requested =
+        f.release().await.metadata.annotations.unwrap()["convoy.kumodo.io/sync-requested-at"]
+            .clone();
+    assert_ne!(requested, "2026-01-01T00:00:00Z");
 }
 
 /// Healthy is Pending while the entries carry two renders (a rollout between its waves), and

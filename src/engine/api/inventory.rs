@@ -255,6 +255,31 @@ impl HookState {
     }
 }
 
+/// Whether the fields the controller's inventory watch wakes on differ (health-loop.txt: "A
+/// change of state or assessedRenderRef wakes the controller without a /sync"): an entry's
+/// state or assessedRenderRef, a hook's state or finishedAt, or the number of entries. The
+/// controller's own renderRef and wave do not count.
+pub fn health_fields_changed(old: &ReleaseInventory, new: &ReleaseInventory) -> bool {
+    if old.spec.inventory.len() != new.spec.inventory.len() {
+        return true;
+    }
+    let health = |inv: &ReleaseInventory| -> std::collections::BTreeMap<_, _> {
+        inv.spec
+            .inventory
+            .iter()
+            .map(|e| (e.key(), (e.state, e.assessed_render_ref.clone())))
+            .collect()
+    };
+    let hooks = |inv: &ReleaseInventory| -> std::collections::BTreeMap<_, _> {
+        inv.spec
+            .hooks
+            .iter()
+            .map(|h| ((h.name.clone(), h.phase), (h.state, h.finished_at.clone())))
+            .collect()
+    };
+    health(old) != health(new) || hooks(old) != hooks(new)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

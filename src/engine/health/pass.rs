@@ -13,11 +13,11 @@ use kube::{Api, ResourceExt};
 
 use super::assess::{Assessment, assess};
 use super::state::progress_backoff;
-use crate::engine::api::ConditionStatus;
 use crate::engine::api::{
     Condition, HealthState, HealthSummary, HealthyReason, HookState, Release, ReleaseId,
     ReleaseInventory, condition_types, field_managers,
 };
+use crate::engine::api::{ConditionStatus, SyncMode, health_fields_changed};
 use crate::engine::explain::count;
 use crate::engine::hooks::{find_hook, needs_poll, poll_hook_workload, workload_namespace};
 use crate::engine::inventory::{HookResult, InventoryHandle};
@@ -92,7 +92,7 @@ pub async fn health_pass(
     }
     let name = ReleaseId::of(release).to_string();
     let at = now();
-    let handle = InventoryHandle::for_release(ctx.home.client.clone(), release);
+    let handle = InventoryHandle::in_context(ctx, release);
     let api: Api<Release> = Api::namespaced(
         ctx.home.client.clone(),
         &release.namespace().unwrap_or_default(),
@@ -124,7 +124,8 @@ pub async fn health_pass(
     // Step 5: health, per entry and as the condition.
     let (new_condition, summary, assessment) =
         assess_health(ctx, release, &at, polled.inventory.as_ref()).await;
-    let wrote_entries = write_entry_health(&handle, assessment.as_ref(), &name).await?;
+    let written_entries = write_entry_health(&handle, assessment.as_ref(), &name).await?;
+    let wrote_entries = written_entries.is_some();
     let wrote_health = write_health(&api, release, new_condition.clone(), summary.clone(), at)
         .await
         .map_err(|source| HealthError::Status {
@@ -140,7 +141,11 @@ pub async fn health_pass(
             edges.push("render advanced");
         }
     }
-    let requested_sync = !edges.is_empty() && wake(&api, release, &name).await?;
+    let written =
+        written_entries.or_else(|| polled.wrote.then(|| polled.inventory.clone()).flatten());
+    let requested_sync = !edges.is_empty()
+        && !woken_by_write(release, polled.read.as_ref(), written.as_ref())
+        && wake(&api, release, &name).await?;
     // Step 7: the next pass.
     let pending = still_pending(assessment.as_ref(), &polled.hooks, &new_condition);
     Ok(Some(HealthPass {
@@ -158,6 +163,8 @@ pub async fn health_pass(
 /// status write moves it), and whether that write happened.
 struct PolledPass {
     hooks: PolledHooks,
+    /// The inventory as the pass read it, before its writes.
+    read: Option<ReleaseInventory>,
     inventory: Option<ReleaseInventory>,
     wrote: bool,
 }
@@ -181,6 +188,7 @@ async fn poll_and_record_hooks(
     let Some(read) = inventory else {
         return PolledPass {
             hooks: PolledHooks::default(),
+            read: None,
             inventory: None,
             wrote: false,
         };
@@ -188,6 +196,7 @@ async fn poll_and_record_hooks(
     let hooks = poll_hooks(ctx, release, &read, at).await;
     let mut polled = PolledPass {
         inventory: Some(read.clone()),
+        read: Some(read.clone()),
         wrote: false,
         hooks,
     };
@@ -253,20 +262,21 @@ async fn assess_health(
     }
 }
 
-/// Step 5: each entry's health, under `convoy-health-inventory`. Returns whether it wrote.
+/// Step 5: each entry's health, under `convoy-health-inventory`. Returns the inventory
+/// written, if it wrote.
 async fn write_entry_health(
     handle: &InventoryHandle,
     assessment: Option<&Assessment>,
     name: &str,
-) -> Result<bool, HealthError> {
+) -> Result<Option<ReleaseInventory>, HealthError> {
     let Some((assessment, read)) = assessment.and_then(|a| Some((a, a.inventory.as_ref()?))) else {
-        return Ok(false);
+        return Ok(None);
     };
     match handle
         .write_inventory_health(read, &assessment.results)
         .await
     {
-        Ok(written) => Ok(written.is_some()),
+        Ok(written) => Ok(written),
         Err(source) => Err(HealthError::Inventory {
             release: name.to_string(),
             source,
@@ -292,6 +302,30 @@ fn still_pending(
         pending.push("render-pending".into());
     }
     pending
+}
+
+/// Step 6, deviation (README "Deviations"): an edge sends no /sync when this pass's own
+/// inventory write already wakes the controller and the Release syncs automatically. Each
+/// edge is a change of an entry's state or assessedRenderRef or of a hook's state, which the
+/// controller's inventory watch wakes on (health-loop.txt: "without a /sync"); a /sync too
+/// would wake it twice and cost two writes (the annotation, then the controller's
+/// lastHandledSyncAt). In manual mode the /sync is what lets the controller go on (its gate
+/// holds without a pending request), so it is always sent there, as it is when the pass
+/// wrote nothing the watch sees (a write made by an earlier pass that failed later).
+fn woken_by_write(
+    release: &Release,
+    read: Option<&ReleaseInventory>,
+    written: Option<&ReleaseInventory>,
+) -> bool {
+    let automatic = release
+        .spec
+        .sync_policy
+        .as_ref()
+        .map(|p| p.mode)
+        .unwrap_or_default()
+        == SyncMode::Automatic;
+    automatic
+        && matches!((read, written), (Some(read), Some(written)) if health_fields_changed(read, written))
 }
 
 async fn wake(api: &Api<Release>, release: &Release, name: &str) -> Result<bool, HealthError> {
