@@ -1140,6 +1140,32 @@ fn report(s: &Settings, flux: &Run, convoy: &Run) {
         fmt_n(wf),
         fmt_n(wc),
     );
+    let refused = |r: &Run| {
+        let by_code = r
+            .converge
+            .0
+            .iter()
+            .filter(|(k, _)| k.is_write() && k.refused() && (apps_objects(k) || r.tool.own(k)))
+            .fold(BTreeMap::<&str, f64>::new(), |mut by, (k, v)| {
+                *by.entry(k.code.as_str()).or_default() += v;
+                by
+            });
+        let total: f64 = by_code.values().sum();
+        let codes: Vec<String> = by_code
+            .iter()
+            .map(|(code, v)| format!("{code}: {}", fmt_n(*v)))
+            .collect();
+        if codes.is_empty() {
+            fmt_n(total)
+        } else {
+            format!("{} ({})", fmt_n(total), codes.join(", "))
+        }
+    };
+    row(
+        "  of them refused by the server",
+        refused(flux),
+        refused(convoy),
+    );
     println!(
         "  → convoy writes {} ({:+.1} %) (goal: fewer {})",
         fmt_n(wc - wf),

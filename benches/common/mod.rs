@@ -164,6 +164,8 @@ pub struct RequestKey {
     pub resource: String,
     pub subresource: String,
     pub dry_run: bool,
+    /// The response code (`200`, `409`, …).
+    pub code: String,
 }
 
 impl RequestKey {
@@ -176,10 +178,14 @@ impl RequestKey {
     pub fn is_event(&self) -> bool {
         self.resource == "events"
     }
+    /// The server refused it (409 Conflict and every other code but 2xx).
+    pub fn refused(&self) -> bool {
+        !self.code.starts_with('2')
+    }
 }
 
-/// The API server's request counters (`apiserver_request_total`, every response code
-/// summed), by verb, group, resource, subresource and dry run. Counted by the server, so
+/// The API server's request counters (`apiserver_request_total`), by verb, group, resource,
+/// subresource, dry run and response code (sums count every code). Counted by the server, so
 /// every client is in it: compare runs on control planes of their own.
 #[derive(Debug, Clone, Default)]
 pub struct RequestCounts(pub BTreeMap<RequestKey, f64>);
@@ -208,6 +214,7 @@ impl RequestCounts {
                 resource: get("resource"),
                 subresource: get("subresource"),
                 dry_run: !get("dry_run").is_empty(),
+                code: get("code"),
             };
             *counts.entry(key).or_insert(0.0) += value;
         }

@@ -60,7 +60,10 @@ mod tests {
         let s = Syncing::default();
         assert!(!s.put_off("ns/a"), "no sync: the pass runs");
         s.begin("ns/a");
-        assert!(!s.put_off("ns/b"), "another Release's sync does not hold it");
+        assert!(
+            !s.put_off("ns/b"),
+            "another Release's sync does not hold it"
+        );
         assert!(s.put_off("ns/a"));
         assert!(s.put_off("ns/a"), "put off twice, queued once");
         assert!(!s.end("ns/b"));
