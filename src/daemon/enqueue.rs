@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::engine::api::{
-    HealthyReason, ReleaseInventory, ReleaseStatus, annotations, condition_types,
+    HealthyReason, ReleaseInventory, ReleaseStatus, RolloutState, annotations, condition_types,
 };
 
 /// `shouldEnqueueOnUpdate`: (1) the resource version did not change (a resync); (2) the
@@ -40,11 +40,12 @@ pub fn should_enqueue_on_update(
 }
 
 /// The health loop's Healthy verdict changed and says the render that runs is healthy while
-/// `status.lastHealthy` does not name it yet: the controller looks again, so lastHealthy
-/// (and a rollout waiting for it) follows the verdict instead of the next interval.
-/// Deviation: the spec has status writes wake no loop. Its three health edges fire in the
-/// pass that writes the entries' health, and the verdict can come one pass later (the
-/// controller woken by the edge read the previous verdict and nothing woke it again).
+/// `status.lastHealthy` does not name it yet, or while a rollout of that render is still
+/// Progressing: the controller looks again, so lastHealthy and the rollout follow the verdict
+/// instead of the next interval. Deviation: the spec has status writes wake no loop. Its
+/// three health edges fire in the pass that writes the entries' health, and the verdict is
+/// written after them (or one pass later), so the controller woken by the edge's inventory
+/// write read the previous verdict and nothing woke it again.
 pub fn healthy_verdict_to_record(old: Option<&ReleaseStatus>, new: Option<&ReleaseStatus>) -> bool {
     let Some(new) = new else { return false };
     let healthy = |s: &ReleaseStatus| s.condition(condition_types::HEALTHY).cloned();
@@ -52,8 +53,15 @@ pub fn healthy_verdict_to_record(old: Option<&ReleaseStatus>, new: Option<&Relea
     let changed = old.map(healthy) != Some(verdict.clone());
     let says_healthy =
         verdict.is_some_and(|c| c.status.is_true() && c.reason == HealthyReason::Healthy);
+    let Some(applied) = new.applied_render() else {
+        return false;
+    };
     let recorded = new.last_healthy.as_ref().map(|l| l.render_ref.as_str());
-    changed && says_healthy && new.applied_render().is_some() && recorded != new.applied_render()
+    let rollout_waits = new
+        .rollout
+        .as_ref()
+        .is_some_and(|r| r.state == RolloutState::Progressing && r.render_ref == applied);
+    changed && says_healthy && (recorded != Some(applied) || rollout_waits)
 }
 
 /// The Applied or Healthy condition changed status: Releases of a higher cluster wave on the
@@ -216,6 +224,29 @@ mod tests {
         assert!(!healthy_verdict_to_record(
             Some(&progressing),
             Some(&degraded)
+        ));
+        // A rollout of a render lastHealthy names already (a revert to it) waits for the
+        // verdict too; once it succeeded, the verdict wakes nothing.
+        let rollout = |state: RolloutState, verdict: (ConditionStatus, &str, &str)| {
+            let mut s = status(Some(verdict), Some("r2"));
+            s.rollout = Some(Box::new(crate::engine::api::RolloutStatus {
+                render_ref: "r2".into(),
+                state,
+                started_at: None,
+                finished_at: None,
+                message: None,
+            }));
+            s
+        };
+        let waiting = (ConditionStatus::False, "Progressing", "1 of 2");
+        let healthy_now = (ConditionStatus::True, "Healthy", "2 objects");
+        assert!(healthy_verdict_to_record(
+            Some(&rollout(RolloutState::Progressing, waiting)),
+            Some(&rollout(RolloutState::Progressing, healthy_now))
+        ));
+        assert!(!healthy_verdict_to_record(
+            Some(&rollout(RolloutState::Succeeded, waiting)),
+            Some(&rollout(RolloutState::Succeeded, healthy_now))
         ));
     }
 

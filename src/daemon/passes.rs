@@ -291,7 +291,7 @@ pub async fn drift(shared: Arc<Shared>, key: String, _failures: u32) -> PassResu
 /// The health loop.
 pub async fn health(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
     if shared.syncing.put_off(&key) {
-        return PassResult::Skip;
+        return PassResult::PutOff;
     }
     let release = match release(&shared, &key).await {
         Ok(release) => release,

@@ -45,6 +45,9 @@ pub enum PassResult {
     Error(PassError),
     /// Nothing to do for this key (gone, or not ours).
     Skip,
+    /// Not now: another loop's pass holds the key and queues it again when it ends. Its
+    /// failures stay counted (a failing pass put off keeps its backoff).
+    PutOff,
 }
 
 /// Spawn `workers` tasks running `pass` for keys of `queue` until the queue shuts down.
@@ -94,6 +97,7 @@ where
                             tracing::warn!(loop_name = name, key = %key, category = error.category.as_str(), retry_in_ms = delay.as_millis() as u64, "{}", error.message);
                         }
                         PassResult::Skip => queue.forget(&key),
+                        PassResult::PutOff => {}
                     }
                     metrics
                         .queue_depth

@@ -199,7 +199,7 @@ impl InventoryHandle {
     /// cached reads and its writes go through the process's [`LatestVersions`].
     pub fn in_context(ctx: &crate::engine::runtime::Context, release: &Release) -> Self {
         let mut handle = Self::for_release(ctx.home.client.clone(), release);
-        handle.latest = Some(ctx.inventory_versions.clone());
+        handle.latest = ctx.inventory_versions.clone();
         handle
     }
 

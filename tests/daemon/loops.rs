@@ -409,3 +409,46 @@ async fn sync_request_wait_waits_through_the_waves_until_healthy() {
         "wave 1 was applied before --wait returned"
     );
 }
+
+/// Automatic mode: the next wave follows the health loop's "wave complete" edge through the
+/// edge's own inventory write, which the controller's inventory watch wakes on, with no /sync
+/// on top of it (README "Deviations"). The wave hold has no timeout and the interval is ten
+/// minutes, so nothing else would wake the controller within the deadline below.
+#[tokio::test]
+async fn an_automatic_release_goes_on_to_the_next_wave_on_the_edges_write_alone() {
+    let mut spec = Fixture::default_health("5m");
+    json_patch::merge(
+        &mut spec,
+        &json!({"syncPolicy": {"interval": "10m", "waves": {"waitForHealth": true}}}),
+    );
+    let f = Fixture::new(
+        "daemon-auto-waves",
+        &[
+            ("d.yaml", &deployment("api", 0, 1)),
+            ("b.yaml", &config_map("after", 1, "1")),
+        ],
+        spec,
+    )
+    .await;
+    f.install_default_rules().await;
+    let _daemon = Daemon::start(&f.env.kubeconfig, &["--watch-namespace", &f.env.namespace]).await;
+    eventually(
+        "wave 1 applied after wave 0 became healthy",
+        Duration::from_secs(90),
+        || async { f.config_map("after").await },
+    )
+    .await;
+    let release = all_true(&f).await;
+    let status = release.status.clone().unwrap();
+    let applied = status.last_successful.unwrap().render_ref;
+    assert_eq!(
+        status.last_healthy.map(|h| h.render_ref),
+        applied,
+        "lastHealthy follows the verdict"
+    );
+    let annotations = release.metadata.annotations.unwrap_or_default();
+    assert!(
+        !annotations.contains_key("convoy.kumodo.io/sync-requested-at"),
+        "no /sync was sent: {annotations:?}"
+    );
+}

@@ -639,6 +639,48 @@ pub async fn poll_hooks(
 mod tests {
     use super::*;
 
+    /// An inventory of one entry with this state and message.
+    fn inv(state: Option<HealthState>, message: Option<&str>) -> ReleaseInventory {
+        let mut i = ReleaseInventory::new("web", Default::default());
+        i.spec.inventory = vec![
+            serde_json::from_value(serde_json::json!({
+                "group": "", "kind": "ConfigMap", "namespace": "apps", "name": "a",
+                "renderRef": "r1", "assessedRenderRef": "r1",
+            }))
+            .unwrap(),
+        ];
+        i.spec.inventory[0].state = state;
+        i.spec.inventory[0].message = message.map(str::to_string);
+        i
+    }
+
+    /// The edge's /sync is left out only when the Release syncs automatically and the pass's
+    /// own write changed what the controller's inventory watch wakes on.
+    #[test]
+    fn an_edge_relies_on_the_write_only_when_the_write_wakes_the_controller() {
+        let automatic = release(None);
+        let mut manual = release(None);
+        manual.spec.sync_policy =
+            Some(serde_json::from_value(serde_json::json!({"mode": "Manual"})).unwrap());
+        let before = inv(Some(HealthState::Progressing), None);
+        let healthy = inv(Some(HealthState::Healthy), None);
+        assert!(woken_by_write(&automatic, Some(&before), Some(&healthy)));
+        assert!(
+            !woken_by_write(&manual, Some(&before), Some(&healthy)),
+            "manual mode: the /sync lets the controller go on"
+        );
+        assert!(
+            !woken_by_write(&automatic, Some(&before), None),
+            "nothing written this pass"
+        );
+        let reworded = inv(Some(HealthState::Progressing), Some("1 of 2 pods"));
+        assert!(
+            !woken_by_write(&automatic, Some(&before), Some(&reworded)),
+            "a message alone wakes no controller"
+        );
+        assert!(!woken_by_write(&automatic, None, Some(&healthy)));
+    }
+
     fn release(interval: Option<&str>) -> Release {
         let mut spec = serde_json::json!({"source": {"kind": "GitRepository", "name": "repo"}});
         if let Some(i) = interval {
