@@ -273,9 +273,6 @@ fn shared_state(
     ctx.concurrency = config.concurrency;
     ctx.reuse_fetches = true;
     ctx.observer_reads = crate::engine::apply::Freshness::WatchCache;
-    if config.role.observer() {
-        ctx.inventory_versions = Some(Arc::default());
-    }
     ctx.store = config.render_store.open(&client, &config.lease_namespace);
     let (releases, inventories) = if config.shards == 0 {
         (Arc::default(), Arc::default())

@@ -63,60 +63,6 @@ pub struct InventoryHandle {
     /// nothing read or written yet). Only the controller adds hook entries, so a reconcile
     /// that saw none and added none knows there are none ([`InventoryHandle::known_without_hooks`]).
     hooks_seen: std::sync::Arc<std::sync::Mutex<Option<bool>>>,
-    /// The process's record of the versions it read and wrote (see [`LatestVersions`]);
-    /// `None`: this handle's reads trust the cache as it is.
-    latest: Option<std::sync::Arc<LatestVersions>>,
-}
-
-/// The resourceVersion of each inventory (by uid) as this process last read it from the API
-/// server or wrote it, until its cache shows that version too. A cached copy can lag the
-/// controller's latest Put or the health loop's own last write by a watch event; an
-/// assessment made on it writes against a resourceVersion that is gone and is refused with
-/// 409 Conflict (daemon_vs_flux counted 506 of them in 1,000 Releases). A cached copy whose
-/// version differs from the one recorded is read again from the API server instead; one that
-/// shows it clears the record, so the steady state keeps no entries and reads the cache.
-#[derive(Default)]
-pub struct LatestVersions {
-    by_uid: std::sync::Mutex<std::collections::HashMap<String, String>>,
-}
-
-/// More records than this are dropped at once: those of inventories deleted before the cache
-/// showed their last write. Dropping one costs a conflict at worst, never a wrong read.
-const MAX_LATEST_VERSIONS: usize = 50_000;
-
-impl LatestVersions {
-    fn record(&self, inventory: &ReleaseInventory) {
-        let (Some(uid), Some(version)) = (inventory.uid(), inventory.resource_version()) else {
-            return;
-        };
-        let mut by_uid = crate::engine::locks::lock(&self.by_uid);
-        if by_uid.len() >= MAX_LATEST_VERSIONS && !by_uid.contains_key(&uid) {
-            by_uid.clear();
-        }
-        by_uid.insert(uid, version);
-    }
-
-    /// Whether `cached` is at least as new as what this process last saw of it: no record,
-    /// or the recorded version itself (which clears the record).
-    fn caught_up(&self, cached: &ReleaseInventory) -> bool {
-        let Some(uid) = cached.metadata.uid.as_deref() else {
-            return true;
-        };
-        let mut by_uid = crate::engine::locks::lock(&self.by_uid);
-        match by_uid.get(uid) {
-            None => true,
-            Some(version) if Some(version) == cached.metadata.resource_version.as_ref() => {
-                by_uid.remove(uid);
-                true
-            }
-            Some(_) => false,
-        }
-    }
-
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        crate::engine::locks::lock(&self.by_uid).len()
-    }
 }
 
 /// What the controller records for an applied object.
@@ -191,16 +137,7 @@ impl InventoryHandle {
             owner,
             prefetched: Default::default(),
             hooks_seen: Default::default(),
-            latest: None,
         }
-    }
-
-    /// The inventory of `release` as a reconcile or observer pass of `ctx` uses it: its
-    /// cached reads and its writes go through the process's [`LatestVersions`].
-    pub fn in_context(ctx: &crate::engine::runtime::Context, release: &Release) -> Self {
-        let mut handle = Self::for_release(ctx.home.client.clone(), release);
-        handle.latest = ctx.inventory_versions.clone();
-        handle
     }
 
     /// The inventory named `name` in `namespace`, without an owner (tests, tools).
@@ -212,7 +149,6 @@ impl InventoryHandle {
             owner: None,
             prefetched: Default::default(),
             hooks_seen: Default::default(),
-            latest: None,
         }
     }
 
@@ -263,10 +199,10 @@ impl InventoryHandle {
     /// The Release and its inventory come from two watches, either may be the later one; a
     /// copy that lags a render's apply (or a Release that lags it) is read again, so a
     /// verdict never rests on an old inventory beside a new status. In the steady state they
-    /// agree and the cache answers. A copy older than what this process last read or wrote
-    /// ([`LatestVersions`]) is read again too, so the health loop's writes, which carry the
-    /// resourceVersion read, do not go against a version that is gone; one that races a
-    /// write still costs a conflict and a retry, never a lost write.
+    /// agree and the cache answers. The health loop's writes carry the resourceVersion read,
+    /// so a copy behind its own last write costs a conflict and a retry, never a lost write
+    /// (a daemon keeps the health pass off while its controller syncs the same Release, which
+    /// is where those conflicts came from; `daemon::syncing`).
     /// The controller reads the API server (its prune works on the inventory).
     pub async fn get_cached(
         &self,
@@ -274,9 +210,7 @@ impl InventoryHandle {
         release: &Release,
     ) -> Result<Option<ReleaseInventory>, InventoryError> {
         match cached::<ReleaseInventory>(listers, &self.namespace, &self.name) {
-            Some(hit) if agrees(&hit, release) && self.caught_up(&hit) => {
-                Ok(Some(ReleaseInventory::clone(&hit)))
-            }
+            Some(hit) if agrees(&hit, release) => Ok(Some(ReleaseInventory::clone(&hit))),
             _ => self.get().await,
         }
     }
@@ -295,14 +229,7 @@ impl InventoryHandle {
         Ok(read)
     }
 
-    fn caught_up(&self, cached: &ReleaseInventory) -> bool {
-        self.latest.as_ref().is_none_or(|l| l.caught_up(cached))
-    }
-
     fn saw(&self, inventory: Option<&ReleaseInventory>) {
-        if let (Some(latest), Some(inventory)) = (&self.latest, inventory) {
-            latest.record(inventory);
-        }
         *crate::engine::locks::lock(&self.hooks_seen) =
             Some(inventory.is_some_and(|i| !i.spec.hooks.is_empty()));
     }
@@ -739,43 +666,6 @@ mod tests {
             .map(|e| e["name"].as_str().unwrap())
             .collect();
         assert_eq!(names, ["a", "b"]);
-    }
-
-    fn at(uid: &str, version: &str) -> ReleaseInventory {
-        let mut i = ReleaseInventory::new("web", Default::default());
-        i.metadata.uid = Some(uid.into());
-        i.metadata.resource_version = Some(version.into());
-        i
-    }
-
-    /// A cached copy older than the process's last read or write is not used (its version
-    /// is gone: a write against it is refused); the copy that shows that version is, and
-    /// clears the record, as does a copy of an inventory the process never saw.
-    #[test]
-    fn a_cached_inventory_behind_the_last_write_is_read_again() {
-        let latest = LatestVersions::default();
-        assert!(latest.caught_up(&at("u1", "10")), "nothing recorded");
-        latest.record(&at("u1", "12"));
-        assert!(
-            !latest.caught_up(&at("u1", "10")),
-            "the cache lags the write"
-        );
-        assert!(!latest.caught_up(&at("u1", "11")));
-        assert!(
-            latest.caught_up(&at("u1", "12")),
-            "the cache shows the write"
-        );
-        assert_eq!(latest.len(), 0, "the steady state keeps no records");
-        assert!(
-            latest.caught_up(&at("u1", "10")),
-            "no record: the cache answers"
-        );
-        latest.record(&at("u1", "13"));
-        assert!(
-            latest.caught_up(&at("u2", "5")),
-            "another inventory (a re-created one has a new uid)"
-        );
-        assert!(!latest.caught_up(&at("u1", "12")));
     }
 
     /// A cached inventory is used only beside a Release status it agrees with: the health

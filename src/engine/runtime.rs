@@ -148,10 +148,6 @@ pub struct Context {
     pub observer_reads: crate::engine::apply::Freshness,
     /// The render of each Release this process saw stored and in the history.
     pub known_stored: crate::engine::store::known::KnownStored,
-    /// The inventories' versions this process read or wrote lately, which its cached reads
-    /// check; `None` where nothing reads inventories from a cache (the CLI, a controller-only
-    /// daemon), so nothing would ever clear a record.
-    pub inventory_versions: Option<Arc<crate::engine::inventory::LatestVersions>>,
     cluster_info: Mutex<HashMap<String, (Instant, ClusterInfo)>>,
     /// Appliers per server and identity, with when each was last used.
     appliers: Mutex<HashMap<String, (Instant, Arc<Applier>)>>,
@@ -181,7 +177,6 @@ impl Context {
             probes: crate::engine::cluster::Probes::default(),
             reuse_fetches: false,
             known_stored: Default::default(),
-            inventory_versions: None,
             observer_reads: Default::default(),
             cluster_info: Mutex::new(HashMap::new()),
             appliers: Mutex::new(HashMap::new()),

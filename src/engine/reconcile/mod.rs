@@ -74,7 +74,7 @@ pub async fn reconcile(
     status: &ReleaseStatus,
     state: &ReconcileState,
 ) -> ReconcileOutcome {
-    let inventory = InventoryHandle::in_context(ctx, release);
+    let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release);
     let started = std::time::Instant::now();
     // The previous inventory is read while the render runs (stageSync needs it next).
     let (rendered, ()) = futures::join!(
