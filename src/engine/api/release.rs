@@ -119,6 +119,14 @@ impl ReleaseSpec {
             .map(|d| d.get())
             .filter(|d| !d.is_zero())
     }
+
+    /// `syncPolicy.mode`, Automatic when unset.
+    pub fn sync_mode(&self) -> SyncMode {
+        self.sync_policy
+            .as_ref()
+            .map(|p| p.mode)
+            .unwrap_or_default()
+    }
 }
 
 /// The kind of source object a Release reads.

@@ -696,13 +696,7 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
     if release.metadata.deletion_timestamp.is_some() || !ctx.shard.owns(release) {
         return Ok(None);
     }
-    let automatic = release
-        .spec
-        .sync_policy
-        .as_ref()
-        .map(|p| p.mode)
-        .unwrap_or_default()
-        == SyncMode::Automatic;
+    let automatic = release.spec.sync_mode() == SyncMode::Automatic;
     // Deviation: in automatic mode the first drift check waits for the controller's first
     // attempt (its status write wakes this loop). Until then everything is "to create" and
     // the controller is about to apply it; checking costs a GET and a dry run per object.

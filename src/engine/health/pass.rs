@@ -308,8 +308,8 @@ fn still_pending(
 /// inventory write already wakes the controller and the Release syncs automatically. Each
 /// edge is a change of an entry's state or assessedRenderRef or of a hook's state, which the
 /// controller's inventory watch wakes on (health-loop.txt: "without a /sync"); a /sync too
-/// would wake it twice and cost two writes (the annotation, then the controller's
-/// lastHandledSyncAt). In manual mode the /sync is what lets the controller go on (its gate
+/// would wake it twice and cost the annotation's write and a second reconcile with its
+/// status write. In manual mode the /sync is what lets the controller go on (its gate
 /// holds without a pending request), so it is always sent there, as it is when the pass
 /// wrote nothing the watch sees (a write made by an earlier pass that failed later).
 fn woken_by_write(
@@ -317,14 +317,7 @@ fn woken_by_write(
     read: Option<&ReleaseInventory>,
     written: Option<&ReleaseInventory>,
 ) -> bool {
-    let automatic = release
-        .spec
-        .sync_policy
-        .as_ref()
-        .map(|p| p.mode)
-        .unwrap_or_default()
-        == SyncMode::Automatic;
-    automatic
+    release.spec.sync_mode() == SyncMode::Automatic
         && matches!((read, written), (Some(read), Some(written)) if health_fields_changed(read, written))
 }
 

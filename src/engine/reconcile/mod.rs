@@ -56,12 +56,7 @@ pub fn new_reconcile_state(release: &Release, status: &ReleaseStatus, now: Time)
         .filter(|v| status.last_handled_force_sync_at.as_ref() != Some(v));
     ReconcileState {
         now,
-        mode: release
-            .spec
-            .sync_policy
-            .as_ref()
-            .map(|p| p.mode)
-            .unwrap_or_default(),
+        mode: release.spec.sync_mode(),
         pending_sync,
         pending_force,
     }
