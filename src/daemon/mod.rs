@@ -10,6 +10,7 @@ pub mod enqueue;
 pub mod http;
 pub mod informer;
 pub mod listers;
+pub mod live;
 pub mod metrics;
 pub mod passes;
 pub mod queue;
@@ -279,6 +280,8 @@ fn shared_state(
     } else {
         trimmed_caches(held)
     };
+    let live = Arc::new(live::LiveTargets::new(keep_live(config, held, &releases)));
+    ctx.watched = Some(live.clone());
     ctx.releases = Some(Arc::new(ReleasesByCluster(releases.clone())));
     let listers = listers::InformerListers {
         inventories,
@@ -307,7 +310,26 @@ fn shared_state(
         controller_queue: WorkQueue::new(),
         health_queue: WorkQueue::new(),
         syncing: Default::default(),
+        live,
     }
+}
+
+/// Whose live objects the watches keep: every Release's without shards; else those of the
+/// Releases this replica works on (and of a Release not seen yet, as for inventories).
+fn keep_live(
+    config: &DaemonConfig,
+    held: &HeldShards,
+    releases: &Arc<informer::Cache<Release>>,
+) -> live::Keep {
+    if config.shards == 0 {
+        return Arc::new(|_, _| true);
+    }
+    let (gate, releases) = (held.clone(), releases.clone());
+    Arc::new(move |namespace, name| {
+        releases
+            .get_any(&format!("{namespace}/{name}"))
+            .is_none_or(|r| gate.owns(&r))
+    })
 }
 
 /// The work queue of each loop (the controller's and the health loop's live in [`Shared`]:
@@ -620,6 +642,8 @@ impl Wiring {
                         forget_release_metrics(&metrics, r);
                     }
                 }
+                // The watches of live objects keep what this replica works on now.
+                shared.live.relist();
                 let (changed, rest) = taken_over(&all, &taken, shards);
                 for key in &changed {
                     queues.iter().for_each(|q| q.add(key));

@@ -50,6 +50,8 @@ pub struct Shared {
     pub health_queue: WorkQueue,
     /// The Releases the controller is reconciling now.
     pub syncing: super::syncing::Syncing,
+    /// The watches that answer the observer loops' reads of live objects.
+    pub live: Arc<super::live::LiveTargets>,
 }
 
 /// Marks a controller pass as running for [`super::syncing::Syncing`], and at its end (any

@@ -146,6 +146,9 @@ pub struct Context {
     /// How fresh the drift and health loops' reads of live objects must be: the daemon's
     /// periodic passes read the API server's watch cache; the CLI reads the latest.
     pub observer_reads: crate::engine::apply::Freshness,
+    /// Watches that answer those reads before the API server does (a daemon's); `None`:
+    /// every read is a request.
+    pub watched: Option<Arc<dyn crate::engine::apply::WatchedTargets>>,
     /// The render of each Release this process saw stored and in the history.
     pub known_stored: crate::engine::store::known::KnownStored,
     cluster_info: Mutex<HashMap<String, (Instant, ClusterInfo)>>,
@@ -178,6 +181,7 @@ impl Context {
             reuse_fetches: false,
             known_stored: Default::default(),
             observer_reads: Default::default(),
+            watched: None,
             cluster_info: Mutex::new(HashMap::new()),
             appliers: Mutex::new(HashMap::new()),
         }
@@ -199,10 +203,11 @@ impl Context {
             appliers.retain(|_, (used, _)| used.elapsed() < APPLIER_IDLE);
         }
         let entry = appliers.entry(key).or_insert_with(|| {
-            (
-                Instant::now(),
-                Arc::new(Applier::new(target.conn.client.clone(), self.concurrency)),
-            )
+            let mut applier = Applier::new(target.conn.client.clone(), self.concurrency);
+            if let Some(watched) = &self.watched {
+                applier = applier.with_watched(watched.for_client(&target.conn.watch_client));
+            }
+            (Instant::now(), Arc::new(applier))
         });
         entry.0 = Instant::now();
         entry.1.clone()

@@ -15,6 +15,7 @@ mod hooks;
 mod install;
 mod inventory;
 mod kwok;
+mod live;
 mod ownership;
 mod remote;
 mod rollout;

@@ -5,6 +5,7 @@
 //! on a client without client-side throttling.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use futures::{StreamExt, stream};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -13,6 +14,7 @@ use kube::{Api, Client};
 use serde_json::Value;
 
 use super::resources::{ResolveKindError, Resource, ResourceCache};
+use super::watched::WatchedObjects;
 use crate::engine::api::{ObjectKey, field_managers};
 use crate::engine::connect::is_unreachable;
 use crate::engine::digest_key::DigestKey;
@@ -132,6 +134,8 @@ pub struct Applier {
     client: Client,
     resources: ResourceCache,
     concurrency: usize,
+    /// Where reads as old as the watch cache are answered first (a daemon's watches).
+    watched: Option<Arc<dyn WatchedObjects>>,
 }
 
 /// Up to this many objects of one kind and namespace are read with GETs, more with one LIST.
@@ -163,7 +167,29 @@ impl Applier {
             resources: ResourceCache::new(client.clone()),
             client,
             concurrency: concurrency.max(1),
+            watched: None,
         }
+    }
+
+    /// Answer reads as old as the watch cache from `watched` where it can.
+    pub fn with_watched(mut self, watched: Arc<dyn WatchedObjects>) -> Self {
+        self.watched = Some(watched);
+        self
+    }
+
+    /// The object from this process's own watches, when `freshness` allows a read that old
+    /// and they know it; `None`: read the API server.
+    pub fn watched(
+        &self,
+        resource: &Resource,
+        namespace: Option<&str>,
+        name: &str,
+        freshness: Freshness,
+    ) -> Option<DynamicObject> {
+        if freshness != Freshness::WatchCache {
+            return None;
+        }
+        self.watched.as_ref()?.get(&resource.api, namespace, name)
     }
 
     pub fn client(&self) -> &Client {
@@ -557,8 +583,34 @@ impl Applier {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &group.resource.api),
             None => Api::all_with(self.client.clone(), &group.resource.api),
         };
+        // What this process's watches hold needs no request; the rest is read as before.
+        let mut found = Vec::new();
+        let mut group = group;
+        group.wanted.retain(|(name, key)| {
+            let Some(object) =
+                self.watched(&group.resource, group.namespace.as_deref(), name, freshness)
+            else {
+                return true;
+            };
+            found.extend(serde_json::to_value(object).ok().map(|v| (key.clone(), v)));
+            false
+        });
+        if group.wanted.is_empty() {
+            return Ok(found);
+        }
+        let mut read = self.list_group_from_server(&api, group, freshness).await?;
+        read.extend(found);
+        Ok(read)
+    }
+
+    async fn list_group_from_server(
+        &self,
+        api: &Api<DynamicObject>,
+        group: ListGroup,
+        freshness: Freshness,
+    ) -> Result<Vec<(ObjectKey, Value)>, ApplyError> {
         if group.wanted.len() <= GETS_UP_TO {
-            return self.get_each(&api, &group.wanted, freshness).await;
+            return self.get_each(api, &group.wanted, freshness).await;
         }
         let wanted: BTreeMap<&str, &ObjectKey> =
             group.wanted.iter().map(|(n, k)| (n.as_str(), k)).collect();
@@ -576,7 +628,7 @@ impl Applier {
                 })
                 .collect()),
             Err(e) if is_unreachable(&e) => Err(ApplyError::Unreachable(Box::new(e))),
-            Err(_) => self.get_each(&api, &group.wanted, freshness).await,
+            Err(_) => self.get_each(api, &group.wanted, freshness).await,
         }
     }
 

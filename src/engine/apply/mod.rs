@@ -5,9 +5,11 @@
 
 pub mod applier;
 pub mod resources;
+pub mod watched;
 pub mod waves;
 
 pub use applier::{
     Applier, ApplyError, DEFAULT_CONCURRENCY, DryRunReport, Freshness, PruneReport, PruneTarget,
     Rejection,
 };
+pub use watched::{WatchedObjects, WatchedTargets};

@@ -269,7 +269,11 @@ pub async fn read_object(
     } else {
         Api::all_with(applier.client().clone(), &resource.api)
     };
-    let object = freshness.get(&api, &key.name).await.map_err(read_err)?;
+    let namespace = resource.namespaced.then_some(key.namespace.as_str());
+    let object = match applier.watched(&resource, namespace, &key.name, freshness) {
+        Some(object) => Some(object),
+        None => freshness.get(&api, &key.name).await.map_err(read_err)?,
+    };
     Ok(object.and_then(|o| {
         let mut v = serde_json::to_value(o).ok()?;
         // GET answers carry apiVersion/kind; keep them for rule matching either way.

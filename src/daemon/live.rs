@@ -1,0 +1,475 @@
+//! The live objects of the Releases this replica works on, kept by watches, so the drift and
+//! health loops' periodic reads cost no request (issue 21, "reads bounded by watches").
+//!
+//! One label-selected watch (`convoy.kumodo.io/release`) per kind and target client, started
+//! the first time a loop reads an object of that kind there, run with that client's identity.
+//! An identity that may not watch the kind across the cluster (a tenant's impersonated
+//! ServiceAccount) gets a watch per namespace it reads from instead, and one that may not
+//! watch there either answers nothing: RBAC decides what the watches see, as it decides what
+//! the GETs they replace see. At most [`MAX_WATCHES`] watches per client: beyond, reads go to
+//! the API server. Objects are kept as compact JSON without `managedFields`: a
+//! parsed `serde_json::Value` costs about ten times its text, and the budget is 40 KiB per
+//! Release held. Only the objects of Releases this replica works on are kept; a shard taken
+//! or given up lists again.
+//!
+//! The engine asks through [`WatchedObjects`]; whatever a watch cannot vouch for (not listed
+//! yet, failing, or not among the kept objects) is read from the API server as before.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{ApiResource, DynamicObject, TypeMeta};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client, ResourceExt};
+use tokio::task::AbortHandle;
+
+use crate::engine::api::labels::{RELEASE_NAME, RELEASE_NAMESPACE};
+use crate::engine::apply::{WatchedObjects, WatchedTargets};
+use crate::engine::locks;
+
+/// Whether the objects of a Release (namespace, name) are kept.
+pub type Keep = Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
+
+/// The first wait before a failed watch lists again; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// Watches per target client (each holds a connection to its API server).
+pub const MAX_WATCHES: usize = 64;
+
+/// Every target client's watches (the engine's [`WatchedTargets`]).
+pub struct LiveTargets {
+    keep: Keep,
+    made: Mutex<Vec<Weak<LiveObjects>>>,
+}
+
+impl LiveTargets {
+    pub fn new(keep: Keep) -> Self {
+        Self {
+            keep,
+            made: Mutex::default(),
+        }
+    }
+
+    /// List every watch again: the Releases this replica works on changed (a shard taken or
+    /// given up), and a watch keeps only the objects of those it worked on when it saw them.
+    pub fn relist(&self) {
+        let mut made = locks::lock(&self.made);
+        made.retain(|w| w.strong_count() > 0);
+        for objects in made.iter().filter_map(Weak::upgrade) {
+            objects.relist();
+        }
+    }
+}
+
+impl WatchedTargets for LiveTargets {
+    fn for_client(&self, client: &Client) -> Arc<dyn WatchedObjects> {
+        self.objects_for(client)
+    }
+}
+
+impl LiveTargets {
+    /// The watches of `client` (what [`WatchedTargets::for_client`] hands the engine).
+    pub fn objects_for(&self, client: &Client) -> Arc<LiveObjects> {
+        let objects = Arc::new(LiveObjects {
+            client: client.clone(),
+            keep: self.keep.clone(),
+            kinds: Mutex::default(),
+        });
+        let mut made = locks::lock(&self.made);
+        made.retain(|w| w.strong_count() > 0);
+        made.push(Arc::downgrade(&objects));
+        objects
+    }
+}
+
+/// The watches of one target client, by kind and scope.
+pub struct LiveObjects {
+    client: Client,
+    keep: Keep,
+    kinds: Mutex<HashMap<Scope, Watch>>,
+}
+
+/// What one watch covers: a kind (`apiVersion/kind`), across the cluster (`None`) or in one
+/// namespace.
+type Scope = (String, Option<String>);
+
+/// One watch: what it holds, and its task.
+struct Watch {
+    resource: ApiResource,
+    objects: Arc<RwLock<Objects>>,
+    task: Option<AbortHandle>,
+}
+
+/// How a watch is doing, for tests and diagnostics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchState {
+    /// It listed, and no error came since.
+    pub current: bool,
+    /// Its errors since it started.
+    pub failures: usize,
+    /// The API server refused it (403): it stopped.
+    pub forbidden: bool,
+}
+
+impl LiveObjects {
+    /// The state of the watch of `resource` in `namespace` (`None`: across the cluster), if
+    /// one was started.
+    pub fn state(&self, resource: &ApiResource, namespace: Option<&str>) -> Option<WatchState> {
+        let kinds = locks::lock(&self.kinds);
+        let watch = kinds.get(&scope(resource, namespace))?;
+        let o = locks::read(&watch.objects);
+        Some(WatchState {
+            current: o.current,
+            failures: o.failures,
+            forbidden: o.forbidden,
+        })
+    }
+
+    fn start(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        objects: &Arc<RwLock<Objects>>,
+    ) -> Option<AbortHandle> {
+        // Reads come from async passes; without a runtime there is nothing to watch with.
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let api: Api<DynamicObject> = match namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
+            None => Api::all_with(self.client.clone(), resource),
+        };
+        let task = runtime.spawn(run(
+            api,
+            resource.clone(),
+            objects.clone(),
+            self.keep.clone(),
+        ));
+        Some(task.abort_handle())
+    }
+
+    fn relist(&self) {
+        let mut kinds = locks::lock(&self.kinds);
+        for ((_, namespace), watch) in kinds.iter_mut() {
+            if let Some(task) = watch.task.take() {
+                task.abort();
+            }
+            *locks::write(&watch.objects) = Objects::default();
+            watch.task = self.start(&watch.resource, namespace.as_deref(), &watch.objects);
+        }
+    }
+
+    /// The objects of the watch of `scope`, started now if there is none (`None` then, and
+    /// when no more watches may start).
+    fn watch(
+        &self,
+        kinds: &mut HashMap<Scope, Watch>,
+        resource: &ApiResource,
+        scope: Scope,
+    ) -> Option<Arc<RwLock<Objects>>> {
+        if let Some(watch) = kinds.get(&scope) {
+            return Some(watch.objects.clone());
+        }
+        if kinds.len() < MAX_WATCHES {
+            let objects = Arc::new(RwLock::new(Objects::default()));
+            let task = self.start(resource, scope.1.as_deref(), &objects);
+            let watch = Watch {
+                resource: resource.clone(),
+                objects,
+                task,
+            };
+            kinds.insert(scope, watch);
+        }
+        None
+    }
+}
+
+impl Drop for LiveObjects {
+    fn drop(&mut self) {
+        let kinds = self.kinds.get_mut().unwrap_or_else(|e| e.into_inner());
+        for watch in kinds.values_mut() {
+            if let Some(task) = watch.task.take() {
+                task.abort();
+            }
+        }
+    }
+}
+
+impl WatchedObjects for LiveObjects {
+    fn get(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<DynamicObject> {
+        let objects = {
+            let mut kinds = locks::lock(&self.kinds);
+            let all = self.watch(&mut kinds, resource, scope(resource, None))?;
+            let forbidden = locks::read(&all).forbidden;
+            match namespace {
+                Some(ns) if forbidden => {
+                    self.watch(&mut kinds, resource, scope(resource, Some(ns)))?
+                }
+                _ => all,
+            }
+        };
+        let text = locks::read(&objects).get(&object_key(namespace, name))?;
+        serde_json::from_str(&text).ok()
+    }
+}
+
+/// What one kind's watch holds, and whether it can be trusted now.
+#[derive(Default)]
+struct Objects {
+    kept: HashMap<String, Arc<str>>,
+    /// The objects of a list in progress (between `Init` and `InitDone`).
+    listing: Option<HashMap<String, Arc<str>>>,
+    /// A list finished and no error came after it.
+    current: bool,
+    /// Errors since the watch started.
+    failures: usize,
+    /// The API server refused the watch (403).
+    forbidden: bool,
+}
+
+impl Objects {
+    /// The object of `key`, when the watch vouches for what it holds.
+    fn get(&self, key: &str) -> Option<Arc<str>> {
+        if !self.current {
+            return None;
+        }
+        self.kept.get(key).cloned()
+    }
+
+    /// One event of the watch; `keep` says what is kept of an object (`None`: nothing).
+    fn event(&mut self, event: Event<DynamicObject>, keep: impl Fn(DynamicObject) -> Kept) {
+        match event {
+            Event::Init => self.listing = Some(HashMap::new()),
+            Event::InitApply(object) => {
+                if let (Some(listing), Some((key, text))) = (&mut self.listing, keep(object)) {
+                    listing.insert(key, text);
+                }
+            }
+            Event::InitDone => {
+                self.kept = self.listing.take().unwrap_or_default();
+                self.current = true;
+            }
+            Event::Apply(object) => {
+                let key = object_key(object.namespace().as_deref(), &object.name_any());
+                match keep(object) {
+                    Some((key, text)) => self.kept.insert(key, text),
+                    None => self.kept.remove(&key),
+                };
+            }
+            Event::Delete(object) => {
+                self.kept.remove(&object_key(
+                    object.namespace().as_deref(),
+                    &object.name_any(),
+                ));
+            }
+        }
+    }
+
+    /// The watch failed: nothing it holds is vouched for until it has listed again.
+    fn failed(&mut self, forbidden: bool) {
+        self.current = false;
+        self.listing = None;
+        self.failures += 1;
+        self.forbidden |= forbidden;
+    }
+}
+
+/// What is kept of an object: its key and compact text.
+type Kept = Option<(String, Arc<str>)>;
+
+fn scope(resource: &ApiResource, namespace: Option<&str>) -> Scope {
+    (
+        format!("{}/{}", resource.api_version, resource.kind),
+        namespace.map(str::to_string),
+    )
+}
+
+/// Whether the API server refused a watch for want of permission.
+fn is_forbidden(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 403,
+        watcher::Error::WatchError(s) => s.code == 403,
+        _ => false,
+    }
+}
+
+fn object_key(namespace: Option<&str>, name: &str) -> String {
+    format!("{}/{name}", namespace.unwrap_or_default())
+}
+
+/// What is kept of `object`: nothing unless `keep` wants its Release's objects; else the
+/// object as a read would return it (apiVersion and kind included: list items have none),
+/// without `managedFields` (the loops that read ownership confirm on a fresh read).
+fn kept(mut object: DynamicObject, resource: &ApiResource, keep: &Keep) -> Kept {
+    let labels = object.labels();
+    let release = (labels.get(RELEASE_NAMESPACE)?, labels.get(RELEASE_NAME)?);
+    if !keep(release.0, release.1) {
+        return None;
+    }
+    object.metadata.managed_fields = None;
+    object.types = Some(TypeMeta {
+        api_version: resource.api_version.clone(),
+        kind: resource.kind.clone(),
+    });
+    let key = object_key(object.namespace().as_deref(), &object.name_any());
+    let text = serde_json::to_string(&object).ok()?;
+    Some((key, text.into()))
+}
+
+/// Watch `api`'s labelled objects into `objects` until aborted. A failed watch lists again
+/// after a backoff (a resumed watch could not say what it missed); a refused one stops.
+async fn run(
+    api: Api<DynamicObject>,
+    resource: ApiResource,
+    objects: Arc<RwLock<Objects>>,
+    keep: Keep,
+) {
+    let config = watcher::Config::default()
+        .labels(RELEASE_NAME)
+        .any_semantic();
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let mut stream = std::pin::pin!(watcher::watcher(api.clone(), config.clone()));
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(event) => {
+                    if matches!(event, Event::InitDone) {
+                        backoff = FIRST_BACKOFF;
+                    }
+                    locks::write(&objects).event(event, |o| kept(o, &resource, &keep));
+                }
+                Err(e) => {
+                    let forbidden = is_forbidden(&e);
+                    locks::write(&objects).failed(forbidden);
+                    tracing::debug!(
+                        kind = %resource.kind,
+                        "watch of live objects failed; reads go to the API server: {e}"
+                    );
+                    if forbidden {
+                        return;
+                    }
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cm(name: &str, release: &str, value: &str) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "namespace": "ns",
+                "labels": {RELEASE_NAME: release, RELEASE_NAMESPACE: "ns"},
+                "managedFields": [{"manager": "convoy-release", "operation": "Apply"}],
+            },
+            "data": {"value": value},
+        }))
+        .unwrap()
+    }
+
+    fn keep_ours() -> Keep {
+        Arc::new(|_, release| release == "ours")
+    }
+
+    fn value(objects: &Objects, name: &str) -> Option<String> {
+        let text = objects.get(&format!("ns/{name}"))?;
+        let object: DynamicObject = serde_json::from_str(&text).unwrap();
+        Some(object.data["data"]["value"].as_str().unwrap().to_string())
+    }
+
+    fn feed(objects: &mut Objects, event: Event<DynamicObject>) {
+        let (resource, keep) = (
+            ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+            keep_ours(),
+        );
+        objects.event(event, |o| kept(o, &resource, &keep));
+    }
+
+    #[test]
+    fn nothing_is_vouched_for_before_the_first_list_is_done() {
+        let mut objects = Objects::default();
+        feed(&mut objects, Event::Init);
+        feed(&mut objects, Event::InitApply(cm("a", "ours", "1")));
+        assert_eq!(value(&objects, "a"), None);
+        feed(&mut objects, Event::InitDone);
+        assert_eq!(value(&objects, "a").as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn only_the_objects_of_releases_kept_are_held_without_their_managed_fields() {
+        let mut objects = Objects::default();
+        feed(&mut objects, Event::Init);
+        feed(&mut objects, Event::InitApply(cm("a", "ours", "1")));
+        feed(&mut objects, Event::InitApply(cm("b", "theirs", "2")));
+        feed(&mut objects, Event::InitDone);
+        assert_eq!(value(&objects, "b"), None);
+        let text = objects.get("ns/a").unwrap();
+        let object: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(object["metadata"].get("managedFields"), None);
+        assert_eq!(object["apiVersion"], "v1");
+        assert_eq!(object["kind"], "ConfigMap");
+        // Handed over to another Release (no longer kept): gone.
+        feed(&mut objects, Event::Apply(cm("a", "theirs", "3")));
+        assert_eq!(value(&objects, "a"), None);
+    }
+
+    #[test]
+    fn changes_and_deletions_are_followed_and_a_new_list_replaces_everything() {
+        let mut objects = Objects::default();
+        feed(&mut objects, Event::Init);
+        feed(&mut objects, Event::InitApply(cm("a", "ours", "1")));
+        feed(&mut objects, Event::InitApply(cm("b", "ours", "1")));
+        feed(&mut objects, Event::InitDone);
+        feed(&mut objects, Event::Apply(cm("a", "ours", "2")));
+        feed(&mut objects, Event::Delete(cm("b", "ours", "1")));
+        assert_eq!(value(&objects, "a").as_deref(), Some("2"));
+        assert_eq!(value(&objects, "b"), None);
+        // Deleted while the watch was down: a new list does not hold it.
+        feed(&mut objects, Event::Init);
+        feed(&mut objects, Event::InitApply(cm("c", "ours", "1")));
+        assert_eq!(
+            value(&objects, "a").as_deref(),
+            Some("2"),
+            "the old list serves until the new one is done"
+        );
+        feed(&mut objects, Event::InitDone);
+        assert_eq!(value(&objects, "a"), None);
+        assert_eq!(value(&objects, "c").as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn a_failed_watch_vouches_for_nothing_until_it_has_listed_again() {
+        let mut objects = Objects::default();
+        feed(&mut objects, Event::Init);
+        feed(&mut objects, Event::InitApply(cm("a", "ours", "1")));
+        feed(&mut objects, Event::InitDone);
+        objects.failed(false);
+        assert_eq!(value(&objects, "a"), None);
+        feed(&mut objects, Event::Apply(cm("a", "ours", "2")));
+        assert_eq!(
+            value(&objects, "a"),
+            None,
+            "a resumed watch may have missed events"
+        );
+        feed(&mut objects, Event::Init);
+        feed(&mut objects, Event::InitApply(cm("a", "ours", "3")));
+        feed(&mut objects, Event::InitDone);
+        assert_eq!(value(&objects, "a").as_deref(), Some("3"));
+    }
+}

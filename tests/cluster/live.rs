@@ -1,0 +1,121 @@
+//! The daemon's watches of live objects (issue 21, "reads bounded by watches"): the drift and
+//! health loops read the Release's objects from them. They follow the cluster, hold only
+//! convoy's labelled objects, and see no more than the identity they run as.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use convoy::daemon::live::LiveTargets;
+use convoy::engine::api::labels::{RELEASE_NAME, RELEASE_NAMESPACE};
+use convoy::engine::apply::WatchedObjects;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::ApiResource;
+use serde_json::json;
+
+use crate::support::{TestEnv, client_for, eventually, unique_namespace};
+
+fn config_map(namespace: &str, name: &str, value: &str, labelled: bool) -> String {
+    let labels = if labelled {
+        json!({RELEASE_NAME: "web", RELEASE_NAMESPACE: namespace})
+    } else {
+        json!({})
+    };
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "data": {"value": value}})
+    .to_string()
+}
+
+fn value_of(watched: &dyn WatchedObjects, namespace: &str, name: &str) -> Option<String> {
+    let object = watched.get(&ApiResource::erase::<ConfigMap>(&()), Some(namespace), name)?;
+    Some(object.data["data"]["value"].as_str()?.to_string())
+}
+
+#[tokio::test]
+async fn watched_live_objects_follow_the_cluster_and_see_no_more_than_their_identity() {
+    let env = TestEnv::new("live-watch").await;
+    let ns = env.namespace.clone();
+    let other = unique_namespace(&env.client, "live-watch-other").await;
+    for text in [
+        config_map(&ns, "b", "1", false),
+        config_map(&ns, "a", "1", true),
+        config_map(&other, "x", "1", true),
+    ] {
+        env.kubectl_apply_text(&text, &[]);
+    }
+    let targets = LiveTargets::new(Arc::new(|_, _| true));
+    let ours = targets.objects_for(&env.client);
+    let cm = ApiResource::erase::<ConfigMap>(&());
+    let wait = Duration::from_secs(30);
+
+    // The first read starts the watch and goes to the API server; once it has listed, reads
+    // are answered from it, and only for labelled objects.
+    eventually("a from convoy's watch", wait, || async {
+        (value_of(ours.as_ref(), &ns, "a")? == "1").then_some(())
+    })
+    .await;
+    assert_eq!(
+        value_of(ours.as_ref(), &ns, "b"),
+        None,
+        "an object without convoy's label is not watched"
+    );
+    // A change and a deletion are followed.
+    env.kubectl_apply_text(&config_map(&ns, "a", "2", true), &[]);
+    eventually("a changed", wait, || async {
+        (value_of(ours.as_ref(), &ns, "a")? == "2").then_some(())
+    })
+    .await;
+    assert!(
+        env.kubectl(&["delete", "configmap", "a", "-n", &ns])
+            .status
+            .success()
+    );
+    eventually("a deleted", wait, || async {
+        value_of(ours.as_ref(), &ns, "a").is_none().then_some(())
+    })
+    .await;
+    let state = ours.state(&cm, None).unwrap();
+    assert!(state.current && !state.forbidden, "{state:?}");
+
+    // A ServiceAccount that may read its own namespace only: its watch across the cluster is
+    // refused, so it watches that namespace; the other namespace stays refused, and its reads
+    // there go to the API server (where RBAC refuses them as before).
+    env.kubectl_apply_text(
+        &json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "reader", "namespace": ns}})
+        .to_string(),
+        &[],
+    );
+    env.kubectl_apply_text(
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "reader", "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}]})
+        .to_string(),
+        &[],
+    );
+    env.kubectl_apply_text(&config_map(&ns, "c", "1", true), &[]);
+    let kubeconfig = env.service_account_kubeconfig(&ns, "reader");
+    let theirs = targets.objects_for(&client_for(kubeconfig.path()).await);
+    eventually("c from the reader's own namespace", wait, || async {
+        (value_of(theirs.as_ref(), &ns, "c")? == "1").then_some(())
+    })
+    .await;
+    assert!(theirs.state(&cm, None).unwrap().forbidden);
+    assert!(!theirs.state(&cm, Some(&ns)).unwrap().forbidden);
+    eventually(
+        "the reader's watch of the other namespace refused",
+        wait,
+        || async {
+            let _ = value_of(theirs.as_ref(), &other, "x");
+            theirs.state(&cm, Some(&other))?.forbidden.then_some(())
+        },
+    )
+    .await;
+    assert_eq!(value_of(theirs.as_ref(), &other, "x"), None);
+    assert_eq!(
+        value_of(ours.as_ref(), &other, "x").as_deref(),
+        Some("1"),
+        "convoy's own identity sees it"
+    );
+}
