@@ -16,6 +16,7 @@
 //! yet, failing, or not among the kept objects) is read from the API server as before.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
@@ -38,10 +39,17 @@ const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// Watches per target client (each holds a connection to its API server).
 pub const MAX_WATCHES: usize = 64;
 
+/// How long after a shard changed hands the watches list again: a takeover's changed
+/// Releases are worked on first, without several lists of the whole fleet's objects beside
+/// them; until then the new shard's objects are read from the API server.
+pub const RELIST_DELAY: Duration = Duration::from_secs(60);
+
 /// Every target client's watches (the engine's [`WatchedTargets`]).
 pub struct LiveTargets {
     keep: Keep,
     made: Mutex<Vec<Weak<LiveObjects>>>,
+    /// Relists asked for so far (only the last one asked within [`RELIST_DELAY`] runs).
+    relists: AtomicU64,
 }
 
 impl LiveTargets {
@@ -49,7 +57,22 @@ impl LiveTargets {
         Self {
             keep,
             made: Mutex::default(),
+            relists: AtomicU64::new(0),
         }
+    }
+
+    /// [`LiveTargets::relist`] after `delay`, once for all the changes asked meanwhile.
+    pub fn relist_after(self: &Arc<Self>, delay: Duration) {
+        let asked = self.relists.fetch_add(1, Ordering::Relaxed) + 1;
+        let targets = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            if let Some(targets) = targets.upgrade()
+                && targets.relists.load(Ordering::Relaxed) == asked
+            {
+                targets.relist();
+            }
+        });
     }
 
     /// List every watch again: the Releases this replica works on changed (a shard taken or

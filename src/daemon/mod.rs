@@ -642,8 +642,9 @@ impl Wiring {
                         forget_release_metrics(&metrics, r);
                     }
                 }
-                // The watches of live objects keep what this replica works on now.
-                shared.live.relist();
+                // The watches of live objects keep what this replica works on now (once the
+                // takeover's first passes are done).
+                shared.live.relist_after(live::RELIST_DELAY);
                 let (changed, rest) = taken_over(&all, &taken, shards);
                 for key in &changed {
                     queues.iter().for_each(|q| q.add(key));

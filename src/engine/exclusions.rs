@@ -13,6 +13,7 @@ use std::collections::{BTreeSet, HashMap};
 use serde_json::Value;
 
 use crate::engine::api::{DriftExclusion, ObjectKey, Release};
+use crate::engine::apply::Freshness;
 use crate::engine::render::Object;
 use crate::engine::render::mutations::matches_target;
 use crate::engine::selectors;
@@ -139,6 +140,24 @@ pub fn for_cluster(
         out.objects.push(object);
     }
     out
+}
+
+/// How old the drift loop's reads of `release`'s live objects may be, given what the loop
+/// asks (`wanted`): a Release that leaves fields to managers by name needs each object's
+/// `managedFields`, which a daemon's own watches do not keep, so it reads the API server's
+/// watch cache instead (without them, every pass would see those fields as drift and read
+/// everything again at its latest).
+pub fn drift_reads(release: &Release, wanted: Freshness) -> Freshness {
+    let by_manager = release
+        .spec
+        .drift_exclusions
+        .iter()
+        .any(|e| !e.managers.is_empty());
+    if by_manager && wanted == Freshness::WatchCache {
+        Freshness::ServerWatchCache
+    } else {
+        wanted
+    }
 }
 
 fn applies_to(exclusion: &DriftExclusion, object: &Object) -> bool {
@@ -274,6 +293,30 @@ mod tests {
             namespace: "apps".into(),
             name: name.into(),
         }
+    }
+
+    /// The daemon's watches keep no managedFields: a Release leaving fields to a manager by
+    /// name reads the API server's watch cache; the CLI's latest reads stay the latest.
+    #[test]
+    fn a_release_that_leaves_fields_to_managers_reads_their_managed_fields() {
+        let by_pointer = release(json!([
+            {"target": {"kind": "Deployment"}, "jsonPointers": ["/spec/replicas"]},
+        ]));
+        let by_manager = release(json!([
+            {"target": {"kind": "Deployment"}, "managers": ["kube-controller-manager"]},
+        ]));
+        assert_eq!(
+            drift_reads(&by_pointer, Freshness::WatchCache),
+            Freshness::WatchCache
+        );
+        assert_eq!(
+            drift_reads(&by_manager, Freshness::WatchCache),
+            Freshness::ServerWatchCache
+        );
+        assert_eq!(
+            drift_reads(&by_manager, Freshness::Latest),
+            Freshness::Latest
+        );
     }
 
     #[test]

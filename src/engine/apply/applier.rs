@@ -108,8 +108,12 @@ pub enum Freshness {
     Latest,
     /// Whatever the API server's watch cache holds (`resourceVersion=0`), milliseconds
     /// behind at most: the observer loops' periodic reads, which a daemon makes for every
-    /// object at every interval. Served from memory, they cost etcd nothing.
+    /// object at every interval. Served from memory, they cost etcd nothing. A process with
+    /// watches of its own ([`super::WatchedObjects`]) answers from them first.
     WatchCache,
+    /// The API server's watch cache, never the process's own watches: for a read that needs
+    /// the objects' `managedFields`, which those watches do not keep.
+    ServerWatchCache,
 }
 
 impl Freshness {
@@ -120,11 +124,13 @@ impl Freshness {
     {
         match self {
             Freshness::Latest => api.get_opt(name).await,
-            Freshness::WatchCache => match api.get_with(name, &kube::api::GetParams::any()).await {
-                Ok(object) => Ok(Some(object)),
-                Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
-                Err(e) => Err(e),
-            },
+            Freshness::WatchCache | Freshness::ServerWatchCache => {
+                match api.get_with(name, &kube::api::GetParams::any()).await {
+                    Ok(object) => Ok(Some(object)),
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+                    Err(e) => Err(e),
+                }
+            }
         }
     }
 }
@@ -616,7 +622,9 @@ impl Applier {
             group.wanted.iter().map(|(n, k)| (n.as_str(), k)).collect();
         let params = match freshness {
             Freshness::Latest => kube::api::ListParams::default(),
-            Freshness::WatchCache => kube::api::ListParams::default().match_any(),
+            Freshness::WatchCache | Freshness::ServerWatchCache => {
+                kube::api::ListParams::default().match_any()
+            }
         };
         match api.list(&params).await {
             Ok(list) => Ok(list

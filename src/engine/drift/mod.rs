@@ -805,7 +805,8 @@ async fn determine_drift(ctx: &Context, release: &Release) -> (Verdict, Option<D
             .await
         }
     };
-    let mut compared = diff(inventory, ctx.observer_reads).await;
+    let first_read = crate::engine::exclusions::drift_reads(release, ctx.observer_reads);
+    let mut compared = diff(inventory, first_read).await;
     // Drift seen in the caches is confirmed on the latest state (the live objects and the
     // inventory) before it is reported (and, in automatic mode, sent to the controller): a
     // cache a moment behind an apply or a prune would report it as drift.

@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use super::SyncRun;
 use crate::engine::api::{ObjectKey, ReleaseInventory};
-use crate::engine::apply::{Applier, ApplyError};
+use crate::engine::apply::{Applier, ApplyError, Freshness};
 use crate::engine::content_hooks::{self, ContentHook};
 use crate::engine::digest_key::DigestKey;
 use crate::engine::exclusions::{self, ForCluster};
@@ -72,6 +72,12 @@ impl SyncPlan {
 
 /// Read the inventory and the live objects and decide what to send. `Err` stops the sync
 /// (the inventory or the cluster cannot be read).
+///
+/// A daemon first compares with the live objects its watches hold (issue 21: a steady
+/// Release's interval pass then reads no object from the API server); only when that finds
+/// something to send does it decide again on the latest state. A watch a moment behind can
+/// only make it read more, never skip an object the latest state says changed, except a
+/// change made in the last moment, which the drift loop sees on its next pass.
 pub(super) async fn compare_with_cluster(
     ctx: &Context,
     run: &SyncRun<'_>,
@@ -90,20 +96,6 @@ pub(super) async fn compare_with_cluster(
     } = content_hooks::split(run.objects);
     // What is applied carries the owning Release in its labels (engine::ownership).
     let labelled = ownership::labelled(run.release, &to_apply);
-    let live = match applier.live_objects(&labelled).await {
-        Ok(live) => live,
-        Err(e @ ApplyError::Unreachable(_)) => {
-            return Err(run.deploy_failed(crate::engine::error::chain(&e)));
-        }
-        // Unreadable: everything counts as changed and the dry run says what it can.
-        Err(_) => HashMap::new(),
-    };
-    // Fields and objects left to others (engine::exclusions).
-    let labelled_keyed = effective_keys(applier, labelled).await;
-    let for_cluster = exclusions::for_cluster(run.release, labelled_keyed, &live);
-    let keyed = effective_keys(applier, for_cluster.objects.iter().collect()).await;
-    let effective = keyed.iter().map(|(k, o)| (o.key(), k.clone())).collect();
-    let keys = keyed.into_iter().map(|(k, _)| k).collect();
     let mut plan = SyncPlan {
         pending_in_inventory: previous
             .as_ref()
@@ -112,15 +104,19 @@ pub(super) async fn compare_with_cluster(
         recorded,
         carried,
         content_hooks,
-        for_cluster,
-        keys,
-        effective,
-        live,
+        for_cluster: ForCluster::default(),
+        keys: Vec::new(),
+        effective: HashMap::new(),
+        live: HashMap::new(),
         to_send: Vec::new(),
         to_send_keys: BTreeSet::new(),
         digest_key: Some(ctx.inventory_digest_key().await),
     };
-    choose_what_to_send(applier, &mut plan).await;
+    let first = first_read(ctx, run.release);
+    compare_live(run, applier, &labelled, &mut plan, first).await?;
+    if first != Freshness::Latest && !plan.to_send.is_empty() {
+        compare_live(run, applier, &labelled, &mut plan, Freshness::Latest).await?;
+    }
     tracing::debug!(
         changed = plan.to_send.len(),
         unchanged = plan.for_cluster.objects.len() - plan.to_send.len(),
@@ -128,6 +124,46 @@ pub(super) async fn compare_with_cluster(
         "compared with the cluster"
     );
     Ok(plan)
+}
+
+/// How old the first read of the live objects may be: what the process's watches hold, when
+/// it has watches and the Release needs no `managedFields` to compare (exclusions by manager,
+/// which those watches do not keep); else the latest.
+fn first_read(ctx: &Context, release: &crate::engine::api::Release) -> Freshness {
+    let cached = Freshness::WatchCache;
+    if ctx.watched.is_some() && exclusions::drift_reads(release, cached) == cached {
+        cached
+    } else {
+        Freshness::Latest
+    }
+}
+
+/// Read the live objects as fresh as `freshness` says and fill in what the plan derives from
+/// them, down to what must be sent.
+async fn compare_live(
+    run: &SyncRun<'_>,
+    applier: &Applier,
+    labelled: &[Object],
+    plan: &mut SyncPlan,
+    freshness: Freshness,
+) -> Result<(), ReconcileOutcome> {
+    let live = match applier.live_objects_as(labelled, freshness).await {
+        Ok(live) => live,
+        Err(e @ ApplyError::Unreachable(_)) => {
+            return Err(run.deploy_failed(crate::engine::error::chain(&e)));
+        }
+        // Unreadable: everything counts as changed and the dry run says what it can.
+        Err(_) => HashMap::new(),
+    };
+    // Fields and objects left to others (engine::exclusions).
+    let labelled_keyed = effective_keys(applier, labelled.to_vec()).await;
+    plan.for_cluster = exclusions::for_cluster(run.release, labelled_keyed, &live);
+    let keyed = effective_keys(applier, plan.for_cluster.objects.iter().collect()).await;
+    plan.effective = keyed.iter().map(|(k, o)| (o.key(), k.clone())).collect();
+    plan.keys = keyed.into_iter().map(|(k, _)| k).collect();
+    plan.live = live;
+    choose_what_to_send(applier, plan).await;
+    Ok(())
 }
 
 /// The inventory's members, and its pending objects that are not members.
