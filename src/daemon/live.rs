@@ -6,17 +6,22 @@
 //! An identity that may not watch the kind across the cluster (a tenant's impersonated
 //! ServiceAccount) gets a watch per namespace it reads from instead, and one that may not
 //! watch there either answers nothing: RBAC decides what the watches see, as it decides what
-//! the GETs they replace see. At most [`MAX_WATCHES`] watches per client: beyond, reads go to
-//! the API server. Objects are kept as compact JSON without `managedFields`: a
+//! the GETs they replace see. Objects are kept as compact JSON without `managedFields`: a
 //! parsed `serde_json::Value` costs about ten times its text, and the budget is 40 KiB per
 //! Release held. Only the objects of Releases this replica works on are kept; a shard taken
 //! or given up lists again.
+//!
+//! Anyone who may create objects can put convoy's label on them, so what the watches hold is
+//! bounded whatever the cluster holds: at most [`Limits::bytes`] of objects per process and
+//! [`Limits::object_bytes`] per object, at most [`Limits::watches`] watches (each holds a
+//! connection). Past a bound, reads go to the API server, as without watches; the daemon's
+//! memory does not grow with what others label.
 //!
 //! The engine asks through [`WatchedObjects`]; whatever a watch cannot vouch for (not listed
 //! yet, failing, or not among the kept objects) is read from the API server as before.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
@@ -36,8 +41,49 @@ pub type Keep = Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
 /// The first wait before a failed watch lists again; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
-/// Watches per target client (each holds a connection to its API server).
-pub const MAX_WATCHES: usize = 64;
+
+/// What the watches of one process may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Bytes of kept objects in all (their compact JSON).
+    pub bytes: usize,
+    /// Bytes of one kept object: a larger one is read from the API server.
+    pub object_bytes: usize,
+    /// Watches in all, across every target client.
+    pub watches: usize,
+}
+
+impl Default for Limits {
+    /// 64 MiB (an eighth of the installed daemon's memory limit; `scale_10k` keeps about
+    /// 3.5 MiB per replica), 256 KiB per object, 256 watches.
+    fn default() -> Self {
+        Self {
+            bytes: 64 << 20,
+            object_bytes: 256 << 10,
+            watches: 256,
+        }
+    }
+}
+
+/// A count that may not go below zero, shared by every watch of a process: bytes or watches
+/// still allowed.
+#[derive(Debug)]
+struct Allowance(AtomicUsize);
+
+impl Allowance {
+    /// Take `n` if that much is left.
+    fn take(&self, n: usize) -> bool {
+        self.0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
+                left.checked_sub(n)
+            })
+            .is_ok()
+    }
+
+    fn give(&self, n: usize) {
+        self.0.fetch_add(n, Ordering::AcqRel);
+    }
+}
 
 /// How long after a shard changed hands the watches list again: a takeover's changed
 /// Releases are worked on first, without several lists of the whole fleet's objects beside
@@ -50,14 +96,38 @@ pub struct LiveTargets {
     made: Mutex<Vec<Weak<LiveObjects>>>,
     /// Relists asked for so far (only the last one asked within [`RELIST_DELAY`] runs).
     relists: AtomicU64,
+    allowed: Arc<Allowed>,
+}
+
+/// What is still allowed of [`Limits`].
+#[derive(Debug)]
+struct Allowed {
+    bytes: Allowance,
+    watches: Allowance,
+    object_bytes: usize,
+}
+
+impl Allowed {
+    fn new(limits: Limits) -> Self {
+        Self {
+            bytes: Allowance(AtomicUsize::new(limits.bytes)),
+            watches: Allowance(AtomicUsize::new(limits.watches)),
+            object_bytes: limits.object_bytes,
+        }
+    }
 }
 
 impl LiveTargets {
     pub fn new(keep: Keep) -> Self {
+        Self::with_limits(keep, Limits::default())
+    }
+
+    pub fn with_limits(keep: Keep, limits: Limits) -> Self {
         Self {
             keep,
             made: Mutex::default(),
             relists: AtomicU64::new(0),
+            allowed: Arc::new(Allowed::new(limits)),
         }
     }
 
@@ -99,6 +169,7 @@ impl LiveTargets {
             client: client.clone(),
             keep: self.keep.clone(),
             kinds: Mutex::default(),
+            allowed: self.allowed.clone(),
         });
         let mut made = locks::lock(&self.made);
         made.retain(|w| w.strong_count() > 0);
@@ -112,6 +183,7 @@ pub struct LiveObjects {
     client: Client,
     keep: Keep,
     kinds: Mutex<HashMap<Scope, Watch>>,
+    allowed: Arc<Allowed>,
 }
 
 /// What one watch covers: a kind (`apiVersion/kind`), across the cluster (`None`) or in one
@@ -177,7 +249,7 @@ impl LiveObjects {
             if let Some(task) = watch.task.take() {
                 task.abort();
             }
-            *locks::write(&watch.objects) = Objects::default();
+            *locks::write(&watch.objects) = Objects::new(self.allowed.clone());
             watch.task = self.start(&watch.resource, namespace.as_deref(), &watch.objects);
         }
     }
@@ -193,8 +265,8 @@ impl LiveObjects {
         if let Some(watch) = kinds.get(&scope) {
             return Some(watch.objects.clone());
         }
-        if kinds.len() < MAX_WATCHES {
-            let objects = Arc::new(RwLock::new(Objects::default()));
+        if self.allowed.watches.take(1) {
+            let objects = Arc::new(RwLock::new(Objects::new(self.allowed.clone())));
             let task = self.start(resource, scope.1.as_deref(), &objects);
             let watch = Watch {
                 resource: resource.clone(),
@@ -215,6 +287,7 @@ impl Drop for LiveObjects {
                 task.abort();
             }
         }
+        self.allowed.watches.give(kinds.len());
     }
 }
 
@@ -241,12 +314,13 @@ impl WatchedObjects for LiveObjects {
     }
 }
 
-/// What one kind's watch holds, and whether it can be trusted now.
-#[derive(Default)]
+/// What one kind's watch holds, and whether it can be trusted now. Every kept byte is taken
+/// from the process's allowance and given back when the object goes (or these with it).
 struct Objects {
     kept: HashMap<String, Arc<str>>,
     /// The objects of a list in progress (between `Init` and `InitDone`).
     listing: Option<HashMap<String, Arc<str>>>,
+    allowed: Arc<Allowed>,
     /// A list finished and no error came after it.
     current: bool,
     /// Errors since the watch started.
@@ -255,7 +329,51 @@ struct Objects {
     forbidden: bool,
 }
 
+impl Drop for Objects {
+    fn drop(&mut self) {
+        let held = bytes(&self.kept) + self.listing.as_ref().map_or(0, bytes);
+        self.allowed.bytes.give(held);
+    }
+}
+
+fn bytes(map: &HashMap<String, Arc<str>>) -> usize {
+    map.values().map(|text| text.len()).sum()
+}
+
 impl Objects {
+    fn new(allowed: Arc<Allowed>) -> Self {
+        Self {
+            kept: HashMap::new(),
+            listing: None,
+            allowed,
+            current: false,
+            failures: 0,
+            forbidden: false,
+        }
+    }
+
+    /// Put `text` under `key` in `map` if the allowance takes it (else nothing is kept of
+    /// it: it is read from the API server), giving back what it replaces.
+    fn put(allowed: &Allowed, map: &mut HashMap<String, Arc<str>>, key: String, text: Arc<str>) {
+        if let Some(old) = map.remove(&key) {
+            allowed.bytes.give(old.len());
+        }
+        if text.len() <= allowed.object_bytes && allowed.bytes.take(text.len()) {
+            map.insert(key, text);
+        }
+    }
+
+    fn remove(&mut self, key: &str) {
+        if let Some(old) = self.kept.remove(key) {
+            self.allowed.bytes.give(old.len());
+        }
+    }
+
+    /// Give back everything of `map`.
+    fn release(&self, map: HashMap<String, Arc<str>>) {
+        self.allowed.bytes.give(bytes(&map));
+    }
+
     /// The object of `key`, when the watch vouches for what it holds.
     fn get(&self, key: &str) -> Option<Arc<str>> {
         if !self.current {
@@ -267,25 +385,31 @@ impl Objects {
     /// One event of the watch; `keep` says what is kept of an object (`None`: nothing).
     fn event(&mut self, event: Event<DynamicObject>, keep: impl Fn(DynamicObject) -> Kept) {
         match event {
-            Event::Init => self.listing = Some(HashMap::new()),
+            Event::Init => {
+                if let Some(abandoned) = self.listing.replace(HashMap::new()) {
+                    self.release(abandoned);
+                }
+            }
             Event::InitApply(object) => {
                 if let (Some(listing), Some((key, text))) = (&mut self.listing, keep(object)) {
-                    listing.insert(key, text);
+                    Self::put(&self.allowed, listing, key, text);
                 }
             }
             Event::InitDone => {
-                self.kept = self.listing.take().unwrap_or_default();
+                let listed = self.listing.take().unwrap_or_default();
+                let old = std::mem::replace(&mut self.kept, listed);
+                self.release(old);
                 self.current = true;
             }
             Event::Apply(object) => {
                 let key = object_key(object.namespace().as_deref(), &object.name_any());
                 match keep(object) {
-                    Some((key, text)) => self.kept.insert(key, text),
-                    None => self.kept.remove(&key),
-                };
+                    Some((key, text)) => Self::put(&self.allowed, &mut self.kept, key, text),
+                    None => self.remove(&key),
+                }
             }
             Event::Delete(object) => {
-                self.kept.remove(&object_key(
+                self.remove(&object_key(
                     object.namespace().as_deref(),
                     &object.name_any(),
                 ));
@@ -296,7 +420,9 @@ impl Objects {
     /// The watch failed: nothing it holds is vouched for until it has listed again.
     fn failed(&mut self, forbidden: bool) {
         self.current = false;
-        self.listing = None;
+        if let Some(abandoned) = self.listing.take() {
+            self.release(abandoned);
+        }
         self.failures += 1;
         self.forbidden |= forbidden;
     }
@@ -416,17 +542,18 @@ mod tests {
         Some(object.data["data"]["value"].as_str().unwrap().to_string())
     }
 
+    fn resource() -> ApiResource {
+        ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&())
+    }
+
     fn feed(objects: &mut Objects, event: Event<DynamicObject>) {
-        let (resource, keep) = (
-            ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
-            keep_ours(),
-        );
+        let (resource, keep) = (resource(), keep_ours());
         objects.event(event, |o| kept(o, &resource, &keep));
     }
 
     #[test]
     fn nothing_is_vouched_for_before_the_first_list_is_done() {
-        let mut objects = Objects::default();
+        let mut objects = Objects::new(Arc::new(Allowed::new(Limits::default())));
         feed(&mut objects, Event::Init);
         feed(&mut objects, Event::InitApply(cm("a", "ours", "1")));
         assert_eq!(value(&objects, "a"), None);
@@ -436,7 +563,7 @@ mod tests {
 
     #[test]
     fn only_the_objects_of_releases_kept_are_held_without_their_managed_fields() {
-        let mut objects = Objects::default();
+        let mut objects = Objects::new(Arc::new(Allowed::new(Limits::default())));
         feed(&mut objects, Event::Init);
         feed(&mut objects, Event::InitApply(cm("a", "ours", "1")));
         feed(&mut objects, Event::InitApply(cm("b", "theirs", "2")));
@@ -454,7 +581,7 @@ mod tests {
 
     #[test]
     fn changes_and_deletions_are_followed_and_a_new_list_replaces_everything() {
-        let mut objects = Objects::default();
+        let mut objects = Objects::new(Arc::new(Allowed::new(Limits::default())));
         feed(&mut objects, Event::Init);
         feed(&mut objects, Event::InitApply(cm("a", "ours", "1")));
         feed(&mut objects, Event::InitApply(cm("b", "ours", "1")));
@@ -476,9 +603,52 @@ mod tests {
         assert_eq!(value(&objects, "c").as_deref(), Some("1"));
     }
 
+    /// Objects anyone can label cannot grow the daemon's memory: past the allowance, and for
+    /// an object too large, nothing is kept (the loops read the API server), and what goes
+    /// (deleted, replaced, a watch dropped) is given back.
+    #[test]
+    fn what_the_watches_keep_is_bounded_whatever_the_cluster_holds() {
+        let one = kept(cm("a", "ours", "1"), &resource(), &keep_ours())
+            .unwrap()
+            .1
+            .len();
+        let allowed = Arc::new(Allowed::new(Limits {
+            bytes: one + one / 2,
+            object_bytes: one + 10,
+            watches: 1,
+        }));
+        let mut objects = Objects::new(allowed.clone());
+        feed(&mut objects, Event::Init);
+        feed(&mut objects, Event::InitApply(cm("a", "ours", "1")));
+        feed(&mut objects, Event::InitApply(cm("b", "ours", "1")));
+        feed(&mut objects, Event::InitDone);
+        assert_eq!(value(&objects, "a").as_deref(), Some("1"));
+        assert_eq!(value(&objects, "b"), None, "past the allowance");
+        feed(&mut objects, Event::Delete(cm("a", "ours", "1")));
+        feed(&mut objects, Event::Apply(cm("b", "ours", "2")));
+        assert_eq!(
+            value(&objects, "b").as_deref(),
+            Some("2"),
+            "room was given back"
+        );
+        let large = "x".repeat(20);
+        feed(&mut objects, Event::Apply(cm("b", "ours", &large)));
+        assert_eq!(value(&objects, "b"), None, "too large: not kept");
+        assert_eq!(allowed.bytes.0.load(Ordering::Relaxed), one + one / 2);
+        feed(&mut objects, Event::Apply(cm("c", "ours", "3")));
+        assert_eq!(value(&objects, "c").as_deref(), Some("3"));
+        drop(objects);
+        assert_eq!(
+            allowed.bytes.0.load(Ordering::Relaxed),
+            one + one / 2,
+            "all given back"
+        );
+        assert!(allowed.watches.take(1) && !allowed.watches.take(1));
+    }
+
     #[test]
     fn a_failed_watch_vouches_for_nothing_until_it_has_listed_again() {
-        let mut objects = Objects::default();
+        let mut objects = Objects::new(Arc::new(Allowed::new(Limits::default())));
         feed(&mut objects, Event::Init);
         feed(&mut objects, Event::InitApply(cm("a", "ours", "1")));
         feed(&mut objects, Event::InitDone);
