@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject, TypeMeta};
@@ -41,6 +41,9 @@ pub type Keep = Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
 /// The first wait before a failed watch lists again; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// How long a watch the API server refused (403) stays refused before it is tried again (a
+/// RoleBinding made after the Release).
+const FORBIDDEN_RETRY: Duration = Duration::from_secs(300);
 
 /// What the watches of one process may hold.
 #[derive(Debug, Clone, Copy)]
@@ -105,6 +108,16 @@ struct Allowed {
     bytes: Allowance,
     watches: Allowance,
     object_bytes: usize,
+}
+
+/// One watch's share of [`Limits::watches`], given back when its task ends (refused, aborted,
+/// or never started).
+struct Slot(Arc<Allowed>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.watches.give(1);
+    }
 }
 
 impl Allowed {
@@ -218,10 +231,12 @@ impl LiveObjects {
         Some(WatchState {
             current: o.current,
             failures: o.failures,
-            forbidden: o.forbidden,
+            forbidden: o.forbidden_since.is_some(),
         })
     }
 
+    /// Start watching into `objects` (its epoch is the task's): `None` when no more watches
+    /// may run or there is no runtime to run one on.
     fn start(
         &self,
         resource: &ApiResource,
@@ -230,48 +245,68 @@ impl LiveObjects {
     ) -> Option<AbortHandle> {
         // Reads come from async passes; without a runtime there is nothing to watch with.
         let runtime = tokio::runtime::Handle::try_current().ok()?;
+        if !self.allowed.watches.take(1) {
+            return None;
+        }
+        let slot = Slot(self.allowed.clone());
         let api: Api<DynamicObject> = match namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
             None => Api::all_with(self.client.clone(), resource),
         };
+        let epoch = locks::read(objects).epoch;
         let task = runtime.spawn(run(
             api,
             resource.clone(),
-            objects.clone(),
+            (objects.clone(), epoch),
             self.keep.clone(),
+            slot,
         ));
         Some(task.abort_handle())
+    }
+
+    /// Start `watch` over: a new epoch of its objects (what the old task still writes is
+    /// ignored) and a new task.
+    fn restart(&self, namespace: Option<&str>, watch: &mut Watch) {
+        if let Some(task) = watch.task.take() {
+            task.abort();
+        }
+        {
+            let mut objects = locks::write(&watch.objects);
+            let epoch = objects.epoch + 1;
+            *objects = Objects::new(self.allowed.clone());
+            objects.epoch = epoch;
+        }
+        watch.task = self.start(&watch.resource, namespace, &watch.objects);
     }
 
     fn relist(&self) {
         let mut kinds = locks::lock(&self.kinds);
         for ((_, namespace), watch) in kinds.iter_mut() {
-            if let Some(task) = watch.task.take() {
-                task.abort();
-            }
-            *locks::write(&watch.objects) = Objects::new(self.allowed.clone());
-            watch.task = self.start(&watch.resource, namespace.as_deref(), &watch.objects);
+            self.restart(namespace.as_deref(), watch);
         }
     }
 
     /// The objects of the watch of `scope`, started now if there is none (`None` then, and
-    /// when no more watches may start).
+    /// when no more watches may start). A watch refused long enough ago is tried again.
     fn watch(
         &self,
         kinds: &mut HashMap<Scope, Watch>,
         resource: &ApiResource,
         scope: Scope,
     ) -> Option<Arc<RwLock<Objects>>> {
-        if let Some(watch) = kinds.get(&scope) {
+        if let Some(watch) = kinds.get_mut(&scope) {
+            let refused = locks::read(&watch.objects).forbidden_since;
+            if refused.is_some_and(|at| at.elapsed() >= FORBIDDEN_RETRY) {
+                self.restart(scope.1.as_deref(), watch);
+            }
             return Some(watch.objects.clone());
         }
-        if self.allowed.watches.take(1) {
-            let objects = Arc::new(RwLock::new(Objects::new(self.allowed.clone())));
-            let task = self.start(resource, scope.1.as_deref(), &objects);
+        let objects = Arc::new(RwLock::new(Objects::new(self.allowed.clone())));
+        if let Some(task) = self.start(resource, scope.1.as_deref(), &objects) {
             let watch = Watch {
                 resource: resource.clone(),
                 objects,
-                task,
+                task: Some(task),
             };
             kinds.insert(scope, watch);
         }
@@ -280,6 +315,7 @@ impl LiveObjects {
 }
 
 impl Drop for LiveObjects {
+    /// Each aborted task gives its slot back as it ends.
     fn drop(&mut self) {
         let kinds = self.kinds.get_mut().unwrap_or_else(|e| e.into_inner());
         for watch in kinds.values_mut() {
@@ -287,7 +323,6 @@ impl Drop for LiveObjects {
                 task.abort();
             }
         }
-        self.allowed.watches.give(kinds.len());
     }
 }
 
@@ -301,7 +336,7 @@ impl WatchedObjects for LiveObjects {
         let objects = {
             let mut kinds = locks::lock(&self.kinds);
             let all = self.watch(&mut kinds, resource, scope(resource, None))?;
-            let forbidden = locks::read(&all).forbidden;
+            let forbidden = locks::read(&all).forbidden_since.is_some();
             match namespace {
                 Some(ns) if forbidden => {
                     self.watch(&mut kinds, resource, scope(resource, Some(ns)))?
@@ -325,8 +360,10 @@ struct Objects {
     current: bool,
     /// Errors since the watch started.
     failures: usize,
-    /// The API server refused the watch (403).
-    forbidden: bool,
+    /// When the API server refused the watch (403), if it did.
+    forbidden_since: Option<Instant>,
+    /// Which start of the watch these objects belong to: a task writes only into its own.
+    epoch: u64,
 }
 
 impl Drop for Objects {
@@ -348,7 +385,8 @@ impl Objects {
             allowed,
             current: false,
             failures: 0,
-            forbidden: false,
+            forbidden_since: None,
+            epoch: 0,
         }
     }
 
@@ -424,7 +462,9 @@ impl Objects {
             self.release(abandoned);
         }
         self.failures += 1;
-        self.forbidden |= forbidden;
+        if forbidden {
+            self.forbidden_since = Some(Instant::now());
+        }
     }
 }
 
@@ -472,13 +512,15 @@ fn kept(mut object: DynamicObject, resource: &ApiResource, keep: &Keep) -> Kept 
     Some((key, text.into()))
 }
 
-/// Watch `api`'s labelled objects into `objects` until aborted. A failed watch lists again
-/// after a backoff (a resumed watch could not say what it missed); a refused one stops.
+/// Watch `api`'s labelled objects into `objects` (while they are of `epoch`) until aborted.
+/// A failed watch lists again after a backoff (a resumed watch could not say what it missed);
+/// a refused one stops, giving back its slot.
 async fn run(
     api: Api<DynamicObject>,
     resource: ApiResource,
-    objects: Arc<RwLock<Objects>>,
+    (objects, epoch): (Arc<RwLock<Objects>>, u64),
     keep: Keep,
+    _slot: Slot,
 ) {
     let config = watcher::Config::default()
         .labels(RELEASE_NAME)
@@ -492,11 +534,21 @@ async fn run(
                     if matches!(event, Event::InitDone) {
                         backoff = FIRST_BACKOFF;
                     }
-                    locks::write(&objects).event(event, |o| kept(o, &resource, &keep));
+                    let mut objects = locks::write(&objects);
+                    // Started over meanwhile (an abort takes effect at the next await).
+                    if objects.epoch != epoch {
+                        return;
+                    }
+                    objects.event(event, |o| kept(o, &resource, &keep));
                 }
                 Err(e) => {
                     let forbidden = is_forbidden(&e);
-                    locks::write(&objects).failed(forbidden);
+                    let mut objects = locks::write(&objects);
+                    if objects.epoch != epoch {
+                        return;
+                    }
+                    objects.failed(forbidden);
+                    drop(objects);
                     tracing::debug!(
                         kind = %resource.kind,
                         "watch of live objects failed; reads go to the API server: {e}"

@@ -280,7 +280,11 @@ fn shared_state(
     } else {
         trimmed_caches(held)
     };
-    let live = Arc::new(live::LiveTargets::new(keep_live(config, held, &releases)));
+    let live = Arc::new(live::LiveTargets::new(keep_live(
+        config.shards > 0,
+        held,
+        &releases,
+    )));
     ctx.watched = Some(live.clone());
     ctx.releases = Some(Arc::new(ReleasesByCluster(releases.clone())));
     let listers = listers::InformerListers {
@@ -314,21 +318,19 @@ fn shared_state(
     }
 }
 
-/// Whose live objects the watches keep: every Release's without shards; else those of the
-/// Releases this replica works on (and of a Release not seen yet, as for inventories).
+/// Whose live objects the watches keep: those of the Releases this replica knows and works
+/// on. A label naming a Release that does not exist (anyone can write one) keeps nothing; a
+/// Release's objects are applied after its watch event came, so its own are not missed.
 fn keep_live(
-    config: &DaemonConfig,
+    sharded: bool,
     held: &HeldShards,
     releases: &Arc<informer::Cache<Release>>,
 ) -> live::Keep {
-    if config.shards == 0 {
-        return Arc::new(|_, _| true);
-    }
     let (gate, releases) = (held.clone(), releases.clone());
     Arc::new(move |namespace, name| {
         releases
             .get_any(&format!("{namespace}/{name}"))
-            .is_none_or(|r| gate.owns(&r))
+            .is_some_and(|r| !sharded || gate.owns(&r))
     })
 }
 
@@ -1058,6 +1060,27 @@ pub fn release_name(release: &Release) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Anyone who can create objects can label them with a Release's name: the watches keep
+    /// the objects of Releases that exist (and, sharded, that this replica works on) only.
+    #[test]
+    fn the_watches_keep_no_objects_of_a_release_that_does_not_exist() {
+        let releases: Arc<informer::Cache<Release>> = Arc::default();
+        let release: Release = serde_json::from_value(serde_json::json!({
+            "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+            "metadata": {"name": "web", "namespace": "apps"},
+            "spec": {"source": {"kind": "GitRepository", "name": "repo"}},
+        }))
+        .unwrap();
+        releases.insert_for_test(release);
+        let keep = keep_live(false, &HeldShards::new(1), &releases);
+        assert!(keep("apps", "web"));
+        assert!(!keep("apps", "made-up"));
+        assert!(!keep("other", "web"));
+        // Sharded, before this replica holds the Release's shard: not kept either.
+        let keep = keep_live(true, &HeldShards::new(1), &releases);
+        assert!(!keep("apps", "web"));
+    }
 
     #[test]
     fn a_taken_shard_passes_its_own_releases_changed_ones_first() {

@@ -114,6 +114,10 @@ pub enum Freshness {
     /// The API server's watch cache, never the process's own watches: for a read that needs
     /// the objects' `managedFields`, which those watches do not keep.
     ServerWatchCache,
+    /// The process's own watches where they hold the object, else the latest state: the
+    /// controller's first look, which it confirms on the latest state before it sends
+    /// anything.
+    Watched,
 }
 
 impl Freshness {
@@ -123,7 +127,7 @@ impl Freshness {
         K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     {
         match self {
-            Freshness::Latest => api.get_opt(name).await,
+            Freshness::Latest | Freshness::Watched => api.get_opt(name).await,
             Freshness::WatchCache | Freshness::ServerWatchCache => {
                 match api.get_with(name, &kube::api::GetParams::any()).await {
                     Ok(object) => Ok(Some(object)),
@@ -192,7 +196,7 @@ impl Applier {
         name: &str,
         freshness: Freshness,
     ) -> Option<DynamicObject> {
-        if freshness != Freshness::WatchCache {
+        if !matches!(freshness, Freshness::WatchCache | Freshness::Watched) {
             return None;
         }
         self.watched.as_ref()?.get(&resource.api, namespace, name)
@@ -621,7 +625,7 @@ impl Applier {
         let wanted: BTreeMap<&str, &ObjectKey> =
             group.wanted.iter().map(|(n, k)| (n.as_str(), k)).collect();
         let params = match freshness {
-            Freshness::Latest => kube::api::ListParams::default(),
+            Freshness::Latest | Freshness::Watched => kube::api::ListParams::default(),
             Freshness::WatchCache | Freshness::ServerWatchCache => {
                 kube::api::ListParams::default().match_any()
             }

@@ -74,10 +74,13 @@ impl SyncPlan {
 /// (the inventory or the cluster cannot be read).
 ///
 /// A daemon first compares with the live objects its watches hold (issue 21: a steady
-/// Release's interval pass then reads no object from the API server); only when that finds
-/// something to send does it decide again on the latest state. A watch a moment behind can
-/// only make it read more, never skip an object the latest state says changed, except a
-/// change made in the last moment, which the drift loop sees on its next pass.
+/// Release's interval pass then reads no object from the API server; what they do not hold
+/// is read at its latest); only when that finds something to send, or an `IfNotPresent`
+/// object to leave as it is, does it decide again on the latest state. A watch a moment
+/// behind then makes it read more, and skips no object the latest state says changed but one
+/// changed by others in that moment, which the drift loop sees on its next pass (a watch
+/// stalled on a dead connection without an error can be that far behind until kube's read
+/// timeout, 295 s, ends it).
 pub(super) async fn compare_with_cluster(
     ctx: &Context,
     run: &SyncRun<'_>,
@@ -114,7 +117,8 @@ pub(super) async fn compare_with_cluster(
     };
     let first = first_read(ctx, run.release);
     compare_live(run, applier, &labelled, &mut plan, first).await?;
-    if first != Freshness::Latest && !plan.to_send.is_empty() {
+    let confirm = !plan.to_send.is_empty() || !plan.for_cluster.keep_as_is.is_empty();
+    if first != Freshness::Latest && confirm {
         compare_live(run, applier, &labelled, &mut plan, Freshness::Latest).await?;
     }
     tracing::debug!(
@@ -132,7 +136,7 @@ pub(super) async fn compare_with_cluster(
 fn first_read(ctx: &Context, release: &crate::engine::api::Release) -> Freshness {
     let cached = Freshness::WatchCache;
     if ctx.watched.is_some() && exclusions::drift_reads(release, cached) == cached {
-        cached
+        Freshness::Watched
     } else {
         Freshness::Latest
     }
