@@ -598,6 +598,19 @@ mod tests {
         ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&())
     }
 
+    fn unbounded() -> Objects {
+        Objects::new(Arc::new(Allowed::new(Limits::default())))
+    }
+
+    /// A whole list of `items`, as a watch that (re)starts delivers it.
+    fn list(objects: &mut Objects, items: &[DynamicObject]) {
+        feed(objects, Event::Init);
+        for item in items {
+            feed(objects, Event::InitApply(item.clone()));
+        }
+        feed(objects, Event::InitDone);
+    }
+
     fn feed(objects: &mut Objects, event: Event<DynamicObject>) {
         let (resource, keep) = (resource(), keep_ours());
         objects.event(event, |o| kept(o, &resource, &keep));
@@ -605,7 +618,7 @@ mod tests {
 
     #[test]
     fn nothing_is_vouched_for_before_the_first_list_is_done() {
-        let mut objects = Objects::new(Arc::new(Allowed::new(Limits::default())));
+        let mut objects = unbounded();
         feed(&mut objects, Event::Init);
         feed(&mut objects, Event::InitApply(cm("a", "ours", "1")));
         assert_eq!(value(&objects, "a"), None);
@@ -615,11 +628,11 @@ mod tests {
 
     #[test]
     fn only_the_objects_of_releases_kept_are_held_without_their_managed_fields() {
-        let mut objects = Objects::new(Arc::new(Allowed::new(Limits::default())));
-        feed(&mut objects, Event::Init);
-        feed(&mut objects, Event::InitApply(cm("a", "ours", "1")));
-        feed(&mut objects, Event::InitApply(cm("b", "theirs", "2")));
-        feed(&mut objects, Event::InitDone);
+        let mut objects = unbounded();
+        list(
+            &mut objects,
+            &[cm("a", "ours", "1"), cm("b", "theirs", "2")],
+        );
         assert_eq!(value(&objects, "b"), None);
         let text = objects.get("ns/a").unwrap();
         let object: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -633,11 +646,8 @@ mod tests {
 
     #[test]
     fn changes_and_deletions_are_followed_and_a_new_list_replaces_everything() {
-        let mut objects = Objects::new(Arc::new(Allowed::new(Limits::default())));
-        feed(&mut objects, Event::Init);
-        feed(&mut objects, Event::InitApply(cm("a", "ours", "1")));
-        feed(&mut objects, Event::InitApply(cm("b", "ours", "1")));
-        feed(&mut objects, Event::InitDone);
+        let mut objects = unbounded();
+        list(&mut objects, &[cm("a", "ours", "1"), cm("b", "ours", "1")]);
         feed(&mut objects, Event::Apply(cm("a", "ours", "2")));
         feed(&mut objects, Event::Delete(cm("b", "ours", "1")));
         assert_eq!(value(&objects, "a").as_deref(), Some("2"));
@@ -670,10 +680,7 @@ mod tests {
             watches: 1,
         }));
         let mut objects = Objects::new(allowed.clone());
-        feed(&mut objects, Event::Init);
-        feed(&mut objects, Event::InitApply(cm("a", "ours", "1")));
-        feed(&mut objects, Event::InitApply(cm("b", "ours", "1")));
-        feed(&mut objects, Event::InitDone);
+        list(&mut objects, &[cm("a", "ours", "1"), cm("b", "ours", "1")]);
         assert_eq!(value(&objects, "a").as_deref(), Some("1"));
         assert_eq!(value(&objects, "b"), None, "past the allowance");
         feed(&mut objects, Event::Delete(cm("a", "ours", "1")));
@@ -700,10 +707,8 @@ mod tests {
 
     #[test]
     fn a_failed_watch_vouches_for_nothing_until_it_has_listed_again() {
-        let mut objects = Objects::new(Arc::new(Allowed::new(Limits::default())));
-        feed(&mut objects, Event::Init);
-        feed(&mut objects, Event::InitApply(cm("a", "ours", "1")));
-        feed(&mut objects, Event::InitDone);
+        let mut objects = unbounded();
+        list(&mut objects, &[cm("a", "ours", "1")]);
         objects.failed(false);
         assert_eq!(value(&objects, "a"), None);
         feed(&mut objects, Event::Apply(cm("a", "ours", "2")));
@@ -712,9 +717,7 @@ mod tests {
             None,
             "a resumed watch may have missed events"
         );
-        feed(&mut objects, Event::Init);
-        feed(&mut objects, Event::InitApply(cm("a", "ours", "3")));
-        feed(&mut objects, Event::InitDone);
+        list(&mut objects, &[cm("a", "ours", "3")]);
         assert_eq!(value(&objects, "a").as_deref(), Some("3"));
     }
 }

@@ -148,16 +148,21 @@ pub fn for_cluster(
 /// watch cache instead (without them, every pass would see those fields as drift and read
 /// everything again at its latest).
 pub fn drift_reads(release: &Release, wanted: Freshness) -> Freshness {
-    let by_manager = release
-        .spec
-        .drift_exclusions
-        .iter()
-        .any(|e| !e.managers.is_empty());
-    if by_manager && wanted == Freshness::WatchCache {
+    if leaves_fields_to_managers(release) && wanted == Freshness::WatchCache {
         Freshness::ServerWatchCache
     } else {
         wanted
     }
+}
+
+/// Whether `release` leaves fields to managers by name: comparing it with the cluster needs
+/// the live objects' `managedFields`.
+pub fn leaves_fields_to_managers(release: &Release) -> bool {
+    release
+        .spec
+        .drift_exclusions
+        .iter()
+        .any(|e| !e.managers.is_empty())
 }
 
 fn applies_to(exclusion: &DriftExclusion, object: &Object) -> bool {

@@ -586,7 +586,7 @@ impl Applier {
 
     async fn list_group(
         &self,
-        group: ListGroup,
+        mut group: ListGroup,
         freshness: Freshness,
     ) -> Result<Vec<(ObjectKey, Value)>, ApplyError> {
         let api: Api<DynamicObject> = match &group.namespace {
@@ -595,7 +595,6 @@ impl Applier {
         };
         // What this process's watches hold needs no request; the rest is read as before.
         let mut found = Vec::new();
-        let mut group = group;
         group.wanted.retain(|(name, key)| {
             let Some(object) =
                 self.watched(&group.resource, group.namespace.as_deref(), name, freshness)

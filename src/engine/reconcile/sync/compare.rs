@@ -134,8 +134,7 @@ pub(super) async fn compare_with_cluster(
 /// it has watches and the Release needs no `managedFields` to compare (exclusions by manager,
 /// which those watches do not keep); else the latest.
 fn first_read(ctx: &Context, release: &crate::engine::api::Release) -> Freshness {
-    let cached = Freshness::WatchCache;
-    if ctx.watched.is_some() && exclusions::drift_reads(release, cached) == cached {
+    if ctx.watched.is_some() && !exclusions::leaves_fields_to_managers(release) {
         Freshness::Watched
     } else {
         Freshness::Latest
