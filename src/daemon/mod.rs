@@ -634,6 +634,15 @@ impl Wiring {
                             lost.contains(&shard::shard_of(&cluster_key(&r), shards))
                         })
                     });
+                    // Another replica writes their inventories now: the next time this one
+                    // holds them, it reads them from the API server first.
+                    shared.ctx.seen_inventories.forget_where(|namespace, name| {
+                        releases
+                            .get_any(&format!("{namespace}/{name}"))
+                            .is_some_and(|r| {
+                                lost.contains(&shard::shard_of(&cluster_key(&r), shards))
+                            })
+                    });
                 }
                 // The per-Release series move with the shard.
                 for r in &all {

@@ -18,6 +18,7 @@ use super::api::{
     FieldManager, HealthState, HookEntry, HookPhase, HookState, InventoryEntry, ObjectKey, Release,
     ReleaseInventory, field_managers, labels,
 };
+use super::seen_inventories::SeenInventories;
 use super::ssa;
 
 /// Why an inventory write failed.
@@ -28,6 +29,17 @@ pub enum InventoryError {
         namespace: String,
         name: String,
         manager: FieldManager,
+        #[source]
+        source: kube::Error,
+    },
+    /// The first write of a pass that read the inventory from the daemon's cache found it
+    /// changed since (see [`crate::engine::seen_inventories`]).
+    #[error(
+        "ReleaseInventory {namespace}/{name} changed after this pass read it from the daemon's cache (another process wrote it); nothing was recorded from that read, and the next pass reads it from the API server"
+    )]
+    Changed {
+        namespace: String,
+        name: String,
         #[source]
         source: kube::Error,
     },
@@ -43,9 +55,9 @@ pub enum InventoryError {
 impl crate::engine::error::Categorized for InventoryError {
     fn category(&self) -> crate::engine::error::Category {
         match self {
-            InventoryError::Write { source, .. } | InventoryError::Read { source, .. } => {
-                crate::engine::error::kube_category(source)
-            }
+            InventoryError::Write { source, .. }
+            | InventoryError::Changed { source, .. }
+            | InventoryError::Read { source, .. } => crate::engine::error::kube_category(source),
         }
     }
 }
@@ -63,6 +75,12 @@ pub struct InventoryHandle {
     /// nothing read or written yet). Only the controller adds hook entries, so a reconcile
     /// that saw none and added none knows there are none ([`InventoryHandle::known_without_hooks`]).
     hooks_seen: std::sync::Arc<std::sync::Mutex<Option<bool>>>,
+    /// The versions this process last saw of each inventory; this handle's reads and writes
+    /// keep it up to date ([`InventoryHandle::remembering`]).
+    seen: Option<std::sync::Arc<SeenInventories>>,
+    /// The uid and resourceVersion of a copy read from the daemon's cache that no write has
+    /// landed on yet: the controller's next write carries them as preconditions.
+    unproven: std::sync::Arc<std::sync::Mutex<Option<(String, String, ReleaseInventory)>>>,
 }
 
 /// What the controller records for an applied object.
@@ -137,7 +155,16 @@ impl InventoryHandle {
             owner,
             prefetched: Default::default(),
             hooks_seen: Default::default(),
+            seen: None,
+            unproven: Default::default(),
         }
+    }
+
+    /// The inventory of `release` as a loop of `ctx` reads and writes it: its home cluster, and
+    /// the versions the process saw kept up to date.
+    pub fn in_context(ctx: &crate::engine::runtime::Context, release: &Release) -> Self {
+        Self::for_release(ctx.home.client.clone(), release)
+            .remembering(ctx.seen_inventories.clone())
     }
 
     /// The inventory named `name` in `namespace`, without an owner (tests, tools).
@@ -149,7 +176,17 @@ impl InventoryHandle {
             owner: None,
             prefetched: Default::default(),
             hooks_seen: Default::default(),
+            seen: None,
+            unproven: Default::default(),
         }
+    }
+
+    /// Keep `seen` up to date with what this handle reads at the latest and writes, so the
+    /// controller may take the inventory from the daemon's cache
+    /// ([`InventoryHandle::prefetch_cached`]).
+    pub fn remembering(mut self, seen: std::sync::Arc<SeenInventories>) -> Self {
+        self.seen = Some(seen);
+        self
     }
 
     pub fn api(&self) -> &Api<ReleaseInventory> {
@@ -168,6 +205,38 @@ impl InventoryHandle {
         if let Ok(read) = self.get().await {
             *self.slot() = Some(read);
         }
+    }
+
+    /// `prefetch` for the controller of a daemon: the copy in the daemon's cache when it is the
+    /// version this process last read or wrote (issue 21: a steady pass then asks the API
+    /// server nothing), else the API server. The pass's first write lands only on that version
+    /// (see [`crate::engine::seen_inventories`]).
+    pub async fn prefetch_cached(&self, listers: Option<&dyn Listers>) {
+        match self.last_seen_in(listers) {
+            Some(hit) => {
+                *crate::engine::locks::lock(&self.unproven) = Some((
+                    hit.uid().unwrap_or_default(),
+                    hit.resource_version().unwrap_or_default(),
+                    hit.clone(),
+                ));
+                self.saw(Some(&hit));
+                *self.slot() = Some(Some(hit));
+            }
+            None => self.prefetch().await,
+        }
+    }
+
+    /// The cached copy, when it is the version this process last saw.
+    fn last_seen_in(&self, listers: Option<&dyn Listers>) -> Option<ReleaseInventory> {
+        let seen = self.seen.as_ref()?;
+        let hit = cached::<ReleaseInventory>(listers, &self.namespace, &self.name)?;
+        seen.is_last_seen(
+            &self.namespace,
+            &self.name,
+            hit.metadata.uid.as_deref().unwrap_or_default(),
+            hit.metadata.resource_version.as_deref().unwrap_or_default(),
+        )
+        .then(|| ReleaseInventory::clone(&hit))
     }
 
     /// The prefetched read if there is one (once), else a fresh read.
@@ -203,7 +272,8 @@ impl InventoryHandle {
     /// so a copy behind its own last write costs a conflict and a retry, never a lost write
     /// (a daemon keeps the health pass off while its controller syncs the same Release, which
     /// is where those conflicts came from; `daemon::syncing`).
-    /// The controller reads the API server (its prune works on the inventory).
+    /// The controller reads differently: [`InventoryHandle::prefetch_cached`] (its prune works
+    /// on the inventory).
     pub async fn get_cached(
         &self,
         listers: Option<&dyn Listers>,
@@ -226,12 +296,27 @@ impl InventoryHandle {
                 source,
             })?;
         self.saw(read.as_ref());
+        self.remember(read.as_ref());
         Ok(read)
     }
 
     fn saw(&self, inventory: Option<&ReleaseInventory>) {
         *crate::engine::locks::lock(&self.hooks_seen) =
             Some(inventory.is_some_and(|i| !i.spec.hooks.is_empty()));
+    }
+
+    /// Record the version just read at the latest or written (none: forget it).
+    fn remember(&self, inventory: Option<&ReleaseInventory>) {
+        let Some(seen) = &self.seen else { return };
+        match inventory.and_then(|i| {
+            Some((
+                i.metadata.uid.as_deref()?,
+                i.metadata.resource_version.as_deref()?,
+            ))
+        }) {
+            Some((uid, rv)) => seen.saw(&self.namespace, &self.name, uid, rv),
+            None => seen.forget(&self.namespace, &self.name),
+        }
     }
 
     /// Whether the inventory this handle last read or wrote had no hook entries (and it read
@@ -242,6 +327,7 @@ impl InventoryHandle {
 
     /// Delete the inventory (finalize step 5); absent is fine.
     pub async fn delete(&self) -> Result<(), InventoryError> {
+        self.remember(None);
         match self.api.delete(&self.name, &Default::default()).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
@@ -424,6 +510,12 @@ impl InventoryHandle {
         if let Some(owner) = &self.owner {
             metadata["ownerReferences"] = json!([owner]);
         }
+        // Read from the daemon's cache: land only on that version, or fail (the uid also keeps
+        // a deleted inventory from being re-created from the copy).
+        if let Some((uid, rv, _)) = crate::engine::locks::lock(&self.unproven).as_ref() {
+            metadata["uid"] = json!(uid);
+            metadata["resourceVersion"] = json!(rv);
+        }
         json!({
             "apiVersion": ReleaseInventory::api_version(&()),
             "kind": ReleaseInventory::kind(&()),
@@ -452,16 +544,73 @@ impl InventoryHandle {
         manager: FieldManager,
         patch: &Value,
     ) -> Result<ReleaseInventory, InventoryError> {
-        let written = ssa::apply(&self.api, &self.name, manager, patch)
-            .await
-            .map_err(|source| InventoryError::Write {
+        // Whether this write carries the preconditions of a cached read (see `skeleton`).
+        let unproven = patch["metadata"]["resourceVersion"].is_string()
+            && crate::engine::locks::lock(&self.unproven).is_some();
+        let written = match ssa::apply(&self.api, &self.name, manager, patch).await {
+            Ok(written) => written,
+            Err(source) if unproven => self.apply_again(manager, patch, source).await?,
+            Err(source) => {
+                return Err(InventoryError::Write {
+                    namespace: self.namespace.clone(),
+                    name: self.name.clone(),
+                    manager,
+                    source,
+                });
+            }
+        };
+        if unproven {
+            *crate::engine::locks::lock(&self.unproven) = None;
+        }
+        self.saw(Some(&written));
+        self.remember(Some(&written));
+        Ok(written)
+    }
+
+    /// A write on a cached copy was refused (`refused`): the copy was not the latest. When the
+    /// latest differs from it only in what other writers own (the health loop's entry and hook
+    /// states, written by an observer in another process), what the pass decided from the copy
+    /// stands: write again on the latest version. Otherwise, or when the inventory is gone,
+    /// the pass ends with [`InventoryError::Changed`] and the next one reads the API server.
+    async fn apply_again(
+        &self,
+        manager: FieldManager,
+        patch: &Value,
+        refused: kube::Error,
+    ) -> Result<ReleaseInventory, InventoryError> {
+        let copy = self.slot_copy();
+        let changed = |source| {
+            self.remember(None);
+            InventoryError::Changed {
                 namespace: self.namespace.clone(),
                 name: self.name.clone(),
-                manager,
                 source,
-            })?;
-        self.saw(Some(&written));
-        Ok(written)
+            }
+        };
+        if !matches!(&refused, kube::Error::Api(s) if s.code == 409) {
+            return Err(changed(refused));
+        }
+        let latest = match self.api.get_opt(&self.name).await {
+            Ok(Some(latest)) => latest,
+            _ => return Err(changed(refused)),
+        };
+        let same_object = latest.metadata.uid.is_some()
+            && latest.metadata.uid == copy.as_ref().and_then(|c| c.metadata.uid.clone());
+        if !same_object || copy.is_none_or(|c| controllers_part(&c) != controllers_part(&latest)) {
+            return Err(changed(refused));
+        }
+        let mut patch = patch.clone();
+        patch["metadata"]["resourceVersion"] = json!(latest.resource_version());
+        ssa::apply(&self.api, &self.name, manager, &patch)
+            .await
+            .map_err(changed)
+    }
+
+    /// The copy the pass read from the cache (kept beside its preconditions).
+    fn slot_copy(&self) -> Option<ReleaseInventory> {
+        crate::engine::locks::lock(&self.unproven)
+            .as_ref()
+            .map(|(_, _, copy)| copy.clone())
     }
 
     /// SSA keeps a list-map entry while any manager owns a field of it, so an entry the health
@@ -542,6 +691,7 @@ impl InventoryHandle {
                 source,
             })?;
         self.saw(Some(&written));
+        self.remember(Some(&written));
         Ok(written)
     }
 }
@@ -632,6 +782,41 @@ pub fn pending_members(inventory: &ReleaseInventory) -> Vec<Member> {
             digest: None,
         })
         .collect()
+}
+
+/// What the controller decides from and writes in an inventory: its members (keys, render,
+/// wave, digest), the pending objects and the armed hooks; not the health loop's states.
+#[allow(clippy::type_complexity)]
+fn controllers_part(
+    inventory: &ReleaseInventory,
+) -> (
+    Vec<Member>,
+    Vec<ObjectKey>,
+    Vec<(&str, HookPhase, Option<&str>, Option<&Time>, Option<&str>)>,
+) {
+    let mut members: Vec<Member> = members(inventory)
+        .into_iter()
+        .map(Member::from_entry)
+        .collect();
+    members.sort_by(|a, b| a.key.cmp(&b.key));
+    let mut pending: Vec<ObjectKey> = inventory.spec.pending.iter().map(|p| p.key()).collect();
+    pending.sort();
+    let mut hooks: Vec<_> = inventory
+        .spec
+        .hooks
+        .iter()
+        .map(|h| {
+            (
+                h.name.as_str(),
+                h.phase,
+                h.workload_name.as_deref(),
+                h.created_at.as_ref(),
+                h.render_ref.as_deref(),
+            )
+        })
+        .collect();
+    hooks.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    (members, pending, hooks)
 }
 
 pub fn members(inventory: &ReleaseInventory) -> Vec<&InventoryEntry> {

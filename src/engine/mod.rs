@@ -30,6 +30,7 @@ pub mod render;
 pub mod requests;
 pub mod rollout;
 pub mod runtime;
+pub mod seen_inventories;
 pub mod selectors;
 pub mod source;
 pub mod ssa;

@@ -151,6 +151,9 @@ pub struct Context {
     pub watched: Option<Arc<dyn crate::engine::apply::WatchedTargets>>,
     /// The render of each Release this process saw stored and in the history.
     pub known_stored: crate::engine::store::known::KnownStored,
+    /// The version of each ReleaseInventory this process last read at its latest or wrote
+    /// (the controller then takes an unchanged one from `listers`).
+    pub seen_inventories: Arc<crate::engine::seen_inventories::SeenInventories>,
     cluster_info: Mutex<HashMap<String, (Instant, ClusterInfo)>>,
     /// Appliers per server and identity, with when each was last used.
     appliers: Mutex<HashMap<String, (Instant, Arc<Applier>)>>,
@@ -180,6 +183,7 @@ impl Context {
             probes: crate::engine::cluster::Probes::default(),
             reuse_fetches: false,
             known_stored: Default::default(),
+            seen_inventories: Default::default(),
             observer_reads: Default::default(),
             watched: None,
             cluster_info: Mutex::new(HashMap::new()),

@@ -441,3 +441,173 @@ async fn waves_nothing_holds_record_the_next_intent_with_the_members_of_the_one_
         ]
     );
 }
+
+/// A daemon's informer cache as the engine sees it: one copy of one inventory.
+struct OneCopy(std::sync::Arc<ReleaseInventory>);
+
+impl convoy::engine::runtime::Listers for OneCopy {
+    fn get(
+        &self,
+        kind: &str,
+        _namespace: &str,
+        _name: &str,
+    ) -> Option<convoy::engine::runtime::CachedObject> {
+        (kind == "ReleaseInventory").then(|| self.0.clone() as _)
+    }
+
+    fn list(
+        &self,
+        _kind: &str,
+        _namespace: Option<&str>,
+    ) -> Option<Vec<convoy::engine::runtime::CachedObject>> {
+        None
+    }
+}
+
+fn names(inventory: &ReleaseInventory) -> Vec<String> {
+    let mut names: Vec<String> = inventory
+        .spec
+        .inventory
+        .iter()
+        .filter(|e| e.render_ref.is_some())
+        .map(|e| e.name.clone())
+        .collect();
+    names.sort();
+    names
+}
+
+/// issue 21: the controller takes its inventory from the daemon's cache only at the version
+/// the process last read or wrote, and its first write lands only on that version. A copy a
+/// write of another process made stale costs no member: the write fails, nothing is
+/// recorded from the copy, and the next read goes to the API server. A copy behind only the
+/// health loop's states (an observer in another process) still gets its write.
+#[tokio::test]
+async fn the_controller_takes_a_cached_inventory_only_at_the_version_it_last_saw() {
+    use convoy::engine::seen_inventories::SeenInventories;
+    use std::sync::Arc;
+    let env = TestEnv::new("inventory-seen").await;
+    let seen = Arc::new(SeenInventories::default());
+    let handle = || {
+        InventoryHandle::new(env.client.clone(), &env.namespace, "web").remembering(seen.clone())
+    };
+    let a = key("ConfigMap", "a", &env.namespace);
+    let b = key("ConfigMap", "b", &env.namespace);
+    let x = key("ConfigMap", "x", &env.namespace);
+
+    // A copy at a version this process never saw is not taken: the API server answers.
+    let mut unseen = ReleaseInventory::new("web", Default::default());
+    unseen.metadata.namespace = Some(env.namespace.clone());
+    unseen.metadata.uid = Some("not-this-one".into());
+    unseen.metadata.resource_version = Some("1".into());
+    let written = handle().put(&[member(&a, "r1", 0)]).await.unwrap();
+    let h = handle();
+    h.prefetch_cached(Some(&OneCopy(Arc::new(unseen)))).await;
+    assert_eq!(names(&h.get_prefetched().await.unwrap().unwrap()), ["a"]);
+
+    // The version it wrote is taken from the cache. To prove it came from there, this copy
+    // says so in a member no write made (only the cache holds it).
+    let mut marked = written.clone();
+    marked.spec.inventory[0].name = "from-the-cache".into();
+    let h = handle();
+    h.prefetch_cached(Some(&OneCopy(Arc::new(marked)))).await;
+    assert_eq!(
+        names(&h.get_prefetched().await.unwrap().unwrap()),
+        ["from-the-cache"]
+    );
+
+    // Another process (a person's `convoy sync`) records x; the cache has not seen it yet. A
+    // Put from the old copy would drop x from the record (never pruned): it is refused.
+    let other = InventoryHandle::new(env.client.clone(), &env.namespace, "web");
+    other
+        .put(&[member(&a, "r1", 0), member(&x, "r9", 0)])
+        .await
+        .unwrap();
+    let h = handle();
+    h.prefetch_cached(Some(&OneCopy(Arc::new(written.clone()))))
+        .await;
+    assert_eq!(names(&h.get_prefetched().await.unwrap().unwrap()), ["a"]);
+    let err = h
+        .put(&[member(&a, "r2", 0), member(&b, "r2", 0)])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            convoy::engine::inventory::InventoryError::Changed { .. }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("the next pass reads it from the API server"),
+        "{err}"
+    );
+    let live = other.get().await.unwrap().unwrap();
+    assert_eq!(names(&live), ["a", "x"], "x is still recorded");
+    // Forgotten: the same stale copy is not taken again; the API server answers.
+    let h = handle();
+    h.prefetch_cached(Some(&OneCopy(Arc::new(written.clone()))))
+        .await;
+    let read = h.get_prefetched().await.unwrap().unwrap();
+    assert_eq!(names(&read), ["a", "x"]);
+
+    // An observer in another process writes a health state; the cache lags it. The copy
+    // differs only in what the health loop owns, so the Put lands on the latest version and
+    // keeps that state.
+    let observer = InventoryHandle::new(env.client.clone(), &env.namespace, "web");
+    let health = [EntryHealth {
+        rule: None,
+        key: x.clone(),
+        state: HealthState::Healthy,
+        message: None,
+        first_unhealthy: None,
+        assessed_render_ref: Some("r9".into()),
+    }];
+    observer
+        .write_inventory_health(&read, &health)
+        .await
+        .unwrap()
+        .unwrap();
+    let h = handle();
+    h.prefetch_cached(Some(&OneCopy(Arc::new(read.clone()))))
+        .await;
+    assert_eq!(
+        h.get_prefetched()
+            .await
+            .unwrap()
+            .unwrap()
+            .metadata
+            .resource_version,
+        read.metadata.resource_version,
+        "the copy was taken"
+    );
+    let put = h
+        .put(&[member(&a, "r3", 0), member(&x, "r3", 0)])
+        .await
+        .unwrap();
+    let entry = put.spec.inventory.iter().find(|e| e.key() == x).unwrap();
+    assert_eq!(entry.render_ref.as_deref(), Some("r3"));
+    assert_eq!(
+        entry.state,
+        Some(HealthState::Healthy),
+        "the observer's state kept"
+    );
+
+    // Deleted meanwhile (the cache still holds it): the copy is not re-created.
+    let h = handle();
+    h.prefetch_cached(Some(&OneCopy(Arc::new(put.clone()))))
+        .await;
+    Api::<ReleaseInventory>::namespaced(env.client.clone(), &env.namespace)
+        .delete("web", &Default::default())
+        .await
+        .unwrap();
+    let err = h.put(&[member(&a, "r4", 0)]).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            convoy::engine::inventory::InventoryError::Changed { .. }
+        ),
+        "{err:?}"
+    );
+    assert!(other.get().await.unwrap().is_none(), "not re-created");
+}

@@ -111,7 +111,7 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
         ctx,
         release,
         name: crate::engine::store::ReleaseId::of(release).to_string(),
-        inventory: InventoryHandle::for_release(ctx.home.client.clone(), release),
+        inventory: InventoryHandle::in_context(ctx, release),
         content: running_render_hooks(ctx, release, &render_ref).await,
         render_ref,
     };

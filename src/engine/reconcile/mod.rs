@@ -69,12 +69,13 @@ pub async fn reconcile(
     status: &ReleaseStatus,
     state: &ReconcileState,
 ) -> ReconcileOutcome {
-    let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release);
+    let inventory = InventoryHandle::in_context(ctx, release);
     let started = std::time::Instant::now();
-    // The previous inventory is read while the render runs (stageSync needs it next).
+    // The previous inventory is read while the render runs (stageSync needs it next); a
+    // daemon takes it from its cache when that holds the version this process last saw.
     let (rendered, ()) = futures::join!(
         stages::stage_render(ctx, release, state),
-        inventory.prefetch()
+        inventory.prefetch_cached(ctx.listers())
     );
     let render_seconds = started.elapsed().as_secs_f64();
     let rendered = match rendered {
