@@ -559,6 +559,14 @@ impl Wiring {
                 // Only the Releases of shards held: the others' passes would do nothing. A
                 // key whose interval pass comes before the next resync needs none.
                 let gate = shared.ctx.shard.clone();
+                // The inventory versions of Releases gone (deleted without this replica's
+                // finalize) go too, so that memory follows the Releases held.
+                shared.ctx.seen_inventories.forget_where(|namespace, name| {
+                    shared
+                        .releases
+                        .get_any(&format!("{namespace}/{name}"))
+                        .is_none()
+                });
                 for key in shared.releases.keys_where(|r| gate.owns(r)) {
                     queues
                         .iter()

@@ -81,6 +81,8 @@ pub struct InventoryHandle {
     /// The uid and resourceVersion of a copy read from the daemon's cache that no write has
     /// landed on yet: the controller's next write carries them as preconditions.
     unproven: std::sync::Arc<std::sync::Mutex<Option<(String, String, ReleaseInventory)>>>,
+    /// Set when a write was refused because the copy was stale (see `apply_again`).
+    refused: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What the controller records for an applied object.
@@ -157,12 +159,14 @@ impl InventoryHandle {
             hooks_seen: Default::default(),
             seen: None,
             unproven: Default::default(),
+            refused: Default::default(),
         }
     }
 
-    /// The inventory of `release` as a loop of `ctx` reads and writes it: its home cluster, and
-    /// the versions the process saw kept up to date.
-    pub fn in_context(ctx: &crate::engine::runtime::Context, release: &Release) -> Self {
+    /// The inventory of `release` as the controller of `ctx` reads and writes it: the versions
+    /// it reads at the latest and writes are remembered (only the controller's: its passes of
+    /// one Release run one at a time, so the last one remembered is the last one seen).
+    pub fn for_controller(ctx: &crate::engine::runtime::Context, release: &Release) -> Self {
         Self::for_release(ctx.home.client.clone(), release)
             .remembering(ctx.seen_inventories.clone())
     }
@@ -178,6 +182,7 @@ impl InventoryHandle {
             hooks_seen: Default::default(),
             seen: None,
             unproven: Default::default(),
+            refused: Default::default(),
         }
     }
 
@@ -297,7 +302,44 @@ impl InventoryHandle {
             })?;
         self.saw(read.as_ref());
         self.remember(read.as_ref());
+        self.reread(read.as_ref());
         Ok(read)
+    }
+
+    /// A read at the latest during a pass that started from a cached copy: when it records
+    /// what the copy records (in what the controller decides from), the pass's later writes
+    /// are guarded by this read's version instead; otherwise the guard stays on the copy's,
+    /// and the pass's next write fails (it would mix decisions made from two versions).
+    fn reread(&self, latest: Option<&ReleaseInventory>) {
+        let mut unproven = crate::engine::locks::lock(&self.unproven);
+        let Some((uid, _, copy)) = unproven.as_ref() else {
+            return;
+        };
+        if let Some(latest) = latest
+            && latest.metadata.uid.as_deref() == Some(uid.as_str())
+            && controllers_part(latest) == controllers_part(copy)
+        {
+            *unproven = Some((
+                uid.clone(),
+                latest.resource_version().unwrap_or_default(),
+                latest.clone(),
+            ));
+        }
+    }
+
+    /// The prefetched inventory at its latest, for a decision that rests on the health
+    /// loop's states (a rollout in progress finishing or timing out): a copy from the cache
+    /// may be a moment behind an observer in another process. The pass then goes on from
+    /// this read.
+    pub async fn refresh_prefetched(&self) -> Result<Option<ReleaseInventory>, InventoryError> {
+        let from_cache = crate::engine::locks::lock(&self.unproven).is_some();
+        if !from_cache {
+            return self.peek_prefetched().await;
+        }
+        let latest = self.get().await?;
+        *crate::engine::locks::lock(&self.unproven) = None;
+        *self.slot() = Some(latest.clone());
+        Ok(latest)
     }
 
     fn saw(&self, inventory: Option<&ReleaseInventory>) {
@@ -578,18 +620,28 @@ impl InventoryHandle {
         patch: &Value,
         refused: kube::Error,
     ) -> Result<ReleaseInventory, InventoryError> {
-        let copy = self.slot_copy();
+        // Whatever happens now, the copy is not trusted again: the next read is the latest.
+        self.remember(None);
+        let write_failed = |source| InventoryError::Write {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            manager,
+            source,
+        };
+        // A 409 proves the write did not land; anything else is reported as it is.
         let changed = |source| {
-            self.remember(None);
+            self.refused
+                .store(true, std::sync::atomic::Ordering::SeqCst);
             InventoryError::Changed {
                 namespace: self.namespace.clone(),
                 name: self.name.clone(),
                 source,
             }
         };
-        if !matches!(&refused, kube::Error::Api(s) if s.code == 409) {
-            return Err(changed(refused));
+        if !is_conflict(&refused) {
+            return Err(write_failed(refused));
         }
+        let copy = self.slot_copy();
         let latest = match self.api.get_opt(&self.name).await {
             Ok(Some(latest)) => latest,
             _ => return Err(changed(refused)),
@@ -603,7 +655,19 @@ impl InventoryHandle {
         patch["metadata"]["resourceVersion"] = json!(latest.resource_version());
         ssa::apply(&self.api, &self.name, manager, &patch)
             .await
-            .map_err(changed)
+            .map_err(|e| {
+                if is_conflict(&e) {
+                    changed(e)
+                } else {
+                    write_failed(e)
+                }
+            })
+    }
+
+    /// Whether a write of this pass was refused because the copy it was made from was not the
+    /// latest (so that write did not land).
+    pub fn refused_on_a_stale_copy(&self) -> bool {
+        self.refused.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The copy the pass read from the cache (kept beside its preconditions).
@@ -711,6 +775,10 @@ fn agrees(inventory: &ReleaseInventory, release: &Release) -> bool {
             .inventory
             .iter()
             .all(|e| e.render_ref.as_deref() == applied)
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
 /// The list-map keys of an inventory entry, always all four (empty strings included).

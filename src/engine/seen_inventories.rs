@@ -1,18 +1,22 @@
-//! Which version of each ReleaseInventory this process last saw: the one it last read at its
-//! latest or wrote. The controller may then take the inventory from the daemon's informer cache
-//! instead of the API server (issue 21: at 10,000 Releases that read was the last request a
-//! steady pass made, about a thousand a minute).
+//! Which version of each ReleaseInventory this process's controller last saw: the one it last
+//! read at its latest or wrote (only the controller records: its passes of one Release run one
+//! at a time, so the version recorded last is the one seen last). The controller may then take
+//! the inventory from the daemon's informer cache instead of the API server (issue 21: at
+//! 10,000 Releases that read was the last request a steady pass made, about a thousand a
+//! minute).
 //!
 //! Why the cache needs this: the controller's prune works on the inventory, and a `Put` records
-//! exactly the members it is given. A cached copy behind a write of this process (its own `Put`,
-//! the health loop's entry states) could drop a member the render no longer holds, which would
-//! then never be pruned. A copy at exactly the version this process last saw holds every write
-//! of this process; what it can miss is a write by another process that the watch has not
-//! delivered yet (a replica that held the shard, a person's `convoy sync`). Against that, the
-//! first write a pass makes from such a copy carries its uid and resourceVersion as
-//! preconditions ([`super::inventory::InventoryHandle`]): it lands only on the version the pass
-//! read, and otherwise fails and the next pass reads the API server. A pass that writes nothing
-//! changes nothing, and the next one sees what the watch brought.
+//! exactly the members it is given. A cached copy behind the controller's own last write could
+//! drop a member the render no longer holds, which would then never be pruned. A copy at exactly
+//! the version the controller last saw holds all of its writes; what it can miss is another
+//! writer's write that the watch has not delivered yet (the health loop's states, a replica that
+//! held the shard, a person's `convoy sync`). Against that, the first write a pass makes from
+//! such a copy carries its uid and resourceVersion as preconditions
+//! ([`super::inventory::InventoryHandle`]): refused, it is written again on the latest version
+//! when that differs only in the health loop's states, and otherwise the pass fails and the
+//! next one reads the API server. A pass that writes nothing changes nothing, and the next one
+//! sees what the watch brought; a rollout in progress, which finishes or times out on the health
+//! loop's states, reads the latest first.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -593,6 +593,80 @@ async fn the_controller_takes_a_cached_inventory_only_at_the_version_it_last_saw
         "the observer's state kept"
     );
 
+    // A pass that reads the latest again (a rollout deciding on the health loop's states)
+    // goes on from that read: a membership changed meanwhile fails its next write; one
+    // unchanged guards it with the new version.
+    let h = handle();
+    h.prefetch_cached(Some(&OneCopy(Arc::new(put.clone()))))
+        .await;
+    other
+        .put(&[
+            member(&a, "r3", 0),
+            member(&x, "r3", 0),
+            member(&b, "r9", 0),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(names(&h.get().await.unwrap().unwrap()), ["a", "b", "x"]);
+    let err = h.put(&[member(&a, "r4", 0)]).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            convoy::engine::inventory::InventoryError::Changed { .. }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        h.refused_on_a_stale_copy(),
+        "the refused write did not land"
+    );
+    let put = h.get().await.unwrap().unwrap();
+    assert_eq!(names(&put), ["a", "b", "x"], "b is still recorded");
+    let h = handle();
+    h.prefetch_cached(Some(&OneCopy(Arc::new(put.clone()))))
+        .await;
+    let health = [EntryHealth {
+        rule: None,
+        key: b.clone(),
+        state: HealthState::Degraded,
+        message: Some("crash loop".into()),
+        first_unhealthy: None,
+        assessed_render_ref: Some("r9".into()),
+    }];
+    observer
+        .write_inventory_health(&put, &health)
+        .await
+        .unwrap()
+        .unwrap();
+    let fresh = h.refresh_prefetched().await.unwrap().unwrap();
+    let state = |i: &ReleaseInventory| {
+        i.spec
+            .inventory
+            .iter()
+            .find(|e| e.key() == b)
+            .unwrap()
+            .state
+    };
+    assert_eq!(
+        state(&fresh),
+        Some(HealthState::Degraded),
+        "the latest states"
+    );
+    assert_eq!(
+        state(&h.get_prefetched().await.unwrap().unwrap()),
+        Some(HealthState::Degraded),
+        "the pass goes on from the fresh read"
+    );
+    let put = h
+        .put(&[
+            member(&a, "r4", 0),
+            member(&b, "r4", 0),
+            member(&x, "r4", 0),
+        ])
+        .await
+        .unwrap();
+    assert!(!h.refused_on_a_stale_copy());
+
     // Deleted meanwhile (the cache still holds it): the copy is not re-created.
     let h = handle();
     h.prefetch_cached(Some(&OneCopy(Arc::new(put.clone()))))

@@ -764,7 +764,7 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
 /// verdict Unknown, with the reason.
 async fn determine_drift(ctx: &Context, release: &Release) -> (Verdict, Option<DiffReport>) {
     let unknown = |message: String| (Verdict::Unknown { message }, None);
-    let handle = InventoryHandle::in_context(ctx, release);
+    let handle = InventoryHandle::for_release(ctx.home.client.clone(), release);
     let (desired, inventory) = futures::join!(
         render_desired(ctx, release),
         handle.get_cached(ctx.listers(), release)

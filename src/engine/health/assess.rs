@@ -104,7 +104,7 @@ pub async fn assess(
         Evaluator::new(rules)?.with_builtin(crate::engine::health::builtin_rules(release)),
     );
     // Step 3: the inventory.
-    let inventory = InventoryHandle::in_context(ctx, release)
+    let inventory = InventoryHandle::for_release(ctx.home.client.clone(), release)
         .get_cached(ctx.listers(), release)
         .await
         .map_err(AssessError::Inventory)?;

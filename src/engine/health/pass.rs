@@ -92,7 +92,7 @@ pub async fn health_pass(
     }
     let name = ReleaseId::of(release).to_string();
     let at = now();
-    let handle = InventoryHandle::in_context(ctx, release);
+    let handle = InventoryHandle::for_release(ctx.home.client.clone(), release);
     let api: Api<Release> = Api::namespaced(
         ctx.home.client.clone(),
         &release.namespace().unwrap_or_default(),

@@ -111,7 +111,7 @@ pub async fn finalize(ctx: &Context, release: &Release) -> Result<Requeue, Handl
         ctx,
         release,
         name: crate::engine::store::ReleaseId::of(release).to_string(),
-        inventory: InventoryHandle::in_context(ctx, release),
+        inventory: InventoryHandle::for_controller(ctx, release),
         content: running_render_hooks(ctx, release, &render_ref).await,
         render_ref,
     };

@@ -69,7 +69,7 @@ pub async fn reconcile(
     status: &ReleaseStatus,
     state: &ReconcileState,
 ) -> ReconcileOutcome {
-    let inventory = InventoryHandle::in_context(ctx, release);
+    let inventory = InventoryHandle::for_controller(ctx, release);
     let started = std::time::Instant::now();
     // The previous inventory is read while the render runs (stageSync needs it next); a
     // daemon takes it from its cache when that holds the version this process last saw.
@@ -116,7 +116,18 @@ async fn render_healthy(
     if !assemble::verdict_healthy(status, render_ref) {
         return false;
     }
-    match inventory.peek_prefetched().await {
+    // A rollout in progress finishes or times out on this answer: it reads the health loop's
+    // latest states, not a cached copy (an observer in another process may be a moment ahead).
+    let deciding = status
+        .rollout
+        .as_ref()
+        .is_some_and(|r| r.state == RolloutState::Progressing);
+    let read = if deciding {
+        inventory.refresh_prefetched().await
+    } else {
+        inventory.peek_prefetched().await
+    };
+    match read {
         Ok(Some(inv)) => sync::inventory_healthy_for(&inv, render_ref),
         Ok(None) => false,
         Err(e) => {

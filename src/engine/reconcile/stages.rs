@@ -237,7 +237,7 @@ pub async fn apply_lifecycle_rollup(
         return Ok(None);
     }
     let render_ref = outcome.attempt.render_ref.as_deref();
-    let inventory = InventoryHandle::in_context(ctx, release).get().await?;
+    let inventory = InventoryHandle::for_controller(ctx, release).get().await?;
     let hooks = rollup_hooks(release, inventory.as_ref(), render_ref);
     if hooks.is_empty() {
         return Ok(None);

@@ -268,6 +268,10 @@ pub(super) async fn withdraw_first_intent(
     plan: &SyncPlan,
     hooks: &HookRun<'_>,
 ) -> Result<(), InventoryError> {
+    // Refused on a stale copy (409): it did not land, there is nothing to undo.
+    if hooks.inventory.refused_on_a_stale_copy() {
+        return Ok(());
+    }
     if plan.previous.is_none() {
         return hooks.inventory.delete().await;
     }
