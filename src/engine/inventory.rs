@@ -78,9 +78,9 @@ pub struct InventoryHandle {
     /// The versions this process last saw of each inventory; this handle's reads and writes
     /// keep it up to date ([`InventoryHandle::remembering`]).
     seen: Option<std::sync::Arc<SeenInventories>>,
-    /// The uid and resourceVersion of a copy read from the daemon's cache that no write has
-    /// landed on yet: the controller's next write carries them as preconditions.
-    unproven: std::sync::Arc<std::sync::Mutex<Option<(String, String, ReleaseInventory)>>>,
+    /// A copy read from the daemon's cache that no write has landed on yet: the controller's
+    /// next write carries its uid and resourceVersion as preconditions.
+    unproven: std::sync::Arc<std::sync::Mutex<Option<ReleaseInventory>>>,
     /// Set when a write was refused because the copy was stale (see `apply_again`).
     refused: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
@@ -219,11 +219,7 @@ impl InventoryHandle {
     pub async fn prefetch_cached(&self, listers: Option<&dyn Listers>) {
         match self.last_seen_in(listers) {
             Some(hit) => {
-                *crate::engine::locks::lock(&self.unproven) = Some((
-                    hit.uid().unwrap_or_default(),
-                    hit.resource_version().unwrap_or_default(),
-                    hit.clone(),
-                ));
+                *crate::engine::locks::lock(&self.unproven) = Some(hit.clone());
                 self.saw(Some(&hit));
                 *self.slot() = Some(Some(hit));
             }
@@ -312,18 +308,14 @@ impl InventoryHandle {
     /// and the pass's next write fails (it would mix decisions made from two versions).
     fn reread(&self, latest: Option<&ReleaseInventory>) {
         let mut unproven = crate::engine::locks::lock(&self.unproven);
-        let Some((uid, _, copy)) = unproven.as_ref() else {
+        let Some(copy) = unproven.as_ref() else {
             return;
         };
         if let Some(latest) = latest
-            && latest.metadata.uid.as_deref() == Some(uid.as_str())
+            && latest.metadata.uid == copy.metadata.uid
             && controllers_part(latest) == controllers_part(copy)
         {
-            *unproven = Some((
-                uid.clone(),
-                latest.resource_version().unwrap_or_default(),
-                latest.clone(),
-            ));
+            *unproven = Some(latest.clone());
         }
     }
 
@@ -554,9 +546,9 @@ impl InventoryHandle {
         }
         // Read from the daemon's cache: land only on that version, or fail (the uid also keeps
         // a deleted inventory from being re-created from the copy).
-        if let Some((uid, rv, _)) = crate::engine::locks::lock(&self.unproven).as_ref() {
-            metadata["uid"] = json!(uid);
-            metadata["resourceVersion"] = json!(rv);
+        if let Some(copy) = crate::engine::locks::lock(&self.unproven).as_ref() {
+            metadata["uid"] = json!(copy.uid().unwrap_or_default());
+            metadata["resourceVersion"] = json!(copy.resource_version().unwrap_or_default());
         }
         json!({
             "apiVersion": ReleaseInventory::api_version(&()),
@@ -672,9 +664,7 @@ impl InventoryHandle {
 
     /// The copy the pass read from the cache (kept beside its preconditions).
     fn slot_copy(&self) -> Option<ReleaseInventory> {
-        crate::engine::locks::lock(&self.unproven)
-            .as_ref()
-            .map(|(_, _, copy)| copy.clone())
+        crate::engine::locks::lock(&self.unproven).clone()
     }
 
     /// SSA keeps a list-map entry while any manager owns a field of it, so an entry the health

@@ -464,6 +464,17 @@ impl convoy::engine::runtime::Listers for OneCopy {
     }
 }
 
+/// The error of a write refused because the copy it was made from was stale.
+fn assert_changed(err: &convoy::engine::inventory::InventoryError) {
+    assert!(
+        matches!(
+            err,
+            convoy::engine::inventory::InventoryError::Changed { .. }
+        ),
+        "{err:?}"
+    );
+}
+
 fn names(inventory: &ReleaseInventory) -> Vec<String> {
     let mut names: Vec<String> = inventory
         .spec
@@ -530,13 +541,7 @@ async fn the_controller_takes_a_cached_inventory_only_at_the_version_it_last_saw
         .put(&[member(&a, "r2", 0), member(&b, "r2", 0)])
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            convoy::engine::inventory::InventoryError::Changed { .. }
-        ),
-        "{err:?}"
-    );
+    assert_changed(&err);
     assert!(
         err.to_string()
             .contains("the next pass reads it from the API server"),
@@ -609,13 +614,7 @@ async fn the_controller_takes_a_cached_inventory_only_at_the_version_it_last_saw
         .unwrap();
     assert_eq!(names(&h.get().await.unwrap().unwrap()), ["a", "b", "x"]);
     let err = h.put(&[member(&a, "r4", 0)]).await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            convoy::engine::inventory::InventoryError::Changed { .. }
-        ),
-        "{err:?}"
-    );
+    assert_changed(&err);
     assert!(
         h.refused_on_a_stale_copy(),
         "the refused write did not land"
@@ -676,12 +675,6 @@ async fn the_controller_takes_a_cached_inventory_only_at_the_version_it_last_saw
         .await
         .unwrap();
     let err = h.put(&[member(&a, "r4", 0)]).await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            convoy::engine::inventory::InventoryError::Changed { .. }
-        ),
-        "{err:?}"
-    );
+    assert_changed(&err);
     assert!(other.get().await.unwrap().is_none(), "not re-created");
 }
