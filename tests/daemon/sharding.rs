@@ -244,8 +244,15 @@ async fn a_stopped_replica_loses_its_shard_at_expiry_and_applies_nothing_when_it
         assert!(status.success());
     };
     // (Its metrics cannot be read while it is stopped.) A steady pass writes nothing, so the
-    // count holds until A writes for a shard.
-    let a_patches = a.metric("convoy_api_requests_total", &["verb=\"patch\""]);
+    // count holds until A writes for a shard. A is stopped once it has been quiet for longer
+    // than an interval: a write sent just before SIGSTOP would be counted after SIGCONT.
+    let a_patches = eventually("A to be quiet", Duration::from_secs(60), || async {
+        let before = a.metric("convoy_api_requests_total", &["verb=\"patch\""]);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let after = a.metric("convoy_api_requests_total", &["verb=\"patch\""]);
+        (after == before).then_some(after)
+    })
+    .await;
     signal("-STOP");
     tokio::time::sleep(Duration::from_secs(1)).await;
     let last_renewal = leases

@@ -711,6 +711,12 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
     let name = ReleaseId::of(release).to_string();
     // Steps 1 and 2: renderDesired, diffObjects.
     let (verdict, report) = determine_drift(ctx, release).await;
+    // The shard may have lapsed during the render and diff: another replica may own the
+    // Release now, so this one writes nothing.
+    if !ctx.shard.owns(release) {
+        tracing::warn!(release = %name, "the shard lapsed during the drift pass; InSync is not written");
+        return Ok(None);
+    }
     // Step 3: writeInSync.
     let api: Api<Release> = Api::namespaced(
         ctx.home.client.clone(),

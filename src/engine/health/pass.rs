@@ -124,6 +124,13 @@ pub async fn health_pass(
     // Step 5: health, per entry and as the condition.
     let (new_condition, summary, assessment) =
         assess_health(ctx, release, &at, polled.inventory.as_ref()).await;
+    // The shard may have lapsed while the pass polled and assessed (a renewal not made in
+    // time, a stopped process continued): another replica may own the Release now, so this
+    // one writes nothing more, as the controller does before its status write.
+    if !ctx.shard.owns(release) {
+        tracing::warn!(release = %name, "the shard lapsed during the health pass; its health is not written");
+        return Ok(None);
+    }
     let written_entries = write_entry_health(&handle, assessment.as_ref(), &name).await?;
     let wrote_entries = written_entries.is_some();
     let wrote_health = write_health(&api, release, new_condition.clone(), summary.clone(), at)
@@ -200,7 +207,7 @@ async fn poll_and_record_hooks(
         wrote: false,
         hooks,
     };
-    if polled.hooks.changed {
+    if polled.hooks.changed && ctx.shard.owns(release) {
         match handle.write_hook_status(&read, &polled.hooks.results).await {
             Ok(Some(updated)) => {
                 polled.inventory = Some(updated);
