@@ -4,8 +4,10 @@
 //! dry run of every object, as kustomize-controller v1.9.6 calls it (`fluxssa`, built by
 //! `scripts/peers`), and the raw ceiling `sync_vs_kubectl` measures (the same dry runs and
 //! applies with requests built beforehand, 64 in flight). All on one API server without
-//! controllers, each client into a fresh namespace, `CONVOY_BENCH_ROUNDS` (3) rounds; the
-//! medians are compared. Goals (issue 21): convoy ≥ 0.9 × the ceiling and ≥ 3× Flux's engine.
+//! controllers, each client into a fresh namespace, `CONVOY_BENCH_ROUNDS` (3) rounds, each
+//! round starting with the next client (the server fills as they go); the medians are
+//! compared, with the CPU seconds the API server and etcd spent on each client's run.
+//! Goals (issue 21): convoy ≥ 0.9 × the ceiling and ≥ 3× Flux's engine.
 //!
 //! Every figure is the wall time of one client applying the 1,000 objects into an empty
 //! namespace: for convoy and fluxssa the whole process (start, reading the objects, discovery,
@@ -35,7 +37,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{ceiling, quantile, sync_manifests, timed};
+use common::{ceiling, children_cpu_seconds, cpu_seconds, quantile, sync_manifests, timed};
 use support::servers::GitRepo;
 use support::{TestEnv, convoy_bin};
 
@@ -133,8 +135,35 @@ apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\nmetadata: {{name: ben
     }
 }
 
+/// CPU seconds the API server and etcd used, and the bench process's own and its waited-for
+/// children's: on two cores the server is CPU-bound, so a client's own CPU is taken from it.
+#[derive(Default, Clone, Copy)]
+struct Cpu {
+    server: f64,
+    client: f64,
+}
+
+fn cpu_now() -> Cpu {
+    let plane = support::still_control_plane();
+    let me = std::process::id();
+    Cpu {
+        server: cpu_seconds(plane.pid("kube-apiserver")) + cpu_seconds(plane.pid("etcd")),
+        client: cpu_seconds(me) + children_cpu_seconds(me),
+    }
+}
+
+fn cpu_since(before: Cpu) -> Cpu {
+    let now = cpu_now();
+    Cpu {
+        server: now.server - before.server,
+        client: now.client - before.client,
+    }
+}
+
 #[derive(Default)]
 struct Round {
+    convoy_cpu: Cpu,
+    ceiling_cpu: Cpu,
     flux: Duration,
     flux_own: f64,
     flux_wide: Duration,
@@ -197,25 +226,41 @@ async fn main() {
     for round in 0..rounds {
         let mut r = Round::default();
 
-        let env = TestEnv::without_controllers("bench-fluxssa").await;
-        let mut args = unthrottled.to_vec();
-        args.push("--concurrent-ssa=4");
-        (r.flux, r.flux_own) = fluxssa(&fluxssa_bin, &env, &file, &args);
-        assert_eq!(count_objects(&env), objects, "fluxssa applied them all");
-
-        let env = TestEnv::without_controllers("bench-convoy").await;
-        convoy.release(&env);
-        r.convoy = timed(convoy.sync(&env));
-        assert_eq!(count_objects(&env), objects, "convoy applied them all");
-
-        let env = TestEnv::without_controllers("bench-ceiling").await;
-        (r.ceiling_dry, r.ceiling_apply) = ceiling(&env.client, &env.namespace, &dir).await;
-
-        let env = TestEnv::without_controllers("bench-fluxssa-wide").await;
-        let wide = format!("--concurrent-ssa={concurrency}");
-        let mut args = unthrottled.to_vec();
-        args.push(&wide);
-        (r.flux_wide, r.flux_wide_own) = fluxssa(&fluxssa_bin, &env, &file, &args);
+        // Each round starts with another client: one API server fills as the rounds go,
+        // so none of them always runs on the fullest server.
+        for client in 0..4 {
+            match (client + round) % 4 {
+                0 => {
+                    let env = TestEnv::without_controllers("bench-fluxssa").await;
+                    let mut args = unthrottled.to_vec();
+                    args.push("--concurrent-ssa=4");
+                    (r.flux, r.flux_own) = fluxssa(&fluxssa_bin, &env, &file, &args);
+                    assert_eq!(count_objects(&env), objects, "fluxssa applied them all");
+                }
+                1 => {
+                    let env = TestEnv::without_controllers("bench-convoy").await;
+                    convoy.release(&env);
+                    let before = cpu_now();
+                    r.convoy = timed(convoy.sync(&env));
+                    r.convoy_cpu = cpu_since(before);
+                    assert_eq!(count_objects(&env), objects, "convoy applied them all");
+                }
+                2 => {
+                    let env = TestEnv::without_controllers("bench-ceiling").await;
+                    let before = cpu_now();
+                    (r.ceiling_dry, r.ceiling_apply) =
+                        ceiling(&env.client, &env.namespace, &dir).await;
+                    r.ceiling_cpu = cpu_since(before);
+                }
+                _ => {
+                    let env = TestEnv::without_controllers("bench-fluxssa-wide").await;
+                    let wide = format!("--concurrent-ssa={concurrency}");
+                    let mut args = unthrottled.to_vec();
+                    args.push(&wide);
+                    (r.flux_wide, r.flux_wide_own) = fluxssa(&fluxssa_bin, &env, &file, &args);
+                }
+            }
+        }
 
         if round == 0 {
             // What Flux does on this API server (no APF): its default throttle, 50 QPS / 300.
@@ -223,11 +268,15 @@ async fn main() {
             throttled = Some(fluxssa(&fluxssa_bin, &env, &file, &["--concurrent-ssa=4"]));
         }
         eprintln!(
-            "  round {}: Flux {:.0} ms, convoy {:.0} ms, ceiling {:.0} ms, Flux ×{concurrency} {:.0} ms",
+            "  round {}: Flux {:.0} ms, convoy {:.0} ms (CPU: itself {:.2} s, server {:.2} s), ceiling {:.0} ms (CPU: client {:.2} s, server {:.2} s), Flux ×{concurrency} {:.0} ms",
             round + 1,
             r.flux.as_secs_f64() * 1e3,
             r.convoy.as_secs_f64() * 1e3,
+            r.convoy_cpu.client,
+            r.convoy_cpu.server,
             (r.ceiling_dry + r.ceiling_apply).as_secs_f64() * 1e3,
+            r.ceiling_cpu.client,
+            r.ceiling_cpu.server,
             r.flux_wide.as_secs_f64() * 1e3,
         );
         results.push(r);
@@ -264,6 +313,16 @@ async fn main() {
     );
     println!(
         "  convoy sync (first)         : {convoy_ms:>9.0} ms (--concurrency {concurrency}, empty source cache)"
+    );
+    println!(
+        "  CPU, convoy sync            : {:>9.2} s itself, {:.2} s the API server and etcd",
+        median(&|r| r.convoy_cpu.client),
+        median(&|r| r.convoy_cpu.server)
+    );
+    println!(
+        "  CPU, the ceiling            : {:>9.2} s its client, {:.2} s the API server and etcd",
+        median(&|r| r.ceiling_cpu.client),
+        median(&|r| r.ceiling_cpu.server)
     );
     println!("  ceiling: raw dry runs       : {dry:>9.0} ms ({objects} requests, 64 in flight)");
     println!("  ceiling: raw applies        : {apply:>9.0} ms ({objects} requests, 64 in flight)");
