@@ -261,7 +261,10 @@ pub async fn run<K>(
 {
     // managedFields are dropped before caching: no loop reads them from the cache (ownership
     // is read from live objects), and at a thousand Releases they are most of the bytes.
-    let stream = watcher::watcher(api, watcher::Config::default().any_semantic())
+    let config = watcher::Config::default()
+        .any_semantic()
+        .timeout(crate::engine::connect::WATCH_TIMEOUT_SECS);
+    let stream = watcher::watcher(api, config)
         .modify(|o| o.managed_fields_mut().clear())
         .default_backoff();
     let mut stream = std::pin::pin!(stream);

@@ -524,7 +524,8 @@ async fn run(
 ) {
     let config = watcher::Config::default()
         .labels(RELEASE_NAME)
-        .any_semantic();
+        .any_semantic()
+        .timeout(crate::engine::connect::WATCH_TIMEOUT_SECS);
     let mut backoff = FIRST_BACKOFF;
     loop {
         let mut stream = std::pin::pin!(watcher::watcher(api.clone(), config.clone()));

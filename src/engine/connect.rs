@@ -137,6 +137,14 @@ impl KubeconfigPolicy {
 /// are long polls the server ends itself; they go through [`Connection::watch_client`].
 pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long the server keeps one watch call open (kube's watcher asks for 290 s by default).
+/// kube's watcher gives up on a watch stream that has said nothing for this long plus 5 s,
+/// and starts it again from the last resourceVersion it saw. A connection that died without
+/// a word (a NAT or load balancer dropped it, a peer vanished) is therefore noticed after
+/// about a minute, not five: until then, what the watch feeds its cache is stale. The cost
+/// is one watch request per watch and minute, from the server's watch cache.
+pub const WATCH_TIMEOUT_SECS: u32 = 60;
+
 /// Builds a client from a config (the daemon adds its request-counting layer).
 pub type ClientFactory = Arc<dyn Fn(Config) -> Result<Client, kube::Error> + Send + Sync>;
 
@@ -197,6 +205,10 @@ fn build_clients(
     calls.connect_timeout = Some(api_timeout);
     calls.read_timeout = Some(api_timeout);
     calls.write_timeout = Some(api_timeout);
+    // The read deadline counts from each request sent, not from when its pooled connection
+    // last read: a connection that sat idle for most of `api_timeout` would otherwise give
+    // its next answer only what was left of it.
+    calls.reset_reader_on_write = true;
     let client = factory(calls).map_err(error)?;
     let watch_client = factory(config.clone()).map_err(error)?;
     Ok((client, watch_client))

@@ -7,6 +7,7 @@
 mod support;
 
 mod api;
+mod connect;
 mod content_hooks;
 mod drift;
 mod exclusions;

@@ -1,14 +1,15 @@
 //! Faults a daemon that runs for months lives through, each on a control plane of the test's
 //! own (so stopping its parts disturbs no other test): an API server that hangs for 30 s, an
-//! etcd that restarts in the middle of a sync, and SIGTERM with a pass that would never end.
+//! etcd that restarts in the middle of a sync, connections that go quiet without a word, and
+//! SIGTERM with a pass that would never end.
 
 use std::time::{Duration, Instant};
 
-use convoy::engine::api::{Release, ReleaseInventory};
+use convoy::engine::api::{GitRepository, Release, ReleaseInventory};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use kube::api::ListParams;
+use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::json;
 
 use crate::Daemon;
@@ -274,6 +275,101 @@ async fn an_api_server_that_hangs_for_30s_neither_stops_nor_spins_the_daemon_and
         "the daemon spun while the API server hung: {cpu:.2} CPU seconds in 30 s"
     );
     assert!(daemon.child.try_wait().unwrap().is_none());
+}
+
+/// A copy of `kubeconfig` (in `dir`) whose server is `127.0.0.1:port`.
+fn kubeconfig_through(
+    kubeconfig: &std::path::Path,
+    port: u16,
+    dir: &std::path::Path,
+) -> (std::path::PathBuf, std::net::SocketAddr) {
+    let text = std::fs::read_to_string(kubeconfig).unwrap();
+    let server = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server:"))
+        .map(|s| s.trim().trim_matches('"').to_string())
+        .expect("the kubeconfig names a server");
+    let address = server
+        .strip_prefix("https://")
+        .expect("an https server")
+        .trim_end_matches('/');
+    let target: std::net::SocketAddr = address.parse().expect("server as ip:port");
+    let path = dir.join("through-proxy.kubeconfig");
+    std::fs::write(
+        &path,
+        text.replace(&server, &format!("https://127.0.0.1:{port}")),
+    )
+    .unwrap();
+    (path, target)
+}
+
+/// A connection that dies without a word (a NAT or load balancer forgot it; no reset reaches
+/// either end) leaves a watch waiting on it. The daemon's watches give up on such a stream
+/// after `WATCH_TIMEOUT_SECS` + 5 s (65 s) and start again on a new connection. A Release
+/// edited after every connection went quiet, which the daemon learns of only through its
+/// watch of Releases (an interval pass reads the Release from that watch's cache), is
+/// therefore applied within about a minute, not after kube's default of 295 s.
+#[tokio::test]
+async fn connections_that_go_quiet_without_a_word_are_left_within_a_minute_and_an_edit_still_lands()
+{
+    const DEADLINE: Duration = Duration::from_secs(150);
+    let plane = ControlPlane::own("quiet", &["--no-controllers"]);
+    let f = releases_on(&plane, "quiet", 2, 1).await;
+    // What `r1` is switched to later, committed now: the source is not what changes.
+    let commit = f.repo.commit(
+        &[("r1-next/cm.yaml", &objects("r1", 1, "2"))],
+        "where r1 goes next",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let proxy_port = crate::support::servers::free_port();
+    let (kubeconfig, target) = kubeconfig_through(&f.env.kubeconfig, proxy_port, dir.path());
+    let proxy = crate::support::servers::QuietingProxy::start_on(proxy_port, target).await;
+    let daemon = Daemon::start(&kubeconfig, &["--watch-namespace", &f.env.namespace]).await;
+    eventually("both Releases Applied", Duration::from_secs(60), || {
+        all_applied(&f, 2, "1")
+    })
+    .await;
+    let repos: Api<GitRepository> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    eventually(
+        "the GitRepository at the last commit",
+        Duration::from_secs(60),
+        || async {
+            let revision = repos.get("repo").await.ok()?.status?.artifact?.revision;
+            revision.ends_with(&commit).then_some(())
+        },
+    )
+    .await;
+
+    proxy.quiet_open_connections();
+    let quiet = Instant::now();
+    f.releases()
+        .patch(
+            "r1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"source": {"path": "r1-next"}}})),
+        )
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let cms: Api<ConfigMap> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let applied_edit = || async {
+        let cm = cms.get("r1-0").await.ok()?;
+        (cm.data?.get("value")? == "2").then_some(())
+    };
+    while applied_edit().await.is_none() {
+        if tokio::time::Instant::now() >= deadline {
+            panic!(
+                "the edit was not applied {DEADLINE:?} after every connection went quiet:\nnot Applied:\n{}\ndaemon log:\n{}",
+                not_applied(&f).await,
+                daemon.logs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    println!(
+        "connections gone quiet: the edited Release applied {:.1} s later",
+        quiet.elapsed().as_secs_f64()
+    );
 }
 
 #[tokio::test]

@@ -330,3 +330,83 @@ pub fn write_chart(dir: &Path, name: &str, version: &str) -> PathBuf {
     .unwrap();
     chart
 }
+
+/// A TCP proxy whose open connections can go quiet: they stay open and pass nothing on, as a
+/// connection that a NAT or a load balancer dropped without telling either end. New
+/// connections pass as before. Runs on the test's tokio runtime.
+pub struct QuietingProxy {
+    pub port: u16,
+    generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl QuietingProxy {
+    /// Proxy `127.0.0.1:port` to `target`.
+    pub async fn start_on(port: u16, target: std::net::SocketAddr) -> Self {
+        use std::sync::atomic::Ordering::SeqCst;
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .expect("bind the proxy");
+        let generation = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let current = generation.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let born = current.load(SeqCst);
+                let current = current.clone();
+                tokio::spawn(async move {
+                    let Ok(server) = tokio::net::TcpStream::connect(target).await else {
+                        return;
+                    };
+                    let (client_read, client_write) = client.into_split();
+                    let (server_read, server_write) = server.into_split();
+                    tokio::join!(
+                        pass(client_read, server_write, born, current.clone()),
+                        pass(server_read, client_write, born, current),
+                    );
+                });
+            }
+        });
+        Self {
+            port,
+            generation,
+            accept,
+        }
+    }
+
+    /// Every connection open now goes quiet for good.
+    pub fn quiet_open_connections(&self) {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for QuietingProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// Copy `from` to `to` until either ends, or hold both open passing nothing once the proxy's
+/// generation is no longer `born`.
+async fn pass(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    born: u64,
+    generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if generation.load(std::sync::atomic::Ordering::SeqCst) != born {
+            let _open = (from, to);
+            return std::future::pending::<()>().await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}

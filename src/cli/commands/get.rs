@@ -164,7 +164,7 @@ async fn watch(
     };
     let mut last: std::collections::HashMap<String, String> =
         seen.iter().map(|r| (key(r), signature(r))).collect();
-    let mut config = watcher::Config::default();
+    let mut config = watcher::Config::default().timeout(crate::engine::connect::WATCH_TIMEOUT_SECS);
     if let Some(labels) = &params.label_selector {
         config = config.labels(labels);
     }

@@ -78,9 +78,9 @@ impl SyncPlan {
 /// is read at its latest); only when that finds something to send, or an `IfNotPresent`
 /// object to leave as it is, does it decide again on the latest state. A watch a moment
 /// behind then makes it read more, and skips no object the latest state says changed but one
-/// changed by others in that moment, which the drift loop sees on its next pass (a watch
-/// stalled on a dead connection without an error can be that far behind until kube's read
-/// timeout, 295 s, ends it).
+/// changed by others in that moment, which the drift loop sees on its next pass (a watch on a
+/// connection that died without an error can be that far behind until it is given up, after
+/// `connect::WATCH_TIMEOUT_SECS` + 5 s).
 pub(super) async fn compare_with_cluster(
     ctx: &Context,
     run: &SyncRun<'_>,
