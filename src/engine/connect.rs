@@ -187,8 +187,8 @@ impl std::fmt::Debug for Connection {
     }
 }
 
-/// A client whose calls have `api_timeout` as their deadline, and one for watches with kube's
-/// own (longer than the server's watch timeout).
+/// A client whose calls have `api_timeout` as their deadline, and one for watches whose
+/// reads may wait twice the watch timeout.
 fn build_clients(
     factory: &ClientFactory,
     config: &Config,
@@ -210,7 +210,15 @@ fn build_clients(
     // its next answer only what was left of it.
     calls.reset_reader_on_write = true;
     let client = factory(calls).map_err(error)?;
-    let watch_client = factory(config.clone()).map_err(error)?;
+    // A watch reads something at least every minute while its connection lives: the server
+    // ends it within `WATCH_TIMEOUT_SECS` and sends a bookmark about every minute. Twice that
+    // without a byte is a dead connection: a watch or list sent on a pooled connection that
+    // died without a word fails then, instead of waiting forever.
+    let mut watches = config.clone();
+    watches.connect_timeout = Some(api_timeout);
+    watches.read_timeout = Some(Duration::from_secs(2 * u64::from(WATCH_TIMEOUT_SECS)));
+    watches.reset_reader_on_write = true;
+    let watch_client = factory(watches).map_err(error)?;
     Ok((client, watch_client))
 }
 

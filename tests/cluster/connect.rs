@@ -9,11 +9,11 @@ use crate::support::ControlPlane;
 
 /// A call's deadline counts from when it is sent. A pooled connection that sat idle for most
 /// of the deadline does not shorten the next call's: without `reset_reader_on_write`, kube's
-/// read timeout runs from the connection's last read, and an answer that takes a second after
-/// an idle of 1.5 s would fail a 2 s deadline.
+/// read timeout runs from the connection's last read, and an answer that takes 4 s after an
+/// idle of 3 s would fail a 6 s deadline.
 #[tokio::test]
 async fn a_call_on_a_connection_that_sat_idle_has_its_whole_deadline() {
-    const DEADLINE: Duration = Duration::from_secs(2);
+    const DEADLINE: Duration = Duration::from_secs(6);
     let plane = ControlPlane::own_bare("idle", &["--no-controllers"]);
     let conn = Connection::from_source(&KubeconfigSource {
         path: Some(plane.kubeconfig.clone()),
@@ -28,14 +28,14 @@ async fn a_call_on_a_connection_that_sat_idle_has_its_whole_deadline() {
         async move { client.apiserver_version().await }
     };
     version().await.expect("the first call");
-    // The connection goes back to the pool and sits there for 1.5 s.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    // The next call is sent while the API server is stopped, and answered about a second
-    // later: inside its own deadline, though 2.5 s after the connection's last read.
+    // The connection goes back to the pool and sits there for 3 s.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The next call is sent while the API server is stopped, and answered about 4 s later:
+    // inside its own deadline, though 7 s after the connection's last read.
     plane.signal("kube-apiserver", "STOP");
     let sent = Instant::now();
     let call = tokio::spawn(version());
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
     plane.signal("kube-apiserver", "CONT");
     let answer = call.await.unwrap();
     assert!(

@@ -277,30 +277,39 @@ async fn an_api_server_that_hangs_for_30s_neither_stops_nor_spins_the_daemon_and
     assert!(daemon.child.try_wait().unwrap().is_none());
 }
 
+/// The `https://` server `kubeconfig` names, as an address.
+fn server_of(kubeconfig: &std::path::Path) -> std::net::SocketAddr {
+    let text = std::fs::read_to_string(kubeconfig).unwrap();
+    server_line(&text)
+        .strip_prefix("https://")
+        .expect("an https server")
+        .trim_end_matches('/')
+        .parse()
+        .expect("server as ip:port")
+}
+
+fn server_line(kubeconfig: &str) -> String {
+    kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server:"))
+        .map(|s| s.trim().trim_matches('"').to_string())
+        .expect("the kubeconfig names a server")
+}
+
 /// A copy of `kubeconfig` (in `dir`) whose server is `127.0.0.1:port`.
 fn kubeconfig_through(
     kubeconfig: &std::path::Path,
     port: u16,
     dir: &std::path::Path,
-) -> (std::path::PathBuf, std::net::SocketAddr) {
+) -> std::path::PathBuf {
     let text = std::fs::read_to_string(kubeconfig).unwrap();
-    let server = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("server:"))
-        .map(|s| s.trim().trim_matches('"').to_string())
-        .expect("the kubeconfig names a server");
-    let address = server
-        .strip_prefix("https://")
-        .expect("an https server")
-        .trim_end_matches('/');
-    let target: std::net::SocketAddr = address.parse().expect("server as ip:port");
     let path = dir.join("through-proxy.kubeconfig");
     std::fs::write(
         &path,
-        text.replace(&server, &format!("https://127.0.0.1:{port}")),
+        text.replace(&server_line(&text), &format!("https://127.0.0.1:{port}")),
     )
     .unwrap();
-    (path, target)
+    path
 }
 
 /// A connection that dies without a word (a NAT or load balancer forgot it; no reset reaches
@@ -321,9 +330,9 @@ async fn connections_that_go_quiet_without_a_word_are_left_within_a_minute_and_a
         "where r1 goes next",
     );
     let dir = tempfile::tempdir().unwrap();
-    let proxy_port = crate::support::servers::free_port();
-    let (kubeconfig, target) = kubeconfig_through(&f.env.kubeconfig, proxy_port, dir.path());
-    let proxy = crate::support::servers::QuietingProxy::start_on(proxy_port, target).await;
+    let target = server_of(&f.env.kubeconfig);
+    let proxy = crate::support::servers::QuietingProxy::start(target).await;
+    let kubeconfig = kubeconfig_through(&f.env.kubeconfig, proxy.port, dir.path());
     let daemon = Daemon::start(&kubeconfig, &["--watch-namespace", &f.env.namespace]).await;
     eventually("both Releases Applied", Duration::from_secs(60), || {
         all_applied(&f, 2, "1")

@@ -341,12 +341,13 @@ pub struct QuietingProxy {
 }
 
 impl QuietingProxy {
-    /// Proxy `127.0.0.1:port` to `target`.
-    pub async fn start_on(port: u16, target: std::net::SocketAddr) -> Self {
+    /// Proxy a free port of 127.0.0.1 to `target`.
+    pub async fn start(target: std::net::SocketAddr) -> Self {
         use std::sync::atomic::Ordering::SeqCst;
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind the proxy");
+        let port = listener.local_addr().expect("the proxy's address").port();
         let generation = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let current = generation.clone();
         let accept = tokio::spawn(async move {
@@ -397,14 +398,16 @@ async fn pass(
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
+        let read = from.read(&mut buf).await;
+        // A quiet connection passes nothing on, not even an end: both halves stay open.
         if generation.load(std::sync::atomic::Ordering::SeqCst) != born {
             let _open = (from, to);
             return std::future::pending::<()>().await;
         }
+        let n = match read {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
         if to.write_all(&buf[..n]).await.is_err() {
             return;
         }

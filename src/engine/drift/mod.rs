@@ -712,7 +712,7 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
     // Steps 1 and 2: renderDesired, diffObjects.
     let (verdict, report) = determine_drift(ctx, release).await;
     // The shard may have lapsed during the render and diff: another replica may own the
-    // Release now, so this one writes nothing.
+    // Release now, so this one writes nothing (checked again before the /sync below).
     if !ctx.shard.owns(release) {
         tracing::warn!(release = %name, "the shard lapsed during the drift pass; InSync is not written");
         return Ok(None);
@@ -740,6 +740,10 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
         .is_some_and(|s| s.last_successful.is_some());
     let out_of_sync = matches!(verdict, Verdict::OutOfSync { .. });
     let requested_sync = automatic && applied_before && out_of_sync;
+    if requested_sync && !ctx.shard.owns(release) {
+        tracing::warn!(release = %name, "the shard lapsed during the drift pass; no sync is requested");
+        return Ok(None);
+    }
     if requested_sync {
         request_sync(&api, &release.name_any(), false)
             .await

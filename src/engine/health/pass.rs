@@ -99,12 +99,26 @@ pub async fn health_pass(
     );
     // Step 4 (and the whole pass on deletion): poll the hooks.
     let polled = poll_and_record_hooks(ctx, release, &handle, &at, &name).await;
+    // The shard may lapse at any point of a pass (a renewal not made in time, a stopped
+    // process continued): another replica may own the Release then, so this one checks again
+    // before each write, as the controller does before its status write. Writes without a
+    // precondition (the Healthy condition, a /sync) would otherwise land.
+    let lapsed = || {
+        let lapsed = !ctx.shard.owns(release);
+        if lapsed {
+            tracing::warn!(release = %name, "the shard lapsed during the health pass; nothing more is written");
+        }
+        lapsed
+    };
+    if lapsed() {
+        return Ok(None);
+    }
     let mut edges = Vec::new();
     if polled.hooks.newly_finished > 0 {
         edges.push("hook batch complete");
     }
     if release.metadata.deletion_timestamp.is_some() {
-        let requested_sync = !edges.is_empty() && wake(&api, release, &name).await?;
+        let requested_sync = !edges.is_empty() && !lapsed() && wake(&api, release, &name).await?;
         let pending: Vec<String> = polled
             .hooks
             .running
@@ -124,15 +138,14 @@ pub async fn health_pass(
     // Step 5: health, per entry and as the condition.
     let (new_condition, summary, assessment) =
         assess_health(ctx, release, &at, polled.inventory.as_ref()).await;
-    // The shard may have lapsed while the pass polled and assessed (a renewal not made in
-    // time, a stopped process continued): another replica may own the Release now, so this
-    // one writes nothing more, as the controller does before its status write.
-    if !ctx.shard.owns(release) {
-        tracing::warn!(release = %name, "the shard lapsed during the health pass; its health is not written");
+    if lapsed() {
         return Ok(None);
     }
     let written_entries = write_entry_health(&handle, assessment.as_ref(), &name).await?;
     let wrote_entries = written_entries.is_some();
+    if lapsed() {
+        return Ok(None);
+    }
     let wrote_health = write_health(&api, release, new_condition.clone(), summary.clone(), at)
         .await
         .map_err(|source| HealthError::Status {
@@ -152,6 +165,7 @@ pub async fn health_pass(
         written_entries.or_else(|| polled.wrote.then(|| polled.inventory.clone()).flatten());
     let requested_sync = !edges.is_empty()
         && !woken_by_write(release, polled.read.as_ref(), written.as_ref())
+        && !lapsed()
         && wake(&api, release, &name).await?;
     // Step 7: the next pass.
     let pending = still_pending(assessment.as_ref(), &polled.hooks, &new_condition);
