@@ -184,6 +184,37 @@ async fn not_applied(f: &Fixture) -> String {
         .join("\n")
 }
 
+/// Poll `check` until it returns `Some`, or fail after `timeout` saying `what` did not
+/// happen, with the ConfigMaps not holding `value` (if given), the Releases not Applied and
+/// the daemon's log.
+async fn within<F, Fut>(
+    f: &Fixture,
+    daemon: &Daemon,
+    what: &str,
+    timeout: Duration,
+    value: Option<&str>,
+    mut check: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<()>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    while check().await.is_none() {
+        if tokio::time::Instant::now() >= deadline {
+            let holding = match value {
+                Some(v) => format!("not holding {v:?}: {}\n", not_holding(f, v).await),
+                None => String::new(),
+            };
+            panic!(
+                "{what} not within {timeout:?}:\n{holding}not Applied:\n{}\ndaemon log:\n{}",
+                not_applied(f).await,
+                daemon.logs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// CPU seconds the process has used (user and system).
 fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -252,18 +283,15 @@ async fn an_api_server_that_hangs_for_30s_neither_stops_nor_spins_the_daemon_and
     let cpu = cpu_seconds(pid) - cpu_before;
     plane.signal("kube-apiserver", "CONT");
     let back = Instant::now();
-    let deadline = tokio::time::Instant::now() + INTERVAL;
-    while all_applied(&f, RELEASES * 2, "2").await.is_none() {
-        if tokio::time::Instant::now() >= deadline {
-            panic!(
-                "not all {RELEASES} Releases Applied with the new commit {INTERVAL:?} after the API server answered again:\nnot holding \"2\": {}\nnot Applied:\n{}\ndaemon log:\n{}",
-                not_holding(&f, "2").await,
-                not_applied(&f).await,
-                daemon.logs()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    within(
+        &f,
+        &daemon,
+        "all Releases Applied with the new commit after the API server answered again",
+        INTERVAL,
+        Some("2"),
+        || all_applied(&f, RELEASES * 2, "2"),
+    )
+    .await;
     let recovered = back.elapsed();
     println!(
         "hung API server (30 s, {RELEASES} Releases): daemon CPU {cpu:.2} s during the hang; all Applied {:.1} s after it answered again; a CLI call gave up after {:.1} s",
@@ -359,22 +387,19 @@ async fn connections_that_go_quiet_without_a_word_are_left_within_a_minute_and_a
         )
         .await
         .unwrap();
-    let deadline = tokio::time::Instant::now() + DEADLINE;
     let cms: Api<ConfigMap> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
-    let applied_edit = || async {
-        let cm = cms.get("r1-0").await.ok()?;
-        (cm.data?.get("value")? == "2").then_some(())
-    };
-    while applied_edit().await.is_none() {
-        if tokio::time::Instant::now() >= deadline {
-            panic!(
-                "the edit was not applied {DEADLINE:?} after every connection went quiet:\nnot Applied:\n{}\ndaemon log:\n{}",
-                not_applied(&f).await,
-                daemon.logs()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    within(
+        &f,
+        &daemon,
+        "the edit applied after every connection went quiet",
+        DEADLINE,
+        None,
+        || async {
+            let cm = cms.get("r1-0").await.ok()?;
+            (cm.data?.get("value")? == "2").then_some(())
+        },
+    )
+    .await;
     println!(
         "connections gone quiet: the edited Release applied {:.1} s later",
         quiet.elapsed().as_secs_f64()
@@ -413,17 +438,15 @@ async fn an_etcd_restart_in_the_middle_of_a_sync_is_survived_and_all_come_back_w
     api_server_ready(&f.env.client).await;
     let ready_after = started.elapsed();
     let back = Instant::now();
-    let deadline = tokio::time::Instant::now() + INTERVAL;
-    while all_applied(&f, RELEASES * PER_RELEASE, "1").await.is_none() {
-        if tokio::time::Instant::now() >= deadline {
-            panic!(
-                "not all Releases Applied {INTERVAL:?} after etcd's restart:\n{}\ndaemon log:\n{}",
-                not_applied(&f).await,
-                daemon.logs()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    within(
+        &f,
+        &daemon,
+        "all Releases Applied after etcd's restart",
+        INTERVAL,
+        None,
+        || all_applied(&f, RELEASES * PER_RELEASE, "1"),
+    )
+    .await;
     let recovered = back.elapsed();
     println!(
         "etcd restart ({} of {} objects applied at the kill, 10 s down): daemon CPU {cpu:.2} s while etcd was down; API server ready {:.1} s after etcd started; all Applied {:.1} s after that",
