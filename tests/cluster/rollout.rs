@@ -861,11 +861,63 @@ async fn gc_keeps_max_history_entries_and_every_referenced_render() {
     assert_eq!(store.history(&id).await.unwrap(), []);
 }
 
+/// runGC lists the store only when something may be collected: a render this process stored
+/// for a sync that failed before its history recorded it goes at the next history change; one
+/// left by another process (or before a restart) when the history next drops an entry.
+#[tokio::test]
+async fn a_render_left_by_a_failed_sync_is_collected_at_the_next_history_change() {
+    use convoy::engine::render::Object;
+    let f = Fixture::new(
+        "gc-leftover",
+        &[("cm.yaml", &config_map("conf", 0, "r1"))],
+        json!({"retentionPolicy": {"maxHistory": 3}}),
+    )
+    .await
+    .with_dir_store();
+    let r1 = render_of(&f.sync().await);
+    let store = f.ctx.store.as_ref().unwrap();
+    let release = f.release().await;
+    let id = ReleaseId::of(&release);
+    let objects = vec![Object(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "conf", "namespace": f.env.namespace}, "data": {"value": "x"}}))];
+    let stored = || async {
+        let mut stored = store.list_renders(&id).await.unwrap();
+        stored.sort();
+        stored
+    };
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    let mut sync_value = async |value: &str| {
+        f.commit(&[("cm.yaml", &config_map("conf", 0, value))]);
+        render_of(&f.sync().await)
+    };
+    // Left by this process: collected at the next history change.
+    let mine = "a".repeat(64);
+    store.put_render(&id, &mine, &objects).await.unwrap();
+    f.ctx.known_stored.stored(&release, &mine);
+    let r2 = sync_value("r2").await;
+    assert_eq!(stored().await, sorted(vec![r1.clone(), r2.clone()]));
+    // Left by another process: kept while the history only grows...
+    let theirs = "b".repeat(64);
+    store.put_render(&id, &theirs, &objects).await.unwrap();
+    let r3 = sync_value("r3").await;
+    assert_eq!(
+        stored().await,
+        sorted(vec![r1, r2.clone(), r3.clone(), theirs])
+    );
+    // ...and collected when it drops an entry.
+    let r4 = sync_value("r4").await;
+    assert_eq!(stored().await, sorted(vec![r2, r3, r4]));
+}
+
 #[tokio::test]
 async fn the_kubernetes_store_round_trips_a_render_larger_than_one_mebibyte() {
     use convoy::engine::render::Object;
     use convoy::engine::store::kube::KubernetesStore;
     use k8s_openapi::api::core::v1::Secret;
+    use kube::ResourceExt;
     use sha2::{Digest, Sha256};
 
     let env = crate::support::TestEnv::new("kube-store").await;
@@ -922,9 +974,51 @@ async fn the_kubernetes_store_round_trips_a_render_larger_than_one_mebibyte() {
     }
     assert_eq!(
         store.get_render(&id, "feedface").await.unwrap(),
-        Some(objects)
+        Some(objects.clone())
     );
     assert_eq!(store.list_renders(&id).await.unwrap(), ["feedface"]);
+
+    // The chunks are read by name. One gone: the render is not stored (persistRender writes
+    // it again), and reading it says what is missing.
+    let n = chunks.len();
+    let chunk_named = |i: usize| {
+        chunks
+            .iter()
+            .find(|c| c.annotations().get("convoy.kumodo.io/chunk") == Some(&format!("{i}/{n}")))
+            .unwrap()
+            .name_any()
+    };
+    secrets
+        .delete(&chunk_named(1), &Default::default())
+        .await
+        .unwrap();
+    assert!(!store.has_render(&id, "feedface").await.unwrap());
+    let e = store.get_render(&id, "feedface").await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!("render store: apps/big/renders/feedface is damaged: 1 of {n} chunks present")
+    );
+    store.put_render(&id, "feedface", &objects).await.unwrap();
+    assert!(store.has_render(&id, "feedface").await.unwrap());
+    // A first chunk that claims more chunks than a render may have is damaged, not a count
+    // of reads to make.
+    secrets
+        .patch(
+            &chunk_named(0),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"metadata": {"annotations": {"convoy.kumodo.io/chunk": "0/4000000000"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert!(!store.has_render(&id, "feedface").await.unwrap());
+    let e = store.get_render(&id, "feedface").await.unwrap_err();
+    assert!(
+        e.to_string()
+            .ends_with("does not say it is chunk 0 of at most 64"),
+        "{e}"
+    );
     store.delete_prefix(&id).await.unwrap();
     assert_eq!(store.get_render(&id, "feedface").await.unwrap(), None);
     assert!(

@@ -13,15 +13,19 @@
 //! to drop this one, the Release must first apply another render, and then this process
 //! asks again until it applies this one once more.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use crate::engine::api::Release;
 use crate::engine::locks::lock;
 
-/// One entry per Release: the render known stored and in the history.
+/// One entry per Release: the render known stored and in the history; and the renders this
+/// process stored that no history records yet (a sync that failed after persistRender).
 #[derive(Default)]
-pub struct KnownStored(Mutex<HashMap<String, Known>>);
+pub struct KnownStored {
+    known: Mutex<HashMap<String, Known>>,
+    unrecorded: Mutex<HashMap<String, BTreeSet<String>>>,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Known {
@@ -52,17 +56,45 @@ impl KnownStored {
     pub fn knows(&self, release: &Release, render_ref: &str) -> bool {
         release.status.as_ref().is_some_and(|s| {
             s.attempted_render() == Some(render_ref) && s.applied_render() == Some(render_ref)
-        }) && lock(&self.0).get(&key(release)) == Some(&known(release, render_ref))
+        }) && lock(&self.known).get(&key(release)) == Some(&known(release, render_ref))
     }
 
     /// Remember that `render_ref` of `release` is stored and in its history.
     pub fn remember(&self, release: &Release, render_ref: &str) {
-        lock(&self.0).insert(key(release), known(release, render_ref));
+        let key = key(release);
+        if let Some(refs) = lock(&self.unrecorded).get_mut(&key) {
+            refs.remove(render_ref);
+        }
+        lock(&self.known).insert(key, known(release, render_ref));
+    }
+
+    /// Remember that this process stored `render_ref` of `release`, which its history does not
+    /// record until [`KnownStored::remember`] says so.
+    pub fn stored(&self, release: &Release, render_ref: &str) {
+        lock(&self.unrecorded)
+            .entry(key(release))
+            .or_default()
+            .insert(render_ref.to_string());
+    }
+
+    /// Whether this process stored a render of `release`, other than `render_ref`, that no
+    /// history records: runGC then has something to collect even with a short history.
+    pub fn unrecorded_besides(&self, release: &Release, render_ref: Option<&str>) -> bool {
+        lock(&self.unrecorded)
+            .get(&key(release))
+            .is_some_and(|refs| refs.iter().any(|r| Some(r.as_str()) != render_ref))
+    }
+
+    /// runGC listed the store for `release`: whatever it stored unrecorded is collected.
+    pub fn collected(&self, release: &Release) {
+        lock(&self.unrecorded).remove(&key(release));
     }
 
     /// Forget `release` (it is deleted, or its store changed under it).
     pub fn forget(&self, release: &Release) {
-        lock(&self.0).remove(&key(release));
+        let key = key(release);
+        lock(&self.known).remove(&key);
+        lock(&self.unrecorded).remove(&key);
     }
 }
 
@@ -115,5 +147,33 @@ mod tests {
         assert!(!known.knows(&r, "aaa"));
         known.forget(&r);
         assert!(!known.knows(&release(3, "u1", Some("bbb")), "bbb"));
+    }
+
+    /// A render this process stored stays unrecorded until a history records it, and is
+    /// forgotten once runGC has listed the store; the render being recorded now does not count.
+    #[test]
+    fn a_render_stored_and_never_recorded_is_collected_at_the_next_listing() {
+        let known = KnownStored::default();
+        let r = release(3, "u1", Some("bbb"));
+        assert!(!known.unrecorded_besides(&r, Some("bbb")));
+        known.stored(&r, "aaa");
+        known.stored(&r, "bbb");
+        assert!(
+            known.unrecorded_besides(&r, Some("bbb")),
+            "aaa is left over"
+        );
+        assert!(known.unrecorded_besides(&r, None));
+        known.remember(&r, "aaa");
+        assert!(
+            !known.unrecorded_besides(&r, Some("bbb")),
+            "aaa is recorded after all"
+        );
+        known.stored(&r, "ccc");
+        assert!(known.unrecorded_besides(&r, Some("bbb")));
+        known.collected(&r);
+        assert!(!known.unrecorded_besides(&r, None));
+        known.stored(&r, "ddd");
+        known.forget(&r);
+        assert!(!known.unrecorded_besides(&r, None));
     }
 }
