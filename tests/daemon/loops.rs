@@ -250,6 +250,75 @@ async fn controller_and_observer_as_two_processes_behave_like_one() {
     );
 }
 
+/// Before the controller's first attempt the health loop has nothing to assess. It says so
+/// (Healthy Pending) without asking for the inventory, which does not exist yet, and does not
+/// come back on the render-pending backoff (issue 21: at 10,000 new Releases those passes
+/// asked for 9,000 absent inventories a minute). The first sync's writes wake it.
+#[tokio::test]
+async fn before_the_first_attempt_the_health_loop_reads_no_inventory() {
+    let mut spec = Fixture::default_health("5m");
+    spec["syncPolicy"] = json!({"interval": "10m"});
+    let f = Fixture::new(
+        "daemon-first-attempt",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        spec,
+    )
+    .await;
+    f.install_default_rules().await;
+    // An observer alone: no controller attempts the Release until the test syncs it.
+    let observer = Daemon::start(
+        &f.env.kubeconfig,
+        &["--role", "observer", "--watch-namespace", &f.env.namespace],
+    )
+    .await;
+    let healthy = || async {
+        let c = f.release().await.status?.condition("Healthy")?.clone();
+        Some((c.reason, c.message))
+    };
+    let (reason, message) = eventually("Healthy Pending", Duration::from_secs(30), || async {
+        healthy().await.filter(|(reason, _)| reason == "Pending")
+    })
+    .await;
+    assert_eq!(
+        (reason.as_str(), message.as_str()),
+        ("Pending", "no render has been applied yet")
+    );
+    let observer = &observer;
+    let health_passes = || observer.metric("convoy_reconciles_total", &["loop=\"health\""]);
+    let inventory_gets = || {
+        observer.metric(
+            "convoy_api_requests_total",
+            &["verb=\"get\"", "resource=\"releaseinventories\""],
+        )
+    };
+    // From here: the informer's LIST (counted as a get) is behind.
+    let (passes_before, gets_before) = (health_passes(), inventory_gets());
+    // A window long enough for the backoff's passes (after 2, 4 and 8 s): without the
+    // shortcut it holds three, each asking for the inventory twice.
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    assert_eq!(
+        inventory_gets() - gets_before,
+        0.0,
+        "inventories asked for before the first attempt:\n{}",
+        observer.get("/metrics").unwrap().1
+    );
+    let passes = health_passes() - passes_before;
+    assert!(
+        passes <= 1.0,
+        "{passes} health passes in 16 s before the first attempt (the interval is 10m)"
+    );
+    // The first attempt (a sync as the controller makes it) wakes the loop, which assesses.
+    f.sync().await;
+    let (reason, message) = eventually("Healthy True", Duration::from_secs(30), || async {
+        healthy().await.filter(|(reason, _)| reason == "Healthy")
+    })
+    .await;
+    assert_eq!(
+        (reason.as_str(), message.as_str()),
+        ("Healthy", "1 object healthy")
+    );
+}
+
 #[tokio::test]
 async fn the_cluster_and_source_controllers_report_reachability_and_the_artifact() {
     use convoy::engine::api::{Cluster, GitRepository, HelmRegistry};
