@@ -861,25 +861,33 @@ async fn gc_keeps_max_history_entries_and_every_referenced_render() {
     assert_eq!(store.history(&id).await.unwrap(), []);
 }
 
-/// runGC lists the store only when something may be collected: a render this process stored
-/// for a sync that failed before its history recorded it goes at the next history change; one
-/// left by another process (or before a restart) when the history next drops an entry.
+/// A render stored for a sync that failed later (persistRender runs beside the dry-run gate)
+/// is collected at the next history change, even the first. runGC lists the store only when
+/// something may be collected: one left by another process (or before a restart) goes when
+/// the history next drops an entry, once this process has listed the Release's renders.
 #[tokio::test]
 async fn a_render_left_by_a_failed_sync_is_collected_at_the_next_history_change() {
     use convoy::engine::render::Object;
-    let f = Fixture::new(
+    use convoy::engine::store::kube::KubernetesStore;
+    // A first render the API server refuses: stored all the same, never recorded.
+    let mut f = Fixture::new(
         "gc-leftover",
-        &[("cm.yaml", &config_map("conf", 0, "r1"))],
+        &[(
+            "cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: conf\ndata:\n  value: [1]\n",
+        )],
         json!({"retentionPolicy": {"maxHistory": 3}}),
     )
-    .await
-    .with_dir_store();
-    let r1 = render_of(&f.sync().await);
-    let store = f.ctx.store.as_ref().unwrap();
-    let release = f.release().await;
-    let id = ReleaseId::of(&release);
-    let objects = vec![Object(json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "conf", "namespace": f.env.namespace}, "data": {"value": "x"}}))];
+    .await;
+    let store = std::sync::Arc::new(KubernetesStore::new(f.env.client.clone(), &f.env.namespace));
+    f.ctx.store = Some(store.clone());
+    let refused = f.sync().await;
+    assert_eq!(
+        refused.outcome.as_ref().unwrap().reason,
+        Reason::Unappliable
+    );
+    let refused = render_of(&refused);
+    let id = ReleaseId::of(&f.release().await);
     let stored = || async {
         let mut stored = store.list_renders(&id).await.unwrap();
         stored.sort();
@@ -889,19 +897,24 @@ async fn a_render_left_by_a_failed_sync_is_collected_at_the_next_history_change(
         v.sort();
         v
     };
-    let mut sync_value = async |value: &str| {
+    assert_eq!(stored().await, [refused]);
+    let sync_value = async |value: &str| {
         f.commit(&[("cm.yaml", &config_map("conf", 0, value))]);
         render_of(&f.sync().await)
     };
-    // Left by this process: collected at the next history change.
-    let mine = "a".repeat(64);
-    store.put_render(&id, &mine, &objects).await.unwrap();
-    f.ctx.known_stored.stored(&release, &mine);
-    let r2 = sync_value("r2").await;
-    assert_eq!(stored().await, sorted(vec![r1.clone(), r2.clone()]));
+    // The history's first entry: collected then, though nothing else was listed before.
+    let r1 = sync_value("r1").await;
+    assert_eq!(
+        stored().await,
+        vec![r1.clone()],
+        "the refused render is collected at the next history change"
+    );
     // Left by another process: kept while the history only grows...
     let theirs = "b".repeat(64);
+    let objects = vec![Object(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "conf"}, "data": {"value": "x"}}))];
     store.put_render(&id, &theirs, &objects).await.unwrap();
+    let r2 = sync_value("r2").await;
     let r3 = sync_value("r3").await;
     assert_eq!(
         stored().await,
@@ -996,7 +1009,9 @@ async fn the_kubernetes_store_round_trips_a_render_larger_than_one_mebibyte() {
     let e = store.get_render(&id, "feedface").await.unwrap_err();
     assert_eq!(
         e.to_string(),
-        format!("render store: apps/big/renders/feedface is damaged: 1 of {n} chunks present")
+        format!(
+            "render store: apps/big/renders/feedface is damaged: chunk 1 of {n} is missing or not this render's"
+        )
     );
     store.put_render(&id, "feedface", &objects).await.unwrap();
     assert!(store.has_render(&id, "feedface").await.unwrap());

@@ -302,13 +302,14 @@ fn before_first_attempt(release: &Release) -> bool {
             .is_none_or(|s| s.last_attempted.is_none())
 }
 
-/// Deviation (README "Deviations"): before the controller's first attempt there is nothing to
-/// poll or assess. No hook has run and no inventory exists: the controller creates both in
-/// that attempt, and its writes wake this loop (the inventory's new entries, the status's
-/// first attempted render). The pass writes the condition an empty assessment gives, without
-/// reading the inventory, and does not come back on the render-pending backoff: at 10,000
-/// new Releases those passes asked for 9,000 absent inventories a minute (issue 21,
-/// scale_10k), beside the controller's first syncs.
+/// Deviation (README "Deviations"): before the controller's first attempt is recorded there is
+/// nothing to assess. What that attempt creates (its inventory, its hooks) it writes just
+/// before the status that records it, and both writes wake this loop (the inventory's new
+/// entries; `lastAttempted` naming a render); a pass in between would judge a render the
+/// status does not name yet, which the old path called Pending too. The pass writes the
+/// condition an empty assessment gives, without reading the inventory, and does not come
+/// back on the render-pending backoff: at 10,000 new Releases those passes asked for 9,000
+/// absent inventories a minute (issue 21, scale_10k), beside the controller's first syncs.
 async fn first_attempt_pending(
     ctx: &Context,
     memory: &HealthMemory,

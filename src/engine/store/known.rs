@@ -1,8 +1,13 @@
 //! What a process knows the render store holds: for each Release, the render this process
 //! saw persisted and in the history. A daemon re-syncs an unchanged render at every interval;
 //! persistRender and recordHistory would ask the store each time (with the Kubernetes store,
-//! a LIST of the store's Secrets by label and a GET of the history: at 10,000 Releases, two
-//! thousand requests a minute whose answer never changes).
+//! GETs of the render's Secrets and of the history: at 10,000 Releases, two thousand
+//! requests a minute whose answer never changes).
+//!
+//! It also knows what runGC may find to collect besides what drops out of the history: the
+//! renders this process stored that no history records yet (a sync that failed after
+//! persistRender), and whether it has listed a Release's renders since it started (before
+//! that, another process or this one before a restart may have left some).
 //!
 //! Spec: reconcile-flow.txt stageSync steps 2 and 8. The answer is taken from memory only
 //! while it cannot have changed: the same Release (uid), the same generation (a spec change,
@@ -19,12 +24,20 @@ use std::sync::Mutex;
 use crate::engine::api::Release;
 use crate::engine::locks::lock;
 
-/// One entry per Release: the render known stored and in the history; and the renders this
-/// process stored that no history records yet (a sync that failed after persistRender).
+/// One entry per Release: the render known stored and in the history; and what may be left
+/// over for runGC.
 #[derive(Default)]
 pub struct KnownStored {
     known: Mutex<HashMap<String, Known>>,
-    unrecorded: Mutex<HashMap<String, BTreeSet<String>>>,
+    leftovers: Mutex<HashMap<String, Leftovers>>,
+}
+
+#[derive(Debug, Default)]
+struct Leftovers {
+    /// runGC listed this Release's renders since the process started.
+    listed: bool,
+    /// Renders this process stored that no history records yet.
+    unrecorded: BTreeSet<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,39 +75,55 @@ impl KnownStored {
     /// Remember that `render_ref` of `release` is stored and in its history.
     pub fn remember(&self, release: &Release, render_ref: &str) {
         let key = key(release);
-        if let Some(refs) = lock(&self.unrecorded).get_mut(&key) {
-            refs.remove(render_ref);
+        if let Some(l) = lock(&self.leftovers).get_mut(&key) {
+            l.unrecorded.remove(render_ref);
         }
         lock(&self.known).insert(key, known(release, render_ref));
     }
 
-    /// Remember that this process stored `render_ref` of `release`, which its history does not
-    /// record until [`KnownStored::remember`] says so.
+    /// Remember that this process stores `render_ref` of `release` (said before the write:
+    /// one that fails part-way leaves chunks too), which no history records until
+    /// [`KnownStored::remember`] says so.
     pub fn stored(&self, release: &Release, render_ref: &str) {
-        lock(&self.unrecorded)
+        lock(&self.leftovers)
             .entry(key(release))
             .or_default()
+            .unrecorded
             .insert(render_ref.to_string());
     }
 
-    /// Whether this process stored a render of `release`, other than `render_ref`, that no
-    /// history records: runGC then has something to collect even with a short history.
-    pub fn unrecorded_besides(&self, release: &Release, render_ref: Option<&str>) -> bool {
-        lock(&self.unrecorded)
-            .get(&key(release))
-            .is_some_and(|refs| refs.iter().any(|r| Some(r.as_str()) != render_ref))
+    /// Whether runGC, at a change of the history of `release` that now holds `history_len`
+    /// entries and records `render_ref` last, may find a render no history records: one this
+    /// process stored, or any when this process has not listed the Release's renders since it
+    /// started and the history held entries before (a Release's first render has none to
+    /// leave but what this process stored for it).
+    pub fn may_hold_leftovers(
+        &self,
+        release: &Release,
+        render_ref: Option<&str>,
+        history_len: usize,
+    ) -> bool {
+        let leftovers = lock(&self.leftovers);
+        let l = leftovers.get(&key(release));
+        let unrecorded =
+            l.is_some_and(|l| l.unrecorded.iter().any(|r| Some(r.as_str()) != render_ref));
+        let listed = l.is_some_and(|l| l.listed);
+        unrecorded || (history_len > 1 && !listed)
     }
 
-    /// runGC listed the store for `release`: whatever it stored unrecorded is collected.
+    /// runGC listed the store for `release` and collected what no history records.
     pub fn collected(&self, release: &Release) {
-        lock(&self.unrecorded).remove(&key(release));
+        let mut leftovers = lock(&self.leftovers);
+        let l = leftovers.entry(key(release)).or_default();
+        l.listed = true;
+        l.unrecorded.clear();
     }
 
     /// Forget `release` (it is deleted, or its store changed under it).
     pub fn forget(&self, release: &Release) {
         let key = key(release);
         lock(&self.known).remove(&key);
-        lock(&self.unrecorded).remove(&key);
+        lock(&self.leftovers).remove(&key);
     }
 }
 
@@ -149,31 +178,40 @@ mod tests {
         assert!(!known.knows(&release(3, "u1", Some("bbb")), "bbb"));
     }
 
-    /// A render this process stored stays unrecorded until a history records it, and is
-    /// forgotten once runGC has listed the store; the render being recorded now does not count.
+    /// What runGC may find besides what leaves the history: a render this process stored and
+    /// no history records (the render being recorded does not count), or, until this process
+    /// has listed the Release's renders once, anything another left when the history held
+    /// entries before this change.
     #[test]
-    fn a_render_stored_and_never_recorded_is_collected_at_the_next_listing() {
+    fn leftovers_are_looked_for_until_listed_and_after_a_render_stored_unrecorded() {
         let known = KnownStored::default();
         let r = release(3, "u1", Some("bbb"));
-        assert!(!known.unrecorded_besides(&r, Some("bbb")));
-        known.stored(&r, "aaa");
+        // A first render: nothing can be left over but what this process stored.
+        assert!(!known.may_hold_leftovers(&r, Some("bbb"), 1));
         known.stored(&r, "bbb");
+        assert!(!known.may_hold_leftovers(&r, Some("bbb"), 1));
+        known.stored(&r, "aaa");
         assert!(
-            known.unrecorded_besides(&r, Some("bbb")),
+            known.may_hold_leftovers(&r, Some("bbb"), 1),
             "aaa is left over"
         );
-        assert!(known.unrecorded_besides(&r, None));
         known.remember(&r, "aaa");
         assert!(
-            !known.unrecorded_besides(&r, Some("bbb")),
-            "aaa is recorded after all"
+            !known.may_hold_leftovers(&r, Some("bbb"), 1),
+            "aaa was recorded after all"
         );
-        known.stored(&r, "ccc");
-        assert!(known.unrecorded_besides(&r, Some("bbb")));
+        // A later render, never listed since the start: another process may have left some.
+        assert!(known.may_hold_leftovers(&r, Some("ccc"), 2));
         known.collected(&r);
-        assert!(!known.unrecorded_besides(&r, None));
+        assert!(!known.may_hold_leftovers(&r, Some("ccc"), 2));
         known.stored(&r, "ddd");
+        assert!(known.may_hold_leftovers(&r, Some("ccc"), 3));
+        known.collected(&r);
+        assert!(!known.may_hold_leftovers(&r, Some("ccc"), 3));
         known.forget(&r);
-        assert!(!known.unrecorded_besides(&r, None));
+        assert!(
+            known.may_hold_leftovers(&r, Some("ccc"), 2),
+            "listed again after a forget"
+        );
     }
 }

@@ -152,17 +152,26 @@ impl KubernetesStore {
         };
         let mut chunks = vec![first];
         for i in 1..n {
-            match read(i).await?.filter(|c| is_chunk_of(c, render_ref)) {
-                Some(chunk) => chunks.push(chunk),
-                None => return Err(corrupt(format!("{i} of {n} chunks present"))),
+            match read(i).await? {
+                Some(chunk)
+                    if is_chunk_of(&chunk, render_ref) && chunk_of(&chunk) == Some((i, n)) =>
+                {
+                    chunks.push(chunk)
+                }
+                _ => {
+                    return Err(corrupt(format!(
+                        "chunk {i} of {n} is missing or not this render's"
+                    )));
+                }
             }
         }
         Ok(chunks)
     }
 
-    /// Secrets' metadata by label: for listings and the deletes of a whole Release, which
-    /// cannot know the names (a LIST by label costs the API server a test of every Secret in
-    /// the namespace; the per-render paths read by name).
+    /// Secrets' metadata by label: for listings, the deletes of a whole Release, and what is
+    /// left of a render whose first chunk is gone, which cannot know the names (a LIST by
+    /// label costs the API server a test of every Secret in the namespace; the per-render
+    /// paths read by name).
     async fn chunk_metadata(
         &self,
         selector: &str,
@@ -211,12 +220,10 @@ impl RenderStore for KubernetesStore {
             let parts: Vec<&[u8]> = bytes.chunks(CHUNK_BYTES).collect();
             let n = parts.len().max(1);
             if n > MAX_CHUNKS {
-                return Err(StoreError::Corrupt {
+                return Err(StoreError::TooLarge {
                     key: id.render_key(render_ref),
-                    message: format!(
-                        "the render takes {n} chunks of {} KiB gzip'd, more than the {MAX_CHUNKS} a render may have",
-                        CHUNK_BYTES / 1024
-                    ),
+                    bytes: bytes.len(),
+                    most: MAX_CHUNKS * CHUNK_BYTES,
                 });
             }
             for (i, part) in parts.iter().enumerate() {
@@ -322,21 +329,24 @@ impl RenderStore for KubernetesStore {
         render_ref: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            // By label: whatever chunks are left of it, a partial render's too (runGC found
-            // this render by label; a delete is rare beside persistRender's checks).
-            let mut chunks = self
-                .chunk_metadata(
-                    &Self::render_selector(id, render_ref),
-                    id.render_key(render_ref),
-                )
-                .await?;
-            chunks.retain(|s| is_chunk_of(s, render_ref));
-            for secret in chunks {
-                match self
-                    .api
-                    .delete(&secret.name_any(), &DeleteParams::default())
-                    .await
-                {
+            // By name when its first chunk says how many there are; else by label, whatever
+            // is left of it.
+            let names: Vec<String> = match self.render_chunk_metadata(id, render_ref).await {
+                Ok(chunks) if !chunks.is_empty() => chunks.iter().map(|c| c.name_any()).collect(),
+                Ok(_) | Err(StoreError::Corrupt { .. }) => {
+                    let mut chunks = self
+                        .chunk_metadata(
+                            &Self::render_selector(id, render_ref),
+                            id.render_key(render_ref),
+                        )
+                        .await?;
+                    chunks.retain(|s| is_chunk_of(s, render_ref));
+                    chunks.iter().map(|c| c.name_any()).collect()
+                }
+                Err(e) => return Err(e),
+            };
+            for name in names {
+                match self.api.delete(&name, &DeleteParams::default()).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
                     Err(e) => return Err(api_err("delete", id.render_key(render_ref))(e)),

@@ -43,6 +43,14 @@ pub enum StoreError {
     InvalidRef { render_ref: String },
     #[error("render store: {key} is damaged: {message}")]
     Corrupt { key: String, message: String },
+    #[error(
+        "render store: {key} is {bytes} bytes gzip'd, more than the {most} a render may take; split the Release"
+    )]
+    TooLarge {
+        key: String,
+        bytes: usize,
+        most: usize,
+    },
 }
 
 impl crate::engine::error::Categorized for StoreError {
@@ -50,7 +58,9 @@ impl crate::engine::error::Categorized for StoreError {
         use crate::engine::error::Category;
         match self {
             StoreError::Api { source, .. } => crate::engine::error::kube_category(source),
-            StoreError::NoNamespace { .. } | StoreError::InvalidRef { .. } => Category::Invalid,
+            StoreError::NoNamespace { .. }
+            | StoreError::InvalidRef { .. }
+            | StoreError::TooLarge { .. } => Category::Invalid,
             StoreError::Io { .. } | StoreError::Corrupt { .. } => Category::Failed,
         }
     }
@@ -216,16 +226,29 @@ pub fn encode(objects: &[Object]) -> Vec<u8> {
     gz.finish().unwrap_or_default()
 }
 
+/// The most a stored render may unpack to: four times what a plain-YAML source may hold.
+/// Whoever can write the store's Secrets could otherwise plant a small gzip that unpacks to
+/// gigabytes in the daemon's memory.
+pub const MAX_DECODED_BYTES: u64 = 256 * 1024 * 1024;
+
 /// Decode a stored render.
 pub fn decode(key: &str, bytes: &[u8]) -> Result<Vec<Object>, StoreError> {
+    decode_at_most(key, bytes, MAX_DECODED_BYTES)
+}
+
+fn decode_at_most(key: &str, bytes: &[u8], most: u64) -> Result<Vec<Object>, StoreError> {
     let corrupt = |message: String| StoreError::Corrupt {
         key: key.to_string(),
         message,
     };
     let mut json = Vec::new();
     flate2::read::GzDecoder::new(bytes)
+        .take(most + 1)
         .read_to_end(&mut json)
         .map_err(|e| corrupt(format!("not gzip: {e}")))?;
+    if json.len() as u64 > most {
+        return Err(corrupt(format!("it unpacks to more than {most} bytes")));
+    }
     let values: Vec<serde_json::Value> =
         serde_json::from_slice(&json).map_err(|e| corrupt(format!("not JSON: {e}")))?;
     Ok(values.into_iter().map(Object).collect())
@@ -278,6 +301,25 @@ pub fn plan_gc(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A render that unpacks beyond the bound is damaged, read no further than the bound.
+    #[test]
+    fn a_render_that_unpacks_beyond_the_bound_is_damaged() {
+        let objects: Vec<Object> = (0..50)
+            .map(|i| {
+                Object(
+                    serde_json::json!({"kind": "ConfigMap", "metadata": {"name": format!("c{i}")}}),
+                )
+            })
+            .collect();
+        let bytes = encode(&objects);
+        assert_eq!(decode_at_most("k", &bytes, 1 << 20).unwrap(), objects);
+        let e = decode_at_most("k", &bytes, 100).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "render store: k is damaged: it unpacks to more than 100 bytes"
+        );
+    }
 
     fn entry(r: &str) -> HistoryEntry {
         HistoryEntry {

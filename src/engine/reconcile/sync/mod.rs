@@ -217,7 +217,8 @@ async fn run_pre_sync_hooks(
 /// `wave` is recorded.
 ///
 /// None of them depends on another. A render stored for a sync that stops here is what a
-/// sync failing later leaves (runGC collects it at the next history change). An intent
+/// sync failing later leaves (runGC collects it at the next history change of this process,
+/// see `store_steps::run_gc`). An intent
 /// recorded before the verdict leaves what a crash between the intent and the apply leaves
 /// (pending objects never sent, which the next sync sends or prunes); a stop still withdraws
 /// it, so a Release held at `Unappliable` keeps the inventory it had. Of several failures the

@@ -29,9 +29,8 @@ pub(super) async fn persist_render(
     if store.has_render(&id, render_ref).await? {
         return Ok(());
     }
-    store.put_render(&id, render_ref, objects).await?;
     ctx.known_stored.stored(release, render_ref);
-    Ok(())
+    store.put_render(&id, render_ref, objects).await
 }
 
 /// stageSync step 8, `recordHistory`: append the render if the history does not hold it yet.
@@ -90,13 +89,13 @@ pub(super) async fn record_history(
 /// stageSync step 9, `runGC`: keep `maxHistory` entries and every render the new status
 /// refers to (lastSuccessful and lastAttempted are this attempt; the pin; lastHealthy).
 /// It runs when the history is longer than `maxHistory` (an entry drops out, or a lowered
-/// limit), or when it changed and this process stored a render that no history records (a
-/// sync that failed after persistRender). Otherwise there is nothing to collect, and the
-/// store's listing is not asked for: it is a LIST by label, which the API server answers by
-/// testing every Secret of the store's namespace (at 10,000 Releases about 60 ms of its CPU,
-/// once for each new render; issue 21, scale_10k). A render stored by a sync that failed
-/// later, in another process or before a restart, is collected when the history next drops
-/// an entry.
+/// limit), or when it changed and a render no history records may be stored: one this
+/// process stored for a sync that failed after persistRender, or, until this process has
+/// listed the Release's renders once, one another process (or this one before a restart)
+/// left ([`crate::engine::store::known::KnownStored::may_hold_leftovers`]). Otherwise there
+/// is nothing to collect, and the store's listing is not asked for: it is a LIST by label,
+/// which the API server answers by testing every Secret of the store's namespace (at 10,000
+/// Releases about 60 ms of its CPU at each new Release's first sync; issue 21, scale_10k).
 pub(super) async fn run_gc(
     ctx: &Context,
     release: &Release,
@@ -116,9 +115,11 @@ pub(super) async fn run_gc(
         Some((history, changed))
             if history.len() > max
                 || (changed
-                    && ctx
-                        .known_stored
-                        .unrecorded_besides(release, attempt.render_ref.as_deref())) =>
+                    && ctx.known_stored.may_hold_leftovers(
+                        release,
+                        attempt.render_ref.as_deref(),
+                        history.len(),
+                    )) =>
         {
             history
         }
