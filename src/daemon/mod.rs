@@ -601,6 +601,11 @@ impl Wiring {
         };
         let (held_now, metrics, shared) = (held.clone(), self.metrics.clone(), self.shared.clone());
         let queues = self.queues.release_loops(config.role);
+        // The Cluster controller works on the Clusters of the shards held (`passes::cluster`).
+        let cluster_queue = config
+            .role
+            .controller()
+            .then(|| self.queues.cluster.clone());
         let shards = config.shards;
         let mut stop = self.shutdown.clone();
         self.tasks.push(tokio::spawn(async move {
@@ -664,6 +669,13 @@ impl Wiring {
                 // The watches of live objects keep what this replica works on now (once the
                 // takeover's first passes are done).
                 shared.live.relist_after(live::RELIST_DELAY);
+                if let Some(q) = &cluster_queue {
+                    for key in shared.clusters.keys() {
+                        if taken.contains(&shard::shard_of(&key, shards)) {
+                            q.add(&key);
+                        }
+                    }
+                }
                 let (changed, rest) = taken_over(&all, &taken, shards);
                 for key in &changed {
                     queues.iter().for_each(|q| q.add(key));

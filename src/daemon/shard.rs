@@ -115,7 +115,11 @@ impl HeldShards {
 
 impl ShardGate for HeldShards {
     fn owns(&self, release: &Release) -> bool {
-        self.owns_shard(shard_of(&cluster_key(release), self.shards))
+        self.owns_key(&cluster_key(release))
+    }
+
+    fn owns_key(&self, cluster_key: &str) -> bool {
+        self.owns_shard(shard_of(cluster_key, self.shards))
     }
 }
 

@@ -40,6 +40,11 @@ pub enum Requeue {
 /// Whether this process owns a Release's shard (DESIGN.md "Sharding").
 pub trait ShardGate: Send + Sync {
     fn owns(&self, release: &Release) -> bool;
+    /// Whether this process works on the shard of `cluster_key` (`<namespace>/<name>` of a
+    /// Cluster, as [`crate::engine::cluster::cluster_key`] names a Release's target): a
+    /// Cluster's own writes (its status, its finalizer) come from the replica whose shard
+    /// holds the Releases that target it, not from every replica.
+    fn owns_key(&self, cluster_key: &str) -> bool;
 }
 
 /// The gate of a process that owns every shard: the CLI, and a daemon without sharding.
@@ -47,6 +52,10 @@ pub struct OwnsEveryShard;
 
 impl ShardGate for OwnsEveryShard {
     fn owns(&self, _: &Release) -> bool {
+        true
+    }
+
+    fn owns_key(&self, _: &str) -> bool {
         true
     }
 }

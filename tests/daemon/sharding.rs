@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use convoy::daemon::shard::{cluster_key, shard_of};
+use convoy::engine::api::Cluster;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use serde_json::json;
@@ -94,6 +95,36 @@ async fn two_replicas_split_the_shards_and_a_killed_one_hands_its_shard_over() {
     }
     assert_eq!(a.metric("convoy_shards_held", &[]), 1.0);
     assert_eq!(b.metric("convoy_shards_held", &[]), 1.0);
+    // A Cluster is probed and its status written by the replica holding its shard, only
+    // (with both, one write of each could fail with a conflict after a probe each). Both
+    // Clusters are named into replica A's shard.
+    let a_holds: u32 = if holders.0 == "replica-a" { 0 } else { 1 };
+    let in_a_shard = |f: &Fixture| {
+        (0..)
+            .map(|i| format!("c{i}"))
+            .find(|n| shard_of(&format!("{}/{n}", f.env.namespace), 2) == a_holds)
+            .unwrap()
+    };
+    for f in [&zero, &one] {
+        f.kubectl_apply(
+            &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Cluster",
+            "metadata": {"name": in_a_shard(f), "namespace": f.env.namespace},
+            "spec": {"inCluster": true}}),
+        )
+        .await;
+    }
+    for f in [&zero, &one] {
+        let clusters: Api<Cluster> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+        eventually("the Cluster probed", Duration::from_secs(30), || async {
+            let status = clusters.get(&in_a_shard(f)).await.ok()?.status?;
+            let ready = status.conditions.iter().find(|c| c.type_ == "Ready")?;
+            ready.status.is_true().then_some(())
+        })
+        .await;
+    }
+    let cluster_passes = |d: &Daemon| d.metric("convoy_reconciles_total", &["loop=\"cluster\""]);
+    assert!(cluster_passes(&a) >= 2.0, "A probed both Clusters");
+    assert_eq!(cluster_passes(&b), 0.0, "B leaves A's Clusters alone");
     // Each Release's series come from the replica that holds its shard, and only from it.
     let applied_series = |d: &Daemon, f: &Fixture| {
         let ns = format!("namespace=\"{}\"", f.env.namespace);
@@ -139,6 +170,12 @@ async fn two_replicas_split_the_shards_and_a_killed_one_hands_its_shard_over() {
     eventually("B to hold both shards", Duration::from_secs(10), || async {
         (b.metric("convoy_shards_held", &[]) == 2.0).then_some(())
     })
+    .await;
+    eventually(
+        "B to probe the Clusters of the shard it took",
+        Duration::from_secs(10),
+        || async { (cluster_passes(&b) >= 2.0).then_some(()) },
+    )
     .await;
     eventually(
         "B to report A's Release",
