@@ -672,7 +672,7 @@ impl Wiring {
                 if let Some(q) = &cluster_queue {
                     for key in shared.clusters.keys() {
                         if taken.contains(&shard::shard_of(&key, shards)) {
-                            q.add(&key);
+                            q.add_bulk(&key);
                         }
                     }
                 }

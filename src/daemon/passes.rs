@@ -436,6 +436,14 @@ async fn cluster_finalizer(shared: &Shared, key: &str, cluster: &Cluster) -> Opt
         if !holds {
             return Some(PassResult::Skip);
         }
+        // Which Releases target it comes from the Release cache: before it has listed (a
+        // replica just started, which may take a shard at once), none would seem to.
+        if !shared.releases.synced() {
+            return Some(PassResult::Done {
+                reason: "WaitingForReleases".into(),
+                requeue: Requeue::After(CLUSTER_DELETION_RECHECK),
+            });
+        }
         let targeting: Vec<String> = shared
             .releases
             .keys()

@@ -123,7 +123,13 @@ async fn two_replicas_split_the_shards_and_a_killed_one_hands_its_shard_over() {
         .await;
     }
     let cluster_passes = |d: &Daemon| d.metric("convoy_reconciles_total", &["loop=\"cluster\""]);
-    assert!(cluster_passes(&a) >= 2.0, "A probed both Clusters");
+    let probed = |d: &Daemon| {
+        d.metric(
+            "convoy_reconciles_total",
+            &["loop=\"cluster\"", "reason=\"Ready\""],
+        )
+    };
+    assert_eq!(probed(&a), 2.0, "A probed both Clusters");
     assert_eq!(cluster_passes(&b), 0.0, "B leaves A's Clusters alone");
     // Each Release's series come from the replica that holds its shard, and only from it.
     let applied_series = |d: &Daemon, f: &Fixture| {
@@ -174,7 +180,7 @@ async fn two_replicas_split_the_shards_and_a_killed_one_hands_its_shard_over() {
     eventually(
         "B to probe the Clusters of the shard it took",
         Duration::from_secs(10),
-        || async { (cluster_passes(&b) >= 2.0).then_some(()) },
+        || async { (probed(&b) == 2.0).then_some(()) },
     )
     .await;
     eventually(
