@@ -271,18 +271,15 @@ async fn before_the_first_attempt_the_health_loop_reads_no_inventory() {
         &["--role", "observer", "--watch-namespace", &f.env.namespace],
     )
     .await;
-    let healthy = || async {
-        let c = f.release().await.status?.condition("Healthy")?.clone();
-        Some((c.reason, c.message))
+    // The Healthy condition's message, once its reason is `reason`.
+    let f = &f;
+    let healthy = |reason: &'static str| {
+        eventually(reason, Duration::from_secs(30), move || async move {
+            let c = f.release().await.status?.condition("Healthy")?.clone();
+            (c.reason == reason).then_some(c.message)
+        })
     };
-    let (reason, message) = eventually("Healthy Pending", Duration::from_secs(30), || async {
-        healthy().await.filter(|(reason, _)| reason == "Pending")
-    })
-    .await;
-    assert_eq!(
-        (reason.as_str(), message.as_str()),
-        ("Pending", "no render has been applied yet")
-    );
+    assert_eq!(healthy("Pending").await, "no render has been applied yet");
     let observer = &observer;
     let health_passes = || observer.metric("convoy_reconciles_total", &["loop=\"health\""]);
     let inventory_gets = || {
@@ -309,14 +306,7 @@ async fn before_the_first_attempt_the_health_loop_reads_no_inventory() {
     );
     // The first attempt (a sync as the controller makes it) wakes the loop, which assesses.
     f.sync().await;
-    let (reason, message) = eventually("Healthy True", Duration::from_secs(30), || async {
-        healthy().await.filter(|(reason, _)| reason == "Healthy")
-    })
-    .await;
-    assert_eq!(
-        (reason.as_str(), message.as_str()),
-        ("Healthy", "1 object healthy")
-    );
+    assert_eq!(healthy("Healthy").await, "1 object healthy");
 }
 
 #[tokio::test]

@@ -97,8 +97,9 @@ pub async fn health_pass(
         ctx.home.client.clone(),
         &release.namespace().unwrap_or_default(),
     );
+    // Nothing is awaited between the shard check above and this pass's one write.
     if before_first_attempt(release) {
-        return first_attempt_pending(ctx, memory, release, &api, at, &name).await;
+        return first_attempt_pending(memory, release, &api, at, &name).await;
     }
     // Step 4 (and the whole pass on deletion): poll the hooks.
     let polled = poll_and_record_hooks(ctx, release, &handle, &at, &name).await;
@@ -311,7 +312,6 @@ fn before_first_attempt(release: &Release) -> bool {
 /// back on the render-pending backoff: at 10,000 new Releases those passes asked for 9,000
 /// absent inventories a minute (issue 21, scale_10k), beside the controller's first syncs.
 async fn first_attempt_pending(
-    ctx: &Context,
     memory: &HealthMemory,
     release: &Release,
     api: &Api<Release>,
@@ -326,9 +326,6 @@ async fn first_attempt_pending(
             HealthSummary::default(),
         )
     };
-    if !ctx.shard.owns(release) {
-        return Ok(None);
-    }
     let wrote_health = write_health(api, release, condition.clone(), Some(summary.clone()), at)
         .await
         .map_err(|source| HealthError::Status {

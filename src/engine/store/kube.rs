@@ -1,8 +1,6 @@
 //! The render store in Kubernetes Secrets (the daemon's default): each render gzip'd and
 //! split into chunks well under the 1 MiB object limit, labelled by its Release.
 
-use std::collections::BTreeMap;
-
 use futures::future::BoxFuture;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -263,29 +261,12 @@ impl RenderStore for KubernetesStore {
             if chunks.is_empty() {
                 return Ok(None);
             }
-            let mut ordered: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
-            let mut expected = 0;
-            for secret in &chunks {
-                let (i, n) = chunk_of(secret).ok_or_else(|| StoreError::Corrupt {
-                    key: key.clone(),
-                    message: format!("Secret {} has no chunk annotation", secret.name_any()),
-                })?;
-                expected = n;
-                let data = secret
-                    .data
-                    .as_ref()
-                    .and_then(|d| d.get("render.gz"))
-                    .map(|b| b.0.clone())
-                    .unwrap_or_default();
-                ordered.insert(i, data);
-            }
-            if ordered.len() != expected || ordered.keys().copied().ne(0..expected) {
-                return Err(StoreError::Corrupt {
-                    key,
-                    message: format!("{} of {expected} chunks present", ordered.len()),
-                });
-            }
-            let bytes: Vec<u8> = ordered.into_values().flatten().collect();
+            // In order, each chunk checked for its index and count (`by_name`).
+            let bytes: Vec<u8> = chunks
+                .iter()
+                .filter_map(|c| c.data.as_ref()?.get("render.gz"))
+                .flat_map(|b| b.0.iter().copied())
+                .collect();
             decode(&key, &bytes).map(Some)
         })
     }
