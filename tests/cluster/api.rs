@@ -1,6 +1,8 @@
 //! The CRDs as the API server serves them.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use std::time::Duration;
+
 use kube::Api;
 
 use crate::support::TestEnv;
@@ -59,6 +61,149 @@ async fn every_crd_is_established_with_its_list_map_markers() {
         props["hooks"]["x-kubernetes-list-map-keys"],
         serde_json::json!(["name", "phase"])
     );
+    // One writer sends all of it (issue 21: cheaper than a list-map of 1,000 entries).
+    assert_eq!(props["pending"]["x-kubernetes-list-type"], "atomic");
+    assert!(props["pending"]["x-kubernetes-list-map-keys"].is_null());
+}
+
+/// An inventory an older convoy wrote while `pending` was a list-map keeps working after
+/// `convoy install` makes it atomic: the next Put replaces the pending objects and the Put
+/// after it clears them, and the writer then owns `pending` as one field. Run on a copy of
+/// the CRD under a group of this test's own, so no other test sees the schema change.
+#[tokio::test]
+async fn pending_written_as_a_list_map_is_replaced_and_cleared_after_the_upgrade() {
+    use convoy::engine::api::{ReleaseInventory, field_managers};
+    use kube::CustomResourceExt;
+    use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+    use serde_json::json;
+
+    use crate::support::eventually;
+
+    let env = TestEnv::new("pending-upgrade").await;
+    let group = format!("{}.upgrade.convoy.test", env.namespace);
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
+    let mut current = serde_json::to_value(ReleaseInventory::crd()).unwrap();
+    current["metadata"]["name"] = json!(format!("releaseinventories.{group}"));
+    current["spec"]["group"] = json!(group);
+    let mut old = current.clone();
+    let pending =
+        &mut old["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["pending"];
+    pending["x-kubernetes-list-type"] = json!("map");
+    pending["x-kubernetes-list-map-keys"] = json!(["group", "kind", "namespace", "name"]);
+    let created = crds
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(old).unwrap(),
+        )
+        .await
+        .unwrap();
+    let name = created.metadata.name.clone().unwrap();
+
+    let resource = ApiResource {
+        group: group.clone(),
+        version: "v1alpha1".into(),
+        api_version: format!("{group}/v1alpha1"),
+        kind: "ReleaseInventory".into(),
+        plural: "releaseinventories".into(),
+    };
+    let inventories: Api<DynamicObject> =
+        Api::namespaced_with(env.client.clone(), &env.namespace, &resource);
+    let put = PatchParams::apply(field_managers::INVENTORY.as_str());
+    let entry =
+        |name: &str| json!({"group": "", "kind": "ConfigMap", "namespace": "ns", "name": name});
+    let doc = |name: &str, pending: Option<Vec<serde_json::Value>>| {
+        let mut doc = json!({
+            "apiVersion": format!("{group}/v1alpha1"),
+            "kind": "ReleaseInventory",
+            "metadata": {"name": name},
+            "inventory": [entry("kept")],
+        });
+        if let Some(p) = pending {
+            doc["pending"] = json!(p);
+        }
+        doc
+    };
+    // What `pending` looks like in the writer's managedFields.
+    let owned_pending = |o: &DynamicObject| {
+        o.metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .find(|m| m.manager.as_deref() == Some(field_managers::INVENTORY.as_str()))
+            .and_then(|m| m.fields_v1.as_ref())
+            .map(|f| f.0["f:pending"].clone())
+            .unwrap_or_default()
+    };
+    let written = eventually(
+        "the list-map schema to serve",
+        Duration::from_secs(30),
+        || async {
+            inventories
+                .patch(
+                    "old",
+                    &put,
+                    &Patch::Apply(doc("old", Some(vec![entry("a"), entry("b")]))),
+                )
+                .await
+                .ok()
+        },
+    )
+    .await;
+    let granular = owned_pending(&written);
+    assert!(
+        granular.as_object().is_some_and(|f| f.len() > 1),
+        "before the upgrade, each pending entry is tracked: {granular}"
+    );
+
+    let mut replaced = crds.get(&name).await.unwrap();
+    let mut spec = serde_json::to_value(&replaced.spec).unwrap();
+    spec["versions"] = current["spec"]["versions"].clone();
+    replaced.spec = serde_json::from_value(spec).unwrap();
+    crds.replace(&name, &PostParams::default(), &replaced)
+        .await
+        .unwrap();
+    // The API server takes up a changed schema a moment later: wait until a new object's
+    // `pending` is owned as a whole.
+    eventually(
+        "the atomic schema to serve",
+        Duration::from_secs(30),
+        || async {
+            let probe = inventories
+                .patch(
+                    "probe",
+                    &put,
+                    &Patch::Apply(doc("probe", Some(vec![entry("a")]))),
+                )
+                .await
+                .ok()?;
+            (owned_pending(&probe) == json!({})).then_some(())
+        },
+    )
+    .await;
+
+    let again = inventories
+        .patch(
+            "old",
+            &put,
+            &Patch::Apply(doc("old", Some(vec![entry("c")]))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.data["pending"], json!([entry("c")]));
+    assert_eq!(
+        owned_pending(&again),
+        json!({}),
+        "pending is owned as a whole"
+    );
+    let cleared = inventories
+        .patch("old", &put, &Patch::Apply(doc("old", None)))
+        .await
+        .unwrap();
+    assert!(cleared.data.get("pending").is_none(), "{:?}", cleared.data);
+    assert_eq!(cleared.data["inventory"], json!([entry("kept")]));
+    assert!(owned_pending(&cleared).is_null());
+
+    crds.delete(&name, &DeleteParams::default()).await.unwrap();
 }
 
 #[tokio::test]

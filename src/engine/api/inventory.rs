@@ -44,11 +44,14 @@ pub struct ReleaseInventoryFields {
     /// controller records them before it applies a wave and clears them with the Put after
     /// it, so objects a crash left applied but not yet in `inventory` are still known, and
     /// the next sync prunes them if the render no longer holds them.
+    //
+    // An atomic list: the controller is its only writer and always sends all of it, so the API
+    // server need not track each entry's fields. As a list-map, 1,000 entries made each of a
+    // 1,000-object sync's two inventory writes 50–90 ms slower (issue 21, measured on the test
+    // control plane). The API server reconciles an existing list-map's `managedFields` when
+    // the CRD changes (tests/cluster/api.rs).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend(
-        "x-kubernetes-list-type" = "map",
-        "x-kubernetes-list-map-keys" = ["group", "kind", "namespace", "name"]
-    ))]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub pending: Vec<PendingEntry>,
 }
 
