@@ -80,14 +80,17 @@ pub(super) async fn write_inventory(
     run: &SyncRun<'_>,
     inventory: &InventoryHandle,
     plan: &SyncPlan,
-    applied: Applied,
+    mut applied: Applied,
     pruned: Pruned,
 ) -> ReconcileOutcome {
     let members = final_members(&applied.members, &plan.recorded, &pruned.not_pruned);
     let pending = final_pending(&plan.carried, &pruned.not_pruned);
     let written = match final_put(&members, plan, &applied) {
         FinalPut::Unchanged => Ok(plan.previous.clone().unwrap_or_default()),
-        FinalPut::ReadBack => inventory.get().await.map(Option::unwrap_or_default),
+        FinalPut::ReadBack => match applied.last_written.take() {
+            Some(written) => Ok(written),
+            None => inventory.get().await.map(Option::unwrap_or_default),
+        },
         FinalPut::Put => inventory.put_with_pending(&members, &pending).await,
     };
     let mut waves = applied.waves.clone();
