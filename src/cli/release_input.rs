@@ -3,8 +3,6 @@
 
 use std::path::PathBuf;
 
-use kube::Api;
-
 use super::GlobalArgs;
 use super::exit::{CliError, ExitStatus};
 use crate::engine::api::Release;
@@ -36,23 +34,8 @@ pub async fn load(
         .namespace
         .clone()
         .unwrap_or_else(|| home.default_namespace.clone());
-    let api: Api<Release> = Api::namespaced(home.client.clone(), &namespace);
-    let release = api.get_opt(name).await.map_err(|e| {
-        if crate::engine::connect::is_unreachable(&e) {
-            CliError::new(ExitStatus::Unreachable, home.unreachable(e))
-        } else {
-            CliError::new(
-                ExitStatus::Invalid,
-                anyhow::Error::new(e).context(format!("cannot read Release {namespace}/{name}")),
-            )
-        }
-    })?;
-    let release = release.ok_or_else(|| {
-        CliError::new(
-            ExitStatus::Invalid,
-            anyhow::anyhow!("Release {namespace}/{name} not found on {}", home.server),
-        )
-    })?;
+    // A missing Release names its namespace and a close name; no CRDs say to install them.
+    let release = super::lookup::release(&home, &namespace, name).await?;
     Ok(ReleaseInput {
         release,
         reader: ObjectReader::Cluster(home.client.clone()),

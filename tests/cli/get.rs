@@ -83,6 +83,19 @@ async fn a_mistyped_name_or_an_empty_namespace_says_where_it_looked() {
     let f = two_releases("cli-typo").await;
     let (code, _, typo) = out(&f.env.convoy(&["status", "wbe"]));
     assert_eq!(code, 4);
+    // The commands that act on one Release say it as `status` does.
+    for command in [
+        &["sync", "wbe"][..],
+        &["sync", "wbe", "--request"],
+        &["diff", "wbe"],
+        &["render", "wbe"],
+    ] {
+        assert_eq!(
+            out(&f.env.convoy(command)),
+            (4, String::new(), typo.clone()),
+            "convoy {command:?}"
+        );
+    }
     let (code, _, get_typo) = out(&f.env.convoy(&["get", "ap"]));
     assert_eq!(code, 4);
     let (code, _, far) = out(&f.env.convoy(&["history", "database"]));
@@ -174,6 +187,20 @@ async fn without_the_crds_every_command_says_to_install_them() {
     assert_eq!(code, 4);
     let (code, _, status) = run(&["status", "web"]);
     assert_eq!(code, 4);
+    for command in [
+        &["sync", "web"][..],
+        &["sync", "web", "--request"],
+        &["diff", "web"],
+        &["render", "web"],
+        &["health", "web"],
+        &["history", "web"],
+    ] {
+        assert_eq!(
+            run(command),
+            (4, String::new(), status.clone()),
+            "convoy {command:?}"
+        );
+    }
     let server = std::fs::read_to_string(&plane.kubeconfig)
         .unwrap()
         .lines()

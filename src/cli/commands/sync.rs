@@ -10,12 +10,12 @@ use kube::Api;
 use kube::runtime::watcher;
 
 use crate::cli::exit::{CliError, CommandResult, ExitStatus};
+use crate::cli::lookup;
 use crate::cli::output::Printer;
 use crate::cli::progress::SyncProgress;
 use crate::cli::{GlobalArgs, io_error};
 use crate::engine::api::ConditionStatus;
 use crate::engine::api::{HealthyReason, LifecycleReason, Reason, Release};
-use crate::engine::connect::is_unreachable;
 use crate::engine::reconcile::{ReconcileOutcome, sync_handler};
 use crate::engine::requests::{SyncRequest, request_sync};
 use crate::engine::runtime::Context;
@@ -69,22 +69,17 @@ pub async fn run(global: &GlobalArgs, args: SyncArgs, printer: &mut Printer) -> 
         .clone()
         .unwrap_or_else(|| conn.default_namespace.clone());
     let api: Api<Release> = Api::namespaced(conn.client.clone(), &namespace);
-    let unreachable = |e: kube::Error| {
-        if is_unreachable(&e) {
-            CliError::new(ExitStatus::Unreachable, conn.unreachable(e))
-        } else {
-            CliError::new(
-                ExitStatus::Invalid,
-                anyhow::Error::new(e).context(format!(
-                    "cannot request a sync of Release {namespace}/{}",
-                    args.name
-                )),
-            )
+    let request = match request_sync(&api, &args.name, args.force).await {
+        Ok(request) => request,
+        // A missing Release (or no CRDs at all) is said as `get` and `status` say it.
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            return Err(lookup::not_found(&conn, &api, &namespace, &args.name).await);
+        }
+        Err(e) => {
+            let what = format!("cannot request a sync of Release {namespace}/{}", args.name);
+            return Err(lookup::api_error(&conn, e, what).await);
         }
     };
-    let request = request_sync(&api, &args.name, args.force)
-        .await
-        .map_err(unreachable)?;
 
     if args.request {
         printer
@@ -104,7 +99,7 @@ pub async fn run(global: &GlobalArgs, args: SyncArgs, printer: &mut Printer) -> 
         return report_status(&release?, printer);
     }
 
-    let release = api.get(&args.name).await.map_err(unreachable)?;
+    let release = lookup::release(&conn, &namespace, &args.name).await?;
     let cache = Cache::new(args.cache_dir.clone().unwrap_or_else(Cache::default_root));
     let mut ctx = Context::new(conn.clone(), Arc::new(Coordinator::new(cache)));
     ctx.concurrency = args.concurrency;
