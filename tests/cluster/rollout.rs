@@ -914,6 +914,9 @@ async fn a_render_left_by_a_failed_sync_is_collected_at_the_next_history_change(
     let objects = vec![Object(json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "conf"}, "data": {"value": "x"}}))];
     store.put_render(&id, &theirs, &objects).await.unwrap();
+    // Objects stored under a ref that is not theirs are never read back as that render.
+    let e = store.get_render(&id, &theirs).await.unwrap_err().to_string();
+    assert!(e.ends_with("not the render it is stored as"), "{e}");
     let r2 = sync_value("r2").await;
     let r3 = sync_value("r3").await;
     assert_eq!(
@@ -958,8 +961,9 @@ async fn the_kubernetes_store_round_trips_a_render_larger_than_one_mebibyte() {
         "the stored render is {} bytes",
         encoded.len()
     );
-    store.put_render(&id, "feedface", &objects).await.unwrap();
-    assert!(store.has_render(&id, "feedface").await.unwrap());
+    let r = convoy::engine::render::render_ref::render_ref(&objects);
+    store.put_render(&id, &r, &objects).await.unwrap();
+    assert!(store.has_render(&id, &r).await.unwrap());
     let secrets: Api<Secret> = Api::namespaced(env.client.clone(), &env.namespace);
     let chunks = secrets.list(&Default::default()).await.unwrap().items;
     assert!(chunks.len() >= 2, "chunked into {} Secrets", chunks.len());
@@ -986,10 +990,10 @@ async fn the_kubernetes_store_round_trips_a_render_larger_than_one_mebibyte() {
         assert!(size < 1024 * 1024, "a chunk holds {size} bytes");
     }
     assert_eq!(
-        store.get_render(&id, "feedface").await.unwrap(),
+        store.get_render(&id, &r).await.unwrap(),
         Some(objects.clone())
     );
-    assert_eq!(store.list_renders(&id).await.unwrap(), ["feedface"]);
+    assert_eq!(store.list_renders(&id).await.unwrap(), vec![r.clone()]);
 
     // The chunks are read by name. One gone: the render is not stored (persistRender writes
     // it again), and reading it says what is missing.
@@ -1005,16 +1009,16 @@ async fn the_kubernetes_store_round_trips_a_render_larger_than_one_mebibyte() {
         .delete(&chunk_named(1), &Default::default())
         .await
         .unwrap();
-    assert!(!store.has_render(&id, "feedface").await.unwrap());
-    let e = store.get_render(&id, "feedface").await.unwrap_err();
+    assert!(!store.has_render(&id, &r).await.unwrap());
+    let e = store.get_render(&id, &r).await.unwrap_err();
     assert_eq!(
         e.to_string(),
         format!(
-            "render store: apps/big/renders/feedface is damaged: chunk 1 of {n} is missing or not this render's"
+            "render store: apps/big/renders/{r} is damaged: chunk 1 of {n} is missing or not this render's"
         )
     );
-    store.put_render(&id, "feedface", &objects).await.unwrap();
-    assert!(store.has_render(&id, "feedface").await.unwrap());
+    store.put_render(&id, &r, &objects).await.unwrap();
+    assert!(store.has_render(&id, &r).await.unwrap());
     // A first chunk that claims more chunks than a render may have is damaged, not a count
     // of reads to make.
     secrets
@@ -1027,15 +1031,15 @@ async fn the_kubernetes_store_round_trips_a_render_larger_than_one_mebibyte() {
         )
         .await
         .unwrap();
-    assert!(!store.has_render(&id, "feedface").await.unwrap());
-    let e = store.get_render(&id, "feedface").await.unwrap_err();
+    assert!(!store.has_render(&id, &r).await.unwrap());
+    let e = store.get_render(&id, &r).await.unwrap_err();
     assert!(
         e.to_string()
             .ends_with("does not say it is chunk 0 of at most 64"),
         "{e}"
     );
     store.delete_prefix(&id).await.unwrap();
-    assert_eq!(store.get_render(&id, "feedface").await.unwrap(), None);
+    assert_eq!(store.get_render(&id, &r).await.unwrap(), None);
     assert!(
         secrets
             .list(&Default::default())

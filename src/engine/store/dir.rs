@@ -99,7 +99,7 @@ impl RenderStore for DirStore {
         Box::pin(async move {
             let key = id.render_key(render_ref);
             match std::fs::read(self.render_path(id, render_ref)) {
-                Ok(bytes) => decode(&key, &bytes).map(Some),
+                Ok(bytes) => decode(&key, &bytes, render_ref).map(Some),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                 Err(e) => Err(io("read", key)(e)),
             }
@@ -209,7 +209,7 @@ mod tests {
             name: "web".into(),
         };
         let objects = vec![Object(serde_json::json!({"kind": "ConfigMap"}))];
-        let abc = "abc0".repeat(16);
+        let abc = crate::engine::render::render_ref::render_ref(&objects);
         store.put_render(&id, &abc, &objects).await.unwrap();
         assert!(store.has_render(&id, &abc).await.unwrap());
         assert_eq!(

@@ -267,7 +267,7 @@ impl RenderStore for KubernetesStore {
                 .filter_map(|c| c.data.as_ref()?.get("render.gz"))
                 .flat_map(|b| b.0.iter().copied())
                 .collect();
-            decode(&key, &bytes).map(Some)
+            decode(&key, &bytes, render_ref).map(Some)
         })
     }
 

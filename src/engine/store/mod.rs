@@ -231,9 +231,22 @@ pub fn encode(objects: &[Object]) -> Vec<u8> {
 /// gigabytes in the daemon's memory.
 pub const MAX_DECODED_BYTES: u64 = 256 * 1024 * 1024;
 
-/// Decode a stored render.
-pub fn decode(key: &str, bytes: &[u8]) -> Result<Vec<Object>, StoreError> {
-    decode_at_most(key, bytes, MAX_DECODED_BYTES)
+/// Decode the render stored under `render_ref`. Its objects must hash to that ref: a pin or a
+/// rollback applies what the store returns, and whoever can write the store's Secrets (or
+/// files) could otherwise put other objects under a ref someone reviewed.
+pub fn decode(key: &str, bytes: &[u8], render_ref: &str) -> Result<Vec<Object>, StoreError> {
+    let objects = decode_at_most(key, bytes, MAX_DECODED_BYTES)?;
+    let actual = crate::engine::render::render_ref::render_ref(&objects);
+    if actual != render_ref {
+        return Err(StoreError::Corrupt {
+            key: key.to_string(),
+            message: format!(
+                "its objects are render {}, not the render it is stored as",
+                crate::engine::render::render_ref::short(&actual)
+            ),
+        });
+    }
+    Ok(objects)
 }
 
 fn decode_at_most(key: &str, bytes: &[u8], most: u64) -> Result<Vec<Object>, StoreError> {
@@ -356,12 +369,35 @@ mod tests {
         let objects = vec![Object(
             serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}),
         )];
-        assert_eq!(decode("k", &encode(&objects)).unwrap(), objects);
+        let r = crate::engine::render::render_ref::render_ref(&objects);
+        assert_eq!(decode("k", &encode(&objects), &r).unwrap(), objects);
         assert!(
-            decode("k", b"not gzip")
+            decode("k", b"not gzip", &r)
                 .unwrap_err()
                 .to_string()
                 .contains("damaged")
+        );
+    }
+
+    /// Objects stored under another render's ref are refused, whatever they are.
+    #[test]
+    fn a_render_stored_under_another_ref_is_damaged() {
+        let reviewed = vec![Object(
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}),
+        )];
+        let planted = vec![Object(
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}}),
+        )];
+        let r = crate::engine::render::render_ref::render_ref(&reviewed);
+        let planted_ref = crate::engine::render::render_ref::render_ref(&planted);
+        assert_eq!(
+            decode("apps/web/renders/r", &encode(&planted), &r)
+                .unwrap_err()
+                .to_string(),
+            format!(
+                "render store: apps/web/renders/r is damaged: its objects are render {}, not the render it is stored as",
+                &planted_ref[..12]
+            )
         );
     }
 
