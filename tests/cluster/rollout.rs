@@ -915,7 +915,11 @@ async fn a_render_left_by_a_failed_sync_is_collected_at_the_next_history_change(
         "metadata": {"name": "conf"}, "data": {"value": "x"}}))];
     store.put_render(&id, &theirs, &objects).await.unwrap();
     // Objects stored under a ref that is not theirs are never read back as that render.
-    let e = store.get_render(&id, &theirs).await.unwrap_err().to_string();
+    let e = store
+        .get_render(&id, &theirs)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(e.ends_with("not the render it is stored as"), "{e}");
     let r2 = sync_value("r2").await;
     let r3 = sync_value("r3").await;
