@@ -315,6 +315,7 @@ fn shared_state(
         health_queue: WorkQueue::new(),
         syncing: Default::default(),
         live,
+        fetched: Default::default(),
     }
 }
 

@@ -2,6 +2,7 @@
 //! Cluster and source controllers. Each reads its object from the informer cache and calls
 //! the same engine function the CLI calls.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,6 +53,32 @@ pub struct Shared {
     pub syncing: super::syncing::Syncing,
     /// The watches that answer the observer loops' reads of live objects.
     pub live: Arc<super::live::LiveTargets>,
+    /// The revision this process last fetched of each source.
+    pub fetched: FetchedRevisions,
+}
+
+/// The revision this process last fetched of each source (`Kind/namespace/name`). Every
+/// replica fetches each source for the Releases of its shards, but only one writes the
+/// source's status: a replica wakes its Releases when its own fetch moves, which it cannot
+/// tell from a status another replica may already have written.
+#[derive(Default)]
+pub struct FetchedRevisions(std::sync::Mutex<HashMap<String, String>>);
+
+impl FetchedRevisions {
+    /// Record `revision` of `source`; whether it moved: from the last one this process
+    /// fetched, or on its first fetch from the one the status names (`recorded`).
+    fn moved(&self, source: &str, revision: &str, recorded: Option<&str>) -> bool {
+        let previous =
+            crate::engine::locks::lock(&self.0).insert(source.to_string(), revision.to_string());
+        match previous {
+            Some(previous) => previous != revision,
+            None => recorded != Some(revision),
+        }
+    }
+
+    fn forget(&self, source: &str) {
+        crate::engine::locks::lock(&self.0).remove(source);
+    }
 }
 
 /// Marks a controller pass as running for [`super::syncing::Syncing`], and at its end (any
@@ -592,7 +619,19 @@ where
     }
     let namespace = object.namespace().unwrap_or_default();
     let name = object.name_any();
-    if status != old {
+    let source = source_key(kind, &namespace, &name);
+    let fetched = result.as_ref().ok().and_then(Option::as_ref);
+    let recorded = old.artifact.as_ref().map(|a| a.revision.as_str());
+    if let Some((revision, _)) = fetched
+        && shared.fetched.moved(&source, revision, recorded)
+    {
+        for key in releases_of(shared, kind, &namespace, &name) {
+            shared.controller_queue.add(&key);
+        }
+    }
+    // One writer per status: the replica whose shard holds the source (with every replica
+    // writing, all but one write of each change failed with a conflict, `scale_10k`).
+    if status != old && shared.ctx.shard.owns_key(&source) {
         let mut updated = object.clone();
         updated.set_source_status(status.clone());
         let api: Api<K> = Api::namespaced(shared.ctx.home.client.clone(), &namespace);
@@ -608,18 +647,16 @@ where
                 &e,
             ));
         }
-        if status.artifact.as_ref().map(|a| &a.revision)
-            != old.artifact.as_ref().map(|a| &a.revision)
-        {
-            for key in releases_of(shared, kind, &namespace, &name) {
-                shared.controller_queue.add(&key);
-            }
-        }
     }
     PassResult::Done {
         reason: if result.is_ok() { "Ready" } else { "NotReady" }.into(),
         requeue: Requeue::After(every),
     }
+}
+
+/// A source's key in [`FetchedRevisions`] and for the shard that writes its status.
+fn source_key(kind: SourceKind, namespace: &str, name: &str) -> String {
+    format!("{}/{namespace}/{name}", kind.as_str())
 }
 
 /// Access to the shared status type of the source kinds.
@@ -646,6 +683,9 @@ impl HasSourceStatus for OCIRegistry {
 /// The GitRepository controller: fetch its ref; a new revision wakes its Releases.
 pub async fn git(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
     let Some(repo) = shared.gits.get(&key) else {
+        shared
+            .fetched
+            .forget(&format!("{}/{key}", SourceKind::GitRepository.as_str()));
         return PassResult::Skip;
     };
     let namespace = repo.namespace().unwrap_or_default();
@@ -709,6 +749,9 @@ fn namespace_reader(shared: &Shared, namespace: &str) -> Result<ObjectReader, So
 /// The HelmRegistry controller: the repository index; a new index wakes its Releases.
 pub async fn helm(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
     let Some(registry) = shared.helms.get(&key) else {
+        shared
+            .fetched
+            .forget(&format!("{}/{key}", SourceKind::HelmRegistry.as_str()));
         return PassResult::Skip;
     };
     let result = helm_index(&shared, &registry).await;
@@ -748,6 +791,9 @@ async fn helm_index(
 /// The OCIRegistry controller: whether the registry answers.
 pub async fn oci(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
     let Some(registry) = shared.ocis.get(&key) else {
+        shared
+            .fetched
+            .forget(&format!("{}/{key}", SourceKind::OciRegistry.as_str()));
         return PassResult::Skip;
     };
     let result = crate::engine::source::oci::ping(&registry.spec.url, registry.spec.insecure)

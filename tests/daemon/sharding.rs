@@ -356,3 +356,131 @@ async fn a_stopped_replica_loses_its_shard_at_expiry_and_applies_nothing_when_it
     );
     assert_eq!(b.metric("convoy_shards_held", &[]), 2.0);
 }
+
+/// Every replica fetches a source for the Releases of its shards, and one writes its status:
+/// the replica whose shard holds the source. A commit reaches the Releases of both replicas at
+/// the source's interval (their own is 10m), though only one of them sees the status move.
+#[tokio::test]
+async fn a_commit_reaches_the_releases_of_both_replicas_and_one_writes_the_source_status() {
+    let f = Fixture::new(
+        "shard-source",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({"syncPolicy": {"interval": "10m"}}),
+    )
+    .await;
+    let ns = f.env.namespace.clone();
+    // A Release's shard is its target cluster's: one Cluster (this cluster) in each shard.
+    let in_shard = |shard: u32| {
+        (0..)
+            .map(|i| format!("c{i}"))
+            .find(|n| shard_of(&format!("{ns}/{n}"), 2) == shard)
+            .unwrap()
+    };
+    let clusters = [in_shard(0), in_shard(1)];
+    for name in &clusters {
+        f.kubectl_apply(
+            &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Cluster",
+            "metadata": {"name": name, "namespace": ns}, "spec": {"inCluster": true}}),
+        )
+        .await;
+    }
+    f.patch_spec(json!({"cluster": clusters[0]})).await;
+    f.repo
+        .commit(&[("other/b.yaml", &config_map("b", 0, "1"))], "other");
+    f.add_release(
+        "other",
+        "other",
+        json!({"cluster": clusters[1], "syncPolicy": {"interval": "10m"}}),
+    )
+    .await;
+    f.kubectl_apply(
+        &json!({"apiVersion": "source.convoy.kumodo.io/v1alpha1", "kind": "GitRepository",
+        "metadata": {"name": "repo", "namespace": ns},
+        "spec": {"url": f.repo.file_url(), "ref": {"branch": "main"}, "interval": "2s"}}),
+    )
+    .await;
+    let args = |id: &str| {
+        [
+            "--shards",
+            "2",
+            "--lease-duration",
+            "4s",
+            "--identity",
+            id,
+            "--lease-namespace",
+            &ns,
+            "--watch-namespace",
+            &ns,
+        ]
+        .map(String::from)
+    };
+    let (a_args, b_args) = (args("replica-a"), args("replica-b"));
+    let a_refs: Vec<&str> = a_args.iter().map(String::as_str).collect();
+    let b_refs: Vec<&str> = b_args.iter().map(String::as_str).collect();
+    let a = Daemon::start(&f.env.kubeconfig, &a_refs).await;
+    let b = Daemon::start(&f.env.kubeconfig, &b_refs).await;
+    let leases: Api<Lease> = Api::namespaced(f.env.client.clone(), &ns);
+    let holders = eventually(
+        "both shards held by different replicas",
+        Duration::from_secs(30),
+        || async {
+            let h0 = holder(&leases.get_opt("convoy-all-shard-0").await.ok()??)?;
+            let h1 = holder(&leases.get_opt("convoy-all-shard-1").await.ok()??)?;
+            (h0 != h1).then_some([h0, h1])
+        },
+    )
+    .await;
+    let value = |name: &'static str, want: &'static str| {
+        let f = &f;
+        async move {
+            let cm = f.config_map(name).await?;
+            (cm["data"]["value"] == want).then_some(())
+        }
+    };
+    eventually("both Releases applied", Duration::from_secs(60), || async {
+        value("a", "1").await?;
+        value("b", "1").await
+    })
+    .await;
+
+    f.repo.commit(
+        &[
+            ("app/a.yaml", &config_map("a", 0, "2")),
+            ("other/b.yaml", &config_map("b", 0, "2")),
+        ],
+        "both",
+    );
+    eventually(
+        "the commit applied by both replicas",
+        Duration::from_secs(30),
+        || async {
+            value("a", "2").await?;
+            value("b", "2").await
+        },
+    )
+    .await;
+
+    let writer = &holders[shard_of(&format!("GitRepository/{ns}/repo"), 2) as usize];
+    let (owner, other) = if writer == "replica-a" {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    let status_writes = |d: &Daemon| {
+        d.metric(
+            "convoy_api_requests_total",
+            &["verb=\"update\"", "resource=\"gitrepositories/status\""],
+        )
+    };
+    assert!(
+        status_writes(owner) >= 1.0,
+        "{writer} holds the source's shard and writes its status"
+    );
+    assert_eq!(
+        status_writes(other),
+        0.0,
+        "the other replica fetches the source but leaves its status alone"
+    );
+    let errors = |d: &Daemon| d.metric("convoy_pass_errors_total", &["loop=\"git\""]);
+    assert_eq!((errors(&a), errors(&b)), (0.0, 0.0));
+}
