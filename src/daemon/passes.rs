@@ -60,19 +60,21 @@ pub struct Shared {
 /// The revision this process last fetched of each source (`Kind/namespace/name`). Every
 /// replica fetches each source for the Releases of its shards, but only one writes the
 /// source's status: a replica wakes its Releases when its own fetch moves, which it cannot
-/// tell from a status another replica may already have written.
+/// tell from a status another replica may already have written. A source deleted and created
+/// again under its name (another uid) counts as moved.
 #[derive(Default)]
-pub struct FetchedRevisions(std::sync::Mutex<HashMap<String, String>>);
+pub struct FetchedRevisions(std::sync::Mutex<HashMap<String, (String, String)>>);
 
 impl FetchedRevisions {
-    /// Record `revision` of `source`; whether it moved: from the last one this process
-    /// fetched, or on its first fetch from the one the status names (`recorded`).
-    fn moved(&self, source: &str, revision: &str, recorded: Option<&str>) -> bool {
-        let previous =
-            crate::engine::locks::lock(&self.0).insert(source.to_string(), revision.to_string());
+    /// Record `revision` of `source` (object `uid`); whether it moved: from the last one this
+    /// process fetched of that object, or on its first fetch from the one the status names
+    /// (`recorded`).
+    fn moved(&self, source: &str, uid: &str, revision: &str, recorded: Option<&str>) -> bool {
+        let now = (uid.to_string(), revision.to_string());
+        let previous = crate::engine::locks::lock(&self.0).insert(source.to_string(), now);
         match previous {
-            Some(previous) => previous != revision,
-            None => recorded != Some(revision),
+            Some((previous_uid, previous)) if previous_uid == uid => previous != revision,
+            _ => recorded != Some(revision),
         }
     }
 
@@ -623,7 +625,12 @@ where
     let fetched = result.as_ref().ok().and_then(Option::as_ref);
     let recorded = old.artifact.as_ref().map(|a| a.revision.as_str());
     if let Some((revision, _)) = fetched
-        && shared.fetched.moved(&source, revision, recorded)
+        && shared.fetched.moved(
+            &source,
+            object.meta().uid.as_deref().unwrap_or_default(),
+            revision,
+            recorded,
+        )
     {
         for key in releases_of(shared, kind, &namespace, &name) {
             shared.controller_queue.add(&key);
@@ -810,4 +817,27 @@ pub async fn oci(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult
         every,
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FetchedRevisions;
+
+    #[test]
+    fn a_fetch_moves_on_a_new_revision_or_a_new_object_of_the_name() {
+        let fetched = FetchedRevisions::default();
+        let key = "GitRepository/apps/repo";
+        // First fetch: against what the status records.
+        assert!(!fetched.moved(key, "u1", "r1", Some("r1")));
+        assert!(
+            !fetched.moved(key, "u1", "r1", None),
+            "then against the last fetch"
+        );
+        assert!(fetched.moved(key, "u1", "r2", Some("r1")));
+        assert!(!fetched.moved(key, "u1", "r2", Some("r1")));
+        // Deleted and created again: a new object at the same revision has not been seen.
+        assert!(fetched.moved(key, "u2", "r2", None));
+        fetched.forget(key);
+        assert!(fetched.moved(key, "u2", "r2", None));
+    }
 }

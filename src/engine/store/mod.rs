@@ -379,6 +379,18 @@ mod tests {
         );
     }
 
+    /// Floats that need all 17 digits come back exactly, so such a render is not damaged.
+    #[test]
+    fn a_render_with_long_floats_reads_back_as_itself() {
+        let objects = vec![Object(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"},
+            "spec": {"values": [123456789.12345679_f64, 0.1, 1e-300, 2.2250738585072014e-308,
+                5e-324, 9007199254740993.0, 1.7976931348623157e308]},
+        }))];
+        let r = crate::engine::render::render_ref::render_ref(&objects);
+        assert_eq!(decode("k", &encode(&objects), &r).unwrap(), objects);
+    }
+
     /// Objects stored under another render's ref are refused, whatever they are.
     #[test]
     fn a_render_stored_under_another_ref_is_damaged() {

@@ -144,7 +144,9 @@ fn prune_targets(plan: &SyncPlan, applied: &[Member]) -> Vec<PruneTarget> {
 enum FinalPut {
     /// It holds these members already (as read before the sync, nothing pending).
     Unchanged,
-    /// The last wave's Put wrote these members: read it back.
+    /// The last wave's Put wrote these members (and no pending objects): its response is
+    /// the inventory (`Applied::last_written`; a read only if there were none, which a Put
+    /// of these members always leaves).
     ReadBack,
     Put,
 }
