@@ -78,8 +78,9 @@ impl FetchedRevisions {
         }
     }
 
-    fn forget(&self, source: &str) {
-        crate::engine::locks::lock(&self.0).remove(source);
+    /// A source gone from the cache (`key`: its queue key, `namespace/name`).
+    fn forget(&self, kind: SourceKind, key: &str) {
+        crate::engine::locks::lock(&self.0).remove(&format!("{}/{key}", kind.as_str()));
     }
 }
 
@@ -690,9 +691,7 @@ impl HasSourceStatus for OCIRegistry {
 /// The GitRepository controller: fetch its ref; a new revision wakes its Releases.
 pub async fn git(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
     let Some(repo) = shared.gits.get(&key) else {
-        shared
-            .fetched
-            .forget(&format!("{}/{key}", SourceKind::GitRepository.as_str()));
+        shared.fetched.forget(SourceKind::GitRepository, &key);
         return PassResult::Skip;
     };
     let namespace = repo.namespace().unwrap_or_default();
@@ -756,9 +755,7 @@ fn namespace_reader(shared: &Shared, namespace: &str) -> Result<ObjectReader, So
 /// The HelmRegistry controller: the repository index; a new index wakes its Releases.
 pub async fn helm(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
     let Some(registry) = shared.helms.get(&key) else {
-        shared
-            .fetched
-            .forget(&format!("{}/{key}", SourceKind::HelmRegistry.as_str()));
+        shared.fetched.forget(SourceKind::HelmRegistry, &key);
         return PassResult::Skip;
     };
     let result = helm_index(&shared, &registry).await;
@@ -798,9 +795,7 @@ async fn helm_index(
 /// The OCIRegistry controller: whether the registry answers.
 pub async fn oci(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
     let Some(registry) = shared.ocis.get(&key) else {
-        shared
-            .fetched
-            .forget(&format!("{}/{key}", SourceKind::OciRegistry.as_str()));
+        shared.fetched.forget(SourceKind::OciRegistry, &key);
         return PassResult::Skip;
     };
     let result = crate::engine::source::oci::ping(&registry.spec.url, registry.spec.insecure)
@@ -837,7 +832,7 @@ mod tests {
         assert!(!fetched.moved(key, "u1", "r2", Some("r1")));
         // Deleted and created again: a new object at the same revision has not been seen.
         assert!(fetched.moved(key, "u2", "r2", None));
-        fetched.forget(key);
+        fetched.forget(crate::engine::api::SourceKind::GitRepository, "apps/repo");
         assert!(fetched.moved(key, "u2", "r2", None));
     }
 }

@@ -123,6 +123,11 @@ async fn pending_written_as_a_list_map_is_replaced_and_cleared_after_the_upgrade
         }
         doc
     };
+    let put_inventory = |name: &'static str, pending: Option<Vec<serde_json::Value>>| {
+        let patch = Patch::Apply(doc(name, pending));
+        let (inventories, put) = (&inventories, &put);
+        async move { inventories.patch(name, put, &patch).await }
+    };
     // What `pending` looks like in the writer's managedFields.
     let owned_pending = |o: &DynamicObject| {
         o.metadata
@@ -138,12 +143,7 @@ async fn pending_written_as_a_list_map_is_replaced_and_cleared_after_the_upgrade
         "the list-map schema to serve",
         Duration::from_secs(30),
         || async {
-            inventories
-                .patch(
-                    "old",
-                    &put,
-                    &Patch::Apply(doc("old", Some(vec![entry("a"), entry("b")]))),
-                )
+            put_inventory("old", Some(vec![entry("a"), entry("b")]))
                 .await
                 .ok()
         },
@@ -168,37 +168,20 @@ async fn pending_written_as_a_list_map_is_replaced_and_cleared_after_the_upgrade
         "the atomic schema to serve",
         Duration::from_secs(30),
         || async {
-            let probe = inventories
-                .patch(
-                    "probe",
-                    &put,
-                    &Patch::Apply(doc("probe", Some(vec![entry("a")]))),
-                )
-                .await
-                .ok()?;
+            let probe = put_inventory("probe", Some(vec![entry("a")])).await.ok()?;
             (owned_pending(&probe) == json!({})).then_some(())
         },
     )
     .await;
 
-    let again = inventories
-        .patch(
-            "old",
-            &put,
-            &Patch::Apply(doc("old", Some(vec![entry("c")]))),
-        )
-        .await
-        .unwrap();
+    let again = put_inventory("old", Some(vec![entry("c")])).await.unwrap();
     assert_eq!(again.data["pending"], json!([entry("c")]));
     assert_eq!(
         owned_pending(&again),
         json!({}),
         "pending is owned as a whole"
     );
-    let cleared = inventories
-        .patch("old", &put, &Patch::Apply(doc("old", None)))
-        .await
-        .unwrap();
+    let cleared = put_inventory("old", None).await.unwrap();
     assert!(cleared.data.get("pending").is_none(), "{:?}", cleared.data);
     assert_eq!(cleared.data["inventory"], json!([entry("kept")]));
     assert!(owned_pending(&cleared).is_null());

@@ -31,6 +31,45 @@ fn apply_time(cm: &serde_json::Value) -> String {
         .unwrap_or_default()
 }
 
+/// Replicas `replica-a` and `replica-b` of a daemon with two shards, their Leases in
+/// `lease_ns`, watching `watched`; returned once each holds one shard, with the holders of
+/// shards 0 and 1.
+async fn two_replicas(
+    f: &Fixture,
+    lease_duration: &str,
+    lease_ns: &str,
+    watched: &str,
+) -> (Daemon, Daemon, Api<Lease>, [String; 2]) {
+    let args = |id: &'static str| {
+        [
+            "--shards",
+            "2",
+            "--lease-duration",
+            lease_duration,
+            "--identity",
+            id,
+            "--lease-namespace",
+            lease_ns,
+            "--watch-namespace",
+            watched,
+        ]
+    };
+    let a = Daemon::start(&f.env.kubeconfig, &args("replica-a")).await;
+    let b = Daemon::start(&f.env.kubeconfig, &args("replica-b")).await;
+    let leases: Api<Lease> = Api::namespaced(f.env.client.clone(), lease_ns);
+    let holders = eventually(
+        "both shards held by different replicas",
+        Duration::from_secs(30),
+        || async {
+            let h0 = holder(&leases.get_opt("convoy-all-shard-0").await.ok()??)?;
+            let h1 = holder(&leases.get_opt("convoy-all-shard-1").await.ok()??)?;
+            (h0 != h1).then_some([h0, h1])
+        },
+    )
+    .await;
+    (a, b, leases, holders)
+}
+
 #[tokio::test]
 async fn two_replicas_split_the_shards_and_a_killed_one_hands_its_shard_over() {
     // One Release per shard (a Release without spec.cluster is in shard hash("<ns>/") % 2).
@@ -55,37 +94,7 @@ async fn two_replicas_split_the_shards_and_a_killed_one_hands_its_shard_over() {
     };
     let lease_ns = zero.env.namespace.clone();
     let watched = format!("{},{}", zero.env.namespace, one.env.namespace);
-    let args = |id: &'static str| {
-        vec![
-            "--shards".to_string(),
-            "2".into(),
-            "--lease-duration".into(),
-            "4s".into(),
-            "--identity".into(),
-            id.into(),
-            "--lease-namespace".into(),
-            lease_ns.clone(),
-            "--watch-namespace".into(),
-            watched.clone(),
-        ]
-    };
-    let a_args = args("replica-a");
-    let b_args = args("replica-b");
-    let a_refs: Vec<&str> = a_args.iter().map(String::as_str).collect();
-    let b_refs: Vec<&str> = b_args.iter().map(String::as_str).collect();
-    let mut a = Daemon::start(&zero.env.kubeconfig, &a_refs).await;
-    let b = Daemon::start(&zero.env.kubeconfig, &b_refs).await;
-    let leases: Api<Lease> = Api::namespaced(zero.env.client.clone(), &lease_ns);
-    let holders = eventually(
-        "both shards held by different replicas",
-        Duration::from_secs(30),
-        || async {
-            let h0 = holder(&leases.get_opt("convoy-all-shard-0").await.ok()??)?;
-            let h1 = holder(&leases.get_opt("convoy-all-shard-1").await.ok()??)?;
-            (h0 != h1).then_some((h0, h1))
-        },
-    )
-    .await;
+    let (mut a, b, leases, holders) = two_replicas(&zero, "4s", &lease_ns, &watched).await;
     for f in [&zero, &one] {
         eventually("Applied", Duration::from_secs(30), || async {
             let status = f.release().await.status?;
@@ -98,7 +107,7 @@ async fn two_replicas_split_the_shards_and_a_killed_one_hands_its_shard_over() {
     // A Cluster is probed and its status written by the replica holding its shard, only
     // (with both, one write of each could fail with a conflict after a probe each). Both
     // Clusters are named into replica A's shard.
-    let a_holds: u32 = if holders.0 == "replica-a" { 0 } else { 1 };
+    let a_holds: u32 = if holders[0] == "replica-a" { 0 } else { 1 };
     let in_a_shard = |f: &Fixture| {
         (0..)
             .map(|i| format!("c{i}"))
@@ -139,7 +148,7 @@ async fn two_replicas_split_the_shards_and_a_killed_one_hands_its_shard_over() {
             &[&ns, "type=\"Applied\"", "status=\"True\""],
         )
     };
-    let (a_own, b_own) = if holders.0 == "replica-a" {
+    let (a_own, b_own) = if holders[0] == "replica-a" {
         (&zero, &one)
     } else {
         (&one, &zero)
@@ -160,7 +169,7 @@ async fn two_replicas_split_the_shards_and_a_killed_one_hands_its_shard_over() {
     );
 
     // Kill replica A: its shard goes to B once the lease expires.
-    let (a_shard, a_fixture) = if holders.0 == "replica-a" {
+    let (a_shard, a_fixture) = if holders[0] == "replica-a" {
         (0, &zero)
     } else {
         (1, &one)
@@ -234,36 +243,7 @@ async fn a_stopped_replica_loses_its_shard_at_expiry_and_applies_nothing_when_it
     };
     let lease_ns = zero.env.namespace.clone();
     let watched = format!("{},{}", zero.env.namespace, one.env.namespace);
-    let args = |id: &str| {
-        vec![
-            "--shards".to_string(),
-            "2".into(),
-            "--lease-duration".into(),
-            "6s".into(),
-            "--identity".into(),
-            id.into(),
-            "--lease-namespace".into(),
-            lease_ns.clone(),
-            "--watch-namespace".into(),
-            watched.clone(),
-        ]
-    };
-    let (a_args, b_args) = (args("replica-a"), args("replica-b"));
-    let a_refs: Vec<&str> = a_args.iter().map(String::as_str).collect();
-    let b_refs: Vec<&str> = b_args.iter().map(String::as_str).collect();
-    let a = Daemon::start(&zero.env.kubeconfig, &a_refs).await;
-    let b = Daemon::start(&zero.env.kubeconfig, &b_refs).await;
-    let leases: Api<Lease> = Api::namespaced(zero.env.client.clone(), &lease_ns);
-    let holders = eventually(
-        "both shards held by different replicas",
-        Duration::from_secs(30),
-        || async {
-            let h0 = holder(&leases.get_opt("convoy-all-shard-0").await.ok()??)?;
-            let h1 = holder(&leases.get_opt("convoy-all-shard-1").await.ok()??)?;
-            (h0 != h1).then_some((h0, h1))
-        },
-    )
-    .await;
+    let (a, b, leases, holders) = two_replicas(&zero, "6s", &lease_ns, &watched).await;
     for f in [&zero, &one] {
         eventually("Applied", Duration::from_secs(30), || async {
             let status = f.release().await.status?;
@@ -271,7 +251,7 @@ async fn a_stopped_replica_loses_its_shard_at_expiry_and_applies_nothing_when_it
         })
         .await;
     }
-    let (a_shard, a_fixture) = if holders.0 == "replica-a" {
+    let (a_shard, a_fixture) = if holders[0] == "replica-a" {
         (0, &zero)
     } else {
         (1, &one)
@@ -399,37 +379,7 @@ async fn a_commit_reaches_the_releases_of_both_replicas_and_one_writes_the_sourc
         "spec": {"url": f.repo.file_url(), "ref": {"branch": "main"}, "interval": "2s"}}),
     )
     .await;
-    let args = |id: &str| {
-        [
-            "--shards",
-            "2",
-            "--lease-duration",
-            "4s",
-            "--identity",
-            id,
-            "--lease-namespace",
-            &ns,
-            "--watch-namespace",
-            &ns,
-        ]
-        .map(String::from)
-    };
-    let (a_args, b_args) = (args("replica-a"), args("replica-b"));
-    let a_refs: Vec<&str> = a_args.iter().map(String::as_str).collect();
-    let b_refs: Vec<&str> = b_args.iter().map(String::as_str).collect();
-    let a = Daemon::start(&f.env.kubeconfig, &a_refs).await;
-    let b = Daemon::start(&f.env.kubeconfig, &b_refs).await;
-    let leases: Api<Lease> = Api::namespaced(f.env.client.clone(), &ns);
-    let holders = eventually(
-        "both shards held by different replicas",
-        Duration::from_secs(30),
-        || async {
-            let h0 = holder(&leases.get_opt("convoy-all-shard-0").await.ok()??)?;
-            let h1 = holder(&leases.get_opt("convoy-all-shard-1").await.ok()??)?;
-            (h0 != h1).then_some([h0, h1])
-        },
-    )
-    .await;
+    let (a, b, _, holders) = two_replicas(&f, "4s", &ns, &ns).await;
     let value = |name: &'static str, want: &'static str| {
         let f = &f;
         async move {
