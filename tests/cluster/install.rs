@@ -5,10 +5,11 @@
 //! The install is cluster-wide (ClusterRoles, admission policies), so one test does it all.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::{STORE_NAMESPACE, TestEnv, repo_root};
+use crate::support::{STORE_NAMESPACE, TestEnv, eventually, repo_root};
 
 /// Resources every authenticated user may use (self-reviews), left out of the table.
 const EVERYONE: [&str; 3] = [
@@ -67,6 +68,17 @@ fn readme_table() -> String {
     readme[start + "<!-- rbac-table -->".len()..end]
         .trim()
         .to_string()
+}
+
+/// Wait until `attempt` (a dry run) is refused with `message`: admission loads a policy created
+/// a moment ago only after its informer sees it, so a write right after the install may pass.
+async fn in_force(what: &str, message: &str, attempt: impl Fn() -> std::process::Output) {
+    eventually(what, Duration::from_secs(30), || async {
+        let out = attempt();
+        (!out.status.success() && String::from_utf8_lossy(&out.stderr).contains(message))
+            .then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -160,6 +172,23 @@ async fn convoys_identities_can_do_what_readme_says_and_admission_holds_them_to_
             body,
         ])
     };
+    // A new policy takes a moment to load into admission: wait (with a dry run) until it holds.
+    const OBSERVER_FENCE: &str = "convoy's observer may change only the convoy.kumodo.io/sync-requested-at annotation of a Release";
+    in_force("the observer's policy", OBSERVER_FENCE, || {
+        env.kubectl(&[
+            &as_observer,
+            "-n",
+            &env.namespace,
+            "patch",
+            "release",
+            "web",
+            "--dry-run=server",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"targetNamespace":"kube-system"}}"#,
+        ])
+    })
+    .await;
     let allowed = patch(
         r#"{"metadata":{"annotations":{"convoy.kumodo.io/sync-requested-at":"2026-12-01T00:00:00Z"}}}"#,
     );
@@ -177,9 +206,7 @@ async fn convoys_identities_can_do_what_readme_says_and_admission_holds_them_to_
         let denied = patch(body);
         assert!(!denied.status.success(), "{body}");
         assert!(
-            String::from_utf8_lossy(&denied.stderr).contains(
-                "convoy's observer may change only the convoy.kumodo.io/sync-requested-at annotation of a Release"
-            ),
+            String::from_utf8_lossy(&denied.stderr).contains(OBSERVER_FENCE),
             "{body}: {}",
             String::from_utf8_lossy(&denied.stderr)
         );
@@ -189,6 +216,16 @@ async fn convoys_identities_can_do_what_readme_says_and_admission_holds_them_to_
     let install = env.convoy(&["install", "-n", STORE_NAMESPACE, "--cluster-admin"]);
     assert!(install.status.success());
     let as_controller = format!("--as=system:serviceaccount:{STORE_NAMESPACE}:convoy-controller");
+    const SELF_FENCE: &str = "convoy's own identities may not change convoy's Deployments, ServiceAccounts, RBAC or admission policies";
+    in_force("convoy's self-protection policy", SELF_FENCE, || {
+        env.kubectl(&[
+            &as_controller,
+            "--dry-run=server",
+            "delete",
+            "clusterrole/convoy-observer",
+        ])
+    })
+    .await;
     let scale = env.kubectl(&[
         &as_controller,
         "-n",
@@ -210,9 +247,7 @@ async fn convoys_identities_can_do_what_readme_says_and_admission_holds_them_to_
     for denied in [scale, delete_role] {
         assert!(!denied.status.success());
         assert!(
-            String::from_utf8_lossy(&denied.stderr).contains(
-                "convoy's own identities may not change convoy's Deployments, ServiceAccounts, RBAC or admission policies"
-            ),
+            String::from_utf8_lossy(&denied.stderr).contains(SELF_FENCE),
             "{}",
             String::from_utf8_lossy(&denied.stderr)
         );
