@@ -244,54 +244,85 @@ pub struct PruneOutcome {
     /// Targets left alone because their labels name another Release (dropped from this
     /// Release's inventory).
     pub handed_over: Vec<(ObjectKey, Owner)>,
+    /// Targets only a stopped sync's intent listed, found without this Release's labels: this
+    /// Release never applied them (kubectl's, say, which the sync was about to adopt), so they
+    /// are left as found and dropped from its inventory.
+    pub never_applied: Vec<ObjectKey>,
+}
+
+/// What a prune target's live object says of its owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum LiveOwner {
+    /// Not found, or not read (the delete says why).
+    Unknown,
+    /// Found without ownership labels.
+    Unlabelled,
+    Labelled(Owner),
+}
+
+/// What `prune_refs` does with one target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum PruneDecision {
+    Delete,
+    HandOver(Owner),
+    LeaveAsFound,
+}
+
+/// An object labelled for another Release is handed over. An unlabelled one is this
+/// Release's when its inventory recorded it as applied (applied before convoy labelled
+/// objects), but not when only a stopped sync's intent listed it: convoy labels everything it
+/// sends, so it never sent that one, and deleting it would delete another writer's object.
+fn decide(target: &PruneTarget, live: LiveOwner, me: &Owner) -> PruneDecision {
+    match live {
+        LiveOwner::Labelled(owner) if owner != *me => PruneDecision::HandOver(owner),
+        LiveOwner::Unlabelled if target.intent_only => PruneDecision::LeaveAsFound,
+        _ => PruneDecision::Delete,
+    }
 }
 
 /// `pruneRefs` (reconcile-flow.txt stageSync step 5 and finalize step 3): delete `targets`,
-/// except those whose live labels name another Release: those now belong to it, and are only
-/// reported. Objects without ownership labels (applied before convoy labelled them) are this
-/// Release's.
+/// except those whose live labels name another Release (those now belong to it, and are only
+/// reported) and unlabelled objects only a stopped sync's intent listed ([`decide`]).
 pub async fn prune_refs(
     applier: &Applier,
     release: &Release,
     targets: &[PruneTarget],
 ) -> Result<PruneOutcome, ApplyError> {
     let me = Owner::of(release);
-    let owners: Vec<Result<Option<Owner>, ApplyError>> = stream::iter(targets.iter().cloned())
+    let owners: Vec<Result<LiveOwner, ApplyError>> = stream::iter(targets.iter().cloned())
         .map(|t| async move {
             let Some(api) = api_for(applier, &t.key).await else {
-                return Ok(None);
+                return Ok(LiveOwner::Unknown);
             };
             match api.get_opt(&t.key.name).await {
-                Ok(found) => Ok(found
-                    .and_then(|o| serde_json::to_value(o).ok())
-                    .and_then(|v| Owner::of_live(&v))),
+                Ok(None) => Ok(LiveOwner::Unknown),
+                Ok(Some(found)) => Ok(serde_json::to_value(found)
+                    .ok()
+                    .and_then(|v| Owner::of_live(&v))
+                    .map_or(LiveOwner::Unlabelled, LiveOwner::Labelled)),
                 Err(e) if crate::engine::connect::is_unreachable(&e) => {
                     Err(ApplyError::Unreachable(Box::new(e)))
                 }
                 // Unreadable: the delete will say why.
-                Err(_) => Ok(None),
+                Err(_) => Ok(LiveOwner::Unknown),
             }
         })
         .buffered(applier.concurrency())
         .collect()
         .await;
     let mut mine = Vec::new();
-    let mut handed_over = Vec::new();
+    let mut outcome = PruneOutcome::default();
     for (target, owner) in targets.iter().zip(owners) {
-        match owner? {
-            Some(owner) if owner != me => handed_over.push((target.key.clone(), owner)),
-            _ => mine.push(target.clone()),
+        match decide(target, owner?, &me) {
+            PruneDecision::Delete => mine.push(target.clone()),
+            PruneDecision::HandOver(owner) => outcome.handed_over.push((target.key.clone(), owner)),
+            PruneDecision::LeaveAsFound => outcome.never_applied.push(target.key.clone()),
         }
     }
-    let report = if mine.is_empty() {
-        PruneReport::default()
-    } else {
-        applier.prune(&mine).await?
-    };
-    Ok(PruneOutcome {
-        report,
-        handed_over,
-    })
+    if !mine.is_empty() {
+        outcome.report = applier.prune(&mine).await?;
+    }
+    Ok(outcome)
 }
 
 /// "ConfigMap/ns/a (Release ns/b)" for a message, the first few and a count.
@@ -318,6 +349,45 @@ mod tests {
             "spec": {"source": {"kind": "GitRepository", "name": "repo"}},
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_prune_deletes_its_own_objects_hands_over_others_and_leaves_what_it_never_applied() {
+        let me = Owner::of(&release("team-a", "web"));
+        let other = Owner::of(&release("team-b", "web"));
+        let target = |intent_only| PruneTarget {
+            key: ObjectKey {
+                group: String::new(),
+                kind: "ConfigMap".into(),
+                namespace: "team-a".into(),
+                name: "a".into(),
+            },
+            wave: 0,
+            intent_only,
+        };
+        for intent_only in [false, true] {
+            let t = target(intent_only);
+            assert_eq!(
+                decide(&t, LiveOwner::Labelled(me.clone()), &me),
+                PruneDecision::Delete
+            );
+            assert_eq!(
+                decide(&t, LiveOwner::Labelled(other.clone()), &me),
+                PruneDecision::HandOver(other.clone())
+            );
+            // Gone or unreadable: the delete finds it gone, or says why it cannot.
+            assert_eq!(decide(&t, LiveOwner::Unknown, &me), PruneDecision::Delete);
+        }
+        // Unlabelled: recorded as applied (before convoy labelled objects) is this Release's;
+        // listed only by a stopped sync's intent, it was never sent by this Release.
+        assert_eq!(
+            decide(&target(false), LiveOwner::Unlabelled, &me),
+            PruneDecision::Delete
+        );
+        assert_eq!(
+            decide(&target(true), LiveOwner::Unlabelled, &me),
+            PruneDecision::LeaveAsFound
+        );
     }
 
     #[test]

@@ -131,6 +131,32 @@ async fn deleting_a_release_leaves_objects_another_release_took_over() {
     );
     // A still lists `shared` in its inventory; its deletion deletes only what is still A's.
     assert_eq!(inventory_keys(&f, "web").await, ["a", "shared"]);
+    // And kubectl's object, which a sync of A stopped before sending (its intent lists it).
+    let ns = f.env.namespace.clone();
+    f.env.kubectl_apply_text(
+        &config_map("kubectls", 0, "mine")
+            .replace("  labels: {app: demo}\n", &format!("  namespace: {ns}\n")),
+        &["--server-side"],
+    );
+    let handle = convoy::engine::inventory::InventoryHandle::for_release(
+        f.env.client.clone(),
+        &f.release().await,
+    );
+    let inventory = handle.get().await.unwrap().unwrap();
+    let recorded: Vec<_> = members(&inventory)
+        .iter()
+        .map(|e| convoy::engine::inventory::Member::from_entry(e))
+        .collect();
+    let kubectls = convoy::engine::api::ObjectKey {
+        group: String::new(),
+        kind: "ConfigMap".into(),
+        namespace: ns,
+        name: "kubectls".into(),
+    };
+    handle
+        .put_with_pending(&recorded, &[kubectls])
+        .await
+        .unwrap();
     f.releases()
         .delete("web", &Default::default())
         .await
@@ -149,6 +175,11 @@ async fn deleting_a_release_leaves_objects_another_release_took_over() {
         shared["metadata"]["labels"]["convoy.kumodo.io/release"],
         "b"
     );
+    let kubectls = f
+        .config_map("kubectls")
+        .await
+        .expect("kubectl's object stays");
+    assert_eq!(kubectls["data"]["value"], "mine");
 }
 
 /// A Deployment made with `kubectl apply` (client-side), then adopted: kubectl's fields move
@@ -239,7 +270,9 @@ async fn adopting_an_object_kubectl_made_takes_over_kubectls_fields_only() {
 }
 
 /// Objects a stopped sync applied before it recorded them are found from the inventory's
-/// pending list: the next sync of a render without them prunes them.
+/// pending list: the next sync of a render without them prunes them. A pending object the
+/// sync never sent (kubectl's, which it was about to adopt: no convoy labels) is left as it
+/// is and dropped from the inventory.
 #[tokio::test]
 async fn objects_a_stopped_sync_left_unrecorded_are_pruned_after_a_revert() {
     let f = Fixture::new(
@@ -250,8 +283,8 @@ async fn objects_a_stopped_sync_left_unrecorded_are_pruned_after_a_revert() {
     .await;
     f.sync().await;
     let ns = f.env.namespace.clone();
-    // What a process killed during a wave leaves: the objects applied, the inventory Put
-    // before the wave (with them pending), no Put after.
+    // What a process killed during a wave leaves: the objects applied (labelled, as convoy
+    // sends them), the inventory Put before the wave (with them pending), no Put after.
     let release = f.release().await;
     let handle =
         convoy::engine::inventory::InventoryHandle::for_release(f.env.client.clone(), &release);
@@ -260,35 +293,56 @@ async fn objects_a_stopped_sync_left_unrecorded_are_pruned_after_a_revert() {
         .iter()
         .map(|e| convoy::engine::inventory::Member::from_entry(e))
         .collect();
+    let key = |name: &str| convoy::engine::api::ObjectKey {
+        group: String::new(),
+        kind: "ConfigMap".into(),
+        namespace: ns.clone(),
+        name: name.into(),
+    };
     let mut pending = Vec::new();
     for i in 0..5 {
         let name = format!("orphan-{i}");
         f.env.kubectl_apply_text(
             &config_map(&name, 0, "x").replace(
-                &format!("  name: {name}\n"),
-                &format!("  name: {name}\n  namespace: {ns}\n"),
+                "  labels: {app: demo}\n",
+                &format!(
+                    "  namespace: {ns}\n  labels: {{app: demo, convoy.kumodo.io/release: web, convoy.kumodo.io/release-namespace: {ns}}}\n"
+                ),
             ),
             &["--server-side", "--field-manager=convoy-release"],
         );
-        pending.push(convoy::engine::api::ObjectKey {
-            group: String::new(),
-            kind: "ConfigMap".into(),
-            namespace: ns.clone(),
-            name,
-        });
+        pending.push(key(&name));
     }
+    // Listed in the intent, never sent: kubectl's object as it was before the sync.
+    f.env.kubectl_apply_text(
+        &config_map("kubectls", 0, "mine")
+            .replace("  labels: {app: demo}\n", &format!("  namespace: {ns}\n")),
+        &["--server-side"],
+    );
+    pending.push(key("kubectls"));
     handle.put_with_pending(&recorded, &pending).await.unwrap();
-    // The render (reverted) does not hold them: they are pruned, and pending is cleared.
+    // The render (reverted) does not hold them: convoy's are pruned, kubectl's is left as
+    // found, and pending is cleared.
     let outcome = f.sync().await.outcome.unwrap();
     assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
+    assert!(
+        outcome.message.contains(&format!(
+            "1 object, 5 pruned; left as found, not pruned (a stopped sync was about to apply them, and this Release never did): ConfigMap/{ns}/kubectls"
+        )),
+        "{}",
+        outcome.message
+    );
     let cms: Api<ConfigMap> = Api::namespaced(f.env.client.clone(), &ns);
-    for key in &pending {
+    for key in &pending[..5] {
         assert!(
             cms.get_opt(&key.name).await.unwrap().is_none(),
             "{} left",
             key.name
         );
     }
+    let kubectls = cms.get("kubectls").await.unwrap();
+    assert_eq!(kubectls.data.unwrap()["value"], "mine");
+    assert!(kubectls.metadata.labels.is_none());
     let inventory = handle.get().await.unwrap().unwrap();
     assert!(inventory.spec.pending.is_empty());
     assert_eq!(inventory_keys(&f, "web").await, ["a"]);

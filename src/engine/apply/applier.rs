@@ -90,6 +90,10 @@ pub struct DryRunReport {
 pub struct PruneTarget {
     pub key: ObjectKey,
     pub wave: i32,
+    /// Listed only by a stopped sync's intent (ReleaseInventory.pending), never recorded as
+    /// applied: convoy may not have sent it, so an object found without this Release's labels
+    /// is someone else's and is left alone (`ownership::prune_refs`).
+    pub intent_only: bool,
 }
 
 /// What prune did.

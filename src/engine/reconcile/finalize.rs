@@ -231,7 +231,8 @@ async fn delete_hooks(
 }
 
 /// Step 3, `pruneRefs`: delete the inventory's members and what a stopped sync was about to
-/// apply (its pending wave), leaving what another Release took over.
+/// apply (its pending wave) if it did, leaving what another Release took over and pending
+/// objects this Release never labelled (never applied).
 async fn prune_inventoried(deletion: &Deletion<'_>, applier: &Applier) -> Result<(), HandlerError> {
     let name = &deletion.name;
     let Some(current) = deletion
@@ -247,6 +248,7 @@ async fn prune_inventoried(deletion: &Deletion<'_>, applier: &Applier) -> Result
         .map(|e| PruneTarget {
             key: e.key(),
             wave: e.wave.unwrap_or(0),
+            intent_only: false,
         })
         .collect();
     for pending in pending_members(&current) {
@@ -254,6 +256,7 @@ async fn prune_inventoried(deletion: &Deletion<'_>, applier: &Applier) -> Result
             targets.push(PruneTarget {
                 key: pending.key,
                 wave: 0,
+                intent_only: true,
             });
         }
     }
@@ -262,6 +265,9 @@ async fn prune_inventoried(deletion: &Deletion<'_>, applier: &Applier) -> Result
         .map_err(|e| deletion.fail(FinalizeError::Prune(e)))?;
     if !outcome.handed_over.is_empty() {
         tracing::info!(release = %name, "not deleted with the Release: {}", ownership::describe_handed_over(&outcome.handed_over));
+    }
+    if !outcome.never_applied.is_empty() {
+        tracing::info!(release = %name, "not deleted with the Release, never applied by it (a stopped sync was about to): {}", crate::engine::explain::first_of(&outcome.never_applied, 5));
     }
     let failures = outcome.report.failures;
     if failures.is_empty() {

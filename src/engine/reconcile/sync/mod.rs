@@ -353,24 +353,33 @@ fn applied_outcome(
     run: &SyncRun<'_>,
     objects: usize,
     applied: wave_loop::Applied,
-    pruned: usize,
-    handed_over: &[(crate::engine::api::ObjectKey, ownership::Owner)],
+    deleted: usize,
+    pruned: &prune::Pruned,
 ) -> ReconcileOutcome {
     let mut message = format!(
         "render {} applied: {}",
         short(run.render_ref),
         count(objects, "object")
     );
-    if pruned > 0 {
-        message.push_str(&format!(", {pruned} pruned"));
+    if deleted > 0 {
+        message.push_str(&format!(", {deleted} pruned"));
     }
     let mut outcome = ReconcileOutcome::applied(run.attempt.clone(), message, applied.waves);
     outcome.objects_sent = applied.objects_sent;
-    if !handed_over.is_empty() {
-        let notice = format!(
+    let mut notices = Vec::new();
+    if !pruned.handed_over.is_empty() {
+        notices.push(format!(
             "left to other Releases, not pruned: {}",
-            ownership::describe_handed_over(handed_over)
-        );
+            ownership::describe_handed_over(&pruned.handed_over)
+        ));
+    }
+    if !pruned.never_applied.is_empty() {
+        notices.push(format!(
+            "left as found, not pruned (a stopped sync was about to apply them, and this Release never did): {}",
+            crate::engine::explain::first_of(&pruned.never_applied, 5)
+        ));
+    }
+    for notice in notices {
         outcome.message.push_str(&format!("; {notice}"));
         outcome.notices.push(notice);
     }

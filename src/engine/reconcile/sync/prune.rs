@@ -28,6 +28,9 @@ pub(super) struct Pruned {
     pub failure: Option<String>,
     /// Targets whose labels name another Release: dropped from this inventory, not deleted.
     pub handed_over: Vec<(ObjectKey, Owner)>,
+    /// Carried-over pending objects found without this Release's labels: never applied by
+    /// it, so dropped from this inventory, not deleted.
+    pub never_applied: Vec<ObjectKey>,
 }
 
 /// Step 5, `pruneRefs`: delete the previous members and pending objects the waves did not
@@ -45,6 +48,7 @@ pub(super) async fn prune_refs(
         not_pruned: Vec::new(),
         failure: None,
         handed_over: Vec::new(),
+        never_applied: Vec::new(),
     };
     if targets.is_empty() {
         return pruned;
@@ -55,6 +59,7 @@ pub(super) async fn prune_refs(
                 objects: outcome.report.deleted.len(),
             });
             pruned.handed_over = outcome.handed_over;
+            pruned.never_applied = outcome.never_applied;
             let failures = outcome.report.failures;
             if !failures.is_empty() {
                 let shown: Vec<String> = failures.iter().take(5).map(|r| r.to_string()).collect();
@@ -109,9 +114,9 @@ pub(super) async fn write_inventory(
             .with_waves(waves);
     }
     let objects = plan.for_cluster.objects.len();
-    let deleted = pruned.targets - pruned.handed_over.len();
+    let deleted = pruned.targets - pruned.handed_over.len() - pruned.never_applied.len();
     let applied = Applied { waves, ..applied };
-    applied_outcome(run, objects, applied, deleted, &pruned.handed_over)
+    applied_outcome(run, objects, applied, deleted, &pruned)
 }
 
 /// `status.waves[].healthy`: from the inventory when health is assessed; NotConfigured: an
@@ -127,14 +132,19 @@ fn mark_waves(run: &SyncRun<'_>, waves: &mut [WaveStatus], written: &ReleaseInve
 }
 
 /// The prune targets: previous members and carried-over pending objects that this sync did
-/// not apply, except `Ignore` objects.
+/// not apply, except `Ignore` objects. A carried-over one is only an intent: see
+/// [`PruneTarget::intent_only`].
 fn prune_targets(plan: &SyncPlan, applied: &[Member]) -> Vec<PruneTarget> {
     let applied: BTreeSet<&ObjectKey> = applied.iter().map(|m| &m.key).collect();
-    plan.previous_members()
-        .filter(|m| !applied.contains(&m.key) && !plan.for_cluster.ignored.contains(&m.key))
-        .map(|m| PruneTarget {
+    let recorded = plan.recorded.iter().map(|m| (m, false));
+    let carried = plan.carried.iter().map(|m| (m, true));
+    recorded
+        .chain(carried)
+        .filter(|(m, _)| !applied.contains(&m.key) && !plan.for_cluster.ignored.contains(&m.key))
+        .map(|(m, intent_only)| PruneTarget {
             key: m.key.clone(),
             wave: m.wave,
+            intent_only,
         })
         .collect()
 }
