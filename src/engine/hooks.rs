@@ -101,6 +101,33 @@ pub fn hook_timeout(hook: Option<&Hook>) -> Duration {
         .unwrap_or(DEFAULT_HOOK_TIMEOUT)
 }
 
+/// Check the lifecycle hooks' names (stageRender, with the render's other checks): each is
+/// non-empty, holds no `/` and is used once per phase. The inventory keys hook entries by
+/// name and phase, and an entry named `Kind/namespace/name` is a content hook's, whose object
+/// is polled and deleted with the Release: a lifecycle hook named like one would point convoy
+/// at an object of the author's choosing, and two hooks of one name and phase would share one
+/// entry.
+pub fn check_names(release: &Release) -> Result<(), crate::engine::error::Invalid> {
+    let hooks = release.spec.lifecycle.as_ref().map(|l| l.hooks.as_slice());
+    let mut seen = std::collections::BTreeSet::new();
+    for hook in hooks.unwrap_or_default() {
+        let problem = if hook.name.is_empty() {
+            "is empty"
+        } else if hook.name.contains('/') {
+            "holds a '/' (names like Kind/namespace/name are content hooks')"
+        } else if !seen.insert((hook.name.as_str(), hook.phase)) {
+            "is used by two hooks of one phase"
+        } else {
+            continue;
+        };
+        return Err(crate::engine::error::Invalid(format!(
+            "spec.lifecycle.hooks: the hook name {:?} {problem}; give each hook of a phase its own name without '/'",
+            hook.name
+        )));
+    }
+    Ok(())
+}
+
 /// Whether a hook entry needs polling: it has a workload and either never finished, or was
 /// armed again after it finished.
 pub fn needs_poll(entry: &HookEntry) -> bool {
@@ -752,6 +779,40 @@ mod tests {
 
     fn hook(job: Value) -> Hook {
         serde_json::from_value(json!({"name": "migrate", "phase": "preSync", "job": job})).unwrap()
+    }
+
+    #[test]
+    fn hook_names_are_non_empty_hold_no_slash_and_are_unique_per_phase() {
+        let with_hooks = |hooks: Value| {
+            let mut r = release();
+            r.spec.lifecycle = Some(serde_json::from_value(json!({"hooks": hooks})).unwrap());
+            check_names(&r).map_err(|e| e.0)
+        };
+        let job = json!({"template": {}});
+        assert_eq!(check_names(&release()), Ok(()));
+        assert_eq!(
+            with_hooks(json!([
+                {"name": "migrate", "phase": "preSync", "job": job},
+                {"name": "migrate", "phase": "postSync", "job": job},
+            ])),
+            Ok(())
+        );
+        assert_eq!(
+            with_hooks(json!([{"name": "Secret/kube-system/token", "phase": "preDelete", "job": job}])),
+            Err("spec.lifecycle.hooks: the hook name \"Secret/kube-system/token\" holds a '/' (names like Kind/namespace/name are content hooks'); give each hook of a phase its own name without '/'".into())
+        );
+        assert_eq!(
+            with_hooks(json!([
+                {"name": "migrate", "phase": "preSync", "job": job},
+                {"name": "migrate", "phase": "preSync", "job": job},
+            ])),
+            Err("spec.lifecycle.hooks: the hook name \"migrate\" is used by two hooks of one phase; give each hook of a phase its own name without '/'".into())
+        );
+        assert!(
+            with_hooks(json!([{"name": "", "phase": "preSync", "job": job}]))
+                .unwrap_err()
+                .contains("\"\" is empty")
+        );
     }
 
     #[test]

@@ -486,3 +486,37 @@ fn a_plain_object_with_generate_name_is_refused_naming_the_file() {
         "error: render Release apps/web (step Rendering, reason DeployFailed): read manifests: settings.yaml: document 1: ConfigMap has no metadata.name (only hooks may use generateName: annotate it helm.sh/hook or argocd.argoproj.io/hook, or give it a name)"
     );
 }
+
+/// A lifecycle hook named like a content hook's entry (Kind/namespace/name) is refused at
+/// Rendering: its entry would point convoy at that object, polled and deleted with the Release.
+#[test]
+fn a_lifecycle_hook_named_like_an_object_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("app")).unwrap();
+    std::fs::write(
+        dir.path().join("app/settings.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata: {a: b}\n",
+    )
+    .unwrap();
+    let file = release_file(
+        dir.path(),
+        "file:///nowhere",
+        "    path: app\n  lifecycle:\n    hooks:\n    - name: Secret/kube-system/token\n      phase: preDelete\n      pod: {containers: [{name: x, image: busybox}]}\n",
+    );
+    let (code, stdout, stderr) = convoy_in_repo(
+        &[
+            "render",
+            "-f",
+            &file,
+            "--source-dir",
+            dir.path().to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(code, 4);
+    assert_eq!(stdout, "");
+    assert_eq!(
+        stderr.trim_end(),
+        "error: render Release apps/web (step Rendering, reason DeployFailed): spec.lifecycle.hooks: the hook name \"Secret/kube-system/token\" holds a '/' (names like Kind/namespace/name are content hooks'); give each hook of a phase its own name without '/'"
+    );
+}

@@ -319,6 +319,26 @@ async fn a_hook_must_set_exactly_one_of_job_and_pod() {
     )
     .await
     .unwrap();
+    // A name shaped like a content hook's entry (Kind/namespace/name) is refused.
+    let err = api
+        .create(
+            &Default::default(),
+            &release(
+                "slash",
+                serde_json::json!({"name": "Secret/kube-system/token", "phase": "preDelete", "pod": spec}),
+            ),
+        )
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("{err}")
+    };
+    assert_eq!(status.code, 422);
+    assert!(
+        status.message.contains("spec.lifecycle.hooks[0].name"),
+        "{}",
+        status.message
+    );
 }
 
 #[tokio::test]

@@ -512,6 +512,9 @@ pub enum HookFailurePolicy {
     "message": "a hook sets exactly one of job and pod"
 }]))]
 pub struct Hook {
+    /// The hook's name, one per phase, without a `/` (hook entries named Kind/namespace/name
+    /// are content hooks').
+    #[schemars(length(min = 1), pattern(r"^[^/]+$"))]
     pub name: String,
     pub phase: HookPhase,
     /// A Job spec (`batch/v1` JobSpec).

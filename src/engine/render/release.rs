@@ -274,6 +274,7 @@ pub fn finish_render(
     validate(&objects)?;
     crate::engine::content_hooks::validate(&objects).map_err(RenderError::Invalid)?;
     crate::engine::exclusions::validate(release, &objects).map_err(RenderError::Invalid)?;
+    crate::engine::hooks::check_names(release).map_err(RenderError::Invalid)?;
     sort_for_apply(&mut objects);
     let render_ref = render_ref(&objects);
     tracing::debug!(
