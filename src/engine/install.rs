@@ -41,6 +41,16 @@ pub enum InstallError {
         #[source]
         source: serde_json::Error,
     },
+    #[error("cannot read {name}")]
+    Read {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error(
+        "convoy is installed in namespace {existing}: its ClusterRoles, ClusterRoleBindings and admission policies are cluster-wide and serve one install. `convoy install -n {existing}` upgrades it; --move moves them to {namespace}, and the install in {existing} then runs without its permissions and admission policies"
+    )]
+    OtherInstall { existing: String, namespace: String },
 }
 
 /// What one CRD install did.
@@ -448,6 +458,43 @@ pub fn tenant_manifests(namespace: &str) -> Vec<serde_json::Value> {
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
             "subjects": [{"kind": "ServiceAccount", "name": TENANT_SERVICE_ACCOUNT, "namespace": namespace}]}),
     ]
+}
+
+/// Refuse to install into `namespace` when the cluster-wide objects serve an install in
+/// another namespace: applying them would point the ClusterRoleBindings and the admission
+/// policies at this one, leaving the other install without its permissions and, worse,
+/// without the policies that hold its identities. Which namespace they serve is read from the
+/// controller's ClusterRoleBinding (its subject). `move_install` takes them over anyway.
+pub async fn refuse_other_install(
+    conn: &Connection,
+    namespace: &str,
+    move_install: bool,
+) -> Result<(), InstallError> {
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    const BINDING: &str = "convoy-controller";
+    let api: Api<ClusterRoleBinding> = Api::all(conn.client.clone());
+    let binding = api.get_opt(BINDING).await.map_err(|source| {
+        if is_unreachable(&source) {
+            InstallError::Connect(conn.unreachable(source))
+        } else {
+            InstallError::Read {
+                name: format!("ClusterRoleBinding/{BINDING}"),
+                source,
+            }
+        }
+    })?;
+    let existing = binding
+        .and_then(|b| b.subjects)
+        .and_then(|subjects| subjects.into_iter().find_map(|s| s.namespace));
+    match existing {
+        Some(existing) if existing != namespace && !move_install => {
+            Err(InstallError::OtherInstall {
+                existing,
+                namespace: namespace.to_string(),
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Apply `objects` with SSA under `convoy-install` (cluster-scoped or namespaced, any kind).

@@ -96,11 +96,35 @@ async fn convoys_identities_can_do_what_readme_says_and_admission_holds_them_to_
         assert!(env.kubectl(&args).status.success());
     };
     forget_cluster_admin();
-    let install = env.convoy(&["install", "-n", STORE_NAMESPACE]);
+    // --move: a control plane reused across runs may hold the daemon tests' install.
+    let install = env.convoy(&["install", "-n", STORE_NAMESPACE, "--move"]);
     assert!(
         install.status.success(),
         "{}",
         String::from_utf8_lossy(&install.stderr)
+    );
+    // A second install into another namespace would take the cluster-wide objects from this
+    // one: it is refused, and nothing is applied (the binding still names this install).
+    let elsewhere = env.convoy(&["install", "-n", "convoy-elsewhere"]);
+    assert_eq!(elsewhere.status.code(), Some(4));
+    assert_eq!(
+        String::from_utf8_lossy(&elsewhere.stderr).trim_end(),
+        format!(
+            "error: convoy is installed in namespace {STORE_NAMESPACE}: its ClusterRoles, ClusterRoleBindings and admission policies are cluster-wide and serve one install. `convoy install -n {STORE_NAMESPACE}` upgrades it; --move moves them to convoy-elsewhere, and the install in {STORE_NAMESPACE} then runs without its permissions and admission policies"
+        )
+    );
+    let subject = env.kubectl(&[
+        "get",
+        "clusterrolebinding",
+        "convoy-controller",
+        "-o",
+        "jsonpath={.subjects[0].namespace}",
+    ]);
+    assert_eq!(String::from_utf8_lossy(&subject.stdout), STORE_NAMESPACE);
+    assert!(
+        !env.kubectl(&["get", "namespace", "convoy-elsewhere"])
+            .status
+            .success()
     );
 
     // The table: what each identity may do in every namespace, and beyond that in its own.

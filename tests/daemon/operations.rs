@@ -143,7 +143,8 @@ async fn the_installed_rbac_is_enough_for_the_daemon() {
     // the service accounts' tokens alone and deploys as the tenant's ServiceAccount, as the
     // installed Deployments do (`--default-service-account convoy-deployer`).
     for args in [
-        vec!["install", "-n", install_ns.as_str()],
+        // --move: a control plane reused across runs holds an earlier run's install.
+        vec!["install", "-n", install_ns.as_str(), "--move"],
         vec!["install", "--tenant", f.env.namespace.as_str()],
     ] {
         let out = f.env.convoy(&args);

@@ -10,7 +10,8 @@ use crate::cli::output::{OutputFormat, Printer, yaml_documents};
 use crate::cli::{GlobalArgs, io_error};
 use crate::engine::api;
 use crate::engine::install::{
-    InstallError, InstallOptions, apply_objects, install_crds, install_manifests, tenant_manifests,
+    InstallError, InstallOptions, apply_objects, install_crds, install_manifests,
+    refuse_other_install, tenant_manifests,
 };
 
 /// The image of a release build.
@@ -57,6 +58,11 @@ pub struct InstallArgs {
     /// Deployments to become Available).
     #[arg(long, default_value = "2m", value_parser = crate::engine::duration::parse_duration)]
     pub timeout: Duration,
+    /// When convoy is installed in another namespace, move its cluster-wide objects
+    /// (ClusterRoles, bindings, admission policies) to this install; the other one then runs
+    /// without them. Without it, such an install is refused and nothing is applied.
+    #[arg(long = "move", conflicts_with_all = ["dry_run", "crds_only", "tenant"])]
+    pub move_install: bool,
 }
 
 pub async fn run(global: &GlobalArgs, args: InstallArgs, printer: &mut Printer) -> CommandResult {
@@ -97,6 +103,11 @@ pub async fn run(global: &GlobalArgs, args: InstallArgs, printer: &mut Printer) 
     }
     let conn = global.connect().await?;
     let failed = install_failed;
+    if !args.crds_only {
+        refuse_other_install(&conn, &options.namespace, args.move_install)
+            .await
+            .map_err(failed)?;
+    }
     let installed = install_crds(&conn, args.timeout).await.map_err(failed)?;
     for crd in installed {
         printer
