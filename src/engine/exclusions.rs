@@ -132,14 +132,49 @@ pub fn for_cluster(
             }
             _ => {}
         }
+        let owner = ownership_labels(&object.0);
         for exclusion in &release.spec.drift_exclusions {
             if applies_to(exclusion, &object) {
                 exclude(&mut object.0, exclusion, live.get(&key));
             }
         }
+        restore_labels(&mut object.0, owner);
         out.objects.push(object);
     }
     out
+}
+
+/// convoy's ownership labels of `object` (engine::ownership), before exclusions run.
+fn ownership_labels(object: &Value) -> Vec<(String, Value)> {
+    use crate::engine::api::labels::{RELEASE_NAME, RELEASE_NAMESPACE};
+    [RELEASE_NAME, RELEASE_NAMESPACE]
+        .into_iter()
+        .filter_map(|k| Some((k.to_string(), object["metadata"]["labels"].get(k)?.clone())))
+        .collect()
+}
+
+/// Put the ownership labels back where an exclusion took them (`/metadata/labels`, or a
+/// manager owning the labels map): a prune, a handover and the daemon's watches know
+/// convoy's objects by them, so an object sent without them would be one convoy cannot
+/// tell from another writer's.
+fn restore_labels(object: &mut Value, labels: Vec<(String, Value)>) {
+    if labels.is_empty() {
+        return;
+    }
+    let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let map = metadata
+        .entry("labels")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if !map.is_object() {
+        *map = Value::Object(Default::default());
+    }
+    if let Some(map) = map.as_object_mut() {
+        for (k, v) in labels {
+            map.entry(k).or_insert(v);
+        }
+    }
 }
 
 /// How old the drift loop's reads of `release`'s live objects may be, given what the loop
@@ -357,6 +392,37 @@ mod tests {
             out.objects[1].0["webhooks"][0]["clientConfig"],
             json!({"url": "https://x"})
         );
+    }
+
+    #[test]
+    fn no_exclusion_takes_convoys_ownership_labels() {
+        let release = release(json!([
+            {"target": {"kind": "ConfigMap", "name": "a"}, "jsonPointers": ["/metadata/labels"]},
+            {"target": {"kind": "ConfigMap", "name": "b"}, "managers": ["labeller"]},
+        ]));
+        let object = |name: &str| {
+            Object(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": "apps", "labels": {
+                    "team": "x", "convoy.kumodo.io/release": "web",
+                    "convoy.kumodo.io/release-namespace": "apps"}}}))
+        };
+        let live = HashMap::from([(
+            key("ConfigMap", "b"),
+            json!({"metadata": {"managedFields": [{"manager": "labeller", "fieldsV1":
+                {"f:metadata": {"f:labels": {".": {}, "f:team": {}}}}}]}}),
+        )]);
+        let out = for_cluster(
+            &release,
+            vec![
+                (key("ConfigMap", "a"), object("a")),
+                (key("ConfigMap", "b"), object("b")),
+            ],
+            &live,
+        );
+        let owner = json!({"convoy.kumodo.io/release": "web", "convoy.kumodo.io/release-namespace": "apps"});
+        // Everything else the exclusions name is left to others.
+        assert_eq!(out.objects[0].0["metadata"]["labels"], owner);
+        assert_eq!(out.objects[1].0["metadata"]["labels"], owner);
     }
 
     #[test]

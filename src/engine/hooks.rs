@@ -101,6 +101,11 @@ pub fn hook_timeout(hook: Option<&Hook>) -> Duration {
         .unwrap_or(DEFAULT_HOOK_TIMEOUT)
 }
 
+/// Whether `name` can name a lifecycle hook: not empty, no `/` ([`check_names`]).
+pub fn is_lifecycle_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains('/')
+}
+
 /// Check the lifecycle hooks' names (stageRender, with the render's other checks): each is
 /// non-empty, holds no `/` and is used once per phase. The inventory keys hook entries by
 /// name and phase, and an entry named `Kind/namespace/name` is a content hook's, whose object

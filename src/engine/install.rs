@@ -461,40 +461,53 @@ pub fn tenant_manifests(namespace: &str) -> Vec<serde_json::Value> {
 }
 
 /// Refuse to install into `namespace` when the cluster-wide objects serve an install in
-/// another namespace: applying them would point the ClusterRoleBindings and the admission
-/// policies at this one, leaving the other install without its permissions and, worse,
-/// without the policies that hold its identities. Which namespace they serve is read from the
-/// controller's ClusterRoleBinding (its subject). `move_install` takes them over anyway.
+/// another namespace that still exists: applying them would point the ClusterRoleBindings and
+/// the admission policies at this one, leaving the other install without its permissions and,
+/// worse, without the policies that hold its identities. Which namespace they serve is read
+/// from the controller's ClusterRoleBinding (its subject). `move_install` skips the check.
 pub async fn refuse_other_install(
     conn: &Connection,
     namespace: &str,
     move_install: bool,
 ) -> Result<(), InstallError> {
+    use k8s_openapi::api::core::v1::Namespace;
     use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
     const BINDING: &str = "convoy-controller";
-    let api: Api<ClusterRoleBinding> = Api::all(conn.client.clone());
-    let binding = api.get_opt(BINDING).await.map_err(|source| {
-        if is_unreachable(&source) {
-            InstallError::Connect(conn.unreachable(source))
-        } else {
-            InstallError::Read {
-                name: format!("ClusterRoleBinding/{BINDING}"),
-                source,
+    if move_install {
+        return Ok(());
+    }
+    let read_error = |name: String| {
+        move |source: kube::Error| {
+            if is_unreachable(&source) {
+                InstallError::Connect(conn.unreachable(source))
+            } else {
+                InstallError::Read { name, source }
             }
         }
-    })?;
+    };
+    let binding = Api::<ClusterRoleBinding>::all(conn.client.clone())
+        .get_opt(BINDING)
+        .await
+        .map_err(read_error(format!("ClusterRoleBinding/{BINDING}")))?;
     let existing = binding
         .and_then(|b| b.subjects)
         .and_then(|subjects| subjects.into_iter().find_map(|s| s.namespace));
-    match existing {
-        Some(existing) if existing != namespace && !move_install => {
-            Err(InstallError::OtherInstall {
-                existing,
-                namespace: namespace.to_string(),
-            })
-        }
-        _ => Ok(()),
+    let Some(existing) = existing.filter(|e| e != namespace) else {
+        return Ok(());
+    };
+    // A namespace deleted without its cluster-wide objects left no install to break.
+    let still_there = Api::<Namespace>::all(conn.client.clone())
+        .get_opt(&existing)
+        .await
+        .map_err(read_error(format!("Namespace/{existing}")))?
+        .is_some();
+    if !still_there {
+        return Ok(());
     }
+    Err(InstallError::OtherInstall {
+        existing,
+        namespace: namespace.to_string(),
+    })
 }
 
 /// Apply `objects` with SSA under `convoy-install` (cluster-scoped or namespaced, any kind).

@@ -248,12 +248,16 @@ pub struct PruneOutcome {
     /// Release never applied them (kubectl's, say, which the sync was about to adopt), so they
     /// are left as found and dropped from its inventory.
     pub never_applied: Vec<ObjectKey>,
+    /// Targets only a stopped sync's intent listed, not found: nothing to delete (a delete
+    /// could remove one someone created since), dropped from the inventory.
+    pub not_found: Vec<ObjectKey>,
 }
 
 /// What a prune target's live object says of its owner.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum LiveOwner {
-    /// Not found, or not read (the delete says why).
+    NotFound,
+    /// Not read (the delete says why).
     Unknown,
     /// Found without ownership labels.
     Unlabelled,
@@ -266,6 +270,8 @@ enum PruneDecision {
     Delete,
     HandOver(Owner),
     LeaveAsFound,
+    /// Nothing there: drop the entry.
+    Forget,
 }
 
 /// An object labelled for another Release is handed over. An unlabelled one is this
@@ -276,6 +282,7 @@ fn decide(target: &PruneTarget, live: LiveOwner, me: &Owner) -> PruneDecision {
     match live {
         LiveOwner::Labelled(owner) if owner != *me => PruneDecision::HandOver(owner),
         LiveOwner::Unlabelled if target.intent_only => PruneDecision::LeaveAsFound,
+        LiveOwner::NotFound if target.intent_only => PruneDecision::Forget,
         _ => PruneDecision::Delete,
     }
 }
@@ -295,7 +302,7 @@ pub async fn prune_refs(
                 return Ok(LiveOwner::Unknown);
             };
             match api.get_opt(&t.key.name).await {
-                Ok(None) => Ok(LiveOwner::Unknown),
+                Ok(None) => Ok(LiveOwner::NotFound),
                 Ok(Some(found)) => Ok(serde_json::to_value(found)
                     .ok()
                     .and_then(|v| Owner::of_live(&v))
@@ -317,6 +324,7 @@ pub async fn prune_refs(
             PruneDecision::Delete => mine.push(target.clone()),
             PruneDecision::HandOver(owner) => outcome.handed_over.push((target.key.clone(), owner)),
             PruneDecision::LeaveAsFound => outcome.never_applied.push(target.key.clone()),
+            PruneDecision::Forget => outcome.not_found.push(target.key.clone()),
         }
     }
     if !mine.is_empty() {
@@ -375,9 +383,18 @@ mod tests {
                 decide(&t, LiveOwner::Labelled(other.clone()), &me),
                 PruneDecision::HandOver(other.clone())
             );
-            // Gone or unreadable: the delete finds it gone, or says why it cannot.
+            // Unreadable: the delete says why it cannot, or deletes it.
             assert_eq!(decide(&t, LiveOwner::Unknown, &me), PruneDecision::Delete);
         }
+        // Gone: a recorded member's delete finds it gone; an intent's is not sent at all.
+        assert_eq!(
+            decide(&target(false), LiveOwner::NotFound, &me),
+            PruneDecision::Delete
+        );
+        assert_eq!(
+            decide(&target(true), LiveOwner::NotFound, &me),
+            PruneDecision::Forget
+        );
         // Unlabelled: recorded as applied (before convoy labelled objects) is this Release's;
         // listed only by a stopped sync's intent, it was never sent by this Release.
         assert_eq!(

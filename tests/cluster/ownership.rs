@@ -320,6 +320,8 @@ async fn objects_a_stopped_sync_left_unrecorded_are_pruned_after_a_revert() {
         &["--server-side"],
     );
     pending.push(key("kubectls"));
+    // Listed in the intent, never created: nothing to delete, and not counted as pruned.
+    pending.push(key("never-created"));
     handle.put_with_pending(&recorded, &pending).await.unwrap();
     // The render (reverted) does not hold them: convoy's are pruned, kubectl's is left as
     // found, and pending is cleared.

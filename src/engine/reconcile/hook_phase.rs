@@ -160,6 +160,16 @@ fn planned_hooks<'a>(run: &HookRun<'a>, phase: HookPhase, wave: Option<i32>) -> 
     spec_hooks
         .iter()
         .filter(|h| h.phase == phase && (phase != HookPhase::Sync || wave.is_none_or(|w| w == 0)))
+        // A name Rendering refuses (a Release stored before the CRD's pattern) runs nowhere,
+        // the deletion's phases included, which render nothing: its entry would read as a
+        // content hook's, naming an object of the author's choosing.
+        .filter(|h| {
+            let ok = crate::engine::hooks::is_lifecycle_name(&h.name);
+            if !ok {
+                tracing::warn!(release = %crate::engine::api::ReleaseId::of(run.release), hook = %h.name, "a lifecycle hook's name may hold no '/'; the hook is not run");
+            }
+            ok
+        })
         .map(Planned::Spec)
         .chain(
             run.content

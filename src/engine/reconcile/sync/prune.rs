@@ -31,6 +31,8 @@ pub(super) struct Pruned {
     /// Carried-over pending objects found without this Release's labels: never applied by
     /// it, so dropped from this inventory, not deleted.
     pub never_applied: Vec<ObjectKey>,
+    /// Carried-over pending objects not found: never created, dropped from this inventory.
+    pub not_found: usize,
 }
 
 /// Step 5, `pruneRefs`: delete the previous members and pending objects the waves did not
@@ -49,6 +51,7 @@ pub(super) async fn prune_refs(
         failure: None,
         handed_over: Vec::new(),
         never_applied: Vec::new(),
+        not_found: 0,
     };
     if targets.is_empty() {
         return pruned;
@@ -60,6 +63,7 @@ pub(super) async fn prune_refs(
             });
             pruned.handed_over = outcome.handed_over;
             pruned.never_applied = outcome.never_applied;
+            pruned.not_found = outcome.not_found.len();
             let failures = outcome.report.failures;
             if !failures.is_empty() {
                 let shown: Vec<String> = failures.iter().take(5).map(|r| r.to_string()).collect();
@@ -114,7 +118,8 @@ pub(super) async fn write_inventory(
             .with_waves(waves);
     }
     let objects = plan.for_cluster.objects.len();
-    let deleted = pruned.targets - pruned.handed_over.len() - pruned.never_applied.len();
+    let deleted =
+        pruned.targets - pruned.handed_over.len() - pruned.never_applied.len() - pruned.not_found;
     let applied = Applied { waves, ..applied };
     applied_outcome(run, objects, applied, deleted, &pruned)
 }
