@@ -339,6 +339,35 @@ async fn a_hook_must_set_exactly_one_of_job_and_pod() {
         "{}",
         status.message
     );
+    // Two hooks of one name in one phase would share one inventory entry: refused too; in
+    // two phases they are two entries.
+    let twice = |name: &str, second_phase: &str| {
+        let mut r = release(
+            name,
+            serde_json::json!({"name": "h", "phase": "preSync", "pod": spec}),
+        );
+        let lifecycle = r.spec.lifecycle.as_mut().unwrap();
+        let mut second = lifecycle.hooks[0].clone();
+        second.phase = serde_json::from_value(serde_json::json!(second_phase)).unwrap();
+        lifecycle.hooks.push(second);
+        r
+    };
+    let err = api
+        .create(&Default::default(), &twice("twice", "preSync"))
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("{err}")
+    };
+    assert_eq!(status.code, 422);
+    assert!(
+        status.message.contains("Duplicate value"),
+        "{}",
+        status.message
+    );
+    api.create(&Default::default(), &twice("two-phases", "postSync"))
+        .await
+        .unwrap();
 }
 
 #[tokio::test]

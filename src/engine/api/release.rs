@@ -461,7 +461,9 @@ pub struct ImageOverride {
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Lifecycle {
+    /// The hooks; no two of one phase share a name (a list-map keyed by name and phase).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name", "phase"]))]
     pub hooks: Vec<Hook>,
 }
 
