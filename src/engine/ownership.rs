@@ -296,22 +296,28 @@ pub async fn prune_refs(
     targets: &[PruneTarget],
 ) -> Result<PruneOutcome, ApplyError> {
     let me = Owner::of(release);
-    let owners: Vec<Result<LiveOwner, ApplyError>> = stream::iter(targets.iter().cloned())
+    // What each target's live object says of its owner, and its uid.
+    type Read = (LiveOwner, Option<String>);
+    let owners: Vec<Result<Read, ApplyError>> = stream::iter(targets.iter().cloned())
         .map(|t| async move {
             let Some(api) = api_for(applier, &t.key).await else {
-                return Ok(LiveOwner::Unknown);
+                return Ok((LiveOwner::Unknown, None));
             };
             match api.get_opt(&t.key.name).await {
-                Ok(None) => Ok(LiveOwner::NotFound),
-                Ok(Some(found)) => Ok(serde_json::to_value(found)
-                    .ok()
-                    .and_then(|v| Owner::of_live(&v))
-                    .map_or(LiveOwner::Unlabelled, LiveOwner::Labelled)),
+                Ok(None) => Ok((LiveOwner::NotFound, None)),
+                Ok(Some(found)) => {
+                    let uid = found.metadata.uid.clone();
+                    let owner = serde_json::to_value(found)
+                        .ok()
+                        .and_then(|v| Owner::of_live(&v))
+                        .map_or(LiveOwner::Unlabelled, LiveOwner::Labelled);
+                    Ok((owner, uid))
+                }
                 Err(e) if crate::engine::connect::is_unreachable(&e) => {
                     Err(ApplyError::Unreachable(Box::new(e)))
                 }
                 // Unreadable: the delete will say why.
-                Err(_) => Ok(LiveOwner::Unknown),
+                Err(_) => Ok((LiveOwner::Unknown, None)),
             }
         })
         .buffered(applier.concurrency())
@@ -319,9 +325,13 @@ pub async fn prune_refs(
         .await;
     let mut mine = Vec::new();
     let mut outcome = PruneOutcome::default();
-    for (target, owner) in targets.iter().zip(owners) {
-        match decide(target, owner?, &me) {
-            PruneDecision::Delete => mine.push(target.clone()),
+    for (target, read) in targets.iter().zip(owners) {
+        let (owner, uid) = read?;
+        match decide(target, owner, &me) {
+            PruneDecision::Delete => mine.push(PruneTarget {
+                uid,
+                ..target.clone()
+            }),
             PruneDecision::HandOver(owner) => outcome.handed_over.push((target.key.clone(), owner)),
             PruneDecision::LeaveAsFound => outcome.never_applied.push(target.key.clone()),
             PruneDecision::Forget => outcome.not_found.push(target.key.clone()),
@@ -372,6 +382,7 @@ mod tests {
             },
             wave: 0,
             intent_only,
+            uid: None,
         };
         for intent_only in [false, true] {
             let t = target(intent_only);

@@ -349,3 +349,57 @@ async fn objects_a_stopped_sync_left_unrecorded_are_pruned_after_a_revert() {
     assert!(inventory.spec.pending.is_empty());
     assert_eq!(inventory_keys(&f, "web").await, ["a"]);
 }
+
+/// A prune deletes the object it read, not one created under its name since: the delete
+/// carries the uid the read found, and a replaced object is left, reported, for the next sync.
+#[tokio::test]
+async fn a_prune_does_not_delete_an_object_created_under_the_name_since_it_read_it() {
+    use convoy::engine::apply::{Applier, PruneTarget};
+    let env = crate::support::TestEnv::new("prune-uid").await;
+    let ns = env.namespace.clone();
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &ns);
+    let make = || {
+        env.kubectl_apply_text(
+            &config_map("x", 0, "v")
+                .replace("  labels: {app: demo}\n", &format!("  namespace: {ns}\n")),
+            &["--server-side"],
+        )
+    };
+    make();
+    let read = cms.get("x").await.unwrap().metadata.uid;
+    // Replaced between the prune's read and its delete.
+    cms.delete("x", &Default::default()).await.unwrap();
+    crate::support::eventually("x gone", std::time::Duration::from_secs(10), || async {
+        cms.get_opt("x").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    make();
+    let now = cms.get("x").await.unwrap().metadata.uid;
+    assert_ne!(read, now);
+    let target = |uid| PruneTarget {
+        key: convoy::engine::api::ObjectKey {
+            group: String::new(),
+            kind: "ConfigMap".into(),
+            namespace: ns.clone(),
+            name: "x".into(),
+        },
+        wave: 0,
+        intent_only: false,
+        uid,
+    };
+    let applier = Applier::new(env.client.clone(), 4);
+    let report = applier.prune(&[target(read)]).await.unwrap();
+    assert!(report.deleted.is_empty());
+    assert_eq!(
+        report.failures[0].message,
+        "another object took its name since the prune read it; not deleted, the next sync looks again"
+    );
+    assert_eq!(cms.get("x").await.unwrap().metadata.uid, now);
+    // The object it read is deleted.
+    let report = applier.prune(&[target(now)]).await.unwrap();
+    assert_eq!(report.deleted.len(), 1);
+    crate::support::eventually("x deleted", std::time::Duration::from_secs(10), || async {
+        cms.get_opt("x").await.unwrap().is_none().then_some(())
+    })
+    .await;
+}

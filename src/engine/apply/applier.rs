@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use futures::{StreamExt, stream};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{DeleteParams, DynamicObject, PropagationPolicy};
+use kube::api::{DeleteParams, DynamicObject, Preconditions, PropagationPolicy};
 use kube::{Api, Client};
 use serde_json::Value;
 
@@ -94,6 +94,9 @@ pub struct PruneTarget {
     /// applied: convoy may not have sent it, so an object found without this Release's labels
     /// is someone else's and is left alone (`ownership::prune_refs`).
     pub intent_only: bool,
+    /// The uid the prune's read found (`ownership::prune_refs`): the delete then removes
+    /// only that object, not one created under the name since.
+    pub uid: Option<String>,
 }
 
 /// What prune did.
@@ -525,12 +528,16 @@ impl Applier {
                     "Namespace" | "CustomResourceDefinition"
                 ))
             });
-            let keys: Vec<ObjectKey> = wave.into_iter().map(|t| t.key.clone()).collect();
-            let results: Vec<Result<Result<ObjectKey, Rejection>, ApplyError>> = stream::iter(keys)
-                .map(|key| self.delete(key))
-                .buffer_unordered(self.concurrency)
-                .collect()
-                .await;
+            let targets: Vec<(ObjectKey, Option<String>)> = wave
+                .into_iter()
+                .map(|t| (t.key.clone(), t.uid.clone()))
+                .collect();
+            let results: Vec<Result<Result<ObjectKey, Rejection>, ApplyError>> =
+                stream::iter(targets)
+                    .map(|(key, uid)| self.delete(key, uid))
+                    .buffer_unordered(self.concurrency)
+                    .collect()
+                    .await;
             for result in results {
                 match result? {
                     Ok(key) => report.deleted.push(key),
@@ -690,7 +697,11 @@ impl Applier {
         Ok(found)
     }
 
-    async fn delete(&self, key: ObjectKey) -> Result<Result<ObjectKey, Rejection>, ApplyError> {
+    async fn delete(
+        &self,
+        key: ObjectKey,
+        uid: Option<String>,
+    ) -> Result<Result<ObjectKey, Rejection>, ApplyError> {
         let key = &key;
         let resource = match self
             .resources
@@ -711,14 +722,23 @@ impl Applier {
         } else {
             Api::all_with(self.client.clone(), &resource.api)
         };
+        let guarded = uid.is_some();
         let params = DeleteParams {
             propagation_policy: Some(PropagationPolicy::Background),
+            preconditions: uid.map(|uid| Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
             ..Default::default()
         };
         match api.delete(&key.name, &params).await {
             Ok(_) => Ok(Ok(key.clone())),
             Err(e) if is_not_found(&e) => Ok(Ok(key.clone())),
             Err(e) if is_unreachable(&e) => Err(ApplyError::Unreachable(Box::new(e))),
+            Err(kube::Error::Api(s)) if guarded && s.code == 409 => Ok(Err(Rejection {
+                key: key.clone(),
+                message: "another object took its name since the prune read it; not deleted, the next sync looks again".into(),
+            })),
             Err(e) => Ok(Err(Rejection {
                 key: key.clone(),
                 message: api_message(&e),

@@ -249,6 +249,7 @@ async fn prune_inventoried(deletion: &Deletion<'_>, applier: &Applier) -> Result
             key: e.key(),
             wave: e.wave.unwrap_or(0),
             intent_only: false,
+            uid: None,
         })
         .collect();
     for pending in pending_members(&current) {
@@ -257,6 +258,7 @@ async fn prune_inventoried(deletion: &Deletion<'_>, applier: &Applier) -> Result
                 key: pending.key,
                 wave: 0,
                 intent_only: true,
+                uid: None,
             });
         }
     }

@@ -150,6 +150,7 @@ fn prune_targets(plan: &SyncPlan, applied: &[Member]) -> Vec<PruneTarget> {
             key: m.key.clone(),
             wave: m.wave,
             intent_only,
+            uid: None,
         })
         .collect()
 }
