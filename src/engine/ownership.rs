@@ -248,9 +248,6 @@ pub struct PruneOutcome {
     /// Release never applied them (kubectl's, say, which the sync was about to adopt), so they
     /// are left as found and dropped from its inventory.
     pub never_applied: Vec<ObjectKey>,
-    /// Targets only a stopped sync's intent listed, not found: nothing to delete (a delete
-    /// could remove one someone created since), dropped from the inventory.
-    pub not_found: Vec<ObjectKey>,
 }
 
 /// What a prune target's live object says of its owner.
@@ -270,7 +267,8 @@ enum PruneDecision {
     Delete,
     HandOver(Owner),
     LeaveAsFound,
-    /// Nothing there: drop the entry.
+    /// Only an intent's, and nothing there: drop the entry without a delete (which could
+    /// remove one someone created since).
     Forget,
 }
 
@@ -334,7 +332,7 @@ pub async fn prune_refs(
             }),
             PruneDecision::HandOver(owner) => outcome.handed_over.push((target.key.clone(), owner)),
             PruneDecision::LeaveAsFound => outcome.never_applied.push(target.key.clone()),
-            PruneDecision::Forget => outcome.not_found.push(target.key.clone()),
+            PruneDecision::Forget => {}
         }
     }
     if !mine.is_empty() {

@@ -126,6 +126,14 @@ apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\nmetadata: {{name: web
     path.display().to_string()
 }
 
+/// `convoy render -f file --source-dir dir`: its exit code, stdout and stderr.
+fn render_in(dir: &Path, file: &str) -> (i32, String, String) {
+    convoy_in_repo(
+        &["render", "-f", file, "--source-dir", dir.to_str().unwrap()],
+        None,
+    )
+}
+
 #[test]
 fn a_missing_helm_binary_says_what_to_install() {
     let (code, stdout, stderr) = convoy_in_repo(
@@ -151,16 +159,7 @@ fn jsonnet_content_is_unsupported() {
         "file:///nowhere",
         "  content: {type: jsonnet}\n",
     );
-    let (code, _, stderr) = convoy_in_repo(
-        &[
-            "render",
-            "-f",
-            &file,
-            "--source-dir",
-            dir.path().to_str().unwrap(),
-        ],
-        None,
-    );
+    let (code, _, stderr) = render_in(dir.path(), &file);
     assert_eq!(code, 4);
     insta::assert_snapshot!(stderr, @"error: render Release apps/web (step Rendering, reason Unsupported): content type jsonnet is not supported: render it to manifests, or use kustomize or helm");
 }
@@ -214,16 +213,7 @@ fn a_yaml_error_names_the_file_and_line() {
     )
     .unwrap();
     let file = release_file(dir.path(), "file:///nowhere", "    path: app\n");
-    let (code, _, stderr) = convoy_in_repo(
-        &[
-            "render",
-            "-f",
-            &file,
-            "--source-dir",
-            dir.path().to_str().unwrap(),
-        ],
-        None,
-    );
+    let (code, _, stderr) = render_in(dir.path(), &file);
     assert_eq!(code, 4);
     let first = stderr.lines().next().unwrap();
     assert!(
@@ -470,16 +460,7 @@ fn a_plain_object_with_generate_name_is_refused_naming_the_file() {
     )
     .unwrap();
     let file = release_file(dir.path(), "file:///nowhere", "    path: app\n");
-    let (code, _, stderr) = convoy_in_repo(
-        &[
-            "render",
-            "-f",
-            &file,
-            "--source-dir",
-            dir.path().to_str().unwrap(),
-        ],
-        None,
-    );
+    let (code, _, stderr) = render_in(dir.path(), &file);
     assert_eq!(code, 4);
     assert_eq!(
         stderr.trim_end(),
@@ -503,16 +484,7 @@ fn a_lifecycle_hook_named_like_an_object_is_refused() {
         "file:///nowhere",
         "    path: app\n  lifecycle:\n    hooks:\n    - name: Secret/kube-system/token\n      phase: preDelete\n      pod: {containers: [{name: x, image: busybox}]}\n",
     );
-    let (code, stdout, stderr) = convoy_in_repo(
-        &[
-            "render",
-            "-f",
-            &file,
-            "--source-dir",
-            dir.path().to_str().unwrap(),
-        ],
-        None,
-    );
+    let (code, stdout, stderr) = render_in(dir.path(), &file);
     assert_eq!(code, 4);
     assert_eq!(stdout, "");
     assert_eq!(

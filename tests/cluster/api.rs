@@ -7,6 +7,20 @@ use kube::Api;
 
 use crate::support::TestEnv;
 
+/// The message of the API server's 422 for creating `object` (a panic if it is created, or
+/// refused otherwise).
+async fn refused<K>(api: &Api<K>, object: &K) -> String
+where
+    K: Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let err = api.create(&Default::default(), object).await.unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("{err}")
+    };
+    assert_eq!(status.code, 422, "{}", status.message);
+    status.message
+}
+
 #[tokio::test]
 async fn every_crd_is_established_with_its_list_map_markers() {
     let env = TestEnv::new("crds").await;
@@ -238,19 +252,8 @@ async fn the_api_server_refuses_a_duration_that_is_not_one() {
     };
     let object =
         |interval: &str| -> DynamicObject { serde_json::from_value(release(interval)).unwrap() };
-    let err = api
-        .create(&Default::default(), &object("5 minutes"))
-        .await
-        .unwrap_err();
-    let kube::Error::Api(status) = err else {
-        panic!("{err}")
-    };
-    assert_eq!(status.code, 422);
-    assert!(
-        status.message.contains("spec.syncPolicy.interval"),
-        "{}",
-        status.message
-    );
+    let message = refused(&api, &object("5 minutes")).await;
+    assert!(message.contains("spec.syncPolicy.interval"), "{message}");
     let parse = serde_json::from_value::<Release>(release("5 minutes")).unwrap_err();
     assert!(
         parse.to_string().contains("invalid duration \"5 minutes\""),
@@ -294,20 +297,10 @@ async fn a_hook_must_set_exactly_one_of_job_and_pod() {
                                "job": {"template": {"spec": spec}}}),
         ),
     ] {
-        let err = api
-            .create(&Default::default(), &release(name, hook))
-            .await
-            .unwrap_err();
-        let kube::Error::Api(status) = err else {
-            panic!("{err}")
-        };
-        assert_eq!(status.code, 422, "{name}");
+        let message = refused(&api, &release(name, hook)).await;
         assert!(
-            status
-                .message
-                .contains("a hook sets exactly one of job and pod"),
-            "{name}: {}",
-            status.message
+            message.contains("a hook sets exactly one of job and pod"),
+            "{name}: {message}"
         );
     }
     api.create(
@@ -320,24 +313,14 @@ async fn a_hook_must_set_exactly_one_of_job_and_pod() {
     .await
     .unwrap();
     // A name shaped like a content hook's entry (Kind/namespace/name) is refused.
-    let err = api
-        .create(
-            &Default::default(),
-            &release(
-                "slash",
-                serde_json::json!({"name": "Secret/kube-system/token", "phase": "preDelete", "pod": spec}),
-            ),
-        )
-        .await
-        .unwrap_err();
-    let kube::Error::Api(status) = err else {
-        panic!("{err}")
-    };
-    assert_eq!(status.code, 422);
+    let slash = release(
+        "slash",
+        serde_json::json!({"name": "Secret/kube-system/token", "phase": "preDelete", "pod": spec}),
+    );
+    let message = refused(&api, &slash).await;
     assert!(
-        status.message.contains("spec.lifecycle.hooks[0].name"),
-        "{}",
-        status.message
+        message.contains("spec.lifecycle.hooks[0].name"),
+        "{message}"
     );
     // Two hooks of one name in one phase would share one inventory entry: refused too; in
     // two phases they are two entries.
@@ -352,19 +335,8 @@ async fn a_hook_must_set_exactly_one_of_job_and_pod() {
         lifecycle.hooks.push(second);
         r
     };
-    let err = api
-        .create(&Default::default(), &twice("twice", "preSync"))
-        .await
-        .unwrap_err();
-    let kube::Error::Api(status) = err else {
-        panic!("{err}")
-    };
-    assert_eq!(status.code, 422);
-    assert!(
-        status.message.contains("Duplicate value"),
-        "{}",
-        status.message
-    );
+    let message = refused(&api, &twice("twice", "preSync")).await;
+    assert!(message.contains("Duplicate value"), "{message}");
     api.create(&Default::default(), &twice("two-phases", "postSync"))
         .await
         .unwrap();

@@ -183,7 +183,7 @@ async fn convoys_identities_can_do_what_readme_says_and_admission_holds_them_to_
         &[],
     );
     let as_observer = format!("--as=system:serviceaccount:{STORE_NAMESPACE}:convoy-observer");
-    let patch = |body: &str| {
+    let patch_as_observer = |body: &str, dry_run: &str| {
         env.kubectl(&[
             &as_observer,
             "-n",
@@ -191,26 +191,20 @@ async fn convoys_identities_can_do_what_readme_says_and_admission_holds_them_to_
             "patch",
             "release",
             "web",
+            dry_run,
             "--type=merge",
             "-p",
             body,
         ])
     };
+    let patch = |body: &str| patch_as_observer(body, "--dry-run=none");
     // A new policy takes a moment to load into admission: wait (with a dry run) until it holds.
     const OBSERVER_FENCE: &str = "convoy's observer may change only the convoy.kumodo.io/sync-requested-at annotation of a Release";
     in_force("the observer's policy", OBSERVER_FENCE, || {
-        env.kubectl(&[
-            &as_observer,
-            "-n",
-            &env.namespace,
-            "patch",
-            "release",
-            "web",
-            "--dry-run=server",
-            "--type=merge",
-            "-p",
+        patch_as_observer(
             r#"{"spec":{"targetNamespace":"kube-system"}}"#,
-        ])
+            "--dry-run=server",
+        )
     })
     .await;
     let allowed = patch(

@@ -353,7 +353,6 @@ fn applied_outcome(
     run: &SyncRun<'_>,
     objects: usize,
     applied: wave_loop::Applied,
-    deleted: usize,
     pruned: &prune::Pruned,
 ) -> ReconcileOutcome {
     let mut message = format!(
@@ -361,8 +360,8 @@ fn applied_outcome(
         short(run.render_ref),
         count(objects, "object")
     );
-    if deleted > 0 {
-        message.push_str(&format!(", {deleted} pruned"));
+    if pruned.deleted > 0 {
+        message.push_str(&format!(", {} pruned", pruned.deleted));
     }
     let mut outcome = ReconcileOutcome::applied(run.attempt.clone(), message, applied.waves);
     outcome.objects_sent = applied.objects_sent;

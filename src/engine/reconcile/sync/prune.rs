@@ -20,8 +20,8 @@ use crate::engine::runtime::{Context, ProgressEvent};
 
 /// What step 5 did.
 pub(super) struct Pruned {
-    /// How many objects left the render.
-    pub targets: usize,
+    /// How many objects the prune deleted (or found gone).
+    pub deleted: usize,
     /// Objects that could not be pruned: they stay recorded.
     pub not_pruned: Vec<ObjectKey>,
     /// Why some could not be pruned.
@@ -31,8 +31,6 @@ pub(super) struct Pruned {
     /// Carried-over pending objects found without this Release's labels: never applied by
     /// it, so dropped from this inventory, not deleted.
     pub never_applied: Vec<ObjectKey>,
-    /// Carried-over pending objects not found: never created, dropped from this inventory.
-    pub not_found: usize,
 }
 
 /// Step 5, `pruneRefs`: delete the previous members and pending objects the waves did not
@@ -46,12 +44,11 @@ pub(super) async fn prune_refs(
 ) -> Pruned {
     let targets = prune_targets(plan, &applied.members);
     let mut pruned = Pruned {
-        targets: targets.len(),
+        deleted: 0,
         not_pruned: Vec::new(),
         failure: None,
         handed_over: Vec::new(),
         never_applied: Vec::new(),
-        not_found: 0,
     };
     if targets.is_empty() {
         return pruned;
@@ -63,7 +60,7 @@ pub(super) async fn prune_refs(
             });
             pruned.handed_over = outcome.handed_over;
             pruned.never_applied = outcome.never_applied;
-            pruned.not_found = outcome.not_found.len();
+            pruned.deleted = outcome.report.deleted.len();
             let failures = outcome.report.failures;
             if !failures.is_empty() {
                 let shown: Vec<String> = failures.iter().take(5).map(|r| r.to_string()).collect();
@@ -118,10 +115,8 @@ pub(super) async fn write_inventory(
             .with_waves(waves);
     }
     let objects = plan.for_cluster.objects.len();
-    let deleted =
-        pruned.targets - pruned.handed_over.len() - pruned.never_applied.len() - pruned.not_found;
     let applied = Applied { waves, ..applied };
-    applied_outcome(run, objects, applied, deleted, &pruned)
+    applied_outcome(run, objects, applied, &pruned)
 }
 
 /// `status.waves[].healthy`: from the inventory when health is assessed; NotConfigured: an
