@@ -648,15 +648,17 @@ impl Wiring {
                             lost.contains(&shard::shard_of(&cluster_key(&r), shards))
                         })
                     });
-                    // Another replica writes their inventories now: the next time this one
-                    // holds them, it reads them from the API server first.
-                    shared.ctx.seen_inventories.forget_where(|namespace, name| {
+                    let in_lost = |namespace: &str, name: &str| {
                         releases
                             .get_any(&format!("{namespace}/{name}"))
                             .is_some_and(|r| {
                                 lost.contains(&shard::shard_of(&cluster_key(&r), shards))
                             })
-                    });
+                    };
+                    // Another replica writes their inventories and their renders now: the
+                    // next time this one holds them, it reads both from the API server first.
+                    shared.ctx.seen_inventories.forget_where(in_lost);
+                    shared.ctx.known_stored.forget_where(in_lost);
                 }
                 // The per-Release series move with the shard.
                 for r in &all {

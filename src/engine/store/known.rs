@@ -125,6 +125,20 @@ impl KnownStored {
         lock(&self.known).remove(&key);
         lock(&self.leftovers).remove(&key);
     }
+
+    /// Forget every Release `gone(namespace, name)` names: the daemon's replica lost their
+    /// shard. Another replica syncs them now and may store renders this one never hears of
+    /// (one whose sync fails after persistRender is left over), so "listed since the start"
+    /// no longer holds when the shard comes back; and a replica that never gets it back
+    /// keeps no entry for it.
+    pub fn forget_where(&self, gone: impl Fn(&str, &str) -> bool) {
+        let is_gone = |k: &String| {
+            let (namespace, name) = k.split_once('/').unwrap_or(("", k));
+            gone(namespace, name)
+        };
+        lock(&self.known).retain(|k, _| !is_gone(k));
+        lock(&self.leftovers).retain(|k, _| !is_gone(k));
+    }
 }
 
 #[cfg(test)]
@@ -213,5 +227,31 @@ mod tests {
             known.may_hold_leftovers(&r, Some("ccc"), 2),
             "listed again after a forget"
         );
+    }
+
+    /// A lost shard's Releases are forgotten, and only they: when the shard comes back, the
+    /// render is asked for again and runGC lists the store once more.
+    #[test]
+    fn a_lost_shards_releases_are_forgotten_and_only_they() {
+        let known = KnownStored::default();
+        let mut other = release(3, "u2", Some("bbb"));
+        other.metadata.namespace = Some("team-b".into());
+        let r = release(3, "u1", Some("bbb"));
+        for release in [&r, &other] {
+            known.stored(release, "bbb");
+            known.remember(release, "bbb");
+            known.collected(release);
+            assert!(known.knows(release, "bbb"));
+            assert!(!known.may_hold_leftovers(release, Some("ccc"), 2));
+        }
+        let lost_namespace = r.metadata.namespace.clone().unwrap();
+        known.forget_where(|namespace, name| namespace == lost_namespace && name == "web");
+        assert!(!known.knows(&r, "bbb"), "asked for again");
+        assert!(
+            known.may_hold_leftovers(&r, Some("ccc"), 2),
+            "another replica may have left a render while it held the shard"
+        );
+        assert!(known.knows(&other, "bbb"), "a shard still held is kept");
+        assert!(!known.may_hold_leftovers(&other, Some("ccc"), 2));
     }
 }
