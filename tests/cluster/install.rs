@@ -126,6 +126,35 @@ async fn convoys_identities_can_do_what_readme_says_and_admission_holds_them_to_
             .status
             .success()
     );
+    // An install whose namespace was deleted without its cluster-wide objects left nothing to
+    // break: it does not block an install here, which takes the binding back.
+    let patched = env.kubectl(&[
+        "patch",
+        "clusterrolebinding",
+        "convoy-controller",
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/subjects/0/namespace","value":"convoy-deleted-long-ago"}]"#,
+    ]);
+    assert!(
+        patched.status.success(),
+        "{}",
+        String::from_utf8_lossy(&patched.stderr)
+    );
+    let reinstall = env.convoy(&["install", "-n", STORE_NAMESPACE]);
+    assert!(
+        reinstall.status.success(),
+        "{}",
+        String::from_utf8_lossy(&reinstall.stderr)
+    );
+    let subject = env.kubectl(&[
+        "get",
+        "clusterrolebinding",
+        "convoy-controller",
+        "-o",
+        "jsonpath={.subjects[0].namespace}",
+    ]);
+    assert_eq!(String::from_utf8_lossy(&subject.stdout), STORE_NAMESPACE);
 
     // The table: what each identity may do in every namespace, and beyond that in its own.
     let mut table = vec![
