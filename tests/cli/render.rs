@@ -492,3 +492,64 @@ fn a_lifecycle_hook_named_like_an_object_is_refused() {
         "error: render Release apps/web (step Rendering, reason DeployFailed): spec.lifecycle.hooks: the hook name \"Secret/kube-system/token\" holds a '/' (names like Kind/namespace/name are content hooks'); give each hook of a phase its own name without '/'"
     );
 }
+
+/// A few kilobytes of Git objects can name one large blob many times: `git archive` of such a
+/// tree is larger than memory. convoy unpacks it as git writes it, so the unpack's size limit
+/// stops it while the process stays within 1 GiB of address space (it held the whole archive
+/// in memory before, and aborted here).
+#[test]
+fn a_git_tree_that_archives_larger_than_memory_is_refused_without_holding_it() {
+    use std::io::Write;
+    let repo = GitRepo::new();
+    let work = repo.work();
+    let git = |args: &[&str], stdin: &[u8]| {
+        let mut child = Command::new("git")
+            .current_dir(&work)
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "git {args:?}");
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    // One 64 MiB blob of zeros (64 KiB packed), forty times in one tree: 2.5 GiB archived.
+    let blob = git(&["hash-object", "-w", "--stdin"], &vec![0u8; 64 << 20]);
+    let entries: String = (0..40)
+        .map(|i| format!("100644 blob {blob}\tzeros-{i}\n"))
+        .collect();
+    let tree = git(&["mktree"], entries.as_bytes());
+    let commit = git(&["commit-tree", &tree, "-m", "bomb"], b"");
+    git(
+        &[
+            "push",
+            "--quiet",
+            "origin",
+            &format!("{commit}:refs/heads/main"),
+        ],
+        b"",
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = release_file(dir.path(), &repo.file_url(), "");
+    let cache = tempfile::tempdir().unwrap();
+    let out = Command::new("sh")
+        .args(["-c", "ulimit -v 1048576 && exec \"$@\"", "sh"])
+        .arg(convoy_bin())
+        .args(["render", "-f", &file])
+        .env("CONVOY_CACHE_DIR", cache.path())
+        .env("PATH", path_with_testenv())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        format!(
+            "error: render Release apps/web (step SourceResolution, reason SourceNotReady): fetch GitRepository apps/repo: cannot unpack {}: the archive unpacks to more than 2147483648 bytes",
+            repo.file_url()
+        )
+    );
+}

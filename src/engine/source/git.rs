@@ -128,16 +128,10 @@ pub async fn fetch(
             url: url.to_string(),
         });
     }
-    let tar = runner.output(&["archive", "--format=tar", &sha]).await?;
+    let archive = runner.archive(&sha);
     let digest = cache
-        .unpack_and_install(scope, Some(&key), move |dir| {
-            archive::unpack_tar(tar.as_slice(), dir)
-        })
-        .await
-        .map_err(|source| SourceError::Archive {
-            url: url.to_string(),
-            source,
-        })??;
+        .unpack_and_install(scope, Some(&key), move |dir| archive.unpack_into(dir))
+        .await??;
     Ok(Artifact {
         revision,
         path: cache.artifact_dir(&digest),
@@ -442,13 +436,7 @@ impl Runner<'_> {
     }
 
     async fn output(&self, args: &[&str]) -> Result<Vec<u8>, SourceError> {
-        let out = Command::new(self.git)
-            .arg("-C")
-            .arg(self.mirror)
-            .args(args)
-            .env_clear()
-            .envs(self.auth.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdin(Stdio::null())
+        let out = Command::from(self.command(args))
             .kill_on_drop(true)
             .output()
             .await
@@ -456,18 +444,105 @@ impl Runner<'_> {
         if out.status.success() {
             return Ok(out.stdout);
         }
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let message = error_lines(&stderr);
-        let message = if message.is_empty() {
-            format!(
-                "git {} failed ({})",
-                args.first().unwrap_or(&""),
-                out.status
-            )
-        } else {
-            message.join("; ")
+        Err(failure(self.url, args, out.status, &out.stderr))
+    }
+
+    /// git with `args` on the mirror, in convoy's environment (see the module's comment).
+    fn command(&self, args: &[&str]) -> std::process::Command {
+        let mut cmd = std::process::Command::new(self.git);
+        cmd.arg("-C")
+            .arg(self.mirror)
+            .args(args)
+            .env_clear()
+            .envs(self.auth.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// `git archive` of commit `sha`, to unpack as it streams out.
+    fn archive(&self, sha: &str) -> Archive {
+        Archive {
+            command: self.command(&["archive", "--format=tar", sha]),
+            url: self.url.to_string(),
+        }
+    }
+}
+
+/// What a failed git run says, as a source error.
+fn failure(
+    url: &str,
+    args: &[&str],
+    status: std::process::ExitStatus,
+    stderr: &[u8],
+) -> SourceError {
+    let stderr = String::from_utf8_lossy(stderr);
+    let message = error_lines(&stderr);
+    let message = if message.is_empty() {
+        format!("git {} failed ({status})", args.first().unwrap_or(&""))
+    } else {
+        message.join("; ")
+    };
+    SourceError::not_ready(url, message)
+}
+
+/// A `git archive` to run on the blocking pool, its tar unpacked while git writes it. A few
+/// kilobytes of objects can name one large blob thousands of times: held whole, such an
+/// archive would take the daemon's memory before the unpack's size limit saw a byte of it.
+struct Archive {
+    command: std::process::Command,
+    url: String,
+}
+
+impl Archive {
+    fn unpack_into(mut self, dir: &Path) -> Result<(), SourceError> {
+        use std::io::Read;
+        let mut child = self
+            .command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| SourceError::not_ready(&self.url, format!("cannot run git: {e}")))?;
+        // Read beside the unpack, so that git never waits on a full error pipe.
+        let stderr = child.stderr.take().map(|pipe| {
+            std::thread::spawn(move || {
+                let mut text = Vec::new();
+                let _ = pipe.take(64 * 1024).read_to_end(&mut text);
+                text
+            })
+        });
+        // The pipe stays open until git is stopped: closed early, git would fail on its next
+        // write and its "write error" would hide why the unpack stopped.
+        let mut stdout = child.stdout.take();
+        let unpacked = match &mut stdout {
+            Some(stdout) => archive::unpack_tar(stdout, dir),
+            None => Ok(()),
         };
-        Err(SourceError::not_ready(self.url, message))
+        if unpacked.is_err() {
+            // Over the limit, or unsafe: git need not write the rest.
+            let _ = child.kill();
+        }
+        drop(stdout);
+        let status = child.wait();
+        let stderr = stderr.and_then(|t| t.join().ok()).unwrap_or_default();
+        // git that exited on its own with an error explains a truncated archive best.
+        if let Ok(status) = &status
+            && !status.success()
+            && status.code().is_some()
+        {
+            return Err(failure(&self.url, &["archive"], *status, &stderr));
+        }
+        unpacked.map_err(|source| SourceError::Archive {
+            url: self.url.clone(),
+            source,
+        })?;
+        match status {
+            Ok(status) if status.success() => Ok(()),
+            Ok(status) => Err(failure(&self.url, &["archive"], status, &stderr)),
+            Err(e) => Err(SourceError::not_ready(
+                &self.url,
+                format!("cannot run git: {e}"),
+            )),
+        }
     }
 }
 
