@@ -414,7 +414,7 @@ fn kustomize_reads_nothing_outside_the_source_and_fetches_nothing() {
         (
             format!("resources: [\"file://{}\"]\n", outside.path().display()),
             format!(
-                "app/kustomization.yaml: resources entry \"file://{}\" is a remote reference, which convoy does not fetch (set content.kustomize.allowRemoteBases: true to let kustomize fetch it)",
+                "app/kustomization.yaml: resources entry \"file://{}\" is a file: URL, which reads this machine's files; paths must stay inside the source",
                 outside.path().display()
             ),
         ),
@@ -552,4 +552,52 @@ fn a_git_tree_that_archives_larger_than_memory_is_refused_without_holding_it() {
             repo.file_url()
         )
     );
+}
+
+/// kustomize takes a directory named like `user@host:org/repo` for a repository first and
+/// runs git to fetch it. With remote bases not allowed, git may use no transport: ssh (here
+/// a stand-in that records its call) never runs.
+#[test]
+fn kustomize_starts_no_transport_for_a_directory_named_like_a_repository() {
+    let source = tempfile::tempdir().unwrap();
+    let app = source.path().join("app");
+    std::fs::create_dir_all(app.join("x@127.0.0.1:org/repo")).unwrap();
+    std::fs::write(
+        app.join("kustomization.yaml"),
+        "resources: [\"x@127.0.0.1:org/repo\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        app.join("x@127.0.0.1:org/repo/kustomization.yaml"),
+        "resources: []\n",
+    )
+    .unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let called = bin.path().join("ssh-was-called");
+    let ssh = bin.path().join("ssh");
+    std::fs::write(
+        &ssh,
+        format!("#!/bin/sh\necho \"$@\" >> '{}'\nexit 1\n", called.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&ssh, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let file = release_file(
+        source.path(),
+        "file:///nowhere",
+        "    path: app\n  content: {type: kustomize}\n",
+    );
+    let path = format!("{}:{}", bin.path().display(), path_with_testenv());
+    let (code, _, stderr) = convoy_in_repo(
+        &[
+            "render",
+            "-f",
+            &file,
+            "--source-dir",
+            source.path().to_str().unwrap(),
+        ],
+        Some(&path),
+    );
+    assert!(!called.exists(), "ssh ran: {stderr}");
+    assert_eq!(code, 4, "{stderr}");
+    assert!(stderr.contains("transport 'ssh' not allowed"), "{stderr}");
 }

@@ -52,7 +52,9 @@ pub async fn build(
         .env("XDG_CONFIG_HOME", home.path())
         .env("KUBECONFIG", home.path().join("no-kubeconfig"))
         .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_TERMINAL_PROMPT", "0");
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .envs(remote_git_env(allow_remote));
     if let Some(path) = std::env::var_os("PATH") {
         cmd.env("PATH", path);
     }
@@ -72,6 +74,21 @@ pub async fn build(
     .await
     .map_err(|e| RenderError::Tool(format!("parsing the kustomize output failed: {e}")))?
     .map_err(RenderError::Manifests)
+}
+
+/// The transports the git kustomize runs for a remote base may use: none unless remote bases
+/// are allowed, and never `file`. kustomize reads more than the checker sees as remote (a
+/// directory named like `host:org/repo` is a repository to it first), and a local clone
+/// would read other scopes' repositories from convoy's own cache, or any on the machine.
+fn remote_git_env(allow_remote: bool) -> Vec<(String, String)> {
+    let mut config = vec![("protocol.allow".to_string(), "never".to_string())];
+    if allow_remote {
+        for protocol in crate::engine::source::git::ALLOWED_PROTOCOLS {
+            config.push((format!("protocol.{protocol}.allow"), "always".into()));
+        }
+    }
+    config.push(("protocol.file.allow".into(), "never".into()));
+    crate::engine::source::git::config_env(config)
 }
 
 /// Read the kustomization in `dir` and every one it loads, and check that every path they
@@ -263,6 +280,14 @@ impl Checker<'_> {
         entry: &str,
         may_be_kustomization: bool,
     ) -> Result<(), RenderError> {
+        let lower = entry.trim_start().to_ascii_lowercase();
+        if lower.starts_with("file:") || lower.contains("file://") {
+            return Err(self.refuse(
+                site,
+                entry,
+                "is a file: URL, which reads this machine's files; paths must stay inside the source",
+            ));
+        }
         if is_remote(entry) {
             return if self.allow_remote {
                 Ok(())
@@ -397,7 +422,6 @@ mod tests {
         for remote in [
             "https://github.com/org/repo//base?ref=v1",
             "git::https://example.com/repo.git",
-            "file:///tmp/x",
             "github.com/org/repo/base",
         ] {
             let dir = tree(&[(
@@ -410,6 +434,30 @@ mod tests {
                 "{remote}: {err}"
             );
             check(&dir, "app", true).unwrap();
+        }
+    }
+
+    /// A file: URL reads this machine (convoy's cache holds other scopes' repositories):
+    /// refused even where remote bases are allowed.
+    #[test]
+    fn a_file_url_is_refused_even_where_remote_bases_are_allowed() {
+        for url in [
+            "file:///tmp/x",
+            "FILE:/tmp/x",
+            "git::file:///tmp/cache/git/ab//app",
+        ] {
+            let dir = tree(&[(
+                "app/kustomization.yaml",
+                &format!("resources: [\"{url}\"]\n"),
+            )]);
+            for allow_remote in [false, true] {
+                assert_eq!(
+                    check(&dir, "app", allow_remote).unwrap_err(),
+                    format!(
+                        "app/kustomization.yaml: resources entry {url:?} is a file: URL, which reads this machine's files; paths must stay inside the source"
+                    )
+                );
+            }
         }
     }
 

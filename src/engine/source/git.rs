@@ -289,7 +289,7 @@ struct GitAuth {
 
 /// The transports convoy fetches over; every other one (`ext::`, `fd::`, remote helpers) is
 /// refused by git itself.
-const ALLOWED_PROTOCOLS: [&str; 4] = ["git", "http", "https", "ssh"];
+pub(crate) const ALLOWED_PROTOCOLS: [&str; 4] = ["git", "http", "https", "ssh"];
 
 impl GitAuth {
     fn new(
@@ -370,13 +370,21 @@ impl GitAuth {
                 env.push(("GIT_SSH_COMMAND".into(), ssh));
             }
         }
-        env.push(("GIT_CONFIG_COUNT".into(), config.len().to_string()));
-        for (i, (k, v)) in config.into_iter().enumerate() {
-            env.push((format!("GIT_CONFIG_KEY_{i}"), k));
-            env.push((format!("GIT_CONFIG_VALUE_{i}"), v));
-        }
+        env.extend(config_env(config));
         Ok(Self { env, _files: dir })
     }
+}
+
+/// git configuration as environment variables (`GIT_CONFIG_COUNT`, `GIT_CONFIG_KEY_n`,
+/// `GIT_CONFIG_VALUE_n`): every git a process starts reads them, and none shows on a command
+/// line.
+pub(crate) fn config_env(config: Vec<(String, String)>) -> Vec<(String, String)> {
+    let mut env = vec![("GIT_CONFIG_COUNT".to_string(), config.len().to_string())];
+    for (i, (k, v)) in config.into_iter().enumerate() {
+        env.push((format!("GIT_CONFIG_KEY_{i}"), k));
+        env.push((format!("GIT_CONFIG_VALUE_{i}"), v));
+    }
+    env
 }
 
 fn write_private(path: &Path, bytes: &[u8]) -> Result<(), SourceError> {
