@@ -18,6 +18,7 @@ use std::process::Stdio;
 use serde_json::Value;
 use tokio::process::Command;
 
+use super::bounded_yaml;
 use super::error::RenderError;
 use super::helm::tool_message;
 use super::manifests::parse_documents;
@@ -143,7 +144,7 @@ impl Checker<'_> {
         let text = std::fs::read_to_string(self.root.join(&file)).map_err(|e| {
             RenderError::Invalid(Invalid(format!("cannot read {}: {e}", file.display())))
         })?;
-        let kustomization: Value = serde_saphyr::from_str(&text).map_err(|e| {
+        let kustomization = bounded_yaml::from_str(&text, Default::default()).map_err(|e| {
             RenderError::Invalid(Invalid(format!(
                 "{} is not valid YAML: {e}",
                 file.display()
@@ -207,7 +208,7 @@ impl Checker<'_> {
                     field: fd,
                 };
                 if is_inline(entry) {
-                    if let Ok(inline) = serde_saphyr::from_str::<Value>(entry) {
+                    if let Ok(inline) = bounded_yaml::from_str(entry, Default::default()) {
                         self.generator(dir, &s, &inline)?;
                     }
                 } else {

@@ -260,7 +260,7 @@ fn parse_chunks(chunks: &[Chunk<'_>], file: &str) -> Parsed {
             documents.extend(docs.into_iter().map(|d| (chunk.document, d)));
             continue;
         }
-        match serde_saphyr::from_multiple_with_options::<Value>(chunk.text, yaml_options()) {
+        match super::bounded_yaml::from_multiple(chunk.text, yaml_options()) {
             Ok(docs) => documents.extend(docs.into_iter().map(|d| (chunk.document, d))),
             Err(e) => {
                 let location = e.location();
@@ -478,6 +478,34 @@ secret: {secretName: s, defaultMode: 0644}\n";
             panic!("not a parse error")
         };
         assert!(line >= 6, "line {line}");
+    }
+
+    /// Each document is parsed on its own, but none builds more than its share: thirty
+    /// documents whose aliases of aliases stand for 60 MB each (1.8 GB together) are refused
+    /// at the first, naming the line.
+    #[test]
+    fn documents_whose_aliases_multiply_are_refused_one_by_one() {
+        let document = |i: usize| {
+            let mut d = format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c{i}}}\nx:\n  a: &a \"{}\"\n",
+                "x".repeat(6000)
+            );
+            for (name, of) in [("b", "a"), ("c", "b"), ("d", "c"), ("e", "d")] {
+                let aliases = vec![format!("*{of}"); 10].join(", ");
+                d.push_str(&format!("  {name}: &{name} [{aliases}]\n"));
+            }
+            d
+        };
+        let text: Vec<String> = (0..30).map(document).collect();
+        let Err(err) = parse_documents(&text.join("---\n"), "app/one.yaml") else {
+            panic!("the documents were built");
+        };
+        let err = err.to_string();
+        assert!(err.starts_with("app/one.yaml: line 7 column "), "{err}");
+        assert!(
+            err.ends_with(": the YAML expands to more than 64 times its size (aliases of aliases?); convoy reads no more of it"),
+            "{err}"
+        );
     }
 
     #[test]

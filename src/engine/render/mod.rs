@@ -3,6 +3,7 @@
 //!
 //! Spec: reconcile-flow.txt stageRender steps 3–6.
 
+pub mod bounded_yaml;
 pub mod error;
 pub mod helm;
 pub mod kustomize;

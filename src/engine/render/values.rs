@@ -149,11 +149,19 @@ async fn read_layer(
         }
     };
     // Never echo the content: a Secret layer holds secrets.
-    let values: Value =
-        serde_saphyr::from_str_with_options(&text, yaml_options()).map_err(|e| {
-            let line = e.location().map(|l| l.line()).unwrap_or(0);
-            fail(format!("is not valid YAML (line {line})"), false)
-        })?;
+    let values: Value = super::bounded_yaml::from_str(&text, yaml_options()).map_err(|e| {
+        let line = e.location().map(|l| l.line()).unwrap_or(0);
+        if super::bounded_yaml::expands(&e) {
+            return fail(
+                format!(
+                    "expands through its aliases to more than {} times its size (line {line})",
+                    super::bounded_yaml::EXPANSION
+                ),
+                false,
+            );
+        }
+        fail(format!("is not valid YAML (line {line})"), false)
+    })?;
     match values {
         Value::Object(_) => Ok(values),
         Value::Null => Ok(Value::Object(Default::default())),
@@ -228,6 +236,43 @@ mod tests {
         assert_eq!(
             values,
             json!({"replicas": 5, "image": {"tag": "2.0"}, "region": "eu"})
+        );
+    }
+
+    /// A layer whose aliases of aliases stand for far more than its text is refused, naming
+    /// the layer and the line, and echoing none of it.
+    #[tokio::test]
+    async fn a_layer_that_expands_through_its_aliases_is_refused() {
+        use crate::engine::objects::LocalObjects;
+        let release: Release = serde_json::from_value(json!({
+            "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+            "metadata": {"name": "web", "namespace": "apps"},
+            "spec": {
+                "source": {"kind": "HelmRegistry", "name": "charts", "chart": "web"},
+                "content": {"type": "helm", "helm": {"valuesFrom": [{"kind": "ConfigMap", "name": "base"}]}},
+            },
+        }))
+        .unwrap();
+        let mut text = format!("a: &a \"{}\"\n", "s3cret".repeat(1000));
+        for (name, of) in [("b", "a"), ("c", "b"), ("d", "c"), ("e", "d")] {
+            text.push_str(&format!(
+                "{name}: &{name} [{}]\n",
+                vec![format!("*{of}"); 10].join(", ")
+            ));
+        }
+        let local = LocalObjects::new(vec![
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "base"},
+                   "data": {"values.yaml": text}}),
+        ]);
+        let reader = ObjectReader::Local(local);
+        let dir = tempfile::tempdir().unwrap();
+        let coordinator = Coordinator::new(crate::engine::source::Cache::new(dir.path()));
+        let Err(err) = resolve_value_layers(&release, &reader, &coordinator).await else {
+            panic!("the layer was built");
+        };
+        assert_eq!(
+            err.to_string(),
+            "values layer 1 (ConfigMap apps/base key values.yaml): expands through its aliases to more than 64 times its size (line 3)"
         );
     }
 

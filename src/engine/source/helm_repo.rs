@@ -28,6 +28,14 @@ struct ChartVersion {
     digest: Option<String>,
 }
 
+/// A repository index holds no aliases (Helm and every index generator write none), and one
+/// that does could make a few kilobytes stand for gigabytes of chart entries: it is refused.
+fn parse_index(text: &str) -> Result<Index, serde_saphyr::Error> {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_aliases = 0;
+    serde_saphyr::from_str_with_options(text, serde_saphyr::options! { budget: Some(budget) })
+}
+
 /// Fetch `chart` at `version` (exact, range, or newest stable) from the repository at `url`,
 /// for `scope` (the source object asking; see [`Cache`]). Credentials go only to the
 /// repository's own origin: a chart URL in the index that names another host is fetched
@@ -46,7 +54,7 @@ pub async fn fetch(
     let index_url = format!("{base}/index.yaml");
     let body = get(&client, &index_url, credentials).await?;
     let text = String::from_utf8_lossy(&body);
-    let index: Index = serde_saphyr::from_str(&text).map_err(|e| {
+    let index = parse_index(&text).map_err(|e| {
         SourceError::not_ready(
             url,
             format!("index.yaml is not a Helm repository index: {e}"),
@@ -316,6 +324,23 @@ pub async fn index_digest(
 
 #[cfg(test)]
 mod tests {
+
+    /// An index is read as Helm writes it, and one with an alias is refused before any of
+    /// it is built.
+    #[test]
+    fn an_index_with_aliases_is_refused() {
+        let plain =
+            "apiVersion: v1\nentries:\n  web:\n  - version: 1.2.3\n    urls: [web-1.2.3.tgz]\n";
+        let index = parse_index(plain).unwrap();
+        assert_eq!(index.entries["web"][0].version, "1.2.3");
+        let aliased = format!(
+            "apiVersion: v1\nentries:\n  web:\n  - &v {{version: 1.2.3, urls: [\"{}\"]}}\n  - *v\n  - *v\n",
+            "u".repeat(100)
+        );
+        let err = parse_index(&aliased).unwrap_err().to_string();
+        assert!(err.contains("alias"), "{err}");
+    }
+
     use super::*;
 
     const AVAILABLE: &[&str] = &[
