@@ -601,3 +601,51 @@ fn kustomize_starts_no_transport_for_a_directory_named_like_a_repository() {
     assert_eq!(code, 4, "{stderr}");
     assert!(stderr.contains("transport 'ssh' not allowed"), "{stderr}");
 }
+
+/// A chart's values schema that refers to a URL would have `helm template` fetch it from
+/// where convoy runs (a metadata endpoint, an internal service). It is refused before helm
+/// runs, naming the schema, and nothing connects to the server it names.
+#[test]
+fn a_values_schema_that_refers_to_a_url_is_refused_and_fetches_nothing() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!(
+        "http://{}/latest/meta-data/",
+        listener.local_addr().unwrap()
+    );
+    let source = tempfile::tempdir().unwrap();
+    let chart = source.path().join("chart");
+    std::fs::create_dir_all(chart.join("templates")).unwrap();
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: web\nversion: 1.0.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        chart.join("templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        chart.join("values.schema.json"),
+        format!("{{\"properties\": {{\"a\": {{\"$ref\": \"{url}\"}}}}}}"),
+    )
+    .unwrap();
+    let file = release_file(
+        source.path(),
+        "file:///nowhere",
+        "    path: chart\n  content: {type: helm}\n",
+    );
+    let (code, stdout, stderr) = render_in(source.path(), &file);
+    assert_eq!(code, 4, "{stdout}{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "error: render Release apps/web (step Rendering, reason DeployFailed): values schema values.schema.json: $ref \"{url}\" refers outside the schema; convoy lets a chart's values schema read neither files nor the network (refer within the file, \"#/...\")"
+        )
+    );
+    assert!(
+        listener.accept().is_err(),
+        "something connected to the schema's URL"
+    );
+}

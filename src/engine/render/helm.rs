@@ -255,6 +255,12 @@ pub async fn template(
     check_namespace(namespace)
         .map_err(|why| RenderError::Invalid(Invalid(format!("the target namespace {why}"))))?;
     let helm = Tool::Helm.locate()?;
+    let chart_owned = chart.to_path_buf();
+    tokio::task::spawn_blocking(move || super::helm_schema::check(&chart_owned))
+        .await
+        .map_err(|e| {
+            RenderError::Tool(format!("checking the chart's values schemas failed: {e}"))
+        })??;
     let scratch = tempfile::tempdir()
         .map_err(|e| RenderError::Tool(format!("cannot create a temporary directory: {e}")))?;
     let values_file = scratch.path().join("values.json");

@@ -6,6 +6,7 @@
 pub mod bounded_yaml;
 pub mod error;
 pub mod helm;
+pub mod helm_schema;
 pub mod kustomize;
 pub mod manifests;
 pub mod mutations;
