@@ -59,6 +59,10 @@ impl crate::engine::error::Categorized for ClusterError {
 #[derive(Debug, Clone)]
 pub struct Target {
     pub conn: Connection,
+    /// Another cluster, reached with its Cluster's kubeconfig: its credentials decide what
+    /// may be done there. False for the cluster the Release lives in, named or not (a
+    /// Cluster with `inCluster: true` is reached with the Release's own identity).
+    pub elsewhere: bool,
     /// What goes into `status.lastAttempted.resolvedCluster`.
     pub resolved: ResolvedCluster,
 }
@@ -90,7 +94,7 @@ pub async fn resolve_target(
             source,
         })?;
     let Some(name) = release.spec.cluster.clone() else {
-        return probe(tenant, None, lookups.probes).await;
+        return probe(tenant, None, false, lookups.probes).await;
     };
     let cluster = match cached::<Cluster>(lookups.listers, &namespace, &name) {
         Some(cluster) => cluster,
@@ -178,7 +182,7 @@ async fn connect_cluster_with(
         message,
     };
     if cluster.spec.in_cluster {
-        return probe(home.clone(), Some(name), probes).await;
+        return probe(home.clone(), Some(name), false, probes).await;
     }
     let secret_ref = cluster
         .spec
@@ -220,7 +224,7 @@ async fn connect_cluster_with(
                 cluster: format!("{namespace}/{name}"),
                 source,
             })?;
-    probe(conn, Some(name), probes).await
+    probe(conn, Some(name), true, probes).await
 }
 
 /// Ask the target for its version (the cheapest proof that it answers), unless `probes` says
@@ -228,6 +232,7 @@ async fn connect_cluster_with(
 async fn probe(
     conn: Connection,
     name: Option<String>,
+    elsewhere: bool,
     probes: Option<&Probes>,
 ) -> Result<Target, ClusterError> {
     let key = conn.cache_key();
@@ -251,6 +256,7 @@ async fn probe(
         }
     };
     Ok(Target {
+        elsewhere,
         resolved: ResolvedCluster {
             name,
             server: Some(conn.server.clone()),

@@ -122,9 +122,11 @@ impl Tenancy {
     }
 
     /// The Release's own references to other namespaces: `targetNamespace` and `setNamespace`
-    /// mutations, when it deploys to the cluster it lives in.
-    pub fn check_release(&self, release: &Release) -> Result<(), TenancyError> {
-        if self.allow_cross_namespace_refs || deploys_elsewhere(release) {
+    /// mutations, when it deploys to the cluster it lives in. `elsewhere`: the target is
+    /// another cluster, reached with its own kubeconfig, whose credentials decide what may be
+    /// done there (a Cluster with `inCluster: true` is the cluster the Release lives in).
+    pub fn check_release(&self, release: &Release, elsewhere: bool) -> Result<(), TenancyError> {
+        if self.allow_cross_namespace_refs || elsewhere {
             return Ok(());
         }
         let own = release.metadata.namespace.as_deref().unwrap_or_default();
@@ -154,10 +156,11 @@ impl Tenancy {
     pub fn check_objects(
         &self,
         release: &Release,
+        elsewhere: bool,
         objects: &[Object],
         namespaced: impl Fn(&Object) -> Option<bool>,
     ) -> Result<(), TenancyError> {
-        if self.allow_cross_namespace_refs || deploys_elsewhere(release) {
+        if self.allow_cross_namespace_refs || elsewhere {
             return Ok(());
         }
         let own = release.metadata.namespace.as_deref().unwrap_or_default();
@@ -173,12 +176,6 @@ impl Tenancy {
         }
         Ok(())
     }
-}
-
-/// Whether the Release deploys to another cluster (a `Cluster` with a kubeconfig): that
-/// cluster's own credentials decide what it may do there.
-fn deploys_elsewhere(release: &Release) -> bool {
-    release.spec.cluster.is_some()
 }
 
 fn cross_namespace(own: &str, what: &str) -> TenancyError {
@@ -234,14 +231,14 @@ mod tests {
     fn another_namespace_is_refused_unless_allowed() {
         let strict = Tenancy::default();
         let err = strict
-            .check_release(&release(json!({"targetNamespace": "team-b"})))
+            .check_release(&release(json!({"targetNamespace": "team-b"})), false)
             .unwrap_err();
         assert_eq!(
             err.to_string(),
             "spec.targetNamespace \"team-b\" is outside the Release's namespace \"team-a\": cross-namespace references are refused (--allow-cross-namespace-refs allows them)"
         );
         strict
-            .check_release(&release(json!({"targetNamespace": "team-a"})))
+            .check_release(&release(json!({"targetNamespace": "team-a"})), false)
             .unwrap();
         let objects = [
             object(
@@ -255,24 +252,46 @@ mod tests {
             ),
         ];
         let err = strict
-            .check_objects(&release(json!({})), &objects, |_| None)
+            .check_objects(&release(json!({})), false, &objects, |_| None)
             .unwrap_err();
         assert!(
             err.0.starts_with("the render's Secret/team-b/s is outside"),
             "{err}"
         );
         strict
-            .check_objects(&release(json!({})), &objects[..2], |_| None)
+            .check_objects(&release(json!({})), false, &objects[..2], |_| None)
             .unwrap();
         let open = Tenancy {
             allow_cross_namespace_refs: true,
             ..Default::default()
         };
-        open.check_objects(&release(json!({})), &objects, |_| None)
+        open.check_objects(&release(json!({})), false, &objects, |_| None)
             .unwrap();
         // Another cluster's credentials decide there.
         strict
-            .check_objects(&release(json!({"cluster": "prod"})), &objects, |_| None)
+            .check_objects(&release(json!({"cluster": "prod"})), true, &objects, |_| {
+                None
+            })
             .unwrap();
+        // A Cluster that is the cluster the Release lives in (`inCluster: true`) is held to
+        // the same rules as no Cluster at all.
+        assert!(
+            strict
+                .check_objects(
+                    &release(json!({"cluster": "home"})),
+                    false,
+                    &objects,
+                    |_| None
+                )
+                .is_err()
+        );
+        assert!(
+            strict
+                .check_release(
+                    &release(json!({"cluster": "home", "targetNamespace": "team-b"})),
+                    false
+                )
+                .is_err()
+        );
     }
 }

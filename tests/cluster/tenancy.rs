@@ -149,7 +149,41 @@ async fn a_release_reaches_no_other_namespace_unless_allowed() {
         "{}",
         outcome.message
     );
+    // Through a Cluster that is the cluster the Release lives in (`inCluster: true`): the
+    // same rule (only another cluster's own credentials decide there).
+    f.kubectl_apply(
+        &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "home", "namespace": f.env.namespace},
+        "spec": {"inCluster": true}}),
+    )
+    .await;
+    f.patch_spec(json!({"cluster": "home"})).await;
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Unappliable);
+    assert!(
+        outcome.message.starts_with(&format!(
+            "nothing was applied: spec.targetNamespace {other:?}"
+        )),
+        "{}",
+        outcome.message
+    );
+    f.patch_spec(json!({"targetNamespace": null})).await;
+    f.commit(&[
+        ("a.yaml", &config_map("a", 0, "1")),
+        ("planted.yaml", &elsewhere),
+    ]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Unappliable, "{}", outcome.message);
+    assert!(
+        outcome.message.contains(&format!(
+            "the render's ConfigMap/{other}/planted is outside"
+        )),
+        "{}",
+        outcome.message
+    );
+    assert!(f.config_map("a").await.is_none(), "nothing applied");
     // The operator allows it.
+    f.patch_spec(json!({"targetNamespace": other})).await;
     f.ctx.tenancy = Arc::new(Tenancy::new(None, true, KubeconfigPolicy::default()));
     let outcome = f.sync().await.outcome.unwrap();
     assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);

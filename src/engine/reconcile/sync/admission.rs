@@ -77,16 +77,18 @@ async fn tenancy_check(
     ctx: &Context,
     run: &SyncRun<'_>,
 ) -> Result<(), crate::engine::tenancy::TenancyError> {
-    ctx.tenancy.check_release(run.release)?;
+    ctx.tenancy
+        .check_release(run.release, run.target.elsewhere)?;
     if ctx.tenancy.allow_cross_namespace_refs {
         return Ok(());
     }
     let info = ctx.cluster_info(run.target).await;
-    ctx.tenancy.check_objects(run.release, run.objects, |o| {
-        info.as_ref()
-            .and_then(|i| i.scopes.get(&(o.group().to_string(), o.kind().to_string())))
-            .copied()
-    })
+    ctx.tenancy
+        .check_objects(run.release, run.target.elsewhere, run.objects, |o| {
+            info.as_ref()
+                .and_then(|i| i.scopes.get(&(o.group().to_string(), o.kind().to_string())))
+                .copied()
+        })
 }
 
 /// Objects of the render whose live copy another existing Release owns and that the render
