@@ -27,6 +27,21 @@ fn message(err: SourceError) -> String {
     format!("{:#}", anyhow::Error::new(err))
 }
 
+/// What fetching `chart` from the chart repository on `port` is refused with.
+async fn helm_refused(coordinator: &Coordinator, port: u16, chart: &str) -> String {
+    let request = SourceRequest::Helm {
+        url: format!("http://127.0.0.1:{port}"),
+        chart: chart.into(),
+        version: None,
+    };
+    message(
+        coordinator
+            .ensure(crate::SCOPE, &request, None)
+            .await
+            .unwrap_err(),
+    )
+}
+
 /// Team b's private repository over HTTP with basic auth, fetched by team b into a cache
 /// shared with team a (one daemon). Team a, without credentials, gets nothing out of the cache
 /// by naming the same URL, the commit, a commit prefix, or the cache's own mirror.
@@ -288,19 +303,7 @@ async fn a_chart_archive_whose_links_chain_out_of_the_cache_writes_nothing_outsi
     let root = outer.path().join("a/cache");
     std::fs::create_dir_all(&root).unwrap();
     let coordinator = Coordinator::new(Cache::new(&root));
-    let err = coordinator
-        .ensure(
-            crate::SCOPE,
-            &SourceRequest::Helm {
-                url: format!("http://127.0.0.1:{}", server.port),
-                chart: "evil".into(),
-                version: None,
-            },
-            None,
-        )
-        .await
-        .unwrap_err();
-    let text = message(err);
+    let text = helm_refused(&coordinator, server.port, "evil").await;
     assert!(
         text.ends_with("archive entry \"evil/c/d/up2\" is a link that points outside the archive; refusing to unpack outside the cache"),
         "{text}"
@@ -421,4 +424,42 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+/// A chart repository that sends its index without end (no Content-Length, byte after byte)
+/// is cut off past convoy's limit, before the daemon's memory fills. (The stand-in here stops
+/// at twice the limit; the read before this change held all of it.)
+#[tokio::test]
+async fn a_chart_repository_that_sends_without_end_is_cut_off() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        stream
+            .set_write_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut request = [0u8; 4096];
+        let _ = stream.read(&mut request);
+        stream
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/yaml\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let block = vec![b'#'; 1 << 20];
+        let mut sent = 0usize;
+        while sent < 512 << 20 && stream.write_all(&block).is_ok() {
+            sent += block.len();
+        }
+        sent
+    });
+    let (_dir, coordinator) = crate::coordinator();
+    let text = helm_refused(&coordinator, port, "greeter").await;
+    assert!(
+        text.contains("the response is larger than 268435456 bytes"),
+        "{text}"
+    );
+    // Joined off the runtime: the client's connection task closes the socket on it.
+    let sent = tokio::task::spawn_blocking(move || server.join().unwrap())
+        .await
+        .unwrap();
+    assert!(sent < 512 << 20, "the whole stream was read: {sent} bytes");
 }

@@ -147,3 +147,48 @@ async fn a_layer_with_an_absolute_path_is_refused() {
     let message = format!("{:#}", anyhow::Error::new(err));
     assert!(message.contains("is an absolute path"), "{message}");
 }
+
+/// A registry that sends more of a layer than the manifest declares is cut off at the
+/// declared size, before it fills memory: a small manifest cannot make the daemon hold
+/// gigabytes. (The registry here stores the manifest as pushed, with a size that lies.)
+#[tokio::test]
+async fn a_layer_larger_than_its_manifest_declares_is_refused() {
+    let storage = tempfile::tempdir().unwrap();
+    let server = registry(storage.path());
+    let bundle = tar_gz(&[("app/cm.yaml", b"apiVersion: v1\nkind: ConfigMap\n")]);
+    push_bundle(server.port, "bundles/lying", "v1", bundle).await;
+    let client = oci_client::Client::new(ClientConfig {
+        protocol: ClientProtocol::Http,
+        ..Default::default()
+    });
+    let reference = |tag: &str| -> oci_client::Reference {
+        format!("127.0.0.1:{}/bundles/lying:{tag}", server.port)
+            .parse()
+            .unwrap()
+    };
+    let (mut manifest, _) = client
+        .pull_image_manifest(&reference("v1"), &RegistryAuth::Anonymous)
+        .await
+        .unwrap();
+    manifest.layers[0].size = 8;
+    client
+        .push_manifest(
+            &reference("v2"),
+            &oci_client::manifest::OciManifest::Image(manifest),
+        )
+        .await
+        .unwrap();
+    let (_dir, coordinator) = coordinator();
+    let url = format!("oci://127.0.0.1:{}/bundles/lying", server.port);
+    let err = coordinator
+        .ensure(crate::SCOPE, &oci(&url, Some("v2"), None), None)
+        .await
+        .unwrap_err();
+    let message = format!("{:#}", anyhow::Error::new(err));
+    assert!(
+        message.contains(
+            "the registry sent more than the 8 bytes the manifest declares for the layer"
+        ),
+        "{message}"
+    );
+}

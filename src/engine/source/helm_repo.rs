@@ -165,11 +165,37 @@ async fn get(
     if !status.is_success() {
         return Err(SourceError::not_ready(url, format!("HTTP {status}")));
     }
-    let bytes = response
-        .bytes()
+    read_at_most(response, url, MOST_RESPONSE_BYTES).await
+}
+
+/// The most an index or a chart archive may be. The largest public indexes are tens of
+/// megabytes, and helm refuses a chart that unpacks to more than 100 MiB.
+const MOST_RESPONSE_BYTES: usize = 256 << 20;
+
+/// The body of `response`, refused as soon as it passes `most` bytes: a repository (the
+/// tenant names it) that sends without end would otherwise fill the daemon's memory.
+async fn read_at_most(
+    mut response: reqwest::Response,
+    url: &str,
+    most: usize,
+) -> Result<Vec<u8>, SourceError> {
+    let too_large =
+        || SourceError::not_ready(url, format!("the response is larger than {most} bytes"));
+    if response.content_length().is_some_and(|n| n > most as u64) {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
         .await
-        .map_err(|e| SourceError::not_ready(url, crate::engine::error::chain(&e)))?;
-    Ok(bytes.to_vec())
+        .map_err(|e| SourceError::not_ready(url, crate::engine::error::chain(&e)))?
+    {
+        if body.len() + chunk.len() > most {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 /// Why no chart version could be chosen.

@@ -64,18 +64,14 @@ pub async fn fetch(
         }) => RegistryAuth::Basic(user.clone(), password.clone().unwrap_or_default()),
         _ => RegistryAuth::Anonymous,
     };
-    let mut accepted: Vec<&str> = TAR_GZIP_LAYERS.to_vec();
-    accepted.extend_from_slice(TAR_LAYERS);
-    accepted.extend_from_slice(IGNORED_LAYERS);
-    let image = client
-        .pull(&reference, &auth, accepted)
+    let not_ready = |e: oci_client::errors::OciDistributionError| {
+        SourceError::not_ready(url, crate::engine::error::chain(&e))
+    };
+    // The manifest first: a revision unpacked before needs none of its layers.
+    let (manifest, manifest_digest) = client
+        .pull_image_manifest(&reference, &auth)
         .await
-        .map_err(|e| SourceError::not_ready(url, crate::engine::error::chain(&e)))?;
-    let manifest_digest = image
-        .digest
-        .clone()
-        .or_else(|| digest.map(str::to_string))
-        .unwrap_or_default();
+        .map_err(not_ready)?;
     let key = revision_key(url, &manifest_digest);
     let revision = match tag {
         Some(t) if digest.is_none() => format!("{t}@{manifest_digest}"),
@@ -89,11 +85,21 @@ pub async fn fetch(
             url: url.to_string(),
         });
     }
-    let layers: Vec<(String, Vec<u8>)> = image
-        .layers
-        .iter()
-        .map(|l| (l.media_type.clone(), l.data.to_vec()))
-        .collect();
+    let wanted = check_layers(&manifest).map_err(|e| match e {
+        LayerError::Registry(e) => not_ready(e),
+        LayerError::TooLarge(message) => SourceError::not_ready(url, message),
+    })?;
+    let mut layers: Vec<(String, Vec<u8>)> = Vec::new();
+    for layer in wanted {
+        // No more than the manifest declares (which `check_layers` bounded): a registry
+        // that sends more is refused before it fills memory.
+        let mut out = BoundedBuffer::new(usize::try_from(layer.size).unwrap_or(0));
+        client
+            .pull_blob(&reference, layer, &mut out)
+            .await
+            .map_err(not_ready)?;
+        layers.push((layer.media_type.clone(), out.bytes));
+    }
     let digest = cache
         .unpack_and_install(
             scope,
@@ -120,6 +126,98 @@ pub async fn fetch(
         digest,
         url: url.to_string(),
     })
+}
+
+/// What one artifact's layers may hold, packed: the unpacked limit of each archive
+/// (the unpack limit applies again to what they unpack to).
+const MOST_LAYER_BYTES: i64 = 1 << 30;
+
+enum LayerError {
+    Registry(oci_client::errors::OciDistributionError),
+    TooLarge(String),
+}
+
+/// The layers to pull: every layer must be of a type convoy knows (as oci-client's own pull
+/// requires), provenance is skipped, and together they may declare at most
+/// [`MOST_LAYER_BYTES`].
+fn check_layers(
+    manifest: &oci_client::manifest::OciImageManifest,
+) -> Result<Vec<&oci_client::manifest::OciDescriptor>, LayerError> {
+    use oci_client::errors::OciDistributionError;
+    if manifest.layers.is_empty() {
+        return Err(LayerError::Registry(
+            OciDistributionError::PullNoLayersError,
+        ));
+    }
+    let known = |t: &str| {
+        TAR_GZIP_LAYERS.contains(&t) || TAR_LAYERS.contains(&t) || IGNORED_LAYERS.contains(&t)
+    };
+    if let Some(layer) = manifest.layers.iter().find(|l| !known(&l.media_type)) {
+        return Err(LayerError::Registry(
+            OciDistributionError::IncompatibleLayerMediaTypeError(layer.media_type.clone()),
+        ));
+    }
+    let wanted: Vec<_> = manifest
+        .layers
+        .iter()
+        .filter(|l| !IGNORED_LAYERS.contains(&l.media_type.as_str()))
+        .collect();
+    let declared = wanted
+        .iter()
+        .try_fold(0i64, |sum, l| sum.checked_add(l.size.max(0)));
+    match declared {
+        Some(bytes) if bytes <= MOST_LAYER_BYTES => Ok(wanted),
+        _ => Err(LayerError::TooLarge(format!(
+            "the artifact's layers declare more than {MOST_LAYER_BYTES} bytes"
+        ))),
+    }
+}
+
+/// A layer's bytes, no more than its manifest declared.
+struct BoundedBuffer {
+    bytes: Vec<u8>,
+    most: usize,
+}
+
+impl BoundedBuffer {
+    fn new(most: usize) -> Self {
+        Self {
+            bytes: Vec::new(),
+            most,
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for BoundedBuffer {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        if this.bytes.len() + buf.len() > this.most {
+            return std::task::Poll::Ready(Err(std::io::Error::other(format!(
+                "the registry sent more than the {} bytes the manifest declares for the layer",
+                this.most
+            ))));
+        }
+        this.bytes.extend_from_slice(buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
 }
 
 fn revision_key(url: &str, digest: &str) -> String {
