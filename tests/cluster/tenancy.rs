@@ -137,6 +137,32 @@ async fn a_release_reaches_no_other_namespace_unless_allowed() {
         )
     );
     assert!(f.config_map("a").await.is_none(), "nothing applied");
+    // A SyncFail hook in the other namespace: refused like any object, and the refused render
+    // runs none of its hooks (a failed sync arms its SyncFail hooks).
+    f.commit(&[
+        ("a.yaml", &config_map("a", 0, "1")),
+        (
+            "failed-hook.yaml",
+            &format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: on-failure\n  namespace: {other}\n  annotations:\n    argocd.argoproj.io/hook: SyncFail\n"
+            ),
+        ),
+    ]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Unappliable);
+    assert!(
+        outcome.message.contains(&format!(
+            "the render's ConfigMap/{other}/on-failure is outside"
+        )),
+        "{}",
+        outcome.message
+    );
+    let others: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(f.env.client.clone(), &other);
+    assert!(
+        others.get_opt("on-failure").await.unwrap().is_none(),
+        "the refused render's SyncFail hook was created in {other}"
+    );
     // targetNamespace pointing elsewhere: the same rule.
     f.commit(&[("a.yaml", &config_map("a", 0, "1"))]);
     f.patch_spec(json!({"targetNamespace": other})).await;

@@ -237,6 +237,14 @@ async fn run_sync_failed_hooks(
     rendered: &stages::RenderStage,
     inventory: &InventoryHandle,
 ) {
+    // A render refused for reaching into another namespace runs none of its hooks either.
+    if let Err(refused) =
+        sync::admission::tenancy_check(ctx, release, &rendered.target, &rendered.rendered.objects)
+            .await
+    {
+        tracing::warn!(release = %ReleaseId::of(release), "syncFailed hooks not run: {refused}");
+        return;
+    }
     let content = crate::engine::content_hooks::split(&rendered.rendered.objects).hooks;
     let applier = ctx.applier(&rendered.target);
     let hook_run = hook_phase::HookRun {

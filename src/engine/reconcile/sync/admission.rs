@@ -25,7 +25,7 @@ pub(super) async fn admit(
     let unappliable = |message: String| run.failed(Reason::Unappliable, message, false);
     // A Release that reaches into another namespace is stopped like a dry-run rejection
     // (engine::tenancy).
-    tenancy_check(ctx, run)
+    tenancy_check(ctx, run.release, run.target, run.objects)
         .await
         .map_err(|refused| unappliable(format!("nothing was applied: {refused}")))?;
     // Nothing is applied that the inventory cannot record.
@@ -72,19 +72,21 @@ pub(super) async fn dry_run_gate(
     ))
 }
 
-/// The tenancy rules on the Release and its objects, with scopes from the target's discovery.
-async fn tenancy_check(
+/// The tenancy rules on the Release and its objects (hooks included), with scopes from the
+/// target's discovery.
+pub(crate) async fn tenancy_check(
     ctx: &Context,
-    run: &SyncRun<'_>,
+    release: &Release,
+    target: &crate::engine::cluster::Target,
+    objects: &[Object],
 ) -> Result<(), crate::engine::tenancy::TenancyError> {
-    ctx.tenancy
-        .check_release(run.release, run.target.elsewhere)?;
+    ctx.tenancy.check_release(release, target.elsewhere)?;
     if ctx.tenancy.allow_cross_namespace_refs {
         return Ok(());
     }
-    let info = ctx.cluster_info(run.target).await;
+    let info = ctx.cluster_info(target).await;
     ctx.tenancy
-        .check_objects(run.release, run.target.elsewhere, run.objects, |o| {
+        .check_objects(release, target.elsewhere, objects, |o| {
             info.as_ref()
                 .and_then(|i| i.scopes.get(&(o.group().to_string(), o.kind().to_string())))
                 .copied()

@@ -17,7 +17,7 @@
 //!
 //! A wave timeout under the failure policy and `applyLastHealthy` are `reconcile::rollback`'s.
 
-mod admission;
+pub(crate) mod admission;
 mod compare;
 mod prune;
 mod store_steps;
