@@ -35,6 +35,12 @@ pub enum HookError {
         #[source]
         source: crate::engine::apply::resources::ResolveKindError,
     },
+    /// An object of the hook's name that no hook of this Release created: convoy does not
+    /// delete it to make room (it may be another Release's, or anyone's).
+    #[error(
+        "{kind} {name} exists and is not a hook of this Release: convoy does not replace it (delete or rename it, or rename the hook)"
+    )]
+    Taken { kind: String, name: String },
     /// The API server's own words, as `kubectl` prints them.
     #[error(
         "cannot {action} {name}: {}",
@@ -50,7 +56,9 @@ pub enum HookError {
 impl crate::engine::error::Categorized for HookError {
     fn category(&self) -> crate::engine::error::Category {
         match self {
-            HookError::NotServed { .. } => crate::engine::error::Category::Invalid,
+            HookError::NotServed { .. } | HookError::Taken { .. } => {
+                crate::engine::error::Category::Invalid
+            }
             HookError::Kind { source, .. } => match source {
                 crate::engine::apply::resources::ResolveKindError::Discovery { source, .. } => {
                     crate::engine::error::kube_category(source)
@@ -408,10 +416,20 @@ pub enum Armed {
     Waiting,
 }
 
+/// Whether `object` carries the labels a hook of `release` gets when it is armed.
+fn is_hook_of(object: &impl kube::ResourceExt, release: &Release) -> bool {
+    let labels = object.labels();
+    labels.contains_key(HOOK_RENDER_LABEL)
+        && labels.get(labels::RELEASE).map(String::as_str) == release.metadata.name.as_deref()
+        && labels.get(labels::RELEASE_NAMESPACE).map(String::as_str)
+            == release.metadata.namespace.as_deref()
+}
+
 /// Arm a content hook for `render_ref`: the rendered object as it is (its name kept: charts
 /// refer to it), with the Release's labels, the render label and (Jobs, Pods) the hook
 /// finalizer. An instance of an earlier render is deleted first (it is never patched: a Job's
-/// template cannot change), as Helm's and Argo CD's `before-hook-creation` do.
+/// template cannot change), as Helm's and Argo CD's `before-hook-creation` do; an object of
+/// the name that no hook of this Release made is left alone, and the hook is refused.
 pub async fn arm_content_hook(
     applier: &crate::engine::apply::Applier,
     release: &Release,
@@ -433,6 +451,13 @@ pub async fn arm_content_hook(
             && existing.metadata.deletion_timestamp.is_none()
         {
             return Ok(Armed::Created);
+        }
+        // Replaced only when a hook of this Release made it (an earlier render's run).
+        if !is_hook_of(&existing, release) {
+            return Err(HookError::Taken {
+                kind: object.kind().to_string(),
+                name: name.to_string(),
+            });
         }
         delete_content_object(&api, name).await?;
         return Ok(Armed::Waiting);

@@ -462,3 +462,39 @@ async fn a_bad_hook_annotation_fails_the_render_and_applies_nothing() {
         assert!(job_uid(&f, "migrate").await.is_none());
     }
 }
+
+/// A hook is armed by deleting the instance an earlier render left, but an object of its
+/// name that no hook of this Release made (someone's, another Release's) is left as it is:
+/// the hook is refused, naming the object.
+#[tokio::test]
+async fn a_hook_does_not_delete_an_object_of_its_name_that_it_did_not_make() {
+    let hook = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  annotations:\n    argocd.argoproj.io/hook: PreSync\ndata: {from: hook}\n";
+    let f = Fixture::new(
+        "chook-taken",
+        &[
+            ("hook.yaml", hook),
+            ("cm.yaml", &crate::support::fixture::config_map("a", 0, "1")),
+        ],
+        json!({}),
+    )
+    .await;
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "settings", "namespace": f.env.namespace},
+        "data": {"from": "someone else"}}))
+        .await;
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let before = api.get("settings").await.unwrap();
+    let outcome = f.sync().await.outcome.unwrap();
+    assert!(
+        outcome.message.contains(
+            "ConfigMap settings exists and is not a hook of this Release: convoy does not replace it (delete or rename it, or rename the hook)"
+        ),
+        "{}",
+        outcome.message
+    );
+    let after = api.get("settings").await.unwrap();
+    assert_eq!(after.metadata.uid, before.metadata.uid, "it was replaced");
+    assert_eq!(after.data, before.data);
+    assert!(f.config_map("a").await.is_none(), "the sync went on");
+}
