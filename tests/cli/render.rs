@@ -126,6 +126,23 @@ apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\nmetadata: {{name: web
     path.display().to_string()
 }
 
+/// A source directory holding `files` (path, text) and a Release of `content` (the spec's
+/// lines after `source`) reading `path` of it; returns the directory and the Release's file.
+fn source_tree(files: &[(&str, String)], path: &str, content: &str) -> (tempfile::TempDir, String) {
+    let source = tempfile::tempdir().unwrap();
+    for (name, text) in files {
+        let full = source.path().join(name);
+        std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+        std::fs::write(full, text).unwrap();
+    }
+    let file = release_file(
+        source.path(),
+        "file:///nowhere",
+        &format!("    path: {path}\n  content: {content}\n"),
+    );
+    (source, file)
+}
+
 /// `convoy render -f file --source-dir dir`: its exit code, stdout and stderr.
 fn render_in(dir: &Path, file: &str) -> (i32, String, String) {
     convoy_in_repo(
@@ -613,28 +630,23 @@ fn a_values_schema_that_refers_to_a_url_is_refused_and_fetches_nothing() {
         "http://{}/latest/meta-data/",
         listener.local_addr().unwrap()
     );
-    let source = tempfile::tempdir().unwrap();
-    let chart = source.path().join("chart");
-    std::fs::create_dir_all(chart.join("templates")).unwrap();
-    std::fs::write(
-        chart.join("Chart.yaml"),
-        "apiVersion: v2\nname: web\nversion: 1.0.0\n",
-    )
-    .unwrap();
-    std::fs::write(
-        chart.join("templates/cm.yaml"),
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\n",
-    )
-    .unwrap();
-    std::fs::write(
-        chart.join("values.schema.json"),
-        format!("{{\"properties\": {{\"a\": {{\"$ref\": \"{url}\"}}}}}}"),
-    )
-    .unwrap();
-    let file = release_file(
-        source.path(),
-        "file:///nowhere",
-        "    path: chart\n  content: {type: helm}\n",
+    let (source, file) = source_tree(
+        &[
+            (
+                "chart/Chart.yaml",
+                "apiVersion: v2\nname: web\nversion: 1.0.0\n".into(),
+            ),
+            (
+                "chart/templates/cm.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\n".into(),
+            ),
+            (
+                "chart/values.schema.json",
+                format!("{{\"properties\": {{\"a\": {{\"$ref\": \"{url}\"}}}}}}"),
+            ),
+        ],
+        "chart",
+        "{type: helm}",
     );
     let (code, stdout, stderr) = render_in(source.path(), &file);
     assert_eq!(code, 4, "{stdout}{stderr}");
@@ -647,5 +659,36 @@ fn a_values_schema_that_refers_to_a_url_is_refused_and_fetches_nothing() {
     assert!(
         listener.accept().is_err(),
         "something connected to the schema's URL"
+    );
+}
+
+/// A chart whose template loops prints far more than any render holds: convoy reads no more
+/// than its limit, closes the pipe (helm ends) and names the reason.
+#[test]
+fn a_chart_that_prints_without_bound_is_cut_off() {
+    // 700 lines of 100 KB: 70 MB (a longer loop takes helm minutes to print).
+    let (source, file) = source_tree(
+        &[
+            (
+                "chart/Chart.yaml",
+                "apiVersion: v2\nname: loop\nversion: 1.0.0\n".into(),
+            ),
+            (
+                "chart/templates/loop.yaml",
+                "{{- range until 700 }}\n# {{ $.Values.pad }}\n{{- end }}\n".into(),
+            ),
+            (
+                "chart/values.yaml",
+                format!("pad: {}\n", "x".repeat(100_000)),
+            ),
+        ],
+        "chart",
+        "{type: helm}",
+    );
+    let (code, stdout, stderr) = render_in(source.path(), &file);
+    assert_eq!(code, 4, "{stdout}{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        "error: render Release apps/web (step Rendering, reason DeployFailed): helm template failed: its output is larger than 67108864 bytes; convoy reads no more of it (helm printed more than any render holds: a loop in a template, a base included many times?)"
     );
 }

@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use serde_json::Value;
-use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
 use super::error::RenderError;
@@ -321,29 +320,16 @@ pub async fn template(
         RenderError::Tool(format!("cannot read the output of {}: {e}", helm.display()))
     };
     // Parse the output as it arrives, while reading the errors, then wait for the exit.
-    let parse = async {
-        let mut parse = StreamingParse::new("helm template output");
-        if let Some(mut stdout) = stdout {
-            let mut buf = vec![0u8; 256 * 1024];
-            loop {
-                let n = stdout.read(&mut buf).await?;
-                if n == 0 {
-                    break;
-                }
-                parse.feed(&buf[..n]);
-            }
-        }
-        Ok::<_, std::io::Error>(parse)
-    };
-    let errors = async {
-        let mut text = Vec::new();
-        if let Some(mut stderr) = stderr {
-            stderr.read_to_end(&mut text).await?;
-        }
-        Ok::<_, std::io::Error>(text)
-    };
-    let (parse, errors) = tokio::join!(parse, errors);
-    let (parse, errors) = (parse.map_err(read_failed)?, errors.map_err(read_failed)?);
+    let mut parse = StreamingParse::new("helm template output");
+    let read = super::tool_output::read(stdout, stderr, |chunk| parse.feed(chunk))
+        .await
+        .map_err(read_failed)?;
+    if read.too_large {
+        // The parse's workers are joined on the blocking pool, as below.
+        let _ = tokio::task::spawn_blocking(move || drop(parse)).await;
+        return Err(RenderError::Helm(super::tool_output::too_large("helm")));
+    }
+    let errors = read.errors;
     let status = child.wait().await.map_err(read_failed)?;
     if !status.success() {
         return Err(RenderError::Helm(tool_message(

@@ -59,17 +59,36 @@ pub async fn build(
     if let Some(path) = std::env::var_os("PATH") {
         cmd.env("PATH", path);
     }
-    let out = cmd
+    let mut child = cmd
         .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
-        .output()
-        .await
+        .spawn()
         .map_err(|e| RenderError::Tool(format!("cannot run {}: {e}", kustomize.display())))?;
-    if !out.status.success() {
-        return Err(RenderError::Kustomize(tool_message(&out.stderr, &[root])));
+    let read_failed = |e: std::io::Error| {
+        RenderError::Tool(format!(
+            "cannot read the output of {}: {e}",
+            kustomize.display()
+        ))
+    };
+    let mut stdout = Vec::new();
+    let read = super::tool_output::read(child.stdout.take(), child.stderr.take(), |chunk| {
+        stdout.extend_from_slice(chunk)
+    })
+    .await
+    .map_err(read_failed)?;
+    if read.too_large {
+        return Err(RenderError::Kustomize(super::tool_output::too_large(
+            "kustomize",
+        )));
+    }
+    let status = child.wait().await.map_err(read_failed)?;
+    if !status.success() {
+        return Err(RenderError::Kustomize(tool_message(&read.errors, &[root])));
     }
     tokio::task::spawn_blocking(move || {
-        let text = String::from_utf8_lossy(&out.stdout);
+        let text = String::from_utf8_lossy(&stdout);
         parse_documents(&text, "kustomize build output")
     })
     .await

@@ -69,6 +69,8 @@ pub struct StreamingParse {
     file: String,
     /// Bytes not handed to the workers yet; they start at a document boundary.
     pending: Vec<u8>,
+    /// Where in `pending` the complete lines looked at for a marker end.
+    scanned: usize,
     /// Number of the first document, and first line, of `pending`.
     next_document: usize,
     next_line: u64,
@@ -119,6 +121,7 @@ impl StreamingParse {
         Self {
             file: file.to_string(),
             pending: Vec::new(),
+            scanned: 0,
             next_document: 1,
             next_line: 1,
             batches: 0,
@@ -130,7 +133,18 @@ impl StreamingParse {
     /// Take the next piece of the text.
     pub fn feed(&mut self, bytes: &[u8]) {
         self.pending.extend_from_slice(bytes);
-        while let Some(cut) = marker_line_from(&self.pending, Self::BATCH) {
+        loop {
+            let Some(cut) = marker_line_from(&self.pending, self.scanned.max(Self::BATCH)) else {
+                // The complete lines so far hold no marker: the next look starts at the last,
+                // incomplete one (a text without markers is not read again at each piece).
+                // Only the new bytes are searched for it; the rest was searched before.
+                let tail = self.pending.len().saturating_sub(bytes.len());
+                if let Some(i) = self.pending[tail..].iter().rposition(|&b| b == b'\n') {
+                    self.scanned = tail + i + 1;
+                }
+                break;
+            };
+            self.scanned = 0;
             let rest = self.pending.split_off(cut);
             let batch = std::mem::replace(&mut self.pending, rest);
             // A marker line and newlines are ASCII, so the batch ends on a character boundary.

@@ -15,6 +15,7 @@ pub mod order;
 pub mod plain_yaml;
 pub mod release;
 pub mod render_ref;
+pub mod tool_output;
 pub mod values;
 
 pub use error::RenderError;
