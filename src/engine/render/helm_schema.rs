@@ -98,7 +98,9 @@ fn check_archive(reader: &mut dyn Read, shown: &str, depth: usize) -> Result<(),
     }
     let read = std::rc::Rc::new(std::cell::Cell::new(0u64));
     let counted = Counted {
-        inner: flate2::read::GzDecoder::new(reader),
+        // Every gzip member, as Go's reader (and so helm) reads them; the first member alone
+        // could end where a schema starts.
+        inner: flate2::read::MultiGzDecoder::new(reader),
         read: read.clone(),
     };
     let over = || read.get() > MOST_ARCHIVE_BYTES;
@@ -113,10 +115,19 @@ fn check_archive(reader: &mut dyn Read, shown: &str, depth: usize) -> Result<(),
     let mut archive = tar::Archive::new(counted);
     for entry in archive.entries().map_err(unreadable)? {
         let mut entry = entry.map_err(unreadable)?;
-        if !entry.header().entry_type().is_file() {
+        // helm reads every entry but directories and extended headers as a file, whatever its
+        // type flag says.
+        let kind = entry.header().entry_type();
+        if kind.is_dir() || kind.is_pax_global_extensions() || kind.is_pax_local_extensions() {
             continue;
         }
-        let path = entry.path().map_err(unreadable)?.into_owned();
+        // helm splits a name that holds a backslash at it: `db\values.schema.json` is db's.
+        let raw = entry
+            .path()
+            .map_err(unreadable)?
+            .to_string_lossy()
+            .replace('\\', "/");
+        let path = std::path::PathBuf::from(raw);
         let inner = format!("{shown}:{}", path.display());
         if path.file_name().is_some_and(|n| n == SCHEMA) {
             let size = entry.header().size().map_err(unreadable)?;
@@ -174,7 +185,7 @@ fn check_value(value: &Value) -> Result<(), String> {
                     }
                     if key == "$schema" && !is_draft(target) {
                         return Err(format!(
-                            "$schema {target:?} is not a JSON Schema draft (http(s)://json-schema.org/...), which helm would fetch"
+                            "$schema {target:?} is not a JSON Schema draft (https://json-schema.org/draft-07/schema and the like), which helm would fetch"
                         ));
                     }
                 }
@@ -187,10 +198,22 @@ fn check_value(value: &Value) -> Result<(), String> {
     }
 }
 
+/// The JSON Schema drafts helm's compiler knows without loading them.
 fn is_draft(url: &str) -> bool {
-    ["http://json-schema.org/", "https://json-schema.org/"]
-        .iter()
-        .any(|p| url.starts_with(p))
+    const DRAFTS: [&str; 6] = [
+        "json-schema.org/schema",
+        "json-schema.org/draft-04/schema",
+        "json-schema.org/draft-06/schema",
+        "json-schema.org/draft-07/schema",
+        "json-schema.org/draft/2019-09/schema",
+        "json-schema.org/draft/2020-12/schema",
+    ];
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .unwrap_or_default();
+    let rest = rest.strip_suffix('#').unwrap_or(rest);
+    DRAFTS.contains(&rest)
 }
 
 fn invalid(message: String) -> RenderError {
@@ -256,6 +279,67 @@ mod tests {
             let dir = chart(schema);
             let err = check(dir.path()).unwrap_err().to_string();
             assert!(err.starts_with(expected), "{schema}: {err}");
+        }
+    }
+
+    /// What helm reads as a schema is checked however the archive hides it: an entry whose
+    /// type flag is not a regular file's, a name split at a backslash, a second gzip member.
+    #[test]
+    fn a_schema_hidden_from_a_plain_tar_reader_is_still_checked() {
+        let evil: &[u8] = br#"{"$ref": "http://127.0.0.1:1/x.json"}"#;
+        let entry = |path: &str, kind: tar::EntryType| {
+            let mut builder = tar::Builder::new(Vec::new());
+            let mut header = tar::Header::new_gnu();
+            header.set_entry_type(kind);
+            header.set_size(evil.len() as u64);
+            header.set_mode(0o644);
+            header.set_path(path).unwrap();
+            header.set_cksum();
+            builder.append(&header, evil).unwrap();
+            builder.into_inner().unwrap()
+        };
+        let gz = |bytes: &[u8]| {
+            use std::io::Write;
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            e.write_all(bytes).unwrap();
+            e.finish().unwrap()
+        };
+        let contiguous = gz(&entry("db/values.schema.json", tar::EntryType::Continuous));
+        let backslash = gz(&entry("db\\values.schema.json", tar::EntryType::Regular));
+        // A first member holding only Chart.yaml (no end blocks), the schema in a second.
+        let mut first = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(9);
+        header.set_mode(0o644);
+        header.set_path("db/Chart.yaml").unwrap();
+        header.set_cksum();
+        first.append(&header, &b"name: db\n"[..]).unwrap();
+        let mut members = gz(first.get_ref());
+        members.extend(gz(&entry("db/values.schema.json", tar::EntryType::Regular)));
+        for packed in [contiguous, backslash, members] {
+            let dir = chart("{}");
+            std::fs::create_dir(dir.path().join("charts")).unwrap();
+            std::fs::write(dir.path().join("charts/db-1.0.0.tgz"), packed).unwrap();
+            let err = check(dir.path()).unwrap_err().to_string();
+            assert!(err.contains("refers outside the schema"), "{err}");
+        }
+    }
+
+    #[test]
+    fn only_the_drafts_helm_knows_pass_as_schema() {
+        for ok in [
+            "http://json-schema.org/draft-07/schema#",
+            "https://json-schema.org/draft/2020-12/schema",
+            "http://json-schema.org/schema#",
+        ] {
+            assert!(is_draft(ok), "{ok}");
+        }
+        for refused in [
+            "http://json-schema.org/x/../../redirect?to=http://169.254.169.254/",
+            "https://json-schema.org.evil.example/draft-07/schema",
+            "file:///json-schema.org/draft-07/schema",
+        ] {
+            assert!(!is_draft(refused), "{refused}");
         }
     }
 
