@@ -95,6 +95,17 @@ async fn convoys_identities_can_do_what_readme_says_and_admission_holds_them_to_
         args.extend(workloads);
         assert!(env.kubectl(&args).status.success());
     };
+    // The namespace the controller's ClusterRoleBinding serves.
+    let binding_namespace = || {
+        let subject = env.kubectl(&[
+            "get",
+            "clusterrolebinding",
+            "convoy-controller",
+            "-o",
+            "jsonpath={.subjects[0].namespace}",
+        ]);
+        String::from_utf8_lossy(&subject.stdout).into_owned()
+    };
     forget_cluster_admin();
     // --move: a control plane reused across runs may hold the daemon tests' install.
     let install = env.convoy(&["install", "-n", STORE_NAMESPACE, "--move"]);
@@ -113,14 +124,7 @@ async fn convoys_identities_can_do_what_readme_says_and_admission_holds_them_to_
             "error: convoy is installed in namespace {STORE_NAMESPACE}: its ClusterRoles, ClusterRoleBindings and admission policies are cluster-wide and serve one install. `convoy install -n {STORE_NAMESPACE}` upgrades it; --move moves them to convoy-elsewhere, and the install in {STORE_NAMESPACE} then runs without its permissions and admission policies"
         )
     );
-    let subject = env.kubectl(&[
-        "get",
-        "clusterrolebinding",
-        "convoy-controller",
-        "-o",
-        "jsonpath={.subjects[0].namespace}",
-    ]);
-    assert_eq!(String::from_utf8_lossy(&subject.stdout), STORE_NAMESPACE);
+    assert_eq!(binding_namespace(), STORE_NAMESPACE);
     assert!(
         !env.kubectl(&["get", "namespace", "convoy-elsewhere"])
             .status
@@ -147,14 +151,7 @@ async fn convoys_identities_can_do_what_readme_says_and_admission_holds_them_to_
         "{}",
         String::from_utf8_lossy(&reinstall.stderr)
     );
-    let subject = env.kubectl(&[
-        "get",
-        "clusterrolebinding",
-        "convoy-controller",
-        "-o",
-        "jsonpath={.subjects[0].namespace}",
-    ]);
-    assert_eq!(String::from_utf8_lossy(&subject.stdout), STORE_NAMESPACE);
+    assert_eq!(binding_namespace(), STORE_NAMESPACE);
 
     // The table: what each identity may do in every namespace, and beyond that in its own.
     let mut table = vec![

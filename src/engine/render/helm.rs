@@ -325,8 +325,9 @@ pub async fn template(
         .await
         .map_err(read_failed)?;
     if read.too_large {
-        // The parse's workers are joined on the blocking pool, as below.
-        let _ = tokio::task::spawn_blocking(move || drop(parse)).await;
+        // Dropped, the parse would leave its workers parsing the queued batches unjoined:
+        // they are finished and joined on the blocking pool, as below.
+        let _ = tokio::task::spawn_blocking(move || parse.finish()).await;
         return Err(RenderError::Helm(super::tool_output::too_large("helm")));
     }
     let errors = read.errors;
