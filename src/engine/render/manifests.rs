@@ -281,7 +281,11 @@ fn parse_chunks(chunks: &[Chunk<'_>], file: &str) -> Parsed {
                 // `Location` counts from 1; a missing one means the chunk's first line.
                 let line = location.as_ref().map(|l| l.line()).unwrap_or(1) + chunk.first_line - 1;
                 let column = location.as_ref().map(|l| l.column()).unwrap_or(0);
-                let text = first_line(&e.to_string());
+                let text = if super::bounded_yaml::expands(&e) {
+                    super::bounded_yaml::expansion_message()
+                } else {
+                    first_line(&e.to_string())
+                };
                 let text = text.strip_prefix("error: ").unwrap_or(&text);
                 // Drop the parser's own (chunk-relative) location; ours is absolute.
                 let text = match text.strip_prefix("line ") {
@@ -517,7 +521,36 @@ secret: {secretName: s, defaultMode: 0644}\n";
         let err = err.to_string();
         assert!(err.starts_with("app/one.yaml: line 7 column "), "{err}");
         assert!(
-            err.ends_with(": the YAML expands to more than 64 times its size (aliases of aliases?); convoy reads no more of it"),
+            err.ends_with(": the YAML expands to more than 64 times its size (aliases of aliases, or merge keys?); convoy reads no more of it"),
+            "{err}"
+        );
+    }
+
+    /// Merge keys are expanded inside the parser, where the visitor cannot count them: forty
+    /// ConfigMaps whose merges of merges override each other took serde-saphyr's default
+    /// budget of 250,000 nodes each (a second of CPU per 600 bytes). Each is now held to its
+    /// own text's budget, and the refusal says why, in words.
+    #[test]
+    fn documents_whose_merge_keys_multiply_are_refused() {
+        let document = |i: usize| {
+            let keys: Vec<String> = (0..10).map(|k| format!("k{k}: v")).collect();
+            let mut d = format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c{i}}}\nx:\n  a0: &a0 {{{}}}\n",
+                keys.join(", ")
+            );
+            for level in 1..=4 {
+                let copies = vec![format!("*a{}", level - 1); 10].join(", ");
+                d.push_str(&format!("  a{level}: &a{level} {{<<: [{copies}]}}\n"));
+            }
+            d
+        };
+        let text: Vec<String> = (0..40).map(document).collect();
+        let err = parse_documents(&text.join("---\n"), "app/merges.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("app/merges.yaml: line 7 column "), "{err}");
+        assert!(
+            err.ends_with(": the YAML expands to more than 64 times its size (aliases of aliases, or merge keys?); convoy reads no more of it"),
             "{err}"
         );
     }

@@ -154,7 +154,7 @@ async fn read_layer(
         if super::bounded_yaml::expands(&e) {
             return fail(
                 format!(
-                    "expands through its aliases to more than {} times its size (line {line})",
+                    "expands through its aliases or merge keys to more than {} times its size (line {line})",
                     super::bounded_yaml::EXPANSION
                 ),
                 false,
@@ -272,7 +272,7 @@ mod tests {
         };
         assert_eq!(
             err.to_string(),
-            "values layer 1 (ConfigMap apps/base key values.yaml): expands through its aliases to more than 64 times its size (line 3)"
+            "values layer 1 (ConfigMap apps/base key values.yaml): expands through its aliases or merge keys to more than 64 times its size (line 3)"
         );
     }
 
