@@ -69,8 +69,8 @@ pub struct StreamingParse {
     file: String,
     /// Bytes not handed to the workers yet; they start at a document boundary.
     pending: Vec<u8>,
-    /// Where in `pending` the complete lines looked at for a marker end.
-    scanned: usize,
+    /// Where the search for a document marker goes on: see [`MarkerSearch`].
+    search: MarkerSearch,
     /// Number of the first document, and first line, of `pending`.
     next_document: usize,
     next_line: u64,
@@ -121,7 +121,7 @@ impl StreamingParse {
         Self {
             file: file.to_string(),
             pending: Vec::new(),
-            scanned: 0,
+            search: MarkerSearch::default(),
             next_document: 1,
             next_line: 1,
             batches: 0,
@@ -134,17 +134,10 @@ impl StreamingParse {
     pub fn feed(&mut self, bytes: &[u8]) {
         self.pending.extend_from_slice(bytes);
         loop {
-            let Some(cut) = marker_line_from(&self.pending, self.scanned.max(Self::BATCH)) else {
-                // The complete lines so far hold no marker: the next look starts at the last,
-                // incomplete one (a text without markers is not read again at each piece).
-                // Only the new bytes are searched for it; the rest was searched before.
-                let tail = self.pending.len().saturating_sub(bytes.len());
-                if let Some(i) = self.pending[tail..].iter().rposition(|&b| b == b'\n') {
-                    self.scanned = tail + i + 1;
-                }
+            let Some(cut) = self.search.next_marker(&self.pending, Self::BATCH) else {
                 break;
             };
-            self.scanned = 0;
+            self.search = MarkerSearch::default();
             let rest = self.pending.split_off(cut);
             let batch = std::mem::replace(&mut self.pending, rest);
             // A marker line and newlines are ASCII, so the batch ends on a character boundary.
@@ -208,28 +201,44 @@ impl StreamingParse {
     }
 }
 
-/// Where the first complete document marker line that starts at or after `from` begins, if
-/// any (the text before it is then whole documents).
-fn marker_line_from(bytes: &[u8], from: usize) -> Option<usize> {
-    let mut newline = from.checked_sub(1)?;
-    loop {
-        newline += bytes.get(newline..)?.iter().position(|&b| b == b'\n')?;
-        let line = &bytes[newline + 1..];
-        if is_marker_line(line) && line.contains(&b'\n') {
-            return Some(newline + 1);
+/// How far a growing text has been searched for a complete document marker line. Every byte
+/// is searched once however the text arrives: a tool's output of one 64 MiB line in pieces
+/// was read again from the line's start at each piece (29 s on a daemon worker).
+#[derive(Debug, Default, PartialEq)]
+struct MarkerSearch {
+    /// Where the line that has no newline yet starts.
+    line: usize,
+    /// Bytes before this hold no newline that was not looked at.
+    searched: usize,
+}
+
+impl MarkerSearch {
+    /// Where the first complete document marker line starting at `min` or later begins, if
+    /// one has arrived (the text before it is then whole documents).
+    fn next_marker(&mut self, bytes: &[u8], min: usize) -> Option<usize> {
+        while let Some(i) = bytes[self.searched..].iter().position(|&b| b == b'\n') {
+            let end = self.searched + i;
+            if self.line >= min && is_marker_line(&bytes[self.line..=end]) {
+                return Some(self.line);
+            }
+            self.line = end + 1;
+            self.searched = end + 1;
         }
-        newline += 1;
+        self.searched = bytes.len();
+        None
     }
 }
 
 /// A line that is a document marker (`---` at column 0, alone or before a space or tab).
+/// Only its first bytes are read: the rest of a long line does not matter.
 fn is_marker_line(line: &[u8]) -> bool {
-    let bare = match line.iter().position(|&b| b == b'\n') {
-        Some(end) => &line[..end],
-        None => line,
-    };
-    let bare = bare.strip_suffix(b"\r").unwrap_or(bare);
-    bare == b"---" || bare.starts_with(b"--- ") || bare.starts_with(b"---\t")
+    match line.strip_prefix(b"---") {
+        Some(rest) => matches!(
+            rest,
+            [] | [b'\n' | b' ' | b'\t', ..] | [b'\r'] | [b'\r', b'\n', ..]
+        ),
+        None => false,
+    }
 }
 
 /// One YAML document of a text: its number (from 1), first line (from 1) and text.
@@ -570,6 +579,95 @@ secret: {secretName: s, defaultMode: 0644}\n";
             .unwrap_err()
             .to_string();
         assert!(err.starts_with("big.yaml: line 7500 column"), "{err}");
+    }
+
+    /// A line without a newline is searched once, not again at each piece that lengthens it;
+    /// a marker line is known once its newline arrives, however long it is.
+    #[test]
+    fn a_marker_search_reads_each_byte_once() {
+        let mut text = b"a: 1\n".to_vec();
+        let mut search = MarkerSearch::default();
+        assert_eq!(search.next_marker(&text, 1), None);
+        assert_eq!(
+            search,
+            MarkerSearch {
+                line: 5,
+                searched: 5
+            }
+        );
+        text.extend_from_slice(b"--- x");
+        for _ in 0..3 {
+            assert_eq!(search.next_marker(&text, 1), None);
+            assert_eq!(
+                search,
+                MarkerSearch {
+                    line: 5,
+                    searched: text.len()
+                }
+            );
+            text.extend_from_slice(&[b'y'; 1000]);
+        }
+        text.push(b'\n');
+        assert_eq!(search.next_marker(&text, 1), Some(5));
+        // Not a marker: `---` must stand alone or before a space or tab.
+        for line in [&b"---x\n"[..], b"--\n", b" ---\n", b"---\rx\n", b"----\n"] {
+            assert!(!is_marker_line(line), "{line:?}");
+        }
+        for line in [
+            &b"---\n"[..],
+            b"---",
+            b"---\r\n",
+            b"---\r",
+            b"--- a\n",
+            b"---\t\n",
+        ] {
+            assert!(is_marker_line(line), "{line:?}");
+        }
+    }
+
+    mod streamed_texts {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Documents behind every form of marker, with text that nearly is or hides one;
+        /// the last is broken, so that some texts end in an error.
+        const DOCUMENTS: &[&str] = &[
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {k: '---'}\n",
+            "--- \n# ---\n",
+            "---\t# c\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\ndata:\n  k: |\n    ---\n    ---x\n",
+            "---\r\napiVersion: v1\r\nkind: ConfigMap\r\nmetadata: {name: c}\r\n",
+            "---\n",
+            "--- {apiVersion: v1, kind: ConfigMap, metadata: {name: d}}\n",
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: e}\n---x: 1\n",
+        ];
+        const BROKEN: &str = "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: [}\n";
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(48))]
+            /// However the text is cut into pieces, and wherever the 16 KiB batches end, a
+            /// streamed text reads as the whole does: the same objects or the same error.
+            #[test]
+            fn a_streamed_text_reads_as_the_whole(
+                documents in prop::collection::vec(prop::sample::select(DOCUMENTS), 1..800),
+                long in 0usize..40_000,
+                broken in prop::option::weighted(0.2, 0usize..800),
+                size in 1usize..9000,
+            ) {
+                let mut documents = documents;
+                let long = format!(
+                    "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: long}}\ndata: {{k: {}}}\n",
+                    "y".repeat(long)
+                );
+                documents.insert(documents.len() / 2, &long);
+                if let Some(at) = broken {
+                    documents.insert(at.min(documents.len()), BROKEN);
+                }
+                let text = documents.concat();
+                let whole = parse_documents(&text, "big.yaml").map_err(|e| e.to_string());
+                let pieces = streamed(&text, size).map_err(|e| e.to_string());
+                prop_assert_eq!(pieces, whole);
+            }
+        }
     }
 
     /// Feed `text` to a StreamingParse in pieces of `size` bytes (cutting characters apart).
