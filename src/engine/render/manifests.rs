@@ -133,10 +133,7 @@ impl StreamingParse {
     /// Take the next piece of the text.
     pub fn feed(&mut self, bytes: &[u8]) {
         self.pending.extend_from_slice(bytes);
-        loop {
-            let Some(cut) = self.search.next_marker(&self.pending, Self::BATCH) else {
-                break;
-            };
+        while let Some(cut) = self.search.next_marker(&self.pending, Self::BATCH) {
             self.search = MarkerSearch::default();
             let rest = self.pending.split_off(cut);
             let batch = std::mem::replace(&mut self.pending, rest);
