@@ -4,21 +4,22 @@
 //! over: a few kilobytes of source may print gigabytes. convoy reads at most
 //! [`MOST_OUTPUT_BYTES`] of a tool's output (a thousand objects are a few megabytes); past
 //! that it closes the pipe, and the tool, a Go program, ends on its next write. Of the error
-//! output it keeps the first [`KEPT_ERROR_BYTES`] and drains the rest, so the tool never
-//! waits on a full pipe.
+//! output it keeps the first and the last [`KEPT_ERROR_BYTES`] and drains what is between, so
+//! the tool never waits on a full pipe: helm prints its warnings first and the `Error:` that
+//! explains the failure last.
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// The most a tool's standard output may hold.
 pub const MOST_OUTPUT_BYTES: usize = 64 << 20;
-/// What is kept of a tool's error output.
-const KEPT_ERROR_BYTES: usize = 64 << 10;
+/// What is kept of each end of a tool's error output.
+const KEPT_ERROR_BYTES: usize = 32 << 10;
 
 /// How reading a tool's output ended.
 pub struct Read {
     /// The output passed [`MOST_OUTPUT_BYTES`]; what `on_chunk` got is incomplete.
     pub too_large: bool,
-    /// The start of the error output.
+    /// The error output: its start and its end, if it was longer than both.
     pub errors: Vec<u8>,
 }
 
@@ -49,7 +50,7 @@ pub async fn read(
         }
     };
     let errors = async {
-        let mut kept = Vec::new();
+        let mut kept = Ends::default();
         if let Some(mut stderr) = stderr {
             let mut buf = vec![0u8; 16 * 1024];
             loop {
@@ -57,17 +58,64 @@ pub async fn read(
                 if n == 0 {
                     break;
                 }
-                let room = KEPT_ERROR_BYTES.saturating_sub(kept.len());
-                kept.extend_from_slice(&buf[..n.min(room)]);
+                kept.push(&buf[..n]);
             }
         }
-        Ok::<_, std::io::Error>(kept)
+        Ok::<_, std::io::Error>(kept.into_bytes())
     };
     let (too_large, errors) = tokio::join!(output, errors);
     Ok(Read {
         too_large: too_large?,
         errors: errors?,
     })
+}
+
+/// The first and the last [`KEPT_ERROR_BYTES`] of a text that arrives in pieces.
+#[derive(Default)]
+struct Ends {
+    head: Vec<u8>,
+    /// What came after `head`, cut back to its last [`KEPT_ERROR_BYTES`] now and then.
+    tail: Vec<u8>,
+    /// Bytes cut from the front of `tail`.
+    left_out: usize,
+}
+
+impl Ends {
+    fn push(&mut self, mut bytes: &[u8]) {
+        let room = KEPT_ERROR_BYTES.saturating_sub(self.head.len());
+        let (head, rest) = bytes.split_at(room.min(bytes.len()));
+        self.head.extend_from_slice(head);
+        bytes = rest;
+        self.tail.extend_from_slice(bytes);
+        if self.tail.len() > 2 * KEPT_ERROR_BYTES {
+            let cut = self.tail.len() - KEPT_ERROR_BYTES;
+            self.tail.drain(..cut);
+            self.left_out += cut;
+        }
+    }
+
+    fn into_bytes(mut self) -> Vec<u8> {
+        if self.tail.len() > KEPT_ERROR_BYTES {
+            let cut = self.tail.len() - KEPT_ERROR_BYTES;
+            self.tail.drain(..cut);
+            self.left_out += cut;
+        }
+        if self.left_out > 0 {
+            // Whole lines only on either side of the gap.
+            let line = self
+                .tail
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(0, |i| i + 1);
+            self.left_out += line;
+            self.tail.drain(..line);
+            self.head.extend_from_slice(
+                format!("\n[{} bytes of error output left out]\n", self.left_out).as_bytes(),
+            );
+        }
+        self.head.extend_from_slice(&self.tail);
+        self.head
+    }
 }
 
 /// The refusal of an output past the limit.
@@ -101,5 +149,49 @@ mod tests {
         assert_eq!(read.errors, b"starting\n");
         let status = child.wait().await.unwrap();
         assert!(!status.success(), "yes ends on the closed pipe");
+    }
+
+    /// helm prints its warnings first and the error that made it fail last: after far more
+    /// warnings than are kept, the last line is still there, and the first.
+    #[tokio::test]
+    async fn the_end_of_a_long_error_output_is_kept() {
+        let mut child = tokio::process::Command::new("sh")
+            .args([
+                "-c",
+                "echo 'walk.go: warning: first' >&2; \
+                 yes 'walk.go: warning: skipped a symbolic link' | head -n 20000 >&2; \
+                 echo 'Error: template: web/templates/a.yaml:3: the real reason' >&2; exit 1",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let read = read(child.stdout.take(), child.stderr.take(), |_| {})
+            .await
+            .unwrap();
+        assert!(!child.wait().await.unwrap().success());
+        assert!(
+            read.errors.len() <= 2 * KEPT_ERROR_BYTES + 64,
+            "{}",
+            read.errors.len()
+        );
+        let text = String::from_utf8(read.errors).unwrap();
+        assert!(text.starts_with("walk.go: warning: first\n"), "{text:.80}");
+        assert!(
+            text.ends_with("\nError: template: web/templates/a.yaml:3: the real reason\n"),
+            "{}",
+            &text[text.len() - 200..]
+        );
+        // The gap is named, between whole lines.
+        let gap = text.find("\n[").unwrap();
+        let after = &text[gap + 1..];
+        let (note, rest) = after.split_once('\n').unwrap();
+        assert!(note.ends_with(" bytes of error output left out]"), "{note}");
+        assert!(rest.starts_with("walk.go: warning: skipped a symbolic link\n"));
+        assert_eq!(
+            crate::engine::render::helm::tool_message(text.as_bytes(), &[]),
+            "template: web/templates/a.yaml:3: the real reason"
+        );
     }
 }
