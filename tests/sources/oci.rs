@@ -192,3 +192,169 @@ async fn a_layer_larger_than_its_manifest_declares_is_refused() {
         "{message}"
     );
 }
+
+/// An artifact behind an image index (as `docker buildx` and some registries push them) is
+/// read through the index's entry for this platform, and its revision is the index's tag.
+#[tokio::test]
+async fn a_bundle_behind_an_image_index_is_pulled_through_it() {
+    let storage = tempfile::tempdir().unwrap();
+    let server = registry(storage.path());
+    let bundle = tar_gz(&[(
+        "app/cm.yaml",
+        b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n",
+    )]);
+    let digest = push_bundle(server.port, "bundles/indexed", "single", bundle).await;
+    let other = tar_gz(&[("app/other.yaml", b"apiVersion: v1\nkind: ConfigMap\n")]);
+    let decoy = push_bundle(server.port, "bundles/indexed", "decoy", other).await;
+    let client = oci_client::Client::new(ClientConfig {
+        protocol: ClientProtocol::Http,
+        ..Default::default()
+    });
+    let reference: oci_client::Reference =
+        format!("127.0.0.1:{}/bundles/indexed:multi", server.port)
+            .parse()
+            .unwrap();
+    let (manifest, _) = client
+        .pull_image_manifest(
+            &format!("127.0.0.1:{}/bundles/indexed:single", server.port)
+                .parse()
+                .unwrap(),
+            &RegistryAuth::Anonymous,
+        )
+        .await
+        .unwrap();
+    let size = serde_json::to_vec(&manifest).unwrap().len();
+    let architecture = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    let index: oci_client::manifest::OciImageIndex = serde_json::from_value(serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {"mediaType": "application/vnd.oci.image.manifest.v1+json",
+             "digest": decoy, "size": size,
+             "platform": {"architecture": "s390x", "os": "linux"}},
+            {"mediaType": "application/vnd.oci.image.manifest.v1+json",
+             "digest": digest, "size": size,
+             "platform": {"architecture": architecture, "os": std::env::consts::OS}},
+        ],
+    }))
+    .unwrap();
+    client
+        .push_manifest_list(&reference, &RegistryAuth::Anonymous, index)
+        .await
+        .unwrap();
+    let (_dir, coordinator) = coordinator();
+    let url = format!("oci://127.0.0.1:{}/bundles/indexed", server.port);
+    let artifact = coordinator
+        .ensure(crate::SCOPE, &oci(&url, Some("multi"), None), None)
+        .await
+        .unwrap();
+    assert_eq!(artifact.revision, format!("multi@{digest}"));
+    assert!(artifact.path.join("app/cm.yaml").is_file());
+    assert!(!artifact.path.join("app/other.yaml").exists());
+}
+
+/// A stand-in registry on a port of its own: it answers `/v2/` (no authentication), then the
+/// first other request with `manifest`, and ends with what that returned.
+fn stand_in_registry(
+    manifest: impl FnOnce(&mut std::net::TcpStream) -> usize + Send + 'static,
+) -> (u16, std::thread::JoinHandle<usize>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        loop {
+            let (mut stream, _) = listener.accept().unwrap();
+            stream
+                .set_write_timeout(Some(std::time::Duration::from_secs(10)))
+                .unwrap();
+            let mut request = [0u8; 4096];
+            let n = stream.read(&mut request).unwrap_or(0);
+            if request[..n].starts_with(b"GET /v2/ ") {
+                let _ = stream.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+                continue;
+            }
+            return manifest(&mut stream);
+        }
+    });
+    (port, server)
+}
+
+/// What fetching `reference` (a tag or a digest) from the registry on `port` is refused with.
+async fn oci_refused(port: u16, tag: Option<&str>, digest: Option<&str>) -> String {
+    let (_dir, coordinator) = coordinator();
+    let url = format!("oci://127.0.0.1:{port}/bundles/app");
+    let err = coordinator
+        .ensure(crate::SCOPE, &oci(&url, tag, digest), None)
+        .await
+        .unwrap_err();
+    format!("{:#}", anyhow::Error::new(err))
+}
+
+/// A registry that sends a manifest without end (no Content-Length) is cut off at 4 MiB,
+/// before the daemon's memory fills: the manifest was read whole by oci-client before.
+/// (The stand-in stops at 512 MiB.)
+#[tokio::test]
+async fn a_registry_that_sends_a_manifest_without_end_is_cut_off() {
+    use std::io::Write;
+    let (port, server) = stand_in_registry(|stream| {
+        stream
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.oci.image.manifest.v1+json\r\nConnection: close\r\n\r\n{\"schemaVersion\": 2, \"x\": \"")
+            .unwrap();
+        let block = vec![b'x'; 1 << 20];
+        let mut sent = 0usize;
+        while sent < 512 << 20 && stream.write_all(&block).is_ok() {
+            sent += block.len();
+        }
+        sent
+    });
+    let message = oci_refused(port, Some("v1"), None).await;
+    assert!(
+        message.contains("the response is larger than 4194304 bytes"),
+        "{message}"
+    );
+    let sent = tokio::task::spawn_blocking(move || server.join().unwrap())
+        .await
+        .unwrap();
+    assert!(sent < 512 << 20, "the whole stream was read: {sent} bytes");
+}
+
+/// A manifest asked for by digest must be the one with that digest: a registry that sends
+/// another is refused, and a digest convoy cannot check is refused before any request.
+#[tokio::test]
+async fn a_manifest_that_is_not_the_digest_asked_for_is_refused() {
+    use std::io::Write;
+    let body = br#"{"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json", "config": {"mediaType": "a", "digest": "sha256:00", "size": 2}, "layers": []}"#;
+    let (port, server) = stand_in_registry(|stream| {
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.oci.image.manifest.v1+json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        stream.write_all(body).unwrap();
+        body.len()
+    });
+    let asked = format!("sha256:{}", "a".repeat(64));
+    let message = oci_refused(port, None, Some(&asked)).await;
+    let sent = format!(
+        "sha256:{}",
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(body))
+    );
+    assert!(
+        message.contains(&format!("the manifest sent has digest {sent}, not {asked}")),
+        "{message}"
+    );
+    tokio::task::spawn_blocking(move || server.join().unwrap())
+        .await
+        .unwrap();
+    let message = oci_refused(port, None, Some(&format!("sha512:{}", "a".repeat(128)))).await;
+    assert!(
+        message.contains("is not a sha256 digest, the only kind convoy checks"),
+        "{message}"
+    );
+}

@@ -174,7 +174,7 @@ const MOST_RESPONSE_BYTES: usize = 256 << 20;
 
 /// The body of `response`, refused as soon as it passes `most` bytes: a repository (the
 /// tenant names it) that sends without end would otherwise fill the daemon's memory.
-async fn read_at_most(
+pub(super) async fn read_at_most(
     mut response: reqwest::Response,
     url: &str,
     most: usize,

@@ -68,10 +68,8 @@ pub async fn fetch(
         SourceError::not_ready(url, crate::engine::error::chain(&e))
     };
     // The manifest first: a revision unpacked before needs none of its layers.
-    let (manifest, manifest_digest) = client
-        .pull_image_manifest(&reference, &auth)
-        .await
-        .map_err(not_ready)?;
+    let (manifest, manifest_digest) =
+        pull_manifest(&client, &reference, &auth, insecure, url).await?;
     let key = revision_key(url, &manifest_digest);
     let revision = match tag {
         Some(t) if digest.is_none() => format!("{t}@{manifest_digest}"),
@@ -126,6 +124,123 @@ pub async fn fetch(
         digest,
         url: url.to_string(),
     })
+}
+
+/// The most a manifest may hold: distribution's and containerd's own limit.
+const MOST_MANIFEST_BYTES: usize = 4 << 20;
+
+/// The image manifest `reference` names (through an image index, the entry for this
+/// platform) and its digest. oci-client reads a manifest whole, however large the registry
+/// — which the tenant names — makes it (600 MiB took 636 MB of the daemon's memory), so the
+/// manifest is read here, no further than [`MOST_MANIFEST_BYTES`]; oci-client still gets the
+/// token, which later authorizes the layers' pulls.
+async fn pull_manifest(
+    client: &Client,
+    reference: &Reference,
+    auth: &RegistryAuth,
+    insecure: bool,
+    url: &str,
+) -> Result<(oci_client::manifest::OciImageManifest, String), SourceError> {
+    use oci_client::manifest::{OciImageIndex, OciImageManifest};
+    let failed = |why: String| SourceError::not_ready(url, why);
+    // A digest in another algorithm could not be checked against what is sent.
+    if let Some(asked) = reference.digest()
+        && !asked.starts_with("sha256:")
+    {
+        return Err(failed(format!(
+            "digest {asked} is not a sha256 digest, the only kind convoy checks"
+        )));
+    }
+    let token = client
+        .auth(reference, auth, oci_client::RegistryOperation::Pull)
+        .await
+        .map_err(|e| failed(crate::engine::error::chain(&e)))?;
+    let http =
+        crate::engine::http::client().map_err(|e| failed(crate::engine::error::chain(&e)))?;
+    let scheme = if insecure { "http" } else { "https" };
+    let mut reference = reference.clone();
+    // An index names the manifest of each platform: one more look, no more.
+    for _ in 0..2 {
+        let wanted = reference.digest().or(reference.tag()).unwrap_or("latest");
+        let address = format!(
+            "{scheme}://{}/v2/{}/manifests/{wanted}",
+            reference.resolve_registry(),
+            reference.repository()
+        );
+        let mut request = http.get(&address).header(
+            reqwest::header::ACCEPT,
+            [
+                oci_client::manifest::OCI_IMAGE_MEDIA_TYPE,
+                oci_client::manifest::IMAGE_MANIFEST_MEDIA_TYPE,
+                oci_client::manifest::OCI_IMAGE_INDEX_MEDIA_TYPE,
+                oci_client::manifest::IMAGE_MANIFEST_LIST_MEDIA_TYPE,
+            ]
+            .join(", "),
+        );
+        request = match (&token, auth) {
+            (Some(token), _) => request.bearer_auth(token),
+            (None, RegistryAuth::Basic(user, password)) => request.basic_auth(user, Some(password)),
+            _ => request,
+        };
+        let response = request
+            .send()
+            .await
+            .map_err(|e| failed(crate::engine::error::chain(&e)))?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(failed(format!(
+                "the registry answered HTTP {} for the manifest {wanted}",
+                status.as_u16()
+            )));
+        }
+        let header = response
+            .headers()
+            .get("Docker-Content-Digest")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = super::helm_repo::read_at_most(response, url, MOST_MANIFEST_BYTES).await?;
+        let digest = format!(
+            "sha256:{}",
+            hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&body))
+        );
+        // A digest asked for, or one the registry states, must be what was sent.
+        for stated in [reference.digest(), header.as_deref()]
+            .into_iter()
+            .flatten()
+        {
+            if stated.starts_with("sha256:") && stated != digest {
+                return Err(failed(format!(
+                    "the manifest sent has digest {digest}, not {stated}"
+                )));
+            }
+        }
+        let kind: serde_json::Value = serde_json::from_slice(&body)
+            .map_err(|e| failed(format!("the manifest is not JSON: {e}")))?;
+        let media_type = kind["mediaType"].as_str().unwrap_or_default();
+        let is_index = media_type == oci_client::manifest::OCI_IMAGE_INDEX_MEDIA_TYPE
+            || media_type == oci_client::manifest::IMAGE_MANIFEST_LIST_MEDIA_TYPE
+            || (media_type.is_empty() && kind.get("manifests").is_some());
+        if !is_index {
+            let manifest: OciImageManifest = serde_json::from_value(kind)
+                .map_err(|e| failed(format!("the manifest cannot be read: {e}")))?;
+            return Ok((manifest, digest));
+        }
+        let index: OciImageIndex = serde_json::from_value(kind)
+            .map_err(|e| failed(format!("the image index cannot be read: {e}")))?;
+        let Some(entry) = oci_client::client::current_platform_resolver(&index.manifests) else {
+            return Err(failed(
+                "the image index names no manifest for this platform".to_string(),
+            ));
+        };
+        reference = Reference::with_digest(
+            reference.registry().to_string(),
+            reference.repository().to_string(),
+            entry,
+        );
+    }
+    Err(failed(
+        "an image index names another image index; convoy follows one".to_string(),
+    ))
 }
 
 /// What one artifact's layers may hold, packed: the unpacked limit of each archive
