@@ -167,7 +167,9 @@ fn check_schema(reader: impl Read, size: u64, shown: &str) -> Result<(), RenderE
         .take(MOST_SCHEMA_BYTES)
         .read_to_end(&mut text)
         .map_err(|e| RenderError::Tool(format!("cannot read {shown}: {e}")))?;
-    let schema: Value = serde_json::from_slice(&text)
+    // helm drops a UTF-8 byte order mark before it reads a chart's files; so does this.
+    let text = text.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&text);
+    let schema: Value = serde_json::from_slice(text)
         .map_err(|e| invalid(format!("{shown} is not valid JSON: {e}")))?;
     check_value(&schema).map_err(|why| invalid(format!("{shown}: {why}")))
 }
@@ -254,6 +256,20 @@ mod tests {
                 "properties": {"port": {"$ref": "#/$defs/port"}, "$ref": {"type": "string"}}}"##,
         );
         check(dir.path()).unwrap();
+    }
+
+    /// A schema saved with a byte order mark is read as helm reads it: a chart's harmless
+    /// schema passes, and a reference out of it is still refused.
+    #[test]
+    fn a_schema_with_a_byte_order_mark_is_read_as_helm_reads_it() {
+        let dir = chart("\u{feff}{\"properties\": {\"port\": {\"type\": \"integer\"}}}");
+        check(dir.path()).unwrap();
+        let dir = chart("\u{feff}{\"$ref\": \"file:///etc/passwd\"}");
+        let err = check(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.starts_with(r#"values schema values.schema.json: $ref "file:///etc/passwd" refers outside the schema"#),
+            "{err}"
+        );
     }
 
     #[test]
