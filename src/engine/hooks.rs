@@ -447,17 +447,18 @@ pub async fn arm_content_hook(
     let short = render_ref.get(..12).unwrap_or(render_ref);
     let name = object.name();
     if let Some(existing) = api.get_opt(name).await.map_err(api_error("read", name))? {
-        if existing.labels().get(HOOK_RENDER_LABEL).map(String::as_str) == Some(short)
-            && existing.metadata.deletion_timestamp.is_none()
-        {
-            return Ok(Armed::Created);
-        }
-        // Replaced only when a hook of this Release made it (an earlier render's run).
+        // Counted as armed, or replaced, only when a hook of this Release made it: an object
+        // that anyone labelled with this render would otherwise stand in for the hook's run.
         if !is_hook_of(&existing, release) {
             return Err(HookError::Taken {
                 kind: object.kind().to_string(),
                 name: name.to_string(),
             });
+        }
+        if existing.labels().get(HOOK_RENDER_LABEL).map(String::as_str) == Some(short)
+            && existing.metadata.deletion_timestamp.is_none()
+        {
+            return Ok(Armed::Created);
         }
         delete_content_object(&api, name).await?;
         return Ok(Armed::Waiting);

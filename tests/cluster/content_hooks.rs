@@ -498,3 +498,71 @@ async fn a_hook_does_not_delete_an_object_of_its_name_that_it_did_not_make() {
     assert_eq!(after.data, before.data);
     assert!(f.config_map("a").await.is_none(), "the sync went on");
 }
+
+/// An object labelled as this render's hook instance, but by someone else (another Release's
+/// labels), does not stand in for the hook: arming refuses it rather than counting the hook
+/// as armed by it, and leaves it as it is.
+#[tokio::test]
+async fn an_object_labelled_with_this_render_by_someone_else_is_not_the_hook() {
+    use convoy::engine::hooks::{HOOK_RENDER_LABEL, HookError, arm_content_hook, labels};
+    let env = crate::support::TestEnv::new("chook-label").await;
+    let ns = env.namespace.clone();
+    let release: convoy::engine::api::Release = serde_json::from_value(json!({
+        "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {"source": {"kind": "GitRepository", "name": "repo"}},
+    }))
+    .unwrap();
+    let render_ref = "0123456789abcdef0123456789abcdef";
+    let settings = |data: &str, release: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "settings", "namespace": ns, "labels": {
+                HOOK_RENDER_LABEL: &render_ref[..12],
+                labels::RELEASE: release, labels::RELEASE_NAMESPACE: ns}},
+            "data": {"from": data}})
+    };
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &ns);
+    cms.create(
+        &Default::default(),
+        &serde_json::from_value(settings("someone else", "other")).unwrap(),
+    )
+    .await
+    .unwrap();
+    let before = cms.get("settings").await.unwrap();
+    let hook = convoy::engine::content_hooks::ContentHook {
+        id: format!("ConfigMap/{ns}/settings"),
+        phase: convoy::engine::api::HookPhase::PreSync,
+        weight: 0,
+        wave: 0,
+        delete_policies: Default::default(),
+        object: convoy::engine::render::Object(settings("hook", "web")),
+    };
+    let applier = convoy::engine::apply::Applier::new(env.client.clone(), 4);
+    let err = arm_content_hook(&applier, &release, &hook, render_ref)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, HookError::Taken { .. }), "{err}");
+    let after = cms.get("settings").await.unwrap();
+    assert_eq!(after.metadata.uid, before.metadata.uid);
+    assert_eq!(after.data, before.data);
+    // The instance this Release's hook made for the render is counted as armed.
+    cms.delete("settings", &Default::default()).await.unwrap();
+    eventually("settings gone", Duration::from_secs(10), || async {
+        cms.get_opt("settings")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    cms.create(
+        &Default::default(),
+        &serde_json::from_value(settings("hook", "web")).unwrap(),
+    )
+    .await
+    .unwrap();
+    let armed = arm_content_hook(&applier, &release, &hook, render_ref)
+        .await
+        .unwrap();
+    assert_eq!(armed, convoy::engine::hooks::Armed::Created);
+}
