@@ -463,3 +463,33 @@ async fn a_chart_repository_that_sends_without_end_is_cut_off() {
         .unwrap();
     assert!(sent < 512 << 20, "the whole stream was read: {sent} bytes");
 }
+
+/// A repository whose tree is 1,800 directories deep is fetched, checked, digested and read
+/// for manifests: each walk keeps its own list of directories, where a recursion as deep as
+/// the tree overflowed the thread's stack and aborted the process (the daemon with it).
+#[tokio::test]
+async fn a_tree_deeper_than_a_stack_holds_is_fetched_and_read() {
+    let repo = GitRepo::new();
+    let deep = format!("{}cm.yaml", "d/".repeat(1800));
+    repo.commit(
+        &[(
+            deep.as_str(),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: deep}\n",
+        )],
+        "deep",
+    );
+    let (_dir, coordinator) = crate::coordinator();
+    let artifact = coordinator
+        .ensure(crate::SCOPE, &git(&repo.file_url(), main_branch()), None)
+        .await
+        .unwrap();
+    assert!(artifact.path.join(&deep).is_file());
+    let objects = tokio::task::spawn_blocking(move || {
+        convoy::engine::render::manifests::load_dir(&artifact.path)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(objects.len(), 1);
+    assert_eq!(objects[0].name(), "deep");
+}

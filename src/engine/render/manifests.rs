@@ -413,30 +413,35 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Object>, ManifestError> {
     Ok(objects)
 }
 
+/// The manifest files under `dir`. The walk keeps its own list of directories: a recursion
+/// as deep as a source's tree could overflow the thread's stack and abort the process.
 fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ManifestError> {
-    let entries = std::fs::read_dir(dir).map_err(|source| ManifestError::Read {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    for entry in entries {
-        let entry = entry.map_err(|source| ManifestError::Read {
-            path: dir.to_path_buf(),
+    let mut to_visit = vec![dir.to_path_buf()];
+    while let Some(dir) = to_visit.pop() {
+        let entries = std::fs::read_dir(&dir).map_err(|source| ManifestError::Read {
+            path: dir.clone(),
             source,
         })?;
-        let path = entry.path();
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if name.starts_with('.') {
-            continue;
-        }
-        let file_type = entry.file_type().map_err(|source| ManifestError::Read {
-            path: path.clone(),
-            source,
-        })?;
-        if file_type.is_dir() {
-            collect_files(&path, out)?;
-        } else if is_manifest_file(&name) {
-            out.push(path);
+        for entry in entries {
+            let entry = entry.map_err(|source| ManifestError::Read {
+                path: dir.clone(),
+                source,
+            })?;
+            let path = entry.path();
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') {
+                continue;
+            }
+            let file_type = entry.file_type().map_err(|source| ManifestError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            if file_type.is_dir() {
+                to_visit.push(path);
+            } else if is_manifest_file(&name) {
+                out.push(path);
+            }
         }
     }
     Ok(())

@@ -52,6 +52,7 @@ pub fn unpack_tar(reader: impl Read, dest: &Path) -> Result<(), ArchiveError> {
     archive.set_preserve_permissions(false);
     archive.set_unpack_xattrs(false);
     let mut total: u64 = 0;
+    let mut made = MadeDirs::default();
     for entry in archive.entries().map_err(ArchiveError::Read)? {
         let mut entry = entry.map_err(ArchiveError::Read)?;
         let raw_path = entry.path().map_err(ArchiveError::Read)?.into_owned();
@@ -73,7 +74,7 @@ pub fn unpack_tar(reader: impl Read, dest: &Path) -> Result<(), ArchiveError> {
         let target = dest.join(&relative);
         match kind {
             k if k.is_dir() => {
-                create_dirs(dest, &relative, &shown)?;
+                create_dirs(dest, &relative, &shown, &mut made)?;
             }
             k if k.is_file() || k == tar::EntryType::Continuous => {
                 total = total.saturating_add(entry.header().size().unwrap_or(0));
@@ -82,7 +83,7 @@ pub fn unpack_tar(reader: impl Read, dest: &Path) -> Result<(), ArchiveError> {
                         limit: MAX_UNPACKED_BYTES,
                     });
                 }
-                prepare_leaf(dest, &relative, &shown)?;
+                prepare_leaf(dest, &relative, &shown, &mut made)?;
                 let mut file = create_file(&target)?;
                 std::io::copy(&mut entry, &mut file).map_err(|source| ArchiveError::Write {
                     path: target.clone(),
@@ -110,7 +111,7 @@ pub fn unpack_tar(reader: impl Read, dest: &Path) -> Result<(), ArchiveError> {
                     entry: shown.clone(),
                     problem: "is a link that points outside the archive",
                 };
-                prepare_leaf(dest, &relative, &shown)?;
+                prepare_leaf(dest, &relative, &shown, &mut made)?;
                 if k.is_symlink() {
                     let base = relative.parent().unwrap_or(Path::new(""));
                     resolve_within(base, &link).ok_or_else(outside)?;
@@ -282,9 +283,14 @@ fn no_link_on_the_way(root: &Path, relative: &Path, leaf: bool) -> bool {
 
 /// Make the place of a file or link entry: its directories (never through a link), and no
 /// link already at its place (writing there would write where the link points).
-fn prepare_leaf(root: &Path, relative: &Path, shown: &str) -> Result<(), ArchiveError> {
+fn prepare_leaf(
+    root: &Path,
+    relative: &Path,
+    shown: &str,
+    made: &mut MadeDirs,
+) -> Result<(), ArchiveError> {
     if let Some(parent) = relative.parent() {
-        create_dirs(root, parent, shown)?;
+        create_dirs(root, parent, shown, made)?;
     }
     let target = root.join(relative);
     match std::fs::symlink_metadata(&target) {
@@ -304,11 +310,35 @@ fn prepare_leaf(root: &Path, relative: &Path, shown: &str) -> Result<(), Archive
     }
 }
 
-/// Create `relative`'s directories under `root` one by one, refusing any that is a link.
-fn create_dirs(root: &Path, relative: &Path, shown: &str) -> Result<(), ArchiveError> {
-    let mut path = root.to_path_buf();
-    for component in relative.components() {
+/// Directories this unpack made or found to be directories (relative paths). They stay
+/// directories: no entry may replace a directory or write through one. Looking at each
+/// directory once matters: an entry 1,800 directories deep had all of them looked at again,
+/// each through its whole path, so a deep tree took minutes of the kernel's time.
+#[derive(Default)]
+struct MadeDirs(std::collections::HashSet<PathBuf>);
+
+/// Create `relative`'s directories under `root` one by one, refusing any that is a link;
+/// those `made` knows are not looked at again.
+fn create_dirs(
+    root: &Path,
+    relative: &Path,
+    shown: &str,
+    made: &mut MadeDirs,
+) -> Result<(), ArchiveError> {
+    // The deepest directory known already: entries come parents first, so it is the
+    // directory itself or its parent, one lookup.
+    let known = relative
+        .ancestors()
+        .find(|a| a.as_os_str().is_empty() || made.0.contains(*a))
+        .unwrap_or(Path::new(""));
+    let Ok(rest) = relative.strip_prefix(known) else {
+        return Ok(());
+    };
+    let mut done = known.to_path_buf();
+    let mut path = root.join(known);
+    for component in rest.components() {
         path.push(component);
+        done.push(component);
         match std::fs::symlink_metadata(&path) {
             Ok(meta) if meta.is_dir() => {}
             Ok(meta) if meta.file_type().is_symlink() => {
@@ -328,6 +358,7 @@ fn create_dirs(root: &Path, relative: &Path, shown: &str) -> Result<(), ArchiveE
                 source,
             })?,
         }
+        made.0.insert(done.clone());
     }
     Ok(())
 }
@@ -350,8 +381,11 @@ fn create_file(path: &Path) -> Result<std::fs::File, ArchiveError> {
 /// Check a tree (an unpacked artifact, a Git work tree) for symbolic links that leave it,
 /// following each link on disk through any others it meets.
 pub fn check_tree(root: &Path) -> Result<(), ArchiveError> {
-    fn walk(root: &Path, dir: &Path) -> Result<(), ArchiveError> {
-        let read = std::fs::read_dir(dir).map_err(ArchiveError::Read)?;
+    // Its own list of directories to visit: a recursion as deep as the tree (a source's
+    // author chooses) could overflow the thread's stack and abort the process.
+    let mut to_visit = vec![root.to_path_buf()];
+    while let Some(dir) = to_visit.pop() {
+        let read = std::fs::read_dir(&dir).map_err(ArchiveError::Read)?;
         for entry in read {
             let entry = entry.map_err(ArchiveError::Read)?;
             let path = entry.path();
@@ -363,12 +397,11 @@ pub fn check_tree(root: &Path) -> Result<(), ArchiveError> {
                     problem,
                 })?;
             } else if file_type.is_dir() {
-                walk(root, &path)?;
+                to_visit.push(path);
             }
         }
-        Ok(())
     }
-    walk(root, root)
+    Ok(())
 }
 
 fn set_executable(path: &Path) -> Result<(), ArchiveError> {

@@ -240,7 +240,7 @@ fn scoped_hex(scope: &str, key: &str) -> String {
 /// and content (or link target), in path order. Equal trees give equal digests.
 pub fn tree_digest(root: &Path) -> std::io::Result<String> {
     let mut entries = Vec::new();
-    collect(root, root, &mut entries)?;
+    collect(root, &mut entries)?;
     entries.sort();
     let mut hasher = Sha256::new();
     for relative in entries {
@@ -276,19 +276,24 @@ pub fn tree_digest(root: &Path) -> std::io::Result<String> {
     Ok(format!("sha256:{}", hex::encode(hasher.finalize())))
 }
 
-fn collect(root: &Path, dir: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let path = entry.path();
-        let relative = path
-            .strip_prefix(root)
-            .unwrap_or(&path)
-            .to_string_lossy()
-            .into_owned();
-        let file_type = entry.file_type()?;
-        out.push(relative);
-        if file_type.is_dir() {
-            collect(root, &path, out)?;
+/// Every entry under `root`, by relative path. The walk keeps its own list of directories:
+/// a recursion as deep as a source's tree could overflow the thread's stack.
+fn collect(root: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
+    let mut to_visit = vec![root.to_path_buf()];
+    while let Some(dir) = to_visit.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let path = entry.path();
+            let relative = path
+                .strip_prefix(root)
+                .unwrap_or(&path)
+                .to_string_lossy()
+                .into_owned();
+            let file_type = entry.file_type()?;
+            out.push(relative);
+            if file_type.is_dir() {
+                to_visit.push(path);
+            }
         }
     }
     Ok(())
