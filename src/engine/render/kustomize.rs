@@ -123,6 +123,7 @@ pub fn check_kustomization(root: &Path, dir: &Path, allow_remote: bool) -> Resul
         root,
         allow_remote,
         seen: BTreeSet::new(),
+        depth: 0,
     };
     checker.directory(&start, None)
 }
@@ -131,7 +132,14 @@ struct Checker<'a> {
     root: &'a Path,
     allow_remote: bool,
     seen: BTreeSet<PathBuf>,
+    /// How many kustomizations the one being read is a base of.
+    depth: usize,
 }
+
+/// How deep bases may nest. Overlays of overlays are a few levels deep; the check follows a
+/// chain by recursion, and a chain of thousands of sibling directories (`../k2`, `../k3`…)
+/// overflowed the thread's stack and aborted the process.
+const MOST_NESTING: usize = 100;
 
 /// Where a reference was found, for messages: the kustomization file and the field.
 struct Site<'a> {
@@ -338,7 +346,17 @@ impl Checker<'_> {
             };
         }
         if may_be_kustomization && on_disk.is_dir() {
-            return self.directory(&resolved, Some(site));
+            if self.depth >= MOST_NESTING {
+                return Err(self.refuse(
+                    site,
+                    entry,
+                    &format!("nests kustomizations more than {MOST_NESTING} deep"),
+                ));
+            }
+            self.depth += 1;
+            let result = self.directory(&resolved, Some(site));
+            self.depth -= 1;
+            return result;
         }
         Ok(())
     }
@@ -402,6 +420,31 @@ mod tests {
             ("overlay/e.env", "A=1"),
         ]);
         check(&dir, "overlay", false).unwrap();
+    }
+
+    /// A chain of bases far deeper than any overlay needs is refused at a bound, naming where,
+    /// instead of being followed as deep as it goes.
+    #[test]
+    fn bases_nested_past_the_bound_are_refused() {
+        let files: Vec<(String, String)> = (0..3000)
+            .map(|i| {
+                (
+                    format!("k{i}/kustomization.yaml"),
+                    format!("resources: [../k{}]\n", i + 1),
+                )
+            })
+            .chain([("k3000/kustomization.yaml".into(), "resources: []\n".into())])
+            .collect();
+        let files: Vec<(&str, &str)> = files
+            .iter()
+            .map(|(p, t)| (p.as_str(), t.as_str()))
+            .collect();
+        let dir = tree(&files);
+        assert_eq!(
+            check(&dir, "k0", false).unwrap_err(),
+            "k100/kustomization.yaml: resources entry \"../k101\" nests kustomizations more than 100 deep"
+        );
+        check(&dir, "k2901", false).unwrap();
     }
 
     #[test]
