@@ -235,9 +235,17 @@ impl Checker<'_> {
                     field: fd,
                 };
                 if is_inline(entry) {
-                    if let Ok(inline) = bounded_yaml::from_str(entry, Default::default()) {
-                        self.generator(dir, &s, &inline)?;
-                    }
+                    // Unread, its paths would go unchecked while kustomize's own reader
+                    // might still make sense of it: refused.
+                    let inline = bounded_yaml::from_str(entry, Default::default()).map_err(|e| {
+                        let line = e.location().map(|l| l.line()).unwrap_or(0);
+                        self.refuse(
+                            &s,
+                            "(inline)",
+                            &format!("is YAML convoy cannot read (line {line} of the entry), so its paths cannot be checked"),
+                        )
+                    })?;
+                    self.generator(dir, &s, &inline)?;
                 } else {
                     self.reference(dir, &s, entry, field != "patchesStrategicMerge")?;
                 }
@@ -445,6 +453,19 @@ mod tests {
             "k100/kustomization.yaml: resources entry \"../k101\" nests kustomizations more than 100 deep"
         );
         check(&dir, "k2901", false).unwrap();
+    }
+
+    /// An inline generator convoy cannot read is refused: its paths could not be checked.
+    #[test]
+    fn an_inline_generator_that_cannot_be_read_is_refused() {
+        let dir = tree(&[(
+            "app/kustomization.yaml",
+            "generators:\n- |\n  kind: ConfigMapGenerator\n  files: [k=../../../etc/passwd\n",
+        )]);
+        assert_eq!(
+            check(&dir, "app", false).unwrap_err(),
+            "app/kustomization.yaml: generators entry \"(inline)\" is YAML convoy cannot read (line 2 of the entry), so its paths cannot be checked"
+        );
     }
 
     #[test]
