@@ -129,9 +129,16 @@ pub async fn fetch(
         });
     }
     let archive = runner.archive(&sha);
+    // The unpack runs on the blocking pool, where dropping this future (the fetch timeout)
+    // does not reach: the guard tells it to stop, and git is killed at its next read.
+    let given_up = GiveUpOnDrop::default();
+    let flag = given_up.0.clone();
     let digest = cache
-        .unpack_and_install(scope, Some(&key), move |dir| archive.unpack_into(dir))
+        .unpack_and_install(scope, Some(&key), move |dir| {
+            archive.unpack_into(dir, &flag)
+        })
         .await??;
+    drop(given_up);
     Ok(Artifact {
         revision,
         path: cache.artifact_dir(&digest),
@@ -501,8 +508,39 @@ struct Archive {
     url: String,
 }
 
+/// Set when the fetch that started an unpack is dropped.
+#[derive(Default)]
+struct GiveUpOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for GiveUpOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// git's output, until the fetch is given up.
+struct UntilGivenUp<'a, R> {
+    inner: R,
+    given_up: &'a std::sync::atomic::AtomicBool,
+}
+
+impl<R: std::io::Read> std::io::Read for UntilGivenUp<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.given_up.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(std::io::Error::other(
+                "the fetch was given up (its timeout passed) while the archive was unpacked",
+            ));
+        }
+        self.inner.read(buf)
+    }
+}
+
 impl Archive {
-    fn unpack_into(mut self, dir: &Path) -> Result<(), SourceError> {
+    fn unpack_into(
+        mut self,
+        dir: &Path,
+        given_up: &std::sync::atomic::AtomicBool,
+    ) -> Result<(), SourceError> {
         use std::io::Read;
         let mut child = self
             .command
@@ -522,7 +560,13 @@ impl Archive {
         // write and its "write error" would hide why the unpack stopped.
         let mut stdout = child.stdout.take();
         let unpacked = match &mut stdout {
-            Some(stdout) => archive::unpack_tar(stdout, dir),
+            Some(stdout) => archive::unpack_tar(
+                UntilGivenUp {
+                    inner: stdout,
+                    given_up,
+                },
+                dir,
+            ),
             None => Ok(()),
         };
         if unpacked.is_err() {
@@ -557,6 +601,27 @@ impl Archive {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An unpack whose fetch was given up stops at git's next write, and git is killed: the
+    /// blocking thread is not held until git ends on its own.
+    #[test]
+    fn an_archive_given_up_stops_and_kills_git() {
+        let mut command = std::process::Command::new("sh");
+        // Endless output, as git archive of a tree larger than the unpack limit.
+        command.args(["-c", "exec yes"]);
+        let archive = Archive {
+            command,
+            url: "https://example.com/repo.git".into(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let given_up = std::sync::atomic::AtomicBool::new(true);
+        let err =
+            crate::engine::error::chain(&archive.unpack_into(dir.path(), &given_up).unwrap_err());
+        assert!(
+            err.contains("the fetch was given up (its timeout passed)"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn an_ssh_host_key_error_is_told_without_the_banner() {
