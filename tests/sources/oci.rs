@@ -352,9 +352,78 @@ async fn a_manifest_that_is_not_the_digest_asked_for_is_refused() {
     tokio::task::spawn_blocking(move || server.join().unwrap())
         .await
         .unwrap();
-    let message = oci_refused(port, None, Some(&format!("sha512:{}", "a".repeat(128)))).await;
-    assert!(
-        message.contains("is not a sha256 digest, the only kind convoy checks"),
-        "{message}"
-    );
+    for digest in [
+        format!("sha512:{}", "a".repeat(128)),
+        "sha256:/../../x".to_string(),
+    ] {
+        let message = oci_refused(port, None, Some(&digest)).await;
+        assert!(
+            message.contains(&format!(
+                "digest {digest:?} is not a sha256 digest (sha256: and 64 hex digits), the only kind convoy checks"
+            )),
+            "{message}"
+        );
+    }
+}
+
+/// A digest the registry names — an image index's entry, a manifest's layer — goes into the
+/// next address: one that is not a digest convoy or oci-client can check the bytes by
+/// (`sha256:/../..`) is refused before that request is made.
+#[tokio::test]
+async fn digests_named_by_the_registry_must_be_checkable() {
+    use std::io::Write;
+    let architecture = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    let entry = "sha256:/../../../v2/other/manifests/latest";
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": entry, "size": 10,
+            "platform": {"architecture": architecture, "os": std::env::consts::OS}}],
+    });
+    let layer = format!("sha512:{}", "0".repeat(64));
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": format!("sha256:{}", "0".repeat(64)), "size": 2},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+            "digest": layer, "size": 10}],
+    });
+    for (body, refusal) in [
+        (
+            index,
+            format!("the image index names manifest {entry:?}, which is not a sha256 digest"),
+        ),
+        (
+            manifest,
+            format!("the manifest names layer {layer:?}, which is not a sha256 or sha512 digest"),
+        ),
+    ] {
+        let body = serde_json::to_vec(&body).unwrap();
+        let media_type = body_media_type(&body);
+        let (port, server) = stand_in_registry(move |stream| {
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: {media_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            stream.write_all(head.as_bytes()).unwrap();
+            stream.write_all(&body).unwrap();
+            body.len()
+        });
+        let message = oci_refused(port, Some("v1"), None).await;
+        assert!(message.contains(&refusal), "{message}");
+        tokio::task::spawn_blocking(move || server.join().unwrap())
+            .await
+            .unwrap();
+    }
+}
+
+fn body_media_type(body: &[u8]) -> String {
+    let value: serde_json::Value = serde_json::from_slice(body).unwrap();
+    value["mediaType"].as_str().unwrap().to_string()
 }

@@ -85,7 +85,7 @@ pub async fn fetch(
     }
     let wanted = check_layers(&manifest).map_err(|e| match e {
         LayerError::Registry(e) => not_ready(e),
-        LayerError::TooLarge(message) => SourceError::not_ready(url, message),
+        LayerError::Refused(message) => SourceError::not_ready(url, message),
     })?;
     let mut layers: Vec<(String, Vec<u8>)> = Vec::new();
     for layer in wanted {
@@ -145,10 +145,10 @@ async fn pull_manifest(
     let failed = |why: String| SourceError::not_ready(url, why);
     // A digest in another algorithm could not be checked against what is sent.
     if let Some(asked) = reference.digest()
-        && !asked.starts_with("sha256:")
+        && !is_sha256_digest(asked)
     {
         return Err(failed(format!(
-            "digest {asked} is not a sha256 digest, the only kind convoy checks"
+            "digest {asked:?} is not a sha256 digest (sha256: and 64 hex digits), the only kind convoy checks"
         )));
     }
     let token = client
@@ -232,6 +232,12 @@ async fn pull_manifest(
                 "the image index names no manifest for this platform".to_string(),
             ));
         };
+        // The entry goes into the next address and is checked against what is sent.
+        if !is_sha256_digest(&entry) {
+            return Err(failed(format!(
+                "the image index names manifest {entry:?}, which is not a sha256 digest (sha256: and 64 hex digits)"
+            )));
+        }
         reference = Reference::with_digest(
             reference.registry().to_string(),
             reference.repository().to_string(),
@@ -243,13 +249,34 @@ async fn pull_manifest(
     ))
 }
 
+/// `sha256:` and 64 lowercase hex digits, the only digest convoy can check; anything else
+/// would also be put into an address as it is (`sha256:/../..`).
+fn is_sha256_digest(digest: &str) -> bool {
+    digest
+        .strip_prefix("sha256:")
+        .is_some_and(|hex| is_hex(hex, 64))
+}
+
+/// A digest oci-client checks a blob by: sha256 or sha512, in lowercase hex.
+fn is_layer_digest(digest: &str) -> bool {
+    is_sha256_digest(digest)
+        || digest
+            .strip_prefix("sha512:")
+            .is_some_and(|hex| is_hex(hex, 128))
+}
+
+fn is_hex(text: &str, len: usize) -> bool {
+    text.len() == len && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// What one artifact's layers may hold, packed: the unpacked limit of each archive
 /// (the unpack limit applies again to what they unpack to).
 const MOST_LAYER_BYTES: i64 = 1 << 30;
 
 enum LayerError {
     Registry(oci_client::errors::OciDistributionError),
-    TooLarge(String),
+    /// Refused by convoy, with the reason.
+    Refused(String),
 }
 
 /// The layers to pull: every layer must be of a type convoy knows (as oci-client's own pull
@@ -277,12 +304,19 @@ fn check_layers(
         .iter()
         .filter(|l| !IGNORED_LAYERS.contains(&l.media_type.as_str()))
         .collect();
+    // A layer's digest goes into its address and must be one oci-client checks the bytes by.
+    if let Some(layer) = wanted.iter().find(|l| !is_layer_digest(&l.digest)) {
+        return Err(LayerError::Refused(format!(
+            "the manifest names layer {:?}, which is not a sha256 or sha512 digest",
+            layer.digest
+        )));
+    }
     let declared = wanted
         .iter()
         .try_fold(0i64, |sum, l| sum.checked_add(l.size.max(0)));
     match declared {
         Some(bytes) if bytes <= MOST_LAYER_BYTES => Ok(wanted),
-        _ => Err(LayerError::TooLarge(format!(
+        _ => Err(LayerError::Refused(format!(
             "the artifact's layers declare more than {MOST_LAYER_BYTES} bytes"
         ))),
     }
