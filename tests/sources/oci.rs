@@ -427,3 +427,279 @@ fn body_media_type(body: &[u8]) -> String {
     let value: serde_json::Value = serde_json::from_slice(body).unwrap();
     value["mediaType"].as_str().unwrap().to_string()
 }
+
+/// A request as a stand-in server saw it: its first line and its Authorization header.
+#[derive(Debug, Clone)]
+struct Seen {
+    line: String,
+    authorization: Option<String>,
+}
+
+/// A server that answers each request with `answer` (which writes the whole response, and
+/// returns whether it was the last), one connection per request; it returns what it saw.
+fn stand_in(
+    mut answer: impl FnMut(&Seen, &mut std::net::TcpStream) -> bool + Send + 'static,
+) -> (u16, std::thread::JoinHandle<Vec<Seen>>) {
+    use std::io::BufRead;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        loop {
+            let (mut stream, _) = listener.accept().unwrap();
+            stream
+                .set_write_timeout(Some(std::time::Duration::from_secs(10)))
+                .unwrap();
+            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+            let mut request = Seen {
+                line: String::new(),
+                authorization: None,
+            };
+            reader.read_line(&mut request.line).unwrap();
+            request.line = request.line.trim_end().to_string();
+            loop {
+                let mut header = String::new();
+                reader.read_line(&mut header).unwrap();
+                let header = header.trim_end();
+                if header.is_empty() {
+                    break;
+                }
+                if let Some((name, value)) = header.split_once(':')
+                    && name.eq_ignore_ascii_case("authorization")
+                {
+                    request.authorization = Some(value.trim().to_string());
+                }
+            }
+            let last = answer(&request, &mut stream);
+            seen.push(request);
+            if last {
+                return seen;
+            }
+        }
+    });
+    (port, server)
+}
+
+fn respond(stream: &mut std::net::TcpStream, status: &str, headers: &str, body: &[u8]) {
+    use std::io::Write;
+    let head = format!(
+        "HTTP/1.1 {status}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = stream.write_all(head.as_bytes());
+    let _ = stream.write_all(body);
+}
+
+fn challenge(port: u16) -> String {
+    format!(
+        "WWW-Authenticate: Bearer realm=\"http://127.0.0.1:{port}/token\",service=\"stand-in\"\r\n"
+    )
+}
+
+/// A registry that asks for a token (the Docker token flow, as Docker Hub, GHCR and Harbor
+/// do): the Release's username and password go to the token endpoint the registry names,
+/// and the token it gives authorizes the manifest's and the layers' pulls.
+#[tokio::test]
+async fn a_registry_token_authorizes_the_manifest_and_the_layers() {
+    let layer = tar_gz(&[("app.yaml", b"kind: ConfigMap\n")]);
+    let layer_digest = sha256_of(&layer);
+    let manifest = one_layer_manifest(
+        "application/vnd.cncf.flux.content.v1.tar+gzip",
+        &layer_digest,
+        layer.len(),
+    );
+    let port = std::sync::Arc::new(std::sync::OnceLock::new());
+    let (bound, server) = stand_in({
+        let (port, layer_digest) = (port.clone(), layer_digest.clone());
+        move |seen, stream| {
+            let line = seen.line.as_str();
+            if line.starts_with("GET /v2/ ") {
+                respond(
+                    stream,
+                    "401 Unauthorized",
+                    &challenge(*port.get().unwrap()),
+                    b"",
+                );
+            } else if line.starts_with("GET /token?") {
+                respond(
+                    stream,
+                    "200 OK",
+                    "",
+                    br#"{"token": "t0k3n", "expires_in": 300}"#,
+                );
+            } else if line.starts_with("GET /v2/bundles/app/manifests/v1 ") {
+                let media = "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n";
+                respond(stream, "200 OK", media, &manifest);
+            } else if line.starts_with(&format!("GET /v2/bundles/app/blobs/{layer_digest} ")) {
+                respond(stream, "200 OK", "", &layer);
+                return true;
+            } else {
+                respond(stream, "404 Not Found", "", b"");
+            }
+            false
+        }
+    });
+    port.set(bound).unwrap();
+    let (_dir, coordinator) = coordinator();
+    let credentials = convoy::engine::source::Credentials {
+        username: Some("robot".into()),
+        password: Some("s3cret".into()),
+        ..Default::default()
+    };
+    let url = format!("oci://127.0.0.1:{bound}/bundles/app");
+    let artifact = coordinator
+        .ensure(
+            crate::SCOPE,
+            &oci(&url, Some("v1"), None),
+            Some(&credentials),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(artifact.path.join("app.yaml")).unwrap(),
+        "kind: ConfigMap\n"
+    );
+    let seen = tokio::task::spawn_blocking(move || server.join().unwrap())
+        .await
+        .unwrap();
+    let lines: Vec<(&str, Option<&str>)> = seen
+        .iter()
+        .map(|s| (s.line.as_str(), s.authorization.as_deref()))
+        .collect();
+    let basic = format!(
+        "Basic {}",
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, "robot:s3cret")
+    );
+    assert_eq!(
+        lines,
+        [
+            ("GET /v2/ HTTP/1.1", None),
+            (
+                "GET /token?scope=repository%3Abundles%2Fapp%3Apull&service=stand-in HTTP/1.1",
+                Some(basic.as_str())
+            ),
+            (
+                "GET /v2/bundles/app/manifests/v1 HTTP/1.1",
+                Some("Bearer t0k3n")
+            ),
+            (
+                format!("GET /v2/bundles/app/blobs/{layer_digest} HTTP/1.1").as_str(),
+                Some("Bearer t0k3n")
+            ),
+        ]
+    );
+}
+
+/// The token endpoint is an address the registry chooses — any service the daemon can
+/// reach. Its error answer's body is never shown (only its status), and an answer without
+/// end is cut off at 1 MiB: oci-client read it whole and put an error's body in the message.
+#[tokio::test]
+async fn a_token_endpoint_is_read_no_further_than_a_token() {
+    use std::io::Write;
+    for endless in [false, true] {
+        let port = std::sync::Arc::new(std::sync::OnceLock::new());
+        let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (bound, server) = stand_in({
+            let (port, sent) = (port.clone(), sent.clone());
+            move |seen, stream| {
+                if seen.line.starts_with("GET /v2/ ") {
+                    respond(
+                        stream,
+                        "401 Unauthorized",
+                        &challenge(*port.get().unwrap()),
+                        b"",
+                    );
+                    return false;
+                }
+                if !endless {
+                    respond(
+                        stream,
+                        "500 Internal Server Error",
+                        "",
+                        b"db password: hunter2",
+                    );
+                    return true;
+                }
+                let _ =
+                    stream.write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n{\"token\": \"");
+                let chunk = [b'a'; 64 * 1024];
+                while sent.load(std::sync::atomic::Ordering::Relaxed) < 512 << 20 {
+                    if stream.write_all(&chunk).is_err() {
+                        break;
+                    }
+                    sent.fetch_add(chunk.len(), std::sync::atomic::Ordering::Relaxed);
+                }
+                true
+            }
+        });
+        port.set(bound).unwrap();
+        let message = oci_refused(bound, Some("v1"), None).await;
+        tokio::task::spawn_blocking(move || server.join().unwrap())
+            .await
+            .unwrap();
+        if endless {
+            assert!(
+                message.contains("the response is larger than 1048576 bytes"),
+                "{message}"
+            );
+            let sent = sent.load(std::sync::atomic::Ordering::Relaxed);
+            assert!(sent < 512 << 20, "the whole stream was read: {sent} bytes");
+        } else {
+            assert!(
+                message.contains(&format!(
+                    "the token endpoint http://127.0.0.1:{bound}/token answered HTTP 500"
+                )),
+                "{message}"
+            );
+            assert!(!message.contains("hunter2"), "{message}");
+        }
+    }
+}
+
+/// A layer is checked against its digest as it is pulled: bytes that are not the layer the
+/// manifest names are refused, never unpacked.
+#[tokio::test]
+async fn a_layer_whose_bytes_are_not_its_digest_is_refused() {
+    let named = sha256_of(b"named");
+    let manifest = one_layer_manifest("application/vnd.oci.image.layer.v1.tar+gzip", &named, 5);
+    let (port, server) = stand_in(move |seen, stream| {
+        if seen.line.starts_with("GET /v2/bundles/app/manifests/") {
+            let media = "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n";
+            respond(stream, "200 OK", media, &manifest);
+        } else if seen.line.starts_with("GET /v2/bundles/app/blobs/") {
+            respond(stream, "200 OK", "", b"other");
+            return true;
+        } else {
+            respond(stream, "200 OK", "", b"");
+        }
+        false
+    });
+    let message = oci_refused(port, Some("v1"), None).await;
+    tokio::task::spawn_blocking(move || server.join().unwrap())
+        .await
+        .unwrap();
+    let sent = sha256_of(b"other");
+    assert!(
+        message.contains(&format!("layer {named} was sent with digest {sent}")),
+        "{message}"
+    );
+}
+
+fn sha256_of(bytes: &[u8]) -> String {
+    format!(
+        "sha256:{}",
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(bytes))
+    )
+}
+
+/// An image manifest of one layer.
+fn one_layer_manifest(media_type: &str, digest: &str, size: usize) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": format!("sha256:{}", "0".repeat(64)), "size": 2},
+        "layers": [{"mediaType": media_type, "digest": digest, "size": size}],
+    }))
+    .unwrap()
+}

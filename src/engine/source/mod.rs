@@ -10,6 +10,7 @@ pub mod coordinator;
 pub mod git;
 pub mod helm_repo;
 pub mod oci;
+pub mod registry_token;
 pub mod resolve;
 
 use std::path::PathBuf;

@@ -1,12 +1,12 @@
 //! OCI registries: Helm charts pushed with `helm push` and plain manifest bundles (Flux-style
 //! `tar+gzip` layers), by tag or digest.
 
-use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::Reference;
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
 
 use super::archive;
 use super::cache::Cache;
+use super::registry_token;
 use super::{Artifact, Credentials, SourceError};
 
 /// Layer media types whose content is a gzip'd tar convoy unpacks.
@@ -33,6 +33,17 @@ pub async fn fetch(
     credentials: Option<&Credentials>,
 ) -> Result<Artifact, SourceError> {
     let reference = reference(url, tag, digest)?;
+    // A digest in another algorithm could not be checked against what is sent.
+    if let Some(asked) = digest
+        && !is_sha256_digest(asked)
+    {
+        return Err(SourceError::not_ready(
+            url,
+            format!(
+                "digest {asked:?} is not a sha256 digest (sha256: and 64 hex digits), the only kind convoy checks"
+            ),
+        ));
+    }
     if let Some(d) = digest
         && let Some(found) = cache.lookup(scope, &revision_key(url, d))
     {
@@ -43,15 +54,6 @@ pub async fn fetch(
             url: url.to_string(),
         });
     }
-    crate::engine::http::ensure_crypto_provider();
-    let client = Client::new(ClientConfig {
-        protocol: if insecure {
-            ClientProtocol::Http
-        } else {
-            ClientProtocol::Https
-        },
-        ..Default::default()
-    });
     let auth = match credentials {
         Some(Credentials {
             bearer_token: Some(token),
@@ -67,9 +69,25 @@ pub async fn fetch(
     let not_ready = |e: oci_client::errors::OciDistributionError| {
         SourceError::not_ready(url, crate::engine::error::chain(&e))
     };
+    let http = crate::engine::http::client()
+        .map_err(|e| SourceError::not_ready(url, crate::engine::error::chain(&e)))?;
+    let base = format!(
+        "{}://{}",
+        if insecure { "http" } else { "https" },
+        reference.resolve_registry()
+    );
+    let authorization =
+        registry_token::authorize(&http, &base, reference.repository(), &auth, insecure, url)
+            .await?;
+    let registry = Registry {
+        http: &http,
+        base: &base,
+        repository: reference.repository(),
+        authorization: &authorization,
+        url,
+    };
     // The manifest first: a revision unpacked before needs none of its layers.
-    let (manifest, manifest_digest) =
-        pull_manifest(&client, &reference, &auth, insecure, url).await?;
+    let (manifest, manifest_digest) = registry.manifest(&reference).await?;
     let key = revision_key(url, &manifest_digest);
     let revision = match tag {
         Some(t) if digest.is_none() => format!("{t}@{manifest_digest}"),
@@ -89,14 +107,7 @@ pub async fn fetch(
     })?;
     let mut layers: Vec<(String, Vec<u8>)> = Vec::new();
     for layer in wanted {
-        // No more than the manifest declares (which `check_layers` bounded): a registry
-        // that sends more is refused before it fills memory.
-        let mut out = BoundedBuffer::new(usize::try_from(layer.size).unwrap_or(0));
-        client
-            .pull_blob(&reference, layer, &mut out)
-            .await
-            .map_err(not_ready)?;
-        layers.push((layer.media_type.clone(), out.bytes));
+        layers.push((layer.media_type.clone(), registry.layer(layer).await?));
     }
     let digest = cache
         .unpack_and_install(
@@ -129,124 +140,169 @@ pub async fn fetch(
 /// The most a manifest may hold: distribution's and containerd's own limit.
 const MOST_MANIFEST_BYTES: usize = 4 << 20;
 
-/// The image manifest `reference` names (through an image index, the entry for this
-/// platform) and its digest. oci-client reads a manifest whole, however large the registry
-/// — which the tenant names — makes it (600 MiB took 636 MB of the daemon's memory), so the
-/// manifest is read here, no further than [`MOST_MANIFEST_BYTES`]; oci-client still gets the
-/// token, which later authorizes the layers' pulls.
-async fn pull_manifest(
-    client: &Client,
-    reference: &Reference,
-    auth: &RegistryAuth,
-    insecure: bool,
-    url: &str,
-) -> Result<(oci_client::manifest::OciImageManifest, String), SourceError> {
-    use oci_client::manifest::{OciImageIndex, OciImageManifest};
-    let failed = |why: String| SourceError::not_ready(url, why);
-    // A digest in another algorithm could not be checked against what is sent.
-    if let Some(asked) = reference.digest()
-        && !is_sha256_digest(asked)
-    {
-        return Err(failed(format!(
-            "digest {asked:?} is not a sha256 digest (sha256: and 64 hex digits), the only kind convoy checks"
-        )));
+/// One repository of a registry, and how its requests are authorized: manifests and layers
+/// are pulled by convoy, through one HTTP client and one authorization.
+struct Registry<'a> {
+    http: &'a reqwest::Client,
+    /// `scheme://host`.
+    base: &'a str,
+    repository: &'a str,
+    authorization: &'a registry_token::Authorization,
+    /// The source's URL, for errors.
+    url: &'a str,
+}
+
+impl Registry<'_> {
+    /// The image manifest `reference` names (through an image index, the entry for this
+    /// platform) and its digest. oci-client reads a manifest whole, however large the
+    /// registry — which the tenant names — makes it (600 MiB took 636 MB of the daemon's
+    /// memory), so the manifest is read here, no further than [`MOST_MANIFEST_BYTES`].
+    async fn manifest(
+        &self,
+        reference: &Reference,
+    ) -> Result<(oci_client::manifest::OciImageManifest, String), SourceError> {
+        use oci_client::manifest::{OciImageIndex, OciImageManifest};
+        let failed = |why: String| SourceError::not_ready(self.url, why);
+        let mut reference = reference.clone();
+        // An index names the manifest of each platform: one more look, no more.
+        for _ in 0..2 {
+            let wanted = reference.digest().or(reference.tag()).unwrap_or("latest");
+            let address = format!("{}/v2/{}/manifests/{wanted}", self.base, self.repository);
+            let request = self.http.get(&address).header(
+                reqwest::header::ACCEPT,
+                [
+                    oci_client::manifest::OCI_IMAGE_MEDIA_TYPE,
+                    oci_client::manifest::IMAGE_MANIFEST_MEDIA_TYPE,
+                    oci_client::manifest::OCI_IMAGE_INDEX_MEDIA_TYPE,
+                    oci_client::manifest::IMAGE_MANIFEST_LIST_MEDIA_TYPE,
+                ]
+                .join(", "),
+            );
+            let response = self
+                .send(request, &format!("the manifest {wanted}"))
+                .await?;
+            let header = response
+                .headers()
+                .get("Docker-Content-Digest")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            let body =
+                super::helm_repo::read_at_most(response, self.url, MOST_MANIFEST_BYTES).await?;
+            let digest = format!(
+                "sha256:{}",
+                hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&body))
+            );
+            // A digest asked for, or one the registry states, must be what was sent.
+            for stated in [reference.digest(), header.as_deref()]
+                .into_iter()
+                .flatten()
+            {
+                if stated.starts_with("sha256:") && stated != digest {
+                    return Err(failed(format!(
+                        "the manifest sent has digest {digest}, not {stated}"
+                    )));
+                }
+            }
+            let kind: serde_json::Value = serde_json::from_slice(&body)
+                .map_err(|e| failed(format!("the manifest is not JSON: {e}")))?;
+            let media_type = kind["mediaType"].as_str().unwrap_or_default();
+            let is_index = media_type == oci_client::manifest::OCI_IMAGE_INDEX_MEDIA_TYPE
+                || media_type == oci_client::manifest::IMAGE_MANIFEST_LIST_MEDIA_TYPE
+                || (media_type.is_empty() && kind.get("manifests").is_some());
+            if !is_index {
+                let manifest: OciImageManifest = serde_json::from_value(kind)
+                    .map_err(|e| failed(format!("the manifest cannot be read: {e}")))?;
+                return Ok((manifest, digest));
+            }
+            let index: OciImageIndex = serde_json::from_value(kind)
+                .map_err(|e| failed(format!("the image index cannot be read: {e}")))?;
+            let Some(entry) = oci_client::client::current_platform_resolver(&index.manifests)
+            else {
+                return Err(failed(
+                    "the image index names no manifest for this platform".to_string(),
+                ));
+            };
+            // The entry goes into the next address and is checked against what is sent.
+            if !is_sha256_digest(&entry) {
+                return Err(failed(format!(
+                    "the image index names manifest {entry:?}, which is not a sha256 digest (sha256: and 64 hex digits)"
+                )));
+            }
+            reference = Reference::with_digest(
+                reference.registry().to_string(),
+                reference.repository().to_string(),
+                entry,
+            );
+        }
+        Err(failed(
+            "an image index names another image index; convoy follows one".to_string(),
+        ))
     }
-    let token = client
-        .auth(reference, auth, oci_client::RegistryOperation::Pull)
-        .await
-        .map_err(|e| failed(crate::engine::error::chain(&e)))?;
-    let http =
-        crate::engine::http::client().map_err(|e| failed(crate::engine::error::chain(&e)))?;
-    let scheme = if insecure { "http" } else { "https" };
-    let mut reference = reference.clone();
-    // An index names the manifest of each platform: one more look, no more.
-    for _ in 0..2 {
-        let wanted = reference.digest().or(reference.tag()).unwrap_or("latest");
-        let address = format!(
-            "{scheme}://{}/v2/{}/manifests/{wanted}",
-            reference.resolve_registry(),
-            reference.repository()
-        );
-        let mut request = http.get(&address).header(
-            reqwest::header::ACCEPT,
-            [
-                oci_client::manifest::OCI_IMAGE_MEDIA_TYPE,
-                oci_client::manifest::IMAGE_MANIFEST_MEDIA_TYPE,
-                oci_client::manifest::OCI_IMAGE_INDEX_MEDIA_TYPE,
-                oci_client::manifest::IMAGE_MANIFEST_LIST_MEDIA_TYPE,
-            ]
-            .join(", "),
-        );
-        request = match (&token, auth) {
-            (Some(token), _) => request.bearer_auth(token),
-            (None, RegistryAuth::Basic(user, password)) => request.basic_auth(user, Some(password)),
-            _ => request,
-        };
-        let response = request
+
+    /// `request`, authorized, for `what`; a response that is not a success is refused.
+    async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+        what: &str,
+    ) -> Result<reqwest::Response, SourceError> {
+        let failed = |why: String| SourceError::not_ready(self.url, why);
+        let response = self
+            .authorization
+            .apply(request)
             .send()
             .await
             .map_err(|e| failed(crate::engine::error::chain(&e)))?;
         let status = response.status();
         if !status.is_success() {
             return Err(failed(format!(
-                "the registry answered HTTP {} for the manifest {wanted}",
+                "the registry answered HTTP {} for {what}",
                 status.as_u16()
             )));
         }
-        let header = response
-            .headers()
-            .get("Docker-Content-Digest")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let body = super::helm_repo::read_at_most(response, url, MOST_MANIFEST_BYTES).await?;
-        let digest = format!(
-            "sha256:{}",
-            hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&body))
+        Ok(response)
+    }
+
+    /// A layer's bytes, no more than its manifest declares (which [`check_layers`] bounded):
+    /// a registry that sends more is refused before it fills memory. They must have the
+    /// layer's digest. A redirect to storage elsewhere does not carry the authorization.
+    async fn layer(
+        &self,
+        layer: &oci_client::manifest::OciDescriptor,
+    ) -> Result<Vec<u8>, SourceError> {
+        let failed = |why: String| SourceError::not_ready(self.url, why);
+        let address = format!(
+            "{}/v2/{}/blobs/{}",
+            self.base, self.repository, layer.digest
         );
-        // A digest asked for, or one the registry states, must be what was sent.
-        for stated in [reference.digest(), header.as_deref()]
-            .into_iter()
-            .flatten()
-        {
-            if stated.starts_with("sha256:") && stated != digest {
-                return Err(failed(format!(
-                    "the manifest sent has digest {digest}, not {stated}"
-                )));
-            }
-        }
-        let kind: serde_json::Value = serde_json::from_slice(&body)
-            .map_err(|e| failed(format!("the manifest is not JSON: {e}")))?;
-        let media_type = kind["mediaType"].as_str().unwrap_or_default();
-        let is_index = media_type == oci_client::manifest::OCI_IMAGE_INDEX_MEDIA_TYPE
-            || media_type == oci_client::manifest::IMAGE_MANIFEST_LIST_MEDIA_TYPE
-            || (media_type.is_empty() && kind.get("manifests").is_some());
-        if !is_index {
-            let manifest: OciImageManifest = serde_json::from_value(kind)
-                .map_err(|e| failed(format!("the manifest cannot be read: {e}")))?;
-            return Ok((manifest, digest));
-        }
-        let index: OciImageIndex = serde_json::from_value(kind)
-            .map_err(|e| failed(format!("the image index cannot be read: {e}")))?;
-        let Some(entry) = oci_client::client::current_platform_resolver(&index.manifests) else {
-            return Err(failed(
-                "the image index names no manifest for this platform".to_string(),
-            ));
+        let response = self
+            .send(self.http.get(&address), &format!("layer {}", layer.digest))
+            .await?;
+        let most = usize::try_from(layer.size).unwrap_or(0);
+        let bytes = super::helm_repo::read_bounded(response, self.url, most, || {
+            format!(
+                "the registry sent more than the {most} bytes the manifest declares for the layer"
+            )
+        })
+        .await?;
+        let sent = if layer.digest.starts_with("sha512:") {
+            format!(
+                "sha512:{}",
+                hex::encode(<sha2::Sha512 as sha2::Digest>::digest(&bytes))
+            )
+        } else {
+            format!(
+                "sha256:{}",
+                hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes))
+            )
         };
-        // The entry goes into the next address and is checked against what is sent.
-        if !is_sha256_digest(&entry) {
+        if sent != layer.digest {
             return Err(failed(format!(
-                "the image index names manifest {entry:?}, which is not a sha256 digest (sha256: and 64 hex digits)"
+                "layer {} was sent with digest {sent}",
+                layer.digest
             )));
         }
-        reference = Reference::with_digest(
-            reference.registry().to_string(),
-            reference.repository().to_string(),
-            entry,
-        );
+        Ok(bytes)
     }
-    Err(failed(
-        "an image index names another image index; convoy follows one".to_string(),
-    ))
 }
 
 /// `sha256:` and 64 lowercase hex digits, the only digest convoy can check; anything else
@@ -319,53 +375,6 @@ fn check_layers(
         _ => Err(LayerError::Refused(format!(
             "the artifact's layers declare more than {MOST_LAYER_BYTES} bytes"
         ))),
-    }
-}
-
-/// A layer's bytes, no more than its manifest declared.
-struct BoundedBuffer {
-    bytes: Vec<u8>,
-    most: usize,
-}
-
-impl BoundedBuffer {
-    fn new(most: usize) -> Self {
-        Self {
-            bytes: Vec::new(),
-            most,
-        }
-    }
-}
-
-impl tokio::io::AsyncWrite for BoundedBuffer {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        let this = self.get_mut();
-        if this.bytes.len() + buf.len() > this.most {
-            return std::task::Poll::Ready(Err(std::io::Error::other(format!(
-                "the registry sent more than the {} bytes the manifest declares for the layer",
-                this.most
-            ))));
-        }
-        this.bytes.extend_from_slice(buf);
-        std::task::Poll::Ready(Ok(buf.len()))
-    }
-
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
     }
 }
 
