@@ -101,12 +101,14 @@ impl Ends {
             self.left_out += cut;
         }
         if self.left_out > 0 {
-            // Whole lines only on either side of the gap.
+            // Whole lines on either side of the gap, unless the last line is all there is:
+            // its end is what names the error.
             let line = self
                 .tail
                 .iter()
                 .position(|&b| b == b'\n')
                 .map_or(0, |i| i + 1);
+            let line = if line == self.tail.len() { 0 } else { line };
             self.left_out += line;
             self.tail.drain(..line);
             self.head.extend_from_slice(
@@ -193,5 +195,26 @@ mod tests {
             crate::engine::render::helm::tool_message(text.as_bytes(), &[]),
             "template: web/templates/a.yaml:3: the real reason"
         );
+    }
+
+    /// A last line longer than what is kept keeps its end, which names the error: trimming
+    /// to whole lines dropped it all.
+    #[test]
+    fn the_end_of_a_last_line_longer_than_kept_is_kept() {
+        let mut ends = Ends::default();
+        ends.push(b"first\n");
+        let long = format!(
+            "Error: {} the real reason\n",
+            "x".repeat(3 * KEPT_ERROR_BYTES)
+        );
+        ends.push(long.as_bytes());
+        let text = String::from_utf8(ends.into_bytes()).unwrap();
+        assert!(text.starts_with("first\n"), "{text:.80}");
+        assert!(
+            text.ends_with("x the real reason\n"),
+            "{}",
+            &text[text.len() - 80..]
+        );
+        assert!(text.len() <= 2 * KEPT_ERROR_BYTES + 64, "{}", text.len());
     }
 }
