@@ -416,10 +416,23 @@ pub enum Armed {
     Waiting,
 }
 
-/// Whether `object` carries the labels a hook of `release` gets when it is armed.
+/// Whether `object` carries the labels a hook of `release` gets when it is armed, and the
+/// controller's apply set its render label: labels another writer copied (a StatefulSet's
+/// pods carry its template's) do not make an object a hook.
 fn is_hook_of(object: &impl kube::ResourceExt, release: &Release) -> bool {
     let labels = object.labels();
-    labels.contains_key(HOOK_RENDER_LABEL)
+    let render_label = format!("f:{HOOK_RENDER_LABEL}");
+    let armed_by_convoy = object.managed_fields().iter().any(|entry| {
+        entry.manager.as_deref() == Some(field_managers::CONTROLLER.as_str())
+            && entry.operation.as_deref() == Some("Apply")
+            && entry.fields_v1.as_ref().is_some_and(|fields| {
+                fields.0["f:metadata"]["f:labels"]
+                    .get(&render_label)
+                    .is_some()
+            })
+    });
+    armed_by_convoy
+        && labels.contains_key(HOOK_RENDER_LABEL)
         && labels.get(labels::RELEASE).map(String::as_str) == release.metadata.name.as_deref()
         && labels.get(labels::RELEASE_NAMESPACE).map(String::as_str)
             == release.metadata.namespace.as_deref()

@@ -545,24 +545,47 @@ async fn an_object_labelled_with_this_render_by_someone_else_is_not_the_hook() {
     let after = cms.get("settings").await.unwrap();
     assert_eq!(after.metadata.uid, before.metadata.uid);
     assert_eq!(after.data, before.data);
-    // The instance this Release's hook made for the render is counted as armed.
-    cms.delete("settings", &Default::default()).await.unwrap();
-    eventually("settings gone", Duration::from_secs(10), || async {
-        cms.get_opt("settings")
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    let gone = || async {
+        cms.delete("settings", &Default::default()).await.unwrap();
+        eventually("settings gone", Duration::from_secs(10), || async {
+            cms.get_opt("settings")
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    };
+    // This Release's labels set by another writer (a controller copying a template's, as a
+    // StatefulSet's pods carry them) do not make the hook either.
+    gone().await;
     cms.create(
         &Default::default(),
-        &serde_json::from_value(settings("hook", "web")).unwrap(),
+        &serde_json::from_value(settings("copied", "web")).unwrap(),
     )
     .await
     .unwrap();
+    let err = arm_content_hook(&applier, &release, &hook, render_ref)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, HookError::Taken { .. }), "{err}");
+    assert_eq!(
+        cms.get("settings").await.unwrap().data.unwrap()["from"],
+        "copied"
+    );
+    // The instance this Release's hook made for the render is counted as armed.
+    gone().await;
     let armed = arm_content_hook(&applier, &release, &hook, render_ref)
         .await
         .unwrap();
+    assert_eq!(armed, convoy::engine::hooks::Armed::Created);
+    let made = cms.get("settings").await.unwrap();
+    let armed = arm_content_hook(&applier, &release, &hook, render_ref)
+        .await
+        .unwrap();
+    assert_eq!(
+        cms.get("settings").await.unwrap().metadata.uid,
+        made.metadata.uid
+    );
     assert_eq!(armed, convoy::engine::hooks::Armed::Created);
 }
