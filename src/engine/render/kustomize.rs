@@ -245,7 +245,7 @@ impl Checker<'_> {
                             &format!("is YAML convoy cannot read (line {line} of the entry), so its paths cannot be checked"),
                         )
                     })?;
-                    self.generator(dir, &s, &inline)?;
+                    self.inline_config(dir, &s, &inline)?;
                 } else {
                     self.reference(dir, &s, entry, field != "patchesStrategicMerge")?;
                 }
@@ -290,6 +290,35 @@ impl Checker<'_> {
                     },
                     item,
                 )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The files an inline generator or transformer config reads: a builtin generator's
+    /// `files` and `envs`, a PatchTransformer's `path`, a ReplacementTransformer's
+    /// `replacements[].path`; a `List` of configs, each of its items.
+    fn inline_config(
+        &mut self,
+        dir: &Path,
+        site: &Site,
+        config: &Value,
+    ) -> Result<(), RenderError> {
+        let items = match config["items"].as_array() {
+            Some(items) if config["kind"].as_str() == Some("List") => items.iter().collect(),
+            _ => vec![config],
+        };
+        for item in items {
+            self.generator(dir, site, item)?;
+            let paths = item["path"].as_str().into_iter().chain(
+                item["replacements"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|r| r["path"].as_str()),
+            );
+            for path in paths {
+                self.reference(dir, site, path, false)?;
             }
         }
         Ok(())
@@ -466,6 +495,50 @@ mod tests {
             check(&dir, "app", false).unwrap_err(),
             "app/kustomization.yaml: generators entry \"(inline)\" is YAML convoy cannot read (line 2 of the entry), so its paths cannot be checked"
         );
+    }
+
+    /// Paths an inline transformer or generator config names are checked like any other: a
+    /// PatchTransformer's patch, a ReplacementTransformer's replacements, a List's items.
+    #[test]
+    fn paths_in_inline_transformer_configs_are_checked() {
+        for (field, config) in [
+            (
+                "transformers",
+                "kind: PatchTransformer\n  metadata: {name: p}\n  path: ../../../etc/passwd",
+            ),
+            (
+                "transformers",
+                "kind: ReplacementTransformer\n  metadata: {name: r}\n  replacements:\n  - path: ../../../etc/passwd",
+            ),
+            (
+                "generators",
+                "kind: List\n  items:\n  - kind: ConfigMapGenerator\n    metadata: {name: c}\n    files: [k=../../../etc/passwd]",
+            ),
+            (
+                "transformers",
+                "kind: List\n  items:\n  - kind: PatchTransformer\n    metadata: {name: p}\n    path: ../../../etc/passwd",
+            ),
+        ] {
+            let dir = tree(&[(
+                "app/kustomization.yaml",
+                &format!("{field}:\n- |\n  apiVersion: builtin\n  {config}\n"),
+            )]);
+            assert_eq!(
+                check(&dir, "app", false).unwrap_err(),
+                format!(
+                    "app/kustomization.yaml: {field} entry \"../../../etc/passwd\" leads outside the source"
+                ),
+                "{config}"
+            );
+        }
+        let dir = tree(&[
+            (
+                "app/kustomization.yaml",
+                "transformers:\n- |\n  apiVersion: builtin\n  kind: PatchTransformer\n  metadata: {name: p}\n  path: p.yaml\n",
+            ),
+            ("app/p.yaml", "{}\n"),
+        ]);
+        check(&dir, "app", false).unwrap();
     }
 
     #[test]
