@@ -360,11 +360,15 @@ long: 0o17
     /// 100, which the text's own budget makes needless.
     #[test]
     fn an_anchor_named_by_many_aliases_is_read() {
-        let mut text = String::from("defaults: &defaults {cpu: 100m, memory: 128Mi}
-");
+        let mut text = String::from(
+            "defaults: &defaults {cpu: 100m, memory: 128Mi}
+",
+        );
         for i in 0..200 {
-            text.push_str(&format!("app{i}: *defaults
-"));
+            text.push_str(&format!(
+                "app{i}: *defaults
+"
+            ));
         }
         let value = from_str(&text, yaml_options()).unwrap();
         assert_eq!(value["app199"], value["defaults"]);

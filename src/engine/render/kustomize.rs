@@ -23,7 +23,7 @@ use super::error::RenderError;
 use super::helm::tool_message;
 use super::manifests::parse_documents;
 use super::object::Object;
-use crate::engine::source::archive::resolve_on_disk;
+use crate::engine::source::archive::{outside_or, resolve_on_disk};
 use crate::engine::tools::Tool;
 
 /// The names kustomize looks for in a directory, in its order.
@@ -372,7 +372,7 @@ impl Checker<'_> {
             ));
         }
         let resolved = resolve_on_disk(self.root, &dir.join(entry))
-            .map_err(|_| self.refuse(site, entry, "leads outside the source"))?;
+            .map_err(|why| self.refuse(site, entry, outside_or(why)))?;
         let on_disk = self.root.join(&resolved);
         if !on_disk.exists() {
             // kustomize would try a path it cannot find as a remote reference.
@@ -559,6 +559,24 @@ mod tests {
             check(&dir, "app", false)
                 .unwrap_err()
                 .contains("leads outside the source")
+        );
+    }
+
+    /// A path through a link of 4 KiB of `x/..` names, 39 times over, costs tens of
+    /// thousands of lookups: each entry of a kustomization could cost that. It is refused.
+    #[test]
+    fn a_path_that_costs_too_many_lookups_is_refused() {
+        let entry = format!("{}cm.yaml", "b/".repeat(39));
+        let dir = tree(&[
+            ("app/kustomization.yaml", &format!("resources: [{entry}]\n")),
+            ("app/cm.yaml", "kind: ConfigMap\n"),
+        ]);
+        std::os::unix::fs::symlink("x/../".repeat(819), dir.path().join("app/b")).unwrap();
+        assert_eq!(
+            check(&dir, "app", false).unwrap_err(),
+            format!(
+                "app/kustomization.yaml: resources entry {entry:?} takes more lookups to follow than any path should (links through links?)"
+            )
         );
     }
 

@@ -114,14 +114,16 @@ pub async fn fetch(
             scope,
             (!manifest_digest.is_empty()).then_some(key.as_str()),
             move |dir| {
+                // One unpack for all layers: they share its size limit and its work.
+                let mut unpack = archive::Unpack::new(dir);
                 for (media_type, data) in &layers {
                     if TAR_GZIP_LAYERS.contains(&media_type.as_str()) {
-                        archive::unpack_tar_gz(data.as_slice(), dir)?;
+                        unpack.tar_gz(data.as_slice())?;
                     } else if TAR_LAYERS.contains(&media_type.as_str()) {
-                        archive::unpack_tar(data.as_slice(), dir)?;
+                        unpack.tar(data.as_slice())?;
                     }
                 }
-                Ok(())
+                unpack.finish()
             },
         )
         .await
