@@ -323,6 +323,60 @@ fn is_layer_digest(digest: &str) -> bool {
             .is_some_and(|hex| is_hex(hex, 128))
 }
 
+/// `host`, `host:port`, `[v6]` or `[v6]:port`: no user, path, query or fragment.
+fn is_registry_host(registry: &str) -> bool {
+    let (host, port) = match registry.rsplit_once(':') {
+        Some((host, port)) if !host.ends_with(':') && !port.contains(']') => (host, Some(port)),
+        _ => (registry, None),
+    };
+    let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => {
+            !v6.is_empty()
+                && v6
+                    .bytes()
+                    .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+        }
+        None => {
+            !host.is_empty()
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+        }
+    };
+    host_ok
+        && port
+            .is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The distribution spec's repository name: `/`-separated components of lowercase letters
+/// and digits, joined by `.`, `_`, `__` or dashes.
+fn is_repository_name(repository: &str) -> bool {
+    repository.len() <= 255
+        && repository.split('/').all(|component| {
+            let bytes = component.as_bytes();
+            let alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+            bytes.first().is_some_and(alnum)
+                && bytes.last().is_some_and(alnum)
+                && bytes
+                    .iter()
+                    .all(|b| alnum(b) || matches!(b, b'.' | b'_' | b'-'))
+                && !component.contains("..")
+                && !component.contains("___")
+        })
+}
+
+/// `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`.
+fn is_tag(tag: &str) -> bool {
+    let bytes = tag.as_bytes();
+    bytes.len() <= 128
+        && bytes
+            .first()
+            .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
 fn is_hex(text: &str, len: usize) -> bool {
     text.len() == len && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
@@ -401,6 +455,25 @@ pub fn reference(
             "OCIRegistry URL {url:?} must name a repository (oci://host/repository)"
         )));
     };
+    // Each goes into the addresses of requests that carry the Release's credentials.
+    let refused = |what: &str| {
+        Err(SourceError::Unsupported(format!(
+            "OCIRegistry URL {url:?}: {what}"
+        )))
+    };
+    if !is_registry_host(registry) {
+        return refused("the registry must be a host name or address, with a port at most");
+    }
+    if !is_repository_name(repository) {
+        return refused(
+            "the repository must be lowercase names of letters and digits, joined by . _ or - and separated by /",
+        );
+    }
+    if let Some(t) = tag.filter(|t| !is_tag(t)) {
+        return Err(SourceError::Unsupported(format!(
+            "tag {t:?} is not an OCI tag (up to 128 letters, digits, _ . or -, not starting with . or -)"
+        )));
+    }
     Ok(match (digest, tag) {
         (Some(d), _) => {
             Reference::with_digest(registry.to_string(), repository.to_string(), d.to_string())
@@ -434,5 +507,58 @@ pub async fn ping(url: &str, insecure: bool) -> Result<(), SourceError> {
             url,
             format!("the registry answered HTTP {code}"),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What goes into a request's address is what the OCI grammar allows, nothing that
+    /// changes the address's path, query or host.
+    #[test]
+    fn names_that_would_change_an_address_are_refused() {
+        for good in [
+            "ghcr.io",
+            "registry.example:5000",
+            "127.0.0.1:5000",
+            "[::1]:5000",
+            "localhost",
+        ] {
+            assert!(is_registry_host(good), "{good}");
+        }
+        for bad in [
+            "user:pw@ghcr.io",
+            "ghcr.io?x",
+            "ghcr.io#f",
+            "host:",
+            "host:99999x",
+            "",
+            "[]",
+        ] {
+            assert!(!is_registry_host(bad), "{bad}");
+        }
+        for good in ["bundles/app", "a/b-c/d.e", "a__b", "library/nginx"] {
+            assert!(is_repository_name(good), "{good}");
+        }
+        for bad in [
+            "../x", "a/../b", "A/b", "a//b", "a?x=1", "a#f", "a/", "-a", "a%2e%2e",
+        ] {
+            assert!(!is_repository_name(bad), "{bad}");
+        }
+        for good in ["v1", "1.2.3", "latest", "_x", "v1.0.0-rc.1"] {
+            assert!(is_tag(good), "{good}");
+        }
+        for bad in [
+            "../../x",
+            ".hidden",
+            "-x",
+            "a/b",
+            "a?q=1",
+            "",
+            &"x".repeat(129),
+        ] {
+            assert!(!is_tag(bad), "{bad}");
+        }
     }
 }

@@ -55,9 +55,13 @@ fn bearer_challenge(header: &str) -> Option<Challenge> {
 }
 
 /// The token endpoint a challenge names, and how errors show it (no query: the realm's own
-/// query is the registry's to fill). Basic credentials go there, so it must be https unless
-/// the source is marked insecure.
-fn token_endpoint(realm: &str, insecure: bool) -> Result<(reqwest::Url, String), String> {
+/// query is the registry's to fill). Basic credentials go there, so it must be https — or,
+/// for a source marked insecure, plain HTTP on the registry's own host (`insecure_host`) —
+/// and carry no user or password of its own.
+fn token_endpoint(
+    realm: &str,
+    insecure_host: Option<&str>,
+) -> Result<(reqwest::Url, String), String> {
     let url = reqwest::Url::parse(realm).map_err(|e| {
         format!("the registry names token endpoint {realm:?}, which is not an address: {e}")
     })?;
@@ -68,12 +72,17 @@ fn token_endpoint(realm: &str, insecure: bool) -> Result<(reqwest::Url, String),
         url.port().map(|p| format!(":{p}")).unwrap_or_default(),
         url.path()
     );
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(format!(
+            "the registry names token endpoint {shown} with a user or password of its own"
+        ));
+    }
     match url.scheme() {
         "https" => Ok((url, shown)),
-        "http" if insecure => Ok((url, shown)),
+        "http" if insecure_host.is_some() && url.host_str() == insecure_host => Ok((url, shown)),
         _ => Err(format!(
-            "the registry names token endpoint {shown}, which is not https (a registry served \
-             over plain HTTP is marked insecure)"
+            "the registry names token endpoint {shown}, which is not https (plain HTTP is \
+             allowed only on the registry's own host, for a source marked insecure)"
         )),
     }
 }
@@ -115,7 +124,11 @@ pub async fn authorize(
             None => Authorization::Anonymous,
         });
     };
-    let (realm, shown) = token_endpoint(&challenge.realm, insecure).map_err(failed)?;
+    let registry_host = reqwest::Url::parse(base)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_string));
+    let insecure_host = registry_host.as_deref().filter(|_| insecure);
+    let (realm, shown) = token_endpoint(&challenge.realm, insecure_host).map_err(failed)?;
     let scope = format!("repository:{repository}:pull");
     let mut query = vec![("scope", scope.as_str())];
     if let Some(service) = &challenge.service {
@@ -184,19 +197,33 @@ mod tests {
     fn credentials_go_to_a_token_endpoint_over_https_unless_insecure() {
         let shown = |realm, insecure| token_endpoint(realm, insecure).map(|(_, shown)| shown);
         assert_eq!(
-            shown("https://user:pass@auth.example:8443/token?account=x", false),
+            shown("https://auth.example:8443/token?account=x", None),
             Ok("https://auth.example:8443/token".to_string())
         );
         assert_eq!(
-            shown("http://auth.example/token", true),
-            Ok("http://auth.example/token".to_string())
+            shown("http://registry.example/token", Some("registry.example")),
+            Ok("http://registry.example/token".to_string())
         );
-        for (realm, why) in [
-            ("http://auth.example/token", "which is not https"),
-            ("file:///etc/passwd", "which is not https"),
-            ("/token", "which is not an address"),
+        for (realm, insecure, why) in [
+            ("http://auth.example/token", None, "which is not https"),
+            (
+                "http://metadata.internal/token",
+                Some("registry.example"),
+                "which is not https",
+            ),
+            (
+                "file:///etc/passwd",
+                Some("registry.example"),
+                "which is not https",
+            ),
+            ("/token", None, "which is not an address"),
+            (
+                "https://user:pass@auth.example/token",
+                None,
+                "with a user or password of its own",
+            ),
         ] {
-            let refused = shown(realm, false).unwrap_err();
+            let refused = shown(realm, insecure).unwrap_err();
             assert!(refused.contains(why), "{realm}: {refused}");
         }
     }
