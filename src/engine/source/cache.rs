@@ -17,6 +17,8 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use sha2::{Digest, Sha256};
 
@@ -186,6 +188,10 @@ impl Cache {
     /// Unpack into a fresh staging directory with `unpack` and install the result, on the
     /// blocking pool: unpacking and hashing a tree is file work that must not hold an async
     /// thread (the probes and other reconciles run there).
+    ///
+    /// Dropping this future (a fetch's timeout) does not reach the blocking pool: `unpack` is
+    /// given a flag that is set then, which [`UntilGivenUp`] turns into an error at the next
+    /// read, and nothing is installed.
     pub async fn unpack_and_install<E, F>(
         &self,
         scope: &str,
@@ -193,21 +199,31 @@ impl Cache {
         unpack: F,
     ) -> Result<Result<String, CacheError>, E>
     where
-        F: FnOnce(&Path) -> Result<(), E> + Send + 'static,
+        F: FnOnce(&Path, &AtomicBool) -> Result<(), E> + Send + 'static,
         E: Send + 'static,
     {
         let cache = self.clone();
         let scope = scope.to_string();
         let key = revision_key.map(str::to_string);
+        let given_up = GiveUpOnDrop::default();
+        let flag = given_up.0.clone();
         let joined = tokio::task::spawn_blocking(move || {
             let staging = match cache.staging() {
                 Ok(s) => s,
                 Err(e) => return Ok(Err(e)),
             };
-            unpack(staging.path())?;
+            unpack(staging.path(), &flag)?;
+            if flag.load(Ordering::Relaxed) {
+                return Ok(Err(CacheError {
+                    action: "install",
+                    path: staging.path().to_path_buf(),
+                    source: std::io::Error::other(GIVEN_UP),
+                }));
+            }
             Ok(cache.install(staging, &scope, key.as_deref()))
         })
         .await;
+        drop(given_up);
         match joined {
             Ok(result) => result,
             Err(e) => Ok(Err(CacheError {
@@ -220,6 +236,39 @@ impl Cache {
 
     fn revision_path(&self, scope: &str, key: &str) -> PathBuf {
         self.root.join("revisions").join(scoped_hex(scope, key))
+    }
+}
+
+const GIVEN_UP: &str = "the fetch was given up (its timeout passed) while the archive was unpacked";
+
+/// Set when the future that started an unpack is dropped.
+#[derive(Default)]
+struct GiveUpOnDrop(Arc<AtomicBool>);
+
+impl Drop for GiveUpOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// What an unpack reads, until its fetch is given up: then an error.
+pub struct UntilGivenUp<'a, R> {
+    inner: R,
+    given_up: &'a AtomicBool,
+}
+
+impl<'a, R> UntilGivenUp<'a, R> {
+    pub fn new(inner: R, given_up: &'a AtomicBool) -> Self {
+        Self { inner, given_up }
+    }
+}
+
+impl<R: std::io::Read> std::io::Read for UntilGivenUp<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.given_up.load(Ordering::Relaxed) {
+            return Err(std::io::Error::other(GIVEN_UP));
+        }
+        self.inner.read(buf)
     }
 }
 
@@ -307,6 +356,33 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An unpack whose fetch is given up (its future dropped at the timeout) stops at its
+    /// next read and installs nothing: it ran on in the blocking pool, holding the
+    /// artifact's bytes, while the retry started another.
+    #[tokio::test]
+    async fn a_given_up_unpack_stops_at_its_next_read_and_installs_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::new(dir.path());
+        let (ended, end) = std::sync::mpsc::channel();
+        let unpack = cache.unpack_and_install("Kind/ns/x", Some("k"), move |staging, given_up| {
+            std::fs::write(staging.join("f"), "x").unwrap();
+            let mut endless = UntilGivenUp::new(std::io::repeat(0), given_up);
+            let copied = std::io::copy(&mut endless, &mut std::io::sink());
+            ended.send(copied.map_err(|e| e.to_string())).unwrap();
+            Ok::<(), ()>(())
+        });
+        let timeout = tokio::time::timeout(std::time::Duration::from_millis(200), unpack).await;
+        assert!(timeout.is_err(), "the endless unpack ended on its own");
+        let copied = tokio::task::spawn_blocking(move || {
+            end.recv_timeout(std::time::Duration::from_secs(30))
+        })
+        .await
+        .unwrap()
+        .expect("the unpack went on after its fetch was given up");
+        assert_eq!(copied.unwrap_err(), GIVEN_UP);
+        assert_eq!(cache.lookup("Kind/ns/x", "k"), None);
+    }
 
     #[test]
     fn equal_trees_give_equal_digests_and_any_change_differs() {

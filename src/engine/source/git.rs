@@ -19,7 +19,7 @@ use base64::Engine;
 use tokio::process::Command;
 
 use super::archive;
-use super::cache::Cache;
+use super::cache::{Cache, UntilGivenUp};
 use super::{Artifact, Credentials, GitReference, SourceError, SourcePolicy};
 use crate::engine::tools::Tool;
 
@@ -129,16 +129,12 @@ pub async fn fetch(
         });
     }
     let archive = runner.archive(&sha);
-    // The unpack runs on the blocking pool, where dropping this future (the fetch timeout)
-    // does not reach: the guard tells it to stop, and git is killed at its next read.
-    let given_up = GiveUpOnDrop::default();
-    let flag = given_up.0.clone();
+    // Given up (the fetch timeout), the unpack stops at its next read and git is killed.
     let digest = cache
-        .unpack_and_install(scope, Some(&key), move |dir| {
-            archive.unpack_into(dir, &flag)
+        .unpack_and_install(scope, Some(&key), move |dir, given_up| {
+            archive.unpack_into(dir, given_up)
         })
         .await??;
-    drop(given_up);
     Ok(Artifact {
         revision,
         path: cache.artifact_dir(&digest),
@@ -508,33 +504,6 @@ struct Archive {
     url: String,
 }
 
-/// Set when the fetch that started an unpack is dropped.
-#[derive(Default)]
-struct GiveUpOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
-
-impl Drop for GiveUpOnDrop {
-    fn drop(&mut self) {
-        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-/// git's output, until the fetch is given up.
-struct UntilGivenUp<'a, R> {
-    inner: R,
-    given_up: &'a std::sync::atomic::AtomicBool,
-}
-
-impl<R: std::io::Read> std::io::Read for UntilGivenUp<'_, R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if self.given_up.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(std::io::Error::other(
-                "the fetch was given up (its timeout passed) while the archive was unpacked",
-            ));
-        }
-        self.inner.read(buf)
-    }
-}
-
 impl Archive {
     fn unpack_into(
         mut self,
@@ -560,13 +529,7 @@ impl Archive {
         // write and its "write error" would hide why the unpack stopped.
         let mut stdout = child.stdout.take();
         let unpacked = match &mut stdout {
-            Some(stdout) => archive::unpack_tar(
-                UntilGivenUp {
-                    inner: stdout,
-                    given_up,
-                },
-                dir,
-            ),
+            Some(stdout) => archive::unpack_tar(UntilGivenUp::new(stdout, given_up), dir),
             None => Ok(()),
         };
         if unpacked.is_err() {

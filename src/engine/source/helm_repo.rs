@@ -10,7 +10,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::archive;
-use super::cache::Cache;
+use super::cache::{Cache, UntilGivenUp};
 use super::{Artifact, Credentials, SourceError};
 
 #[derive(Debug, Deserialize)]
@@ -113,8 +113,8 @@ pub async fn fetch(
         }
     }
     let digest = cache
-        .unpack_and_install(scope, Some(&key), move |dir| {
-            archive::unpack_tar_gz(archive_bytes.as_slice(), dir)
+        .unpack_and_install(scope, Some(&key), move |dir, given_up| {
+            archive::unpack_tar_gz(UntilGivenUp::new(archive_bytes.as_slice(), given_up), dir)
         })
         .await
         .map_err(|source| SourceError::Archive {

@@ -5,7 +5,7 @@ use oci_client::Reference;
 use oci_client::secrets::RegistryAuth;
 
 use super::archive;
-use super::cache::Cache;
+use super::cache::{Cache, UntilGivenUp};
 use super::registry_token;
 use super::{Artifact, Credentials, SourceError};
 
@@ -113,14 +113,15 @@ pub async fn fetch(
         .unpack_and_install(
             scope,
             (!manifest_digest.is_empty()).then_some(key.as_str()),
-            move |dir| {
+            move |dir, given_up| {
                 // One unpack for all layers: they share its size limit and its work.
                 let mut unpack = archive::Unpack::new(dir);
                 for (media_type, data) in &layers {
+                    let data = UntilGivenUp::new(data.as_slice(), given_up);
                     if TAR_GZIP_LAYERS.contains(&media_type.as_str()) {
-                        unpack.tar_gz(data.as_slice())?;
+                        unpack.tar_gz(data)?;
                     } else if TAR_LAYERS.contains(&media_type.as_str()) {
-                        unpack.tar(data.as_slice())?;
+                        unpack.tar(data)?;
                     }
                 }
                 unpack.finish()
