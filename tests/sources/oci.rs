@@ -703,3 +703,94 @@ fn one_layer_manifest(media_type: &str, digest: &str, size: usize) -> Vec<u8> {
     }))
     .unwrap()
 }
+
+/// A layer is written to the cache's temporary space as it arrives, not held in memory: a
+/// GiB layer held by each of a few Releases' pulls would fill the daemon's memory. Half-way
+/// through the layer, its first half is on disk.
+#[tokio::test]
+async fn a_layer_goes_to_disk_as_it_arrives() {
+    use std::io::Write;
+    let layer = tar_gz(&[("app.yaml", &vec![b'#'; 4 << 20][..])]);
+    let half = layer.len() / 2;
+    let manifest = one_layer_manifest(
+        "application/vnd.oci.image.layer.v1.tar+gzip",
+        &sha256_of(&layer),
+        layer.len(),
+    );
+    let (go_on, wait) = std::sync::mpsc::channel::<()>();
+    let (port, server) = stand_in(move |seen, stream| {
+        if seen.line.starts_with("GET /v2/bundles/app/manifests/") {
+            let media = "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n";
+            respond(stream, "200 OK", media, &manifest);
+        } else if seen.line.starts_with("GET /v2/bundles/app/blobs/") {
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                layer.len()
+            );
+            stream.write_all(head.as_bytes()).unwrap();
+            stream.write_all(&layer[..half]).unwrap();
+            stream.flush().unwrap();
+            wait.recv().unwrap();
+            stream.write_all(&layer[half..]).unwrap();
+            return true;
+        } else {
+            respond(stream, "200 OK", "", b"");
+        }
+        false
+    });
+    let (dir, coordinator) = coordinator();
+    let url = format!("oci://127.0.0.1:{port}/bundles/app");
+    let pull = tokio::spawn(async move {
+        coordinator
+            .ensure(crate::SCOPE, &oci(&url, Some("v1"), None), None)
+            .await
+            .map(|a| a.path)
+    });
+    let tmp = dir.path().join("tmp");
+    let on_disk = || {
+        walkdir(&tmp)
+            .into_iter()
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("layer-"))
+            })
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len() as usize)
+            .max()
+            .unwrap_or(0)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while on_disk() < half {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "half the layer never reached the disk"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    go_on.send(()).unwrap();
+    let path = pull.await.unwrap().unwrap();
+    assert_eq!(
+        std::fs::metadata(path.join("app.yaml")).unwrap().len(),
+        4 << 20
+    );
+    tokio::task::spawn_blocking(move || server.join().unwrap())
+        .await
+        .unwrap();
+}
+
+/// Every file under `root`.
+fn walkdir(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files
+}

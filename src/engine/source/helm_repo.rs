@@ -175,24 +175,12 @@ const MOST_RESPONSE_BYTES: usize = 256 << 20;
 /// The body of `response`, refused as soon as it passes `most` bytes: a repository (the
 /// tenant names it) that sends without end would otherwise fill the daemon's memory.
 pub(super) async fn read_at_most(
-    response: reqwest::Response,
-    url: &str,
-    most: usize,
-) -> Result<Vec<u8>, SourceError> {
-    read_bounded(response, url, most, || {
-        format!("the response is larger than {most} bytes")
-    })
-    .await
-}
-
-/// [`read_at_most`], refusing a larger body with `why`.
-pub(super) async fn read_bounded(
     mut response: reqwest::Response,
     url: &str,
     most: usize,
-    why: impl Fn() -> String,
 ) -> Result<Vec<u8>, SourceError> {
-    let too_large = || SourceError::not_ready(url, why());
+    let too_large =
+        || SourceError::not_ready(url, format!("the response is larger than {most} bytes"));
     if response.content_length().is_some_and(|n| n > most as u64) {
         return Err(too_large());
     }

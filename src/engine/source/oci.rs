@@ -105,9 +105,15 @@ pub async fn fetch(
         LayerError::Registry(e) => not_ready(e),
         LayerError::Refused(message) => SourceError::not_ready(url, message),
     })?;
-    let mut layers: Vec<(String, Vec<u8>)> = Vec::new();
-    for layer in wanted {
-        layers.push((layer.media_type.clone(), registry.layer(layer).await?));
+    // The layers wait on disk, in the cache's own temporary space, until they are unpacked.
+    let downloads = cache
+        .staging()
+        .map_err(|e| SourceError::not_ready(url, crate::engine::error::chain(&e)))?;
+    let mut layers: Vec<(String, std::path::PathBuf)> = Vec::new();
+    for (i, layer) in wanted.into_iter().enumerate() {
+        let path = downloads.path().join(format!("layer-{i}"));
+        registry.layer(layer, &path).await?;
+        layers.push((layer.media_type.clone(), path));
     }
     let digest = cache
         .unpack_and_install(
@@ -116,14 +122,16 @@ pub async fn fetch(
             move |dir, given_up| {
                 // One unpack for all layers: they share its size limit and its work.
                 let mut unpack = archive::Unpack::new(dir);
-                for (media_type, data) in &layers {
-                    let data = UntilGivenUp::new(data.as_slice(), given_up);
+                for (media_type, path) in &layers {
+                    let file = std::fs::File::open(path).map_err(archive::ArchiveError::Read)?;
+                    let data = UntilGivenUp::new(std::io::BufReader::new(file), given_up);
                     if TAR_GZIP_LAYERS.contains(&media_type.as_str()) {
                         unpack.tar_gz(data)?;
                     } else if TAR_LAYERS.contains(&media_type.as_str()) {
                         unpack.tar(data)?;
                     }
                 }
+                drop(downloads);
                 unpack.finish()
             },
         )
@@ -265,46 +273,94 @@ impl Registry<'_> {
         Ok(response)
     }
 
-    /// A layer's bytes, no more than its manifest declares (which [`check_layers`] bounded):
-    /// a registry that sends more is refused before it fills memory. They must have the
-    /// layer's digest. A redirect to storage elsewhere does not carry the authorization.
+    /// A layer's bytes, written to `path` as they arrive (an artifact's layers may be a GiB:
+    /// held in memory, a few Releases' pulls would fill the daemon's), no more than its
+    /// manifest declares (which [`check_layers`] bounded): a registry that sends more is
+    /// refused there. They must have the layer's digest. A redirect to storage elsewhere does
+    /// not carry the authorization.
     async fn layer(
         &self,
         layer: &oci_client::manifest::OciDescriptor,
-    ) -> Result<Vec<u8>, SourceError> {
+        path: &std::path::Path,
+    ) -> Result<(), SourceError> {
+        use tokio::io::AsyncWriteExt;
         let failed = |why: String| SourceError::not_ready(self.url, why);
         let address = format!(
             "{}/v2/{}/blobs/{}",
             self.base, self.repository, layer.digest
         );
-        let response = self
+        let mut response = self
             .send(self.http.get(&address), &format!("layer {}", layer.digest))
             .await?;
-        let most = usize::try_from(layer.size).unwrap_or(0);
-        let bytes = super::helm_repo::read_bounded(response, self.url, most, || {
-            format!(
+        let most = u64::try_from(layer.size).unwrap_or(0);
+        let too_large = || {
+            failed(format!(
                 "the registry sent more than the {most} bytes the manifest declares for the layer"
-            )
-        })
-        .await?;
-        let sent = if layer.digest.starts_with("sha512:") {
-            format!(
-                "sha512:{}",
-                hex::encode(<sha2::Sha512 as sha2::Digest>::digest(&bytes))
-            )
-        } else {
-            format!(
-                "sha256:{}",
-                hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes))
-            )
+            ))
         };
+        if response.content_length().is_some_and(|n| n > most) {
+            return Err(too_large());
+        }
+        let write_failed = |e: std::io::Error| {
+            failed(format!("cannot write the layer to {}: {e}", path.display()))
+        };
+        let mut file = tokio::fs::File::create(path).await.map_err(write_failed)?;
+        let mut digest = LayerDigest::of(&layer.digest);
+        let mut received: u64 = 0;
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| failed(crate::engine::error::chain(&e)))?
+        {
+            received += chunk.len() as u64;
+            if received > most {
+                return Err(too_large());
+            }
+            digest.update(&chunk);
+            file.write_all(&chunk).await.map_err(write_failed)?;
+        }
+        file.flush().await.map_err(write_failed)?;
+        let sent = digest.finish();
         if sent != layer.digest {
             return Err(failed(format!(
                 "layer {} was sent with digest {sent}",
                 layer.digest
             )));
         }
-        Ok(bytes)
+        Ok(())
+    }
+}
+
+/// A layer's digest, computed as its bytes arrive, in the algorithm its manifest names.
+enum LayerDigest {
+    Sha256(sha2::Sha256),
+    Sha512(sha2::Sha512),
+}
+
+impl LayerDigest {
+    fn of(named: &str) -> Self {
+        use sha2::Digest;
+        if named.starts_with("sha512:") {
+            Self::Sha512(sha2::Sha512::new())
+        } else {
+            Self::Sha256(sha2::Sha256::new())
+        }
+    }
+
+    fn update(&mut self, bytes: &[u8]) {
+        use sha2::Digest;
+        match self {
+            Self::Sha256(h) => h.update(bytes),
+            Self::Sha512(h) => h.update(bytes),
+        }
+    }
+
+    fn finish(self) -> String {
+        use sha2::Digest;
+        match self {
+            Self::Sha256(h) => format!("sha256:{}", hex::encode(h.finalize())),
+            Self::Sha512(h) => format!("sha512:{}", hex::encode(h.finalize())),
+        }
     }
 }
 
