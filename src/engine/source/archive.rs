@@ -7,6 +7,7 @@
 
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Why an archive was refused or could not be unpacked.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +35,57 @@ pub enum ArchiveError {
 /// enough that a decompression bomb does not fill the disk.
 const MAX_UNPACKED_BYTES: u64 = 2 << 30;
 
+/// What a directory or link entry counts toward the size limit: a block of the disk.
+const ENTRY_BYTES: u64 = 4096;
+
+/// The most the headers between two entries may hold: GNU long names and PAX records, which
+/// the tar crate reads whole into memory (a 64 MiB name from a 65 KB archive took 420 MB).
+const MOST_BETWEEN_ENTRIES: u64 = 1 << 20;
+
+/// Bytes read since the last entry was handed over, while the next one is being found.
+#[derive(Default)]
+struct Between {
+    counting: std::cell::Cell<bool>,
+    read: std::cell::Cell<u64>,
+}
+
+impl Between {
+    fn start(&self) {
+        self.read.set(0);
+        self.counting.set(true);
+    }
+
+    fn stop(&self) {
+        self.counting.set(false);
+    }
+}
+
+/// The archive's bytes, no more than [`MOST_BETWEEN_ENTRIES`] of them between two entries
+/// (an entry's own content is read while not counting).
+struct BoundedBetween<R> {
+    inner: R,
+    between: std::rc::Rc<Between>,
+}
+
+impl<R: Read> Read for BoundedBetween<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if self.between.counting.get() {
+            let read = self.between.read.get() + n as u64;
+            self.between.read.set(read);
+            if read > MOST_BETWEEN_ENTRIES {
+                return Err(std::io::Error::other(format!(
+                    "more than {MOST_BETWEEN_ENTRIES} bytes of headers between two entries (a long name or extended header?)"
+                )));
+            }
+        }
+        Ok(n)
+    }
+}
+
+pub(crate) const GIVEN_UP: &str =
+    "the fetch was given up (its timeout passed) while the archive was unpacked";
+
 /// Unpack a gzip-compressed tar stream into `dest` (which must exist).
 pub fn unpack_tar_gz(reader: impl Read, dest: &Path) -> Result<(), ArchiveError> {
     let mut unpack = Unpack::new(dest);
@@ -54,6 +106,8 @@ pub fn unpack_tar(reader: impl Read, dest: &Path) -> Result<(), ArchiveError> {
 /// millions of components; an archive may have that work in proportion to its size.
 pub(crate) struct Work {
     left: u64,
+    /// All the lookups allowed so far, spent or not.
+    granted: u64,
 }
 
 /// Why following a link was given up.
@@ -67,7 +121,10 @@ impl Work {
     const PER_BYTE: u64 = 64;
 
     fn new(left: u64) -> Self {
-        Self { left }
+        Self {
+            left,
+            granted: left,
+        }
     }
 
     /// The lookups one path named by a source (`relative`) may cost to follow.
@@ -76,10 +133,17 @@ impl Work {
         Self::new(4096 + Self::PER_BYTE * bytes)
     }
 
+    /// Lookups no archive may exceed, however large: a few seconds of the kernel's time.
+    /// (A tree of 10,000 files and 2,000 links through links takes about 600,000.) Filler
+    /// entries that compress to nothing would otherwise buy any amount.
+    const MOST: u64 = 64 << 20;
+
     fn allow(&mut self, bytes: u64) {
-        self.left = self
-            .left
-            .saturating_add(Self::PER_BYTE.saturating_mul(bytes));
+        let more = Self::PER_BYTE
+            .saturating_mul(bytes)
+            .min(Self::MOST.saturating_sub(self.granted));
+        self.granted += more;
+        self.left += more;
     }
 
     fn charge(&mut self, lookups: u64) -> Result<(), &'static str> {
@@ -99,6 +163,8 @@ impl Work {
 /// lexically inside but together point out is refused.
 pub struct Unpack<'a> {
     dest: &'a Path,
+    /// Set when the fetch is given up: checked at each entry and each link followed.
+    given_up: &'a AtomicBool,
     /// Bytes written so far, by every layer, and how many may be.
     written: u64,
     most: u64,
@@ -108,8 +174,15 @@ pub struct Unpack<'a> {
 
 impl<'a> Unpack<'a> {
     pub fn new(dest: &'a Path) -> Self {
+        static NEVER: AtomicBool = AtomicBool::new(false);
+        Self::until(dest, &NEVER)
+    }
+
+    /// An unpack that stops once `given_up` is set.
+    pub fn until(dest: &'a Path, given_up: &'a AtomicBool) -> Self {
         Self {
             dest,
+            given_up,
             written: 0,
             most: MAX_UNPACKED_BYTES,
             made: Dirs::new(),
@@ -124,7 +197,7 @@ impl<'a> Unpack<'a> {
 
     /// Every symbolic link of the destination resolved once more, now that all is written.
     pub fn finish(mut self) -> Result<(), ArchiveError> {
-        check_tree(self.dest, &mut self.work)
+        check_tree(self.dest, &mut self.work, self.given_up)
     }
 
     /// Unpack a tar stream.
@@ -132,10 +205,21 @@ impl<'a> Unpack<'a> {
         let dest = self.dest;
         let made = &mut self.made;
         let work = &mut self.work;
-        let mut archive = tar::Archive::new(reader);
+        let between = std::rc::Rc::new(Between::default());
+        let mut archive = tar::Archive::new(BoundedBetween {
+            inner: reader,
+            between: between.clone(),
+        });
         archive.set_preserve_permissions(false);
         archive.set_unpack_xattrs(false);
-        for entry in archive.entries().map_err(ArchiveError::Read)? {
+        let mut entries = archive.entries().map_err(ArchiveError::Read)?;
+        loop {
+            between.start();
+            let Some(entry) = entries.next() else { break };
+            between.stop();
+            if self.given_up.load(Ordering::Relaxed) {
+                return Err(ArchiveError::Read(std::io::Error::other(GIVEN_UP)));
+            }
             let mut entry = entry.map_err(ArchiveError::Read)?;
             let raw_path = entry.path().map_err(ArchiveError::Read)?.into_owned();
             let shown = raw_path.display().to_string();
@@ -156,6 +240,14 @@ impl<'a> Unpack<'a> {
             let target = dest.join(&relative);
             let link_bytes = entry.link_name_bytes().map_or(0, |l| l.len());
             work.allow(512 + raw_path.as_os_str().len() as u64 + link_bytes as u64);
+            // What an entry costs besides its content: a directory or a link takes a block
+            // of the disk and an inode, however little its header says.
+            if !(kind.is_file() || kind == tar::EntryType::Continuous) {
+                self.written += ENTRY_BYTES + link_bytes as u64;
+                if self.written > self.most {
+                    return Err(ArchiveError::TooLarge { limit: self.most });
+                }
+            }
             let unsafe_entry = |problem| ArchiveError::Unsafe {
                 entry: shown.clone(),
                 problem,
@@ -221,6 +313,14 @@ impl<'a> Unpack<'a> {
                         let source = safe_relative(&link).map_err(|_| outside())?;
                         if !no_link_on_the_way(dest, made, work, &source).map_err(unsafe_entry)? {
                             return Err(unsafe_entry("is a hard link through a symbolic link"));
+                        }
+                        // A hard link shares its source's bytes, but everything that reads the
+                        // tree (its digest, the render) reads them again: they count again.
+                        let bytes =
+                            std::fs::symlink_metadata(dest.join(&source)).map_or(0, |m| m.len());
+                        self.written = self.written.saturating_add(bytes);
+                        if self.written > self.most {
+                            return Err(ArchiveError::TooLarge { limit: self.most });
                         }
                         std::fs::hard_link(dest.join(source), &target).map_err(|source| {
                             ArchiveError::Write {
@@ -581,7 +681,7 @@ fn create_file(path: &Path) -> Result<std::fs::File, ArchiveError> {
 /// Check a tree (an unpacked artifact, a Git work tree) for symbolic links that leave it,
 /// following each link on disk through any others it meets. The directories are walked
 /// first, so that following a link looks at no directory again.
-fn check_tree(root: &Path, work: &mut Work) -> Result<(), ArchiveError> {
+fn check_tree(root: &Path, work: &mut Work, given_up: &AtomicBool) -> Result<(), ArchiveError> {
     let mut dirs = Dirs::new();
     let mut links = Vec::new();
     // Its own list of directories to visit: a recursion as deep as the tree (a source's
@@ -602,6 +702,9 @@ fn check_tree(root: &Path, work: &mut Work) -> Result<(), ArchiveError> {
         }
     }
     for link in links {
+        if given_up.load(Ordering::Relaxed) {
+            return Err(ArchiveError::Read(std::io::Error::other(GIVEN_UP)));
+        }
         resolve_in(root, &mut dirs, work, &link).map_err(|problem| ArchiveError::Unsafe {
             entry: link.display().to_string(),
             problem,
@@ -783,11 +886,7 @@ mod tests {
                 ));
             }
             let tar = build(&entries);
-            let dir = tempfile::tempdir().unwrap();
-            WALKED.with(|w| w.set(0));
-            let err = unpack_tar(tar.as_slice(), dir.path()).unwrap_err();
-            let walked = WALKED.with(|w| w.get()) as u64;
-            assert!(err.to_string().contains(TOO_MUCH_WORK), "{err}");
+            let walked = refused_for_work(&tar);
             assert!(
                 walked <= Work::BASE + Work::PER_BYTE * tar.len() as u64,
                 "{walked} for {} bytes",
@@ -824,6 +923,113 @@ mod tests {
             .map(|d| d + dir.path().components().count())
             .sum();
         assert!(walked < 2 * once + 100 * 10_000, "{walked} (once: {once})");
+    }
+
+    /// Filler that compresses to nothing (100,000 `f/` entries gzip to 225 KB) bought billions
+    /// of lookups, which links resolved only at the end then spent: 130 s of the final check
+    /// for one chart. An archive's lookups are capped whatever its size.
+    #[test]
+    fn lookups_are_capped_however_large_the_archive() {
+        let deep = "d/".repeat(1000);
+        let mut entries: Vec<_> = (0..20_000)
+            .map(|_| ("f/".to_string(), tar::EntryType::Directory, None))
+            .collect();
+        entries.push((format!("{deep}keep"), tar::EntryType::Regular, None));
+        for i in 0..60 {
+            let target = format!("{deep}{}", "b/".repeat(39));
+            entries.push((format!("a{i}"), tar::EntryType::Symlink, Some(target)));
+        }
+        entries.push((
+            format!("{deep}b"),
+            tar::EntryType::Symlink,
+            Some("x/../".repeat(819)),
+        ));
+        let walked = refused_for_work(&build(&entries));
+        assert!(walked <= Work::MOST + 4096, "{walked}");
+    }
+
+    /// The path components walked before `tar` was refused for its lookups.
+    fn refused_for_work(tar: &[u8]) -> u64 {
+        let dir = tempfile::tempdir().unwrap();
+        WALKED.with(|w| w.set(0));
+        let err = unpack_tar(tar, dir.path()).unwrap_err();
+        assert!(err.to_string().contains(TOO_MUCH_WORK), "{err}");
+        WALKED.with(|w| w.get()) as u64
+    }
+
+    /// What an entry takes besides its content counts toward the size limit: a hard link
+    /// is read again wherever it is (the tree's digest read a 32 MiB file 64 times over from
+    /// a 33 KB archive), and a directory or link takes a block and an inode.
+    #[test]
+    fn links_and_directories_count_toward_the_size_limit() {
+        let file = |name: &str| {
+            let mut header = tar::Header::new_gnu();
+            header.set_entry_type(tar::EntryType::Regular);
+            header.set_size(1 << 20);
+            header.set_mode(0o644);
+            (header, name.to_string())
+        };
+        let mut builder = tar::Builder::new(Vec::new());
+        let (mut header, name) = file("big");
+        builder
+            .append_data(&mut header, name, std::io::repeat(0).take(1 << 20))
+            .unwrap();
+        for i in 0..8 {
+            let mut header = tar::Header::new_gnu();
+            header.set_entry_type(tar::EntryType::Link);
+            header.set_size(0);
+            builder
+                .append_link(&mut header, format!("h{i}"), "big")
+                .unwrap();
+        }
+        let hard_links = builder.into_inner().unwrap();
+        let directories = build(
+            &(0..2_000)
+                .map(|i| (format!("d{i}/"), tar::EntryType::Directory, None))
+                .collect::<Vec<_>>(),
+        );
+        for archive in [hard_links, directories] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut unpack = Unpack::new(dir.path());
+            unpack.most = 4 << 20;
+            let err = unpack.tar(archive.as_slice()).unwrap_err();
+            assert!(matches!(err, ArchiveError::TooLarge { .. }), "{err}");
+        }
+    }
+
+    /// A GNU long name is read whole by the tar crate before the entry is handed over: a
+    /// 64 MiB name from a 65 KB archive took 420 MB. More than 1 MiB of headers between two
+    /// entries is refused as it is read.
+    #[test]
+    fn headers_between_entries_are_bounded() {
+        let name = "n/".repeat(1 << 20);
+        let mut builder = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_size(1);
+        header.set_mode(0o644);
+        builder.append_data(&mut header, &name, &b"x"[..]).unwrap();
+        let archive = builder.into_inner().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let err = unpack_tar(archive.as_slice(), dir.path()).unwrap_err();
+        assert!(
+            crate::engine::error::chain(&err).contains("bytes of headers between two entries"),
+            "{}",
+            crate::engine::error::chain(&err)
+        );
+    }
+
+    /// An unpack whose fetch was given up stops at its next entry, however much of the
+    /// archive is already read.
+    #[test]
+    fn a_given_up_unpack_stops_at_its_next_entry() {
+        let archive = build(&[("a".to_string(), tar::EntryType::Regular, None)]);
+        let dir = tempfile::tempdir().unwrap();
+        let given_up = AtomicBool::new(true);
+        let mut unpack = Unpack::until(dir.path(), &given_up);
+        let err = unpack.tar(archive.as_slice()).unwrap_err();
+        assert!(crate::engine::error::chain(&err).contains(GIVEN_UP));
+        assert!(!dir.path().join("a").exists());
     }
 
     /// Build a tar with raw header paths (the tar crate's builder refuses `..`, as it should).
@@ -1045,15 +1251,24 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("app")).unwrap();
         std::os::unix::fs::symlink("../../secrets", dir.path().join("app/creds")).unwrap();
-        let err = check_tree(dir.path(), &mut Work::new(Work::BASE))
-            .unwrap_err()
-            .to_string();
+        let err = check_tree(
+            dir.path(),
+            &mut Work::new(Work::BASE),
+            &AtomicBool::new(false),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             err.contains("\"app/creds\" is a link that points outside"),
             "{err}"
         );
         std::fs::remove_file(dir.path().join("app/creds")).unwrap();
         std::os::unix::fs::symlink("../app", dir.path().join("app/self")).unwrap();
-        check_tree(dir.path(), &mut Work::new(Work::BASE)).unwrap();
+        check_tree(
+            dir.path(),
+            &mut Work::new(Work::BASE),
+            &AtomicBool::new(false),
+        )
+        .unwrap();
     }
 }

@@ -22,6 +22,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use sha2::{Digest, Sha256};
 
+use super::archive::GIVEN_UP;
+
 /// Why the cache could not be used.
 #[derive(Debug, thiserror::Error)]
 #[error("source cache: cannot {action} {}", path.display())]
@@ -120,6 +122,9 @@ impl Cache {
     }
 
     /// A fresh staging directory under `tmp/`.
+    ///
+    /// What a process that was killed mid-unpack left there (a GiB of layers, a partial
+    /// tree) is removed once it is an hour old: no fetch runs that long.
     pub fn staging(&self) -> Result<tempfile::TempDir, CacheError> {
         let tmp = self.root.join("tmp");
         std::fs::create_dir_all(&tmp).map_err(|source| CacheError {
@@ -127,6 +132,7 @@ impl Cache {
             path: tmp.clone(),
             source,
         })?;
+        remove_stale(&tmp);
         tempfile::Builder::new()
             .prefix("stage-")
             .tempdir_in(&tmp)
@@ -239,7 +245,28 @@ impl Cache {
     }
 }
 
-const GIVEN_UP: &str = "the fetch was given up (its timeout passed) while the archive was unpacked";
+/// How old a staging directory is before it is taken for a dead process's.
+const STALE_STAGING: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Remove what in `tmp` is older than [`STALE_STAGING`]; what cannot be removed now is
+/// tried again at the next staging.
+fn remove_stale(tmp: &Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > STALE_STAGING);
+        if old {
+            let path = entry.path();
+            let _ = std::fs::remove_dir_all(&path).or_else(|_| std::fs::remove_file(&path));
+        }
+    }
+}
 
 /// Set when the future that started an unpack is dropped.
 #[derive(Default)]
@@ -356,6 +383,25 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a killed process left in the cache's temporary space is removed once it is an
+    /// hour old; what a running fetch uses now is not.
+    #[test]
+    fn stale_staging_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::new(dir.path());
+        let old = cache.staging().unwrap().keep();
+        std::fs::write(old.join("layer-0"), "x").unwrap();
+        let two_hours_ago = std::time::SystemTime::now() - 2 * STALE_STAGING;
+        std::fs::File::open(&old)
+            .unwrap()
+            .set_modified(two_hours_ago)
+            .unwrap();
+        let recent = cache.staging().unwrap().keep();
+        let _fresh = cache.staging().unwrap();
+        assert!(!old.exists(), "the stale staging directory is still there");
+        assert!(recent.exists());
+    }
 
     /// An unpack whose fetch is given up (its future dropped at the timeout) stops at its
     /// next read and installs nothing: it ran on in the blocking pool, holding the

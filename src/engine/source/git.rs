@@ -529,7 +529,12 @@ impl Archive {
         // write and its "write error" would hide why the unpack stopped.
         let mut stdout = child.stdout.take();
         let unpacked = match &mut stdout {
-            Some(stdout) => archive::unpack_tar(UntilGivenUp::new(stdout, given_up), dir),
+            Some(stdout) => {
+                let mut unpack = archive::Unpack::until(dir, given_up);
+                unpack
+                    .tar(UntilGivenUp::new(stdout, given_up))
+                    .and_then(|()| unpack.finish())
+            }
             None => Ok(()),
         };
         if unpacked.is_err() {

@@ -114,7 +114,9 @@ pub async fn fetch(
     }
     let digest = cache
         .unpack_and_install(scope, Some(&key), move |dir, given_up| {
-            archive::unpack_tar_gz(UntilGivenUp::new(archive_bytes.as_slice(), given_up), dir)
+            let mut unpack = archive::Unpack::until(dir, given_up);
+            unpack.tar_gz(UntilGivenUp::new(archive_bytes.as_slice(), given_up))?;
+            unpack.finish()
         })
         .await
         .map_err(|source| SourceError::Archive {

@@ -121,7 +121,7 @@ pub async fn fetch(
             (!manifest_digest.is_empty()).then_some(key.as_str()),
             move |dir, given_up| {
                 // One unpack for all layers: they share its size limit and its work.
-                let mut unpack = archive::Unpack::new(dir);
+                let mut unpack = archive::Unpack::until(dir, given_up);
                 for (media_type, path) in &layers {
                     let file = std::fs::File::open(path).map_err(archive::ArchiveError::Read)?;
                     let data = UntilGivenUp::new(std::io::BufReader::new(file), given_up);

@@ -56,7 +56,7 @@ fn bearer_challenge(header: &str) -> Option<Challenge> {
 
 /// The token endpoint a challenge names, and how errors show it (no query: the realm's own
 /// query is the registry's to fill). Basic credentials go there, so it must be https — or,
-/// for a source marked insecure, plain HTTP on the registry's own host (`insecure_host`) —
+/// for a source marked insecure, plain HTTP on the registry's own host and port (`insecure_host`, `host:port`) —
 /// and carry no user or password of its own.
 fn token_endpoint(
     realm: &str,
@@ -79,12 +79,23 @@ fn token_endpoint(
     }
     match url.scheme() {
         "https" => Ok((url, shown)),
-        "http" if insecure_host.is_some() && url.host_str() == insecure_host => Ok((url, shown)),
+        "http" if insecure_host.is_some() && host_and_port(&url).as_deref() == insecure_host => {
+            Ok((url, shown))
+        }
         _ => Err(format!(
             "the registry names token endpoint {shown}, which is not https (plain HTTP is \
-             allowed only on the registry's own host, for a source marked insecure)"
+             allowed only on the registry's own host and port, for a source marked insecure)"
         )),
     }
+}
+
+/// `host:port` of an address (the scheme's port when it names none).
+fn host_and_port(url: &reqwest::Url) -> Option<String> {
+    Some(format!(
+        "{}:{}",
+        url.host_str()?,
+        url.port_or_known_default()?
+    ))
 }
 
 /// The authorization for pulling `repository` from the registry at `base`
@@ -126,7 +137,7 @@ pub async fn authorize(
     };
     let registry_host = reqwest::Url::parse(base)
         .ok()
-        .and_then(|u| u.host_str().map(str::to_string));
+        .and_then(|u| host_and_port(&u));
     let insecure_host = registry_host.as_deref().filter(|_| insecure);
     let (realm, shown) = token_endpoint(&challenge.realm, insecure_host).map_err(failed)?;
     let scope = format!("repository:{repository}:pull");
@@ -201,7 +212,7 @@ mod tests {
             Ok("https://auth.example:8443/token".to_string())
         );
         assert_eq!(
-            shown("http://registry.example/token", Some("registry.example")),
+            shown("http://registry.example/token", Some("registry.example:80")),
             Ok("http://registry.example/token".to_string())
         );
         for (realm, insecure, why) in [
