@@ -526,7 +526,10 @@ pub fn reference(
             "the repository must be lowercase names of letters and digits, joined by . _ or - and separated by /",
         );
     }
-    if let Some(t) = tag.filter(|t| !is_tag(t)) {
+    // A chart version's build metadata (`1.2.3+build.5`) is pushed as `_`, which `helm push`
+    // and `helm pull` both do: `+` is not allowed in a tag.
+    let tag = tag.map(|t| t.replace('+', "_"));
+    if let Some(t) = tag.as_deref().filter(|t| !is_tag(t)) {
         return Err(SourceError::Unsupported(format!(
             "tag {t:?} is not an OCI tag (up to 128 letters, digits, _ . or -, not starting with . or -)"
         )));
@@ -535,9 +538,7 @@ pub fn reference(
         (Some(d), _) => {
             Reference::with_digest(registry.to_string(), repository.to_string(), d.to_string())
         }
-        (None, Some(t)) => {
-            Reference::with_tag(registry.to_string(), repository.to_string(), t.to_string())
-        }
+        (None, Some(t)) => Reference::with_tag(registry.to_string(), repository.to_string(), t),
         (None, None) => Reference::with_tag(
             registry.to_string(),
             repository.to_string(),
@@ -606,6 +607,10 @@ mod tests {
         for good in ["v1", "1.2.3", "latest", "_x", "v1.0.0-rc.1"] {
             assert!(is_tag(good), "{good}");
         }
+        // A chart version with build metadata is pulled as helm pushed it.
+        let pulled =
+            reference("oci://ghcr.io/org/charts/web", Some("1.2.3+build.5"), None).unwrap();
+        assert_eq!(pulled.tag(), Some("1.2.3_build.5"));
         for bad in [
             "../../x",
             ".hidden",
