@@ -314,19 +314,26 @@ fn scoped_hex(scope: &str, key: &str) -> String {
 
 /// `sha256:<hex>` over a directory tree: every entry's relative path, type, executable bit
 /// and content (or link target), in path order. Equal trees give equal digests.
+///
+/// Names and link targets are hashed as the bytes the file system holds: read as text, two
+/// trees whose names differ only in bytes that are not UTF-8 would share an artifact (and a
+/// name that is not UTF-8 could not be found again). For UTF-8 names the bytes are the text,
+/// so digests recorded before stay the same.
 pub fn tree_digest(root: &Path) -> std::io::Result<String> {
+    use std::os::unix::ffi::OsStrExt;
     let mut entries = Vec::new();
     collect(root, &mut entries)?;
-    entries.sort();
+    // Byte order, as `String`'s order was.
+    entries.sort_by(|a, b| a.as_os_str().as_bytes().cmp(b.as_os_str().as_bytes()));
     let mut hasher = Sha256::new();
     for relative in entries {
         let path = root.join(&relative);
         let meta = std::fs::symlink_metadata(&path)?;
-        hasher.update(relative.as_bytes());
+        hasher.update(relative.as_os_str().as_bytes());
         hasher.update([0]);
         if meta.file_type().is_symlink() {
             hasher.update(b"L");
-            hasher.update(std::fs::read_link(&path)?.to_string_lossy().as_bytes());
+            hasher.update(std::fs::read_link(&path)?.as_os_str().as_bytes());
         } else if meta.is_dir() {
             hasher.update(b"D");
         } else {
@@ -354,17 +361,13 @@ pub fn tree_digest(root: &Path) -> std::io::Result<String> {
 
 /// Every entry under `root`, by relative path. The walk keeps its own list of directories:
 /// a recursion as deep as a source's tree could overflow the thread's stack.
-fn collect(root: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
+fn collect(root: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     let mut to_visit = vec![root.to_path_buf()];
     while let Some(dir) = to_visit.pop() {
         for entry in std::fs::read_dir(&dir)? {
             let entry = entry?;
             let path = entry.path();
-            let relative = path
-                .strip_prefix(root)
-                .unwrap_or(&path)
-                .to_string_lossy()
-                .into_owned();
+            let relative = path.strip_prefix(root).unwrap_or(&path).to_path_buf();
             let file_type = entry.file_type()?;
             out.push(relative);
             if file_type.is_dir() {
@@ -448,6 +451,39 @@ mod tests {
             tree_digest(a.path()).unwrap(),
             tree_digest(b.path()).unwrap()
         );
+    }
+
+    /// A tree of UTF-8 names keeps the digest it had when names were hashed as text: an
+    /// artifact already in a cache, or a render's recorded digest, stays the same.
+    #[test]
+    fn a_utf8_tree_keeps_its_digest() {
+        let a = tempfile::tempdir().unwrap();
+        std::fs::create_dir(a.path().join("sub")).unwrap();
+        std::fs::write(a.path().join("sub/x.yaml"), "x: 1\n").unwrap();
+        std::fs::write(a.path().join("é.yaml"), "y: 2\n").unwrap();
+        std::os::unix::fs::symlink("sub/x.yaml", a.path().join("link")).unwrap();
+        assert_eq!(
+            tree_digest(a.path()).unwrap(),
+            "sha256:b1c41f5c251a13e1d4980fd2dcb78b4e32be8582c13097ef19e17abbad4d8189"
+        );
+    }
+
+    /// Names and link targets that are not UTF-8 are digested as their bytes: trees that
+    /// differ only there get different digests, so they are different artifacts.
+    #[test]
+    fn names_that_are_not_utf8_are_digested_as_bytes() {
+        use std::ffi::OsStr;
+        use std::os::unix::ffi::OsStrExt;
+        let digest_of = |name: &[u8], target: &[u8]| {
+            let d = tempfile::tempdir().unwrap();
+            std::fs::write(d.path().join(OsStr::from_bytes(name)), "x: 1\n").unwrap();
+            std::os::unix::fs::symlink(OsStr::from_bytes(target), d.path().join("link")).unwrap();
+            tree_digest(d.path()).unwrap()
+        };
+        let base = digest_of(b"a\xff.yaml", b"t\xff");
+        assert_eq!(base, digest_of(b"a\xff.yaml", b"t\xff"));
+        assert_ne!(base, digest_of(b"a\xfe.yaml", b"t\xff"));
+        assert_ne!(base, digest_of(b"a\xff.yaml", b"t\xfe"));
     }
 
     #[test]
