@@ -4,6 +4,7 @@
 use clap::Args;
 
 use crate::engine::connect::KubeconfigPolicy;
+use crate::engine::render::helm_schema::SchemaRefs;
 use crate::engine::tenancy::Tenancy;
 
 /// As whom Releases act and what they may reach.
@@ -23,6 +24,17 @@ pub struct TenancyArgs {
     /// Let a Cluster's kubeconfig turn off TLS verification.
     #[arg(long)]
     pub insecure_kubeconfig_tls: bool,
+    /// Let a chart's values schema refer to https files under this prefix (repeatable; e.g.
+    /// https://raw.githubusercontent.com/yannh/kubernetes-json-schema/master/): helm fetches
+    /// them, and what they refer to, from where convoy runs.
+    #[arg(long, value_name = "PREFIX", value_parser = parse_schema_ref)]
+    pub allow_values_schema_ref: Vec<String>,
+}
+
+fn parse_schema_ref(prefix: &str) -> Result<String, String> {
+    SchemaRefs::new(vec![prefix.to_string()])
+        .map(|_| prefix.to_string())
+        .map_err(|e| e.0)
 }
 
 impl TenancyArgs {
@@ -35,5 +47,11 @@ impl TenancyArgs {
                 allow_insecure_tls: self.insecure_kubeconfig_tls,
             },
         )
+        .with_values_schema_refs(self.schema_refs())
+    }
+
+    /// The allowed values schema prefixes, each checked as it was parsed.
+    pub fn schema_refs(&self) -> SchemaRefs {
+        SchemaRefs::new(self.allow_values_schema_ref.clone()).unwrap_or_default()
     }
 }

@@ -21,6 +21,7 @@ use std::sync::Mutex;
 use crate::engine::api::Release;
 use crate::engine::connect::{ConnectError, Connection, KubeconfigPolicy};
 use crate::engine::render::Object;
+use crate::engine::render::helm_schema::SchemaRefs;
 use crate::engine::render::mutations::is_known_cluster_scoped;
 
 /// What the operator allows Releases, and the impersonating connections made so far.
@@ -33,6 +34,8 @@ pub struct Tenancy {
     pub allow_cross_namespace_refs: bool,
     /// What a `Cluster`'s kubeconfig may ask for.
     pub kubeconfig: KubeconfigPolicy,
+    /// The https prefixes a chart's values schema may refer to (helm fetches them).
+    pub values_schema_refs: SchemaRefs,
     connections: Mutex<HashMap<String, Connection>>,
 }
 
@@ -43,6 +46,7 @@ impl Clone for Tenancy {
             default_service_account: self.default_service_account.clone(),
             allow_cross_namespace_refs: self.allow_cross_namespace_refs,
             kubeconfig: self.kubeconfig,
+            values_schema_refs: self.values_schema_refs.clone(),
             connections: Mutex::default(),
         }
     }
@@ -63,8 +67,15 @@ impl Tenancy {
             default_service_account,
             allow_cross_namespace_refs,
             kubeconfig,
+            values_schema_refs: SchemaRefs::default(),
             connections: Mutex::default(),
         }
+    }
+
+    /// The same rules, letting charts' values schemas refer to files under `refs`.
+    pub fn with_values_schema_refs(mut self, refs: SchemaRefs) -> Self {
+        self.values_schema_refs = refs;
+        self
     }
 
     /// The username of the ServiceAccount `release` acts as, if any.

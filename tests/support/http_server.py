@@ -3,12 +3,13 @@
 
 Serves static files from --root (a Helm chart repository) and, with --git, Git repositories
 under --root through `git http-backend` (smart HTTP). --auth user:pass requires HTTP basic
-auth. Prints the port on the first line of stdout, then serves until killed.
+auth. --cert and --key serve HTTPS instead. Prints the port on the first line of stdout, then serves until killed.
 """
 import argparse
 import base64
 import http.server
 import os
+import ssl
 import subprocess
 import sys
 
@@ -18,6 +19,8 @@ def main():
     parser.add_argument("--root", required=True)
     parser.add_argument("--auth")
     parser.add_argument("--git", action="store_true")
+    parser.add_argument("--cert")
+    parser.add_argument("--key")
     args = parser.parse_args()
     root = os.path.abspath(args.root)
     expected = None
@@ -92,6 +95,10 @@ def main():
             self.wfile.write(payload)
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if args.cert:
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(args.cert, args.key)
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     print(server.server_address[1], flush=True)
     server.serve_forever()
 

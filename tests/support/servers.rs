@@ -63,18 +63,54 @@ fn on_free_port(what: &str, mut start: impl FnMut(u16) -> Child) -> Server {
 
 /// The Python HTTP server of `http_server.py`: static files, or Git smart HTTP with `git`.
 pub fn http_server(root: &Path, auth: Option<&str>, git: bool) -> Server {
-    let mut cmd = Command::new("python3");
-    cmd.arg(repo_root().join("tests/support/http_server.py"))
-        .arg("--root")
-        .arg(root)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
+    let mut cmd = python_server(root);
     if let Some(auth) = auth {
         cmd.arg("--auth").arg(auth);
     }
     if git {
         cmd.arg("--git");
     }
+    start_python_server(cmd)
+}
+
+/// The static files under `root` over HTTPS on 127.0.0.1, with a certificate for that address
+/// made for the server; returns it and the certificate's file (a client's trusted root).
+pub fn https_server(root: &Path, dir: &Path) -> (Server, PathBuf) {
+    let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
+    let status = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args([
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl is required for the HTTPS test server");
+    assert!(status.success(), "openssl could not make a certificate");
+    let mut cmd = python_server(root);
+    cmd.arg("--cert").arg(&cert).arg("--key").arg(&key);
+    (start_python_server(cmd), cert)
+}
+
+fn python_server(root: &Path) -> Command {
+    let mut cmd = Command::new("python3");
+    cmd.arg(repo_root().join("tests/support/http_server.py"))
+        .arg("--root")
+        .arg(root)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    cmd
+}
+
+fn start_python_server(mut cmd: Command) -> Server {
     let mut child = cmd
         .spawn()
         .expect("python3 is required for the HTTP test server");

@@ -102,8 +102,14 @@ pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> 
                 )
             })?;
             let cluster = ClusterInfo::discover(&target.conn.client).await.ok();
-            let rendered =
-                render_input(&input, cache, args.source_dir.as_deref(), cluster.as_ref()).await?;
+            let rendered = render_input(
+                &input,
+                cache,
+                args.source_dir.as_deref(),
+                cluster.as_ref(),
+                &args.tenancy.schema_refs(),
+            )
+            .await?;
             (rendered.render_ref, rendered.objects, target)
         }
     };

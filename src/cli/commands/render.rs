@@ -9,6 +9,7 @@ use crate::cli::output::{OutputFormat, Printer, yaml_documents};
 use crate::cli::release_input::{ReleaseInput, load};
 use crate::cli::{GlobalArgs, io_error};
 use crate::engine::cluster::resolve_target;
+use crate::engine::render::helm_schema::SchemaRefs;
 use crate::engine::render::{ClusterInfo, RenderContext, RenderError, Rendered, render_release};
 use crate::engine::source::{Cache, Coordinator};
 use crate::engine::tenancy::Tenancy;
@@ -45,8 +46,14 @@ pub async fn run(global: &GlobalArgs, args: RenderArgs, printer: &mut Printer) -
     let tenancy = args.tenancy.tenancy();
     let cluster = cluster_info(&input, &tenancy).await;
     let cache = Cache::new(args.cache_dir.clone().unwrap_or_else(Cache::default_root));
-    let rendered =
-        render_input(&input, cache, args.source_dir.as_deref(), cluster.as_ref()).await?;
+    let rendered = render_input(
+        &input,
+        cache,
+        args.source_dir.as_deref(),
+        cluster.as_ref(),
+        &tenancy.values_schema_refs,
+    )
+    .await?;
     if args.ref_only {
         printer.line(&rendered.render_ref).map_err(io_error)?;
         return Ok(ExitStatus::Success);
@@ -77,6 +84,7 @@ pub async fn render_input(
     cache: Cache,
     source_dir: Option<&Path>,
     cluster: Option<&ClusterInfo>,
+    schema_refs: &SchemaRefs,
 ) -> Result<Rendered, CliError> {
     let coordinator = Coordinator::new(cache);
     let ctx = RenderContext {
@@ -86,6 +94,7 @@ pub async fn render_input(
         cluster,
         timeout: crate::engine::render::DEFAULT_RENDER_TIMEOUT,
         reuse_fetches: false,
+        schema_refs,
     };
     let (_, rendered) = render_release(&ctx, &input.release)
         .await

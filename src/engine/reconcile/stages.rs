@@ -59,6 +59,7 @@ pub async fn stage_render(
         cluster: None,
         timeout: ctx.render_timeout,
         reuse_fetches: ctx.reuse_fetches,
+        schema_refs: &ctx.tenancy.values_schema_refs,
     };
     // Step 1: fetch. Errors are transient; "not supported" is not retried.
     let (fetched, content, target) = fetch_and_resolve(ctx, &render_ctx, release)

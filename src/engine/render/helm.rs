@@ -19,6 +19,7 @@ use serde_json::Value;
 use tokio::process::Command;
 
 use super::error::RenderError;
+use super::helm_schema::SchemaRefs;
 use super::manifests::StreamingParse;
 use super::object::Object;
 use crate::engine::tools::Tool;
@@ -240,6 +241,16 @@ fn is_dns_label_text(s: &str) -> bool {
         && bytes[bytes.len() - 1].is_ascii_alphanumeric()
 }
 
+/// What helm's https client reads from its environment.
+const NETWORK_VARS: [&str; 6] = [
+    "HTTPS_PROXY",
+    "https_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+];
+
 /// Run `helm template` and parse what it prints.
 pub async fn template(
     chart: &Path,
@@ -247,6 +258,7 @@ pub async fn template(
     namespace: &str,
     values: &Value,
     cluster: Option<&ClusterInfo>,
+    schema_refs: &SchemaRefs,
 ) -> Result<Vec<Object>, RenderError> {
     check_release_name(release_name).map_err(|why| {
         RenderError::Invalid(Invalid(format!("spec.content.helm.releaseName {why}")))
@@ -255,7 +267,8 @@ pub async fn template(
         .map_err(|why| RenderError::Invalid(Invalid(format!("the target namespace {why}"))))?;
     let helm = Tool::Helm.locate()?;
     let chart_owned = chart.to_path_buf();
-    tokio::task::spawn_blocking(move || super::helm_schema::check(&chart_owned))
+    let allowed = schema_refs.clone();
+    tokio::task::spawn_blocking(move || super::helm_schema::check(&chart_owned, &allowed))
         .await
         .map_err(|e| {
             RenderError::Tool(format!("checking the chart's values schemas failed: {e}"))
@@ -291,6 +304,15 @@ pub async fn template(
     cmd.env_clear();
     if let Some(path) = std::env::var_os("PATH") {
         cmd.env("PATH", path);
+    }
+    // Where the operator allows schemas from the network, helm reaches them as convoy would:
+    // through its proxy, trusting its certificate authorities.
+    if !schema_refs.is_empty() {
+        for var in NETWORK_VARS {
+            if let Some(value) = std::env::var_os(var) {
+                cmd.env(var, value);
+            }
+        }
     }
     for (var, sub) in [
         ("HOME", "home"),
@@ -395,19 +417,84 @@ pub fn tool_message(stderr: &[u8], paths: &[&Path]) -> String {
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect();
-    let errors: Vec<&str> = lines
-        .iter()
-        .copied()
-        .filter(|l| l.starts_with("Error"))
-        .collect();
-    let chosen = if errors.is_empty() { lines } else { errors };
-    chosen
-        .iter()
-        .take(5)
-        .map(|l| {
-            l.trim_start_matches("Error: ")
-                .trim_start_matches("error: ")
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
+    // An error and the lines that follow it until the next one: helm's values schema error is
+    // a heading ("values don't meet the specifications ...:") whose reasons follow it on their
+    // own lines, and the heading alone named nothing a user could fix.
+    let mut chosen: Vec<&str> = Vec::new();
+    let mut in_error = false;
+    for line in &lines {
+        if line.starts_with("Error") {
+            in_error = true;
+        }
+        if in_error {
+            chosen.push(line);
+        }
+    }
+    if chosen.is_empty() {
+        chosen = lines;
+    }
+    let shown = chosen.len().min(MOST_MESSAGE_LINES);
+    let mut message = String::new();
+    for line in &chosen[..shown] {
+        // A line that ends in a colon heads what follows it.
+        match message.ends_with(':') {
+            true => message.push(' '),
+            false if !message.is_empty() => message.push_str("; "),
+            false => {}
+        }
+        message.push_str(
+            line.trim_start_matches("Error: ")
+                .trim_start_matches("error: "),
+        );
+    }
+    if chosen.len() > shown {
+        message.push_str(&format!("; … {} more lines", chosen.len() - shown));
+    }
+    message
+}
+
+/// The lines of a tool's errors a message keeps: a schema's ten first reasons, a
+/// multi-document failure's first documents.
+const MOST_MESSAGE_LINES: usize = 12;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// helm's values schema error names each value that fails after a heading line.
+    #[test]
+    fn an_errors_reasons_on_the_lines_after_it_are_kept() {
+        let stderr = b"walk.go:74: found symbolic link in path\n\
+Error: values don't meet the specifications of the schema(s) in the following chart(s):\n\
+web:\n- at '/port': got string, want integer\n- at '/name': got number, want string\n";
+        assert_eq!(
+            tool_message(stderr, &[]),
+            "values don't meet the specifications of the schema(s) in the following chart(s): web: - at '/port': got string, want integer; - at '/name': got number, want string"
+        );
+    }
+
+    #[test]
+    fn a_long_error_keeps_its_first_lines_and_counts_the_rest() {
+        let mut stderr = String::from("Error: many:\n");
+        for i in 0..20 {
+            stderr.push_str(&format!("- at '/v{i}': got string, want integer\n"));
+        }
+        let message = tool_message(stderr.as_bytes(), &[]);
+        assert!(
+            message.starts_with("many: - at '/v0': got string, want integer; - at '/v1'"),
+            "{message}"
+        );
+        assert!(
+            message.ends_with("- at '/v10': got string, want integer; … 9 more lines"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn output_without_an_error_line_is_shown_from_its_start() {
+        assert_eq!(
+            tool_message(b"accumulating resources: no such file\nsecond\n", &[]),
+            "accumulating resources: no such file; second"
+        );
+    }
 }

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use super::error::RenderError;
 use super::helm::{self, ClusterInfo};
+use super::helm_schema::SchemaRefs;
 use super::mutations::{apply_mutations, is_known_cluster_scoped};
 use super::object::Object;
 use super::order::sort_for_apply;
@@ -37,6 +38,9 @@ pub struct RenderContext<'a> {
     /// [`crate::engine::source::Reuse`]): a daemon's passes. A fetch older than the Release's
     /// newest /sync request is not reused.
     pub reuse_fetches: bool,
+    /// The https prefixes a chart's values schema may refer to (the operator's
+    /// `--allow-values-schema-ref`).
+    pub schema_refs: &'a SchemaRefs,
 }
 
 /// The default deadline of a render.
@@ -248,7 +252,15 @@ async fn render_content_now(
                 .target_namespace
                 .as_deref()
                 .unwrap_or(&release_namespace);
-            helm::template(&chart, name, namespace, &values, ctx.cluster).await?
+            helm::template(
+                &chart,
+                name,
+                namespace,
+                &values,
+                ctx.cluster,
+                ctx.schema_refs,
+            )
+            .await?
         }
     };
     tracing::debug!(
