@@ -197,26 +197,26 @@ fn check_archive(
         RenderError::Tool(format!("cannot read the chart archive {shown}: {e}"))
     };
     let mut archive = tar::Archive::new(counted);
-    for entry in archive.entries().map_err(unreadable)? {
+    // Raw entries, named as helm names them (see go_tar).
+    let mut names = super::go_tar::Names::default();
+    for entry in archive.entries().map_err(unreadable)?.raw(true) {
         let mut entry = entry.map_err(unreadable)?;
-        // helm reads every entry but directories and extended headers as a file, whatever its
-        // type flag says.
-        let kind = entry.header().entry_type();
-        if kind.is_dir() || kind.is_pax_global_extensions() || kind.is_pax_local_extensions() {
-            continue;
-        }
-        // helm splits a name that holds a backslash at it: `db\values.schema.json` is db's.
-        let raw = entry
-            .path()
-            .map_err(unreadable)?
-            .to_string_lossy()
-            .replace('\\', "/");
-        let path = std::path::PathBuf::from(raw);
-        let inner = format!("{shown}:{}", path.display());
+        let name = match names.name_of(&mut entry) {
+            Ok(Some(name)) => name,
+            Ok(None) => continue,
+            Err(super::go_tar::NameError::Io(e)) => return Err(unreadable(e)),
+            Err(super::go_tar::NameError::Ambiguous(why)) => {
+                return Err(invalid(format!(
+                    "{shown}: {why}; convoy cannot tell which files helm would read from it"
+                )));
+            }
+        };
+        let path = Path::new(&name);
+        let inner = format!("{shown}:{name}");
         if path.file_name().is_some_and(|n| n == SCHEMA) {
             let size = entry.header().size().map_err(unreadable)?;
             check_schema(entry, size, &inner, allowed)?;
-        } else if is_subchart_archive(&path) {
+        } else if is_subchart_archive(path) {
             check_archive(&mut entry, &inner, depth + 1, allowed)?;
         }
     }
@@ -264,7 +264,18 @@ fn check_schema(
 }
 
 /// The first reference in `value` that leaves its file for somewhere not allowed.
+///
+/// A reference within the file (`#...`) resolves against the id of the schema around it, and
+/// the compiler loads the result unless it is exactly an id it holds; Go's URL resolution
+/// does not give back every id it is handed (`http://h/a?` with `#` is `http://h/a`,
+/// `file:/etc/passwd` is `file:///etc/passwd`), so such an id turned `{"$ref": "#"}` into a
+/// request or a file read. Ids must be plain ([`is_plain_id`]); draft-04 names them `id`.
 fn check_value(value: &Value, allowed: &SchemaRefs) -> Result<(), String> {
+    let draft_04 = mentions_draft_04(value);
+    check_value_in(value, allowed, draft_04)
+}
+
+fn check_value_in(value: &Value, allowed: &SchemaRefs, draft_04: bool) -> Result<(), String> {
     match value {
         Value::Object(map) => {
             for (key, v) in map {
@@ -280,14 +291,64 @@ fn check_value(value: &Value, allowed: &SchemaRefs) -> Result<(), String> {
                             "$schema {target:?} is not a JSON Schema draft (https://json-schema.org/draft-07/schema and the like), which helm would fetch"
                         ));
                     }
+                    if (key == "$id" || (draft_04 && key == "id")) && !is_plain_id(target) {
+                        return Err(format!(
+                            "{key} {target:?} is not a plain id (https://host/path, a relative path of letters, digits and - . _ ~, or #name), so helm could resolve the schema's own references to a file or URL outside it"
+                        ));
+                    }
                 }
-                check_value(v, allowed)?;
+                check_value_in(v, allowed, draft_04)?;
             }
             Ok(())
         }
-        Value::Array(items) => items.iter().try_for_each(|v| check_value(v, allowed)),
+        Value::Array(items) => items
+            .iter()
+            .try_for_each(|v| check_value_in(v, allowed, draft_04)),
         _ => Ok(()),
     }
+}
+
+/// Whether a `$schema` anywhere in `value` names draft-04, whose schemas take their id from
+/// `id` (a property name in every later draft, left alone there).
+fn mentions_draft_04(value: &Value) -> bool {
+    match value {
+        Value::Object(map) => map.iter().any(|(key, v)| {
+            matches!(v, Value::String(s) if key == "$schema" && s.contains("draft-04"))
+                || mentions_draft_04(v)
+        }),
+        Value::Array(items) => items.iter().any(mentions_draft_04),
+        _ => false,
+    }
+}
+
+/// An id that resolves to itself: `#name`; `http(s)://host[:port]` with a plain path; a plain
+/// relative path; `urn:` names (helm's urn loader reads nothing). At most an empty fragment
+/// after it (`http://example.com/root.json#`), no query, no escapes.
+fn is_plain_id(id: &str) -> bool {
+    if id.starts_with('#') {
+        return true;
+    }
+    if let Some(name) = id.strip_prefix("urn:") {
+        return !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'-' | b'.' | b'_'));
+    }
+    let id = id.strip_suffix('#').unwrap_or(id);
+    let Some(rest) = id
+        .strip_prefix("https://")
+        .or_else(|| id.strip_prefix("http://"))
+    else {
+        return !id.is_empty() && plain_path(id.strip_suffix('/').unwrap_or(id));
+    };
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let (host, port) = authority.split_once(':').unwrap_or((authority, "443"));
+    let host_ok = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
+    let path_ok = path.is_empty() || plain_path(path.strip_suffix('/').unwrap_or(path));
+    host_ok && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) && path_ok
 }
 
 fn refused(key: &str, target: &str, allowed: &SchemaRefs) -> String {
@@ -535,7 +596,7 @@ mod tests {
             .to_string();
         assert_eq!(
             err,
-            "values schema charts/web-1.0.0.tgz:web/charts/db-1.0.0.tgz:db/values.schema.json: $ref \"https://attacker.example/x.json\" refers outside the schema; convoy lets a chart's values schema read neither files nor the network (refer within the file, \"#/...\", or have the operator allow an https prefix with --allow-values-schema-ref)"
+            "values schema charts/web-1.0.0.tgz:charts/db-1.0.0.tgz:values.schema.json: $ref \"https://attacker.example/x.json\" refers outside the schema; convoy lets a chart's values schema read neither files nor the network (refer within the file, \"#/...\", or have the operator allow an https prefix with --allow-values-schema-ref)"
         );
     }
 
@@ -637,5 +698,226 @@ mod tests {
         ] {
             SchemaRefs::new(vec![ok.into()]).unwrap();
         }
+    }
+
+    /// An id that Go's URL resolution does not give back unchanged turned `{"$ref": "#"}`
+    /// into a request (`http://h/a?` resolves `#` to `http://h/a`) or a file read
+    /// (`file:/etc/passwd` to `file:///etc/passwd`): refused, wherever it stands.
+    #[test]
+    fn an_id_that_moves_a_reference_within_the_schema_is_refused() {
+        for (schema, key, id) in [
+            (
+                r##"{"$id": "http://127.0.0.1:1/leak?", "$ref": "#"}"##,
+                "$id",
+                "http://127.0.0.1:1/leak?",
+            ),
+            (
+                r##"{"$id": "file:///etc/passwd?", "$ref": "#"}"##,
+                "$id",
+                "file:///etc/passwd?",
+            ),
+            (
+                r##"{"$id": "file:/etc/passwd", "$ref": "#"}"##,
+                "$id",
+                "file:/etc/passwd",
+            ),
+            (
+                r##"{"$id": "etc/passwd?", "$ref": "#"}"##,
+                "$id",
+                "etc/passwd?",
+            ),
+            (r##"{"$id": "http:/a", "$ref": "#"}"##, "$id", "http:/a"),
+            (
+                r##"{"$defs": {"x": {"$id": "//127.0.0.1:1/a?", "$anchor": "a"}}, "$ref": "#/$defs/x"}"##,
+                "$id",
+                "//127.0.0.1:1/a?",
+            ),
+            (
+                r##"{"$schema": "http://json-schema.org/draft-04/schema#", "properties": {"a": {"id": "file:/etc/passwd", "properties": {"b": {"$ref": "#"}}}}}"##,
+                "id",
+                "file:/etc/passwd",
+            ),
+        ] {
+            let dir = chart(schema);
+            let err = check(dir.path(), &SchemaRefs::default())
+                .unwrap_err()
+                .to_string();
+            assert_eq!(
+                err,
+                format!(
+                    "values schema values.schema.json: {key} {id:?} is not a plain id (https://host/path, a relative path of letters, digits and - . _ ~, or #name), so helm could resolve the schema's own references to a file or URL outside it"
+                ),
+                "{schema}"
+            );
+        }
+    }
+
+    /// The ids public charts carry pass, and `id` is a property name outside draft-04.
+    #[test]
+    fn plain_ids_pass() {
+        for schema in [
+            r##"{"$id": "https://example.com/values.schema.json", "$ref": "#/$defs/a", "$defs": {"a": {}}}"##,
+            r##"{"$id": "http://example.com/root.json#", "definitions": {"a": {"$id": "#a"}}}"##,
+            r##"{"$id": "https://example.com", "properties": {"a": {"$id": "defs/a.json"}}}"##,
+            r##"{"$id": "urn:uuid:9b1deb4d-3b7d-4bad-9bdd-2b0d7b3dcb6d"}"##,
+            r##"{"$id": "https://example.com:8443/charts/web/"}"##,
+            r##"{"properties": {"id": {"type": "string", "default": "a?b"}}, "default": {"id": "file:/x"}}"##,
+        ] {
+            let dir = chart(schema);
+            check(dir.path(), &SchemaRefs::default()).unwrap();
+        }
+    }
+
+    /// A raw tar header block: `name`, type `kind`, `size`, `magic` (the eight bytes at 257:
+    /// `ustar\0` + `00`, GNU's `ustar  \0`, or none for V7).
+    fn block(name: &str, kind: u8, size: usize, magic: &[u8]) -> Vec<u8> {
+        let mut b = vec![0u8; 512];
+        b[..name.len()].copy_from_slice(name.as_bytes());
+        b[100..108].copy_from_slice(b"0000644\0");
+        b[108..116].copy_from_slice(b"0000000\0");
+        b[116..124].copy_from_slice(b"0000000\0");
+        b[124..136].copy_from_slice(format!("{size:011o}\0").as_bytes());
+        b[136..148].copy_from_slice(b"00000000000\0");
+        b[156] = kind;
+        b[257..257 + magic.len()].copy_from_slice(magic);
+        b[148..156].copy_from_slice(b"        ");
+        let sum: u32 = b.iter().map(|x| u32::from(*x)).sum();
+        b[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+        b
+    }
+
+    fn padded(data: &[u8]) -> Vec<u8> {
+        let mut d = data.to_vec();
+        d.resize(data.len().div_ceil(512) * 512, 0);
+        d
+    }
+
+    /// PAX records, each `<length> key=value\n` with the length counting its own digits.
+    fn pax(records: &[&str]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for record in records {
+            let body = format!(" {record}\n");
+            let digits = (1..)
+                .find(|d| (d + body.len()).to_string().len() == *d)
+                .unwrap();
+            out.extend(format!("{}{body}", digits + body.len()).as_bytes());
+        }
+        out
+    }
+
+    const USTAR: &[u8] = b"ustar\x0000";
+    const EVIL: &[u8] = br#"{"$ref": "http://127.0.0.1:1/x.json"}"#;
+
+    /// A subchart `db` whose archive holds `entries` (raw blocks and data) after its
+    /// Chart.yaml, in a chart of its own: what `check` says.
+    fn check_subchart(entries: Vec<u8>) -> String {
+        let chart_yaml = b"apiVersion: v2\nname: db\nversion: 1.0.0\n";
+        let mut tar = block("db/Chart.yaml", b'0', chart_yaml.len(), USTAR);
+        tar.extend(padded(chart_yaml));
+        tar.extend(entries);
+        tar.extend([0u8; 1024]);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, &tar).unwrap();
+        let dir = chart("{}");
+        std::fs::create_dir(dir.path().join("charts")).unwrap();
+        std::fs::write(dir.path().join("charts/db-1.0.0.tgz"), gz.finish().unwrap()).unwrap();
+        match check(dir.path(), &SchemaRefs::default()) {
+            Ok(()) => "passed".into(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    fn entry(name: &str, data: &[u8], magic: &[u8]) -> Vec<u8> {
+        let mut e = block(name, b'0', data.len(), magic);
+        e.extend(padded(data));
+        e
+    }
+
+    /// helm reads a packed chart's entries as Go's archive/tar names them and cleans each
+    /// name: every way the tar crate named the same entry otherwise hid the schema.
+    #[test]
+    fn a_schema_named_as_go_names_it_is_checked() {
+        let refused = "values schema charts/db-1.0.0.tgz:values.schema.json: $ref \"http://127.0.0.1:1/x.json\" refers outside the schema";
+        // A name that cleans to the schema's.
+        let dotdot = entry("db/values.schema.json/x/..", EVIL, USTAR);
+        // A GNU long name in a header without the ustar magic, then a short name.
+        let long = b"db/values.schema.json\0";
+        let mut v7_long = block("././@LongLink", b'L', long.len(), b"");
+        v7_long.extend(padded(long));
+        v7_long.extend(entry("db/zzz", EVIL, USTAR));
+        // A PAX path in a header without the ustar magic.
+        let records = pax(&["path=db/values.schema.json"]);
+        let mut v7_pax = block("db/PaxHeader", b'x', records.len(), b"");
+        v7_pax.extend(padded(&records));
+        v7_pax.extend(entry("db/zzz", EVIL, USTAR));
+        // Two PAX paths: Go takes the last.
+        let records = pax(&["path=db/zzz2", "path=db/values.schema.json"]);
+        let mut two_paths = block("db/PaxHeader", b'x', records.len(), USTAR);
+        two_paths.extend(padded(&records));
+        two_paths.extend(entry("db/zzz", EVIL, USTAR));
+        for (what, entries) in [
+            ("dotdot", dotdot),
+            ("v7_long", v7_long),
+            ("v7_pax", v7_pax),
+            ("two_paths", two_paths),
+        ] {
+            let said = check_subchart(entries);
+            assert!(said.starts_with(refused), "{what}: {said}");
+        }
+    }
+
+    /// What Go and the tar crate would read as different entries is refused by name.
+    #[test]
+    fn an_archive_tar_readers_take_apart_differently_is_refused() {
+        // A directory that claims data: the tar crate skips it, Go reads a header there.
+        let mut dir_with_data = block("db/templates/", b'5', 512, USTAR);
+        dir_with_data.extend(entry("db/values.schema.json", EVIL, USTAR));
+        // A PAX size, which moves where the next header starts for one reader only.
+        let records = pax(&["size=0"]);
+        let mut pax_size = block("db/PaxHeader", b'x', records.len(), USTAR);
+        pax_size.extend(padded(&records));
+        pax_size.extend(entry("db/zzz", EVIL, USTAR));
+        // A GNU sparse file.
+        let sparse = block("db/sparse", b'S', 0, b"ustar  \0");
+        for (entries, why) in [
+            (
+                dir_with_data,
+                "\"db/templates/\" is a link or directory with 512 bytes of data, which tar readers skip differently",
+            ),
+            (
+                pax_size,
+                "a PAX header sets size, which tar readers apply differently",
+            ),
+            (sparse, "\"db/sparse\" is a GNU sparse file"),
+        ] {
+            assert_eq!(
+                check_subchart(entries),
+                format!(
+                    "values schema charts/db-1.0.0.tgz: {why}; convoy cannot tell which files helm would read from it"
+                )
+            );
+        }
+    }
+
+    /// Long names as `helm package` writes them (PAX, with the ustar magic) are read.
+    #[test]
+    fn a_long_name_helm_writes_is_read() {
+        let long = format!("db/{}/values.schema.json", "d".repeat(120));
+        let records = pax(&[&format!("path={long}")]);
+        let mut entries = block("db/PaxHeaders/x", b'x', records.len(), USTAR);
+        entries.extend(padded(&records));
+        entries.extend(entry("db/short", EVIL, USTAR));
+        let said = check_subchart(entries);
+        assert!(
+            said.starts_with(&format!(
+                "values schema charts/db-1.0.0.tgz:{}/values.schema.json: $ref",
+                "d".repeat(120)
+            )),
+            "{said}"
+        );
+        assert_eq!(
+            check_subchart(entry("db/values.yaml", b"a: 1\n", USTAR)),
+            "passed"
+        );
     }
 }

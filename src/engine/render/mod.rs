@@ -5,6 +5,7 @@
 
 pub mod bounded_yaml;
 pub mod error;
+mod go_tar;
 pub mod helm;
 pub mod helm_schema;
 pub mod kustomize;
