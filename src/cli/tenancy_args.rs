@@ -26,7 +26,8 @@ pub struct TenancyArgs {
     pub insecure_kubeconfig_tls: bool,
     /// Let a chart's values schema refer to https files under this prefix (repeatable; e.g.
     /// https://raw.githubusercontent.com/yannh/kubernetes-json-schema/master/): helm fetches
-    /// them, and what they refer to, from where convoy runs.
+    /// them, and what they refer to, from where convoy runs. Name the branch in a GitHub
+    /// prefix: raw.githubusercontent.com serves a repository's forks' commits under it too.
     #[arg(long, value_name = "PREFIX", value_parser = parse_schema_ref)]
     pub allow_values_schema_ref: Vec<String>,
 }
