@@ -259,7 +259,8 @@ fn pax_path(data: &[u8]) -> Result<Option<String>, NameError> {
         }
         rest = &rest[length..];
     }
-    Ok(path)
+    // Go's mergePAX leaves the header's name where the last `path` record is empty.
+    Ok(path.filter(|p: &String| !p.is_empty()))
 }
 
 #[cfg(test)]
@@ -307,5 +308,8 @@ mod tests {
             pax_path(b"99 path=x\n"),
             Err(NameError::Ambiguous(_))
         ));
+        // An empty last path leaves the header's name (an empty name hid the entry).
+        assert_eq!(pax_path(b"8 path=\n").unwrap(), None);
+        assert_eq!(pax_path(b"11 path=db\n8 path=\n").unwrap(), None);
     }
 }

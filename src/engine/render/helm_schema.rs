@@ -119,15 +119,18 @@ fn read_error(path: &Path, e: &std::io::Error) -> RenderError {
     RenderError::Tool(format!("cannot read {}: {e}", path.display()))
 }
 
-/// Every directory once (`seen`, by device and inode): helm follows links, and a link to a
-/// directory above it would otherwise be walked for ever. The walk keeps its own list of
+/// Every directory at most twice (`seen`, by device, inode and whether it is walked as a
+/// `charts` directory): helm follows links, and a link to a directory above it would
+/// otherwise be walked for ever; helm walks a linked directory again under the link's name,
+/// so a `charts -> .` link made the root's archives subcharts that a walk by inode alone
+/// never saw under that name. The walk keeps its own list of
 /// directories to visit: a recursion as deep as a tenant's tree aborted the process on a
 /// chain of a thousand directories, and resolving each one's full path (`canonicalize`)
 /// made a deep chain quadratic (2,000 levels took 108 s).
 fn check_dir(root: &Path, allowed: &SchemaRefs) -> Result<(), RenderError> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(root).map_err(|e| read_error(root, &e))?;
-    let mut seen = std::collections::HashSet::from([(meta.dev(), meta.ino())]);
+    let mut seen = std::collections::HashSet::from([(meta.dev(), meta.ino(), false)]);
     let mut to_visit = vec![root.to_path_buf()];
     while let Some(dir) = to_visit.pop() {
         let entries = std::fs::read_dir(&dir).map_err(|e| read_error(&dir, &e))?;
@@ -145,7 +148,8 @@ fn check_dir(root: &Path, allowed: &SchemaRefs) -> Result<(), RenderError> {
                 .display()
                 .to_string();
             if meta.is_dir() {
-                if seen.insert((meta.dev(), meta.ino())) {
+                let as_charts = entry.file_name() == "charts";
+                if seen.insert((meta.dev(), meta.ino(), as_charts)) {
                     to_visit.push(path);
                 }
             } else if entry.file_name() == SCHEMA {
@@ -918,6 +922,37 @@ mod tests {
         assert_eq!(
             check_subchart(entry("db/values.yaml", b"a: 1\n", USTAR)),
             "passed"
+        );
+    }
+
+    /// helm walks a linked directory again under the link's name: a `charts -> .` link
+    /// makes the root's archives subcharts, and they are checked as such.
+    #[test]
+    fn an_archive_reached_through_a_link_named_charts_is_checked() {
+        let evil = targz(&[("db/values.schema.json", EVIL)]);
+        let dir = chart("{}");
+        std::fs::write(dir.path().join("db-1.0.0.tgz"), &evil).unwrap();
+        std::os::unix::fs::symlink(".", dir.path().join("charts")).unwrap();
+        let err = check(dir.path(), &SchemaRefs::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("values schema charts/db-1.0.0.tgz:values.schema.json: $ref"),
+            "{err}"
+        );
+    }
+
+    /// A PAX header whose last `path` is empty leaves the entry its own name, as Go does.
+    #[test]
+    fn an_empty_pax_path_leaves_the_entrys_name() {
+        let records = pax(&["path="]);
+        let mut entries = block("db/PaxHeader", b'x', records.len(), USTAR);
+        entries.extend(padded(&records));
+        entries.extend(entry("db/values.schema.json", EVIL, USTAR));
+        let said = check_subchart(entries);
+        assert!(
+            said.starts_with("values schema charts/db-1.0.0.tgz:values.schema.json: $ref"),
+            "{said}"
         );
     }
 }
