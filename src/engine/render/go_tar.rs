@@ -48,7 +48,7 @@ impl Names {
         let header = Header::read(&block).map_err(NameError::Ambiguous)?;
         if entry.header().entry_size().ok() != Some(header.size) {
             return Err(NameError::Ambiguous(format!(
-                "the entry after {:?} writes its size in a way tar readers read differently",
+                "{:?} writes its size in a way tar readers read differently",
                 header.name
             )));
         }

@@ -58,13 +58,13 @@ impl SchemaRefs {
     }
 
     /// Whether a reference to `target` (not within the schema) may be loaded: it names a
-    /// file under an allowed prefix, with a path helm resolves to the same file.
+    /// file under an allowed prefix, with a path helm resolves to the same file (plain
+    /// segments, so not the prefix's directory itself).
     fn allows(&self, target: &str) -> bool {
         let url = target.split_once('#').map_or(target, |(url, _)| url);
-        self.prefixes.iter().any(|prefix| {
-            url.strip_prefix(prefix.as_str())
-                .is_some_and(|rest| plain_path(rest) && !rest.ends_with('/'))
-        })
+        self.prefixes
+            .iter()
+            .any(|prefix| url.strip_prefix(prefix.as_str()).is_some_and(plain_path))
     }
 }
 
@@ -75,12 +75,7 @@ fn check_prefix(prefix: &str) -> Result<(), &'static str> {
     let (authority, path) = rest
         .split_once('/')
         .ok_or("must name a path after its host, ending in /")?;
-    let (host, port) = authority.split_once(':').unwrap_or((authority, "443"));
-    let host_ok = !host.is_empty()
-        && host
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-');
-    if !host_ok || port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
+    if !plain_authority(authority, false) {
         return Err("must name a lower-case host name or IPv4 address, and a port in digits");
     }
     if !prefix.ends_with('/') {
@@ -346,13 +341,23 @@ fn is_plain_id(id: &str) -> bool {
         return !id.is_empty() && plain_path(id.strip_suffix('/').unwrap_or(id));
     };
     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let path_ok = path.is_empty() || plain_path(path.strip_suffix('/').unwrap_or(path));
+    plain_authority(authority, true) && path_ok
+}
+
+/// `host[:port]`: a host name or IPv4 address of letters (lower-case only unless
+/// `upper_case`), digits, `.` and `-`, and a port in digits.
+fn plain_authority(authority: &str, upper_case: bool) -> bool {
     let (host, port) = authority.split_once(':').unwrap_or((authority, "443"));
     let host_ok = !host.is_empty()
-        && host
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
-    let path_ok = path.is_empty() || plain_path(path.strip_suffix('/').unwrap_or(path));
-    host_ok && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) && path_ok
+        && host.bytes().all(|b| {
+            b.is_ascii_lowercase()
+                || b.is_ascii_digit()
+                || b == b'.'
+                || b == b'-'
+                || (upper_case && b.is_ascii_uppercase())
+        });
+    host_ok && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())
 }
 
 fn refused(key: &str, target: &str, allowed: &SchemaRefs) -> String {
@@ -394,6 +399,13 @@ fn invalid(message: String) -> RenderError {
 mod tests {
     use super::*;
 
+    /// What `check` says of `dir`, which it must refuse, with nothing allowed.
+    fn refusal(dir: &tempfile::TempDir) -> String {
+        check(dir.path(), &SchemaRefs::default())
+            .unwrap_err()
+            .to_string()
+    }
+
     fn chart(schema: &str) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("Chart.yaml"), "name: web\nversion: 1.0.0\n").unwrap();
@@ -433,9 +445,7 @@ mod tests {
         let dir = chart("\u{feff}{\"properties\": {\"port\": {\"type\": \"integer\"}}}");
         check(dir.path(), &SchemaRefs::default()).unwrap();
         let dir = chart("\u{feff}{\"$ref\": \"file:///etc/passwd\"}");
-        let err = check(dir.path(), &SchemaRefs::default())
-            .unwrap_err()
-            .to_string();
+        let err = refusal(&dir);
         assert!(
             err.starts_with(r#"values schema values.schema.json: $ref "file:///etc/passwd" refers outside the schema"#),
             "{err}"
@@ -453,9 +463,7 @@ mod tests {
         }
         std::fs::create_dir_all(&deep).unwrap();
         std::fs::write(deep.join(SCHEMA), r#"{"$ref": "file:///etc/passwd"}"#).unwrap();
-        let err = check(dir.path(), &SchemaRefs::default())
-            .unwrap_err()
-            .to_string();
+        let err = refusal(&dir);
         assert!(
             err.starts_with(&format!(
                 "values schema {}/{SCHEMA}: $ref \"file:///etc/passwd\" refers outside",
@@ -486,9 +494,7 @@ mod tests {
             ),
         ] {
             let dir = chart(schema);
-            let err = check(dir.path(), &SchemaRefs::default())
-                .unwrap_err()
-                .to_string();
+            let err = refusal(&dir);
             assert!(err.starts_with(expected), "{schema}: {err}");
         }
     }
@@ -531,9 +537,7 @@ mod tests {
             let dir = chart("{}");
             std::fs::create_dir(dir.path().join("charts")).unwrap();
             std::fs::write(dir.path().join("charts/db-1.0.0.tgz"), packed).unwrap();
-            let err = check(dir.path(), &SchemaRefs::default())
-                .unwrap_err()
-                .to_string();
+            let err = refusal(&dir);
             assert!(err.contains("refers outside the schema"), "{err}");
         }
     }
@@ -565,9 +569,7 @@ mod tests {
         std::fs::create_dir(dir.path().join("charts")).unwrap();
         std::fs::write(dir.path().join("charts/web-1.0.0.tgz"), packed).unwrap();
         assert_eq!(
-            check(dir.path(), &SchemaRefs::default())
-                .unwrap_err()
-                .to_string(),
+            refusal(&dir),
             "values schema charts/web-1.0.0.tgz: the chart archive unpacks to more than 104857600 bytes (helm's limit too)"
         );
     }
@@ -595,9 +597,7 @@ mod tests {
         let dir = chart("{}");
         std::fs::create_dir(dir.path().join("charts")).unwrap();
         std::fs::write(dir.path().join("charts/web-1.0.0.tgz"), outer).unwrap();
-        let err = check(dir.path(), &SchemaRefs::default())
-            .unwrap_err()
-            .to_string();
+        let err = refusal(&dir);
         assert_eq!(
             err,
             "values schema charts/web-1.0.0.tgz:charts/db-1.0.0.tgz:values.schema.json: $ref \"https://attacker.example/x.json\" refers outside the schema; convoy lets a chart's values schema read neither files nor the network (refer within the file, \"#/...\", or have the operator allow an https prefix with --allow-values-schema-ref)"
@@ -621,9 +621,7 @@ mod tests {
             r#"{{"properties": {{"resources": {{"$ref": "{target}"}}}}}}"#
         ));
         check(dir.path(), &yannh()).unwrap();
-        let err = check(dir.path(), &SchemaRefs::default())
-            .unwrap_err()
-            .to_string();
+        let err = refusal(&dir);
         assert!(
             err.ends_with("(refer within the file, \"#/...\", or have the operator allow an https prefix with --allow-values-schema-ref)"),
             "{err}"
@@ -743,9 +741,7 @@ mod tests {
             ),
         ] {
             let dir = chart(schema);
-            let err = check(dir.path(), &SchemaRefs::default())
-                .unwrap_err()
-                .to_string();
+            let err = refusal(&dir);
             assert_eq!(
                 err,
                 format!(
@@ -933,9 +929,7 @@ mod tests {
         let dir = chart("{}");
         std::fs::write(dir.path().join("db-1.0.0.tgz"), &evil).unwrap();
         std::os::unix::fs::symlink(".", dir.path().join("charts")).unwrap();
-        let err = check(dir.path(), &SchemaRefs::default())
-            .unwrap_err()
-            .to_string();
+        let err = refusal(&dir);
         assert!(
             err.starts_with("values schema charts/db-1.0.0.tgz:values.schema.json: $ref"),
             "{err}"
