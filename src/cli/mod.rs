@@ -146,7 +146,9 @@ pub fn main() -> ExitCode {
         // The reader went away (`convoy render | head`): what it wanted was written.
         Err(err) if broken_pipe(&err.error) => ExitStatus::Success,
         Err(err) => {
-            eprintln!("error: {:#}", err.error);
+            // The chain quotes tools, servers and sources: a tenant's chart may `fail` with
+            // control sequences meant for the terminal of whoever renders it.
+            eprintln!("error: {}", output::visible(&format!("{:#}", err.error)));
             err.status
         }
     };

@@ -1,8 +1,40 @@
 //! Where command output goes: stdout for results, stderr for logs and progress (DESIGN.md
 //! section 4). Commands write through a [`Printer`] so tests can capture what they print.
+//!
+//! What convoy prints holds text others wrote: a chart's `fail` message, a condition message
+//! quoting a tool or the API server, a rendered object's names and values. Written to a
+//! terminal as is, a control sequence in it could clear the screen and draw a status that is
+//! not the real one, or set the clipboard (OSC 52), so the terminal of whoever runs
+//! `convoy status` on a tenant's Release would be the tenant's to draw on (kubectl's
+//! CVE-2021-25743). Everything printed passes [`visible`] first.
 
 use crate::engine::key_order::Level;
+use std::borrow::Cow;
 use std::io::{IsTerminal, Write};
+
+/// `text` with every character that a terminal could take as a control written out as an
+/// escape (`\x1b`, `\u{9b}`): C0 controls but tab and newline, DEL, C1 controls, and the
+/// bidirectional overrides and isolates that reorder what is shown ("Trojan Source"). Text
+/// without them is returned as it is, so YAML and JSON (whose writers escape them already)
+/// pass through unchanged.
+pub fn visible(text: &str) -> Cow<'_, str> {
+    fn hidden(c: char) -> bool {
+        matches!(c, '\u{0}'..='\u{8}' | '\u{b}'..='\u{1f}' | '\u{7f}'..='\u{9f}'
+            | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    }
+    if !text.chars().any(hidden) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            c if !hidden(c) => out.push(c),
+            c if (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+        }
+    }
+    Cow::Owned(out)
+}
 
 /// `-o/--output`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -43,16 +75,42 @@ impl Printer {
         }
     }
 
-    /// Print a chunk of text as is.
+    /// Print a chunk of text, its control characters made [`visible`].
     pub fn print(&mut self, text: &str) -> std::io::Result<()> {
-        self.out.write_all(text.as_bytes())?;
+        self.print_styled(&visible(text))
+    }
+
+    /// Print one line, its control characters made [`visible`].
+    pub fn line(&mut self, text: &str) -> std::io::Result<()> {
+        self.out.write_all(visible(text).as_bytes())?;
+        self.out.write_all(b"\n")?;
         self.out.flush()
     }
 
-    /// Print one line.
-    pub fn line(&mut self, text: &str) -> std::io::Result<()> {
+    /// Print what a YAML or JSON writer wrote. They escape every control character but DEL
+    /// and C1 controls, which serde_json leaves as they are: those are written as JSON
+    /// escapes (`\u009b`), which stand for the same characters (only JSON strings hold them;
+    /// serde-saphyr escapes them itself).
+    pub fn print_data(&mut self, text: &str) -> std::io::Result<()> {
+        let escaped = if text.chars().any(|c| ('\u{7f}'..='\u{9f}').contains(&c)) {
+            let mut out = String::with_capacity(text.len() + 16);
+            for c in text.chars() {
+                match c {
+                    '\u{7f}'..='\u{9f}' => out.push_str(&format!("\\u{:04x}", c as u32)),
+                    c => out.push(c),
+                }
+            }
+            Cow::Owned(out)
+        } else {
+            Cow::Borrowed(text)
+        };
+        self.print_styled(&escaped)
+    }
+
+    /// Print text that holds convoy's own styles: the caller made every part it did not
+    /// write [`visible`] before styling it.
+    pub fn print_styled(&mut self, text: &str) -> std::io::Result<()> {
         self.out.write_all(text.as_bytes())?;
-        self.out.write_all(b"\n")?;
         self.out.flush()
     }
 }
@@ -113,5 +171,72 @@ impl serde::Serialize for Ordered<'_> {
             }
             other => other.serialize(serializer),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a chart's `fail` or a tenant's object can hold.
+    const HOSTILE: &str =
+        "a\u{1b}[2J\u{1b}]52;c;Y3VybA==\u{7}b\rc\u{9b}31m\u{202e}d\u{7f}\u{0}e\tf\ng ü";
+
+    fn printed(format: OutputFormat, print: impl FnOnce(&mut Printer)) -> String {
+        let buffer = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl Write for Shared {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut printer = Printer {
+            out: Box::new(Shared(buffer.clone())),
+            color: false,
+            format,
+            interactive: false,
+        };
+        print(&mut printer);
+        String::from_utf8(buffer.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn text_is_printed_with_every_terminal_control_written_out() {
+        let text = printed(OutputFormat::Table, |p| p.line(HOSTILE).unwrap());
+        assert_eq!(
+            text,
+            "a\\x1b[2J\\x1b]52;c;Y3VybA==\\x07b\\x0dc\\u{9b}31m\\u{202e}d\\x7f\\x00e\tf\ng ü\n"
+        );
+        assert!(matches!(visible("plain text\twith ü\n"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn json_output_escapes_controls_and_still_holds_the_same_value() {
+        let value = serde_json::json!({"message": HOSTILE, HOSTILE: [HOSTILE]});
+        let json = serde_json::to_string_pretty(&value).unwrap();
+        let text = printed(OutputFormat::Json, |p| p.print_data(&json).unwrap());
+        let controls = |c: char| c.is_control() && c != '\n';
+        assert!(!text.chars().any(controls), "{text:?}");
+        assert!(
+            text.contains(r"\u009b") && text.contains(r"\u007f"),
+            "{text}"
+        );
+        let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, value);
+    }
+
+    #[test]
+    fn yaml_output_holds_no_control_and_the_same_value() {
+        let value = serde_json::json!({"data": {"message": HOSTILE, HOSTILE: "x"}});
+        let yaml = yaml_value(&value).unwrap();
+        let text = printed(OutputFormat::Yaml, |p| p.print_data(&yaml).unwrap());
+        let controls = |c: char| c.is_control() && c != '\n';
+        assert!(!text.chars().any(controls), "{text:?}");
+        let back: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+        assert_eq!(back, value);
     }
 }

@@ -44,6 +44,8 @@ impl SyncProgress {
 
     /// A line of its own (a hold, a hook): a new spinner message on a terminal.
     pub fn note(&self, line: &str) {
+        // A hook's name and message come from the render and its workload.
+        let line = &*crate::cli::output::visible(line);
         match &self.bar {
             Some(bar) => {
                 bar.println(format!("  {line}"));

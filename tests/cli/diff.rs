@@ -232,3 +232,67 @@ async fn parallel_runs_after_a_new_commit_share_the_cache_and_all_succeed() {
         }
     }
 }
+
+/// Whether every escape in `text` is a color (SGR: ESC [ digits and ; then m), convoy's own.
+fn only_colors(text: &str) -> bool {
+    let mut rest = text;
+    while let Some(at) = rest.find('\u{1b}') {
+        let after = &rest[at + 1..];
+        let Some(body) = after.strip_prefix('[') else {
+            return false;
+        };
+        let end = body
+            .find(|c: char| !(c.is_ascii_digit() || c == ';'))
+            .unwrap_or(body.len());
+        if !body[end..].starts_with('m') {
+            return false;
+        }
+        rest = &body[end + 1..];
+    }
+    !text
+        .chars()
+        .any(|c| c.is_control() && !matches!(c, '\n' | '\u{1b}'))
+}
+
+#[tokio::test]
+async fn a_hostile_value_on_the_cluster_is_diffed_without_its_control_sequences() {
+    let f = Fixture::new(
+        "diff-hostile",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({}),
+    )
+    .await;
+    f.sync().await;
+    // Someone with write access to the namespace puts terminal sequences in a live value
+    // (as JSON: a YAML body may not hold the C1 control).
+    let config_maps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    config_maps
+        .patch(
+            "a",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"data": {
+                "value": "\u{1b}[2J\u{1b}]52;c;Y3VybA==\u{7}\u{9b}31m"}})),
+        )
+        .await
+        .unwrap();
+    let colored = std::process::Command::new(convoy_bin())
+        .args([
+            "--kubeconfig",
+            f.env.kubeconfig.to_str().unwrap(),
+            "-n",
+            &f.env.namespace,
+            "diff",
+            "web",
+        ])
+        .env("PATH", path_with_testenv())
+        .env("CLICOLOR_FORCE", "1")
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap();
+    let colored = String::from_utf8_lossy(&colored.stdout).into_owned();
+    assert!(only_colors(&colored), "{colored:?}");
+    let (code, plain, _) = out(f.env.convoy(&["diff", "web"]));
+    assert_eq!(code, 1, "drift");
+    settings(&f.env.namespace).bind(|| insta::assert_snapshot!("diff_hostile_value", plain));
+}

@@ -767,3 +767,63 @@ fn a_chart_that_prints_without_bound_is_cut_off() {
         "error: render Release apps/web (step Rendering, reason DeployFailed): helm template failed: its output is larger than 67108864 bytes; convoy reads no more of it (helm printed more than any render holds: a loop in a template, a base included many times?)"
     );
 }
+
+/// A Go template string that clears the screen, draws a fake result, sets the clipboard
+/// (OSC 52), and uses a C1 CSI and a right-to-left override.
+const HOSTILE_FAIL: &str =
+    r#"{{ fail "\x1b[2J\x1b[HApplied\x1b]52;c;Y3VybA==\x07 \u009b31m \u202etxt.exe" }}"#;
+
+#[test]
+fn a_chart_cannot_write_control_sequences_to_the_terminal() {
+    let (dir, file) = source_tree(
+        &[
+            (
+                "chart/Chart.yaml",
+                "apiVersion: v2\nname: web\nversion: 0.1.0\n".into(),
+            ),
+            ("chart/templates/cm.yaml", HOSTILE_FAIL.into()),
+        ],
+        "chart",
+        "{type: helm, helm: {releaseName: web}}",
+    );
+    let (code, _, stderr) = render_in(dir.path(), &file);
+    assert_eq!(code, 4, "{stderr}");
+    insta::assert_snapshot!(stderr, @r"error: render Release apps/web (step Rendering, reason DeployFailed): helm template failed: execution error at (web/templates/cm.yaml:1:3): \x1b[2J\x1b[HApplied\x1b]52;c;Y3VybA==\x07 \u{9b}31m \u{202e}txt.exe; Use --debug flag to render out invalid YAML");
+}
+
+#[test]
+fn rendered_values_with_control_characters_print_escaped_and_unchanged() {
+    let data = "a\u{1b}[2J\u{7}b\u{9b}31m\u{7f}c";
+    let manifest = r#"{apiVersion: v1, kind: ConfigMap, metadata: {name: hostile}, data: {text: "a\e[2J\ab\x9b31m\x7fc"}}"#;
+    let (dir, file) = source_tree(
+        &[("app/cm.yaml", manifest.into())],
+        "app",
+        "{type: manifests}",
+    );
+    for format in ["yaml", "json"] {
+        let (code, stdout, stderr) = convoy_in_repo(
+            &[
+                "render",
+                "-f",
+                &file,
+                "--source-dir",
+                dir.path().to_str().unwrap(),
+                "-o",
+                format,
+            ],
+            None,
+        );
+        assert_eq!(code, 0, "{stderr}");
+        assert!(
+            !stdout.chars().any(|c| c.is_control() && c != '\n'),
+            "-o {format}: {stdout:?}"
+        );
+        let back: serde_json::Value = serde_saphyr::from_str(&stdout).unwrap();
+        let object = if format == "json" {
+            &back["items"][0]
+        } else {
+            &back
+        };
+        assert_eq!(object["data"]["text"], data, "-o {format}");
+    }
+}

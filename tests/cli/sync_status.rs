@@ -161,3 +161,43 @@ async fn a_sync_request_without_a_daemon_times_out_waiting() {
             .contains_key("convoy.kumodo.io/sync-requested-at")
     );
 }
+
+/// A chart whose render fails with a message that would clear the screen, draw a fake
+/// result and set the clipboard (OSC 52).
+#[tokio::test]
+async fn status_shows_a_hostile_message_without_its_control_sequences() {
+    let hostile = "\u{1b}[2J\u{1b}[HApplied\u{1b}]52;c;Y3VybA==\u{7}";
+    let f = Fixture::new(
+        "cli-hostile",
+        &[
+            ("Chart.yaml", "apiVersion: v2\nname: web\nversion: 0.1.0\n"),
+            (
+                "templates/cm.yaml",
+                r#"{{ fail "\x1b[2J\x1b[HApplied\x1b]52;c;Y3VybA==\x07" }}"#,
+            ),
+        ],
+        json!({"content": {"type": "helm", "helm": {"releaseName": "web"}}}),
+    )
+    .await;
+    let (code, stdout, stderr) = out(&f.env.convoy(&["sync", "web"]));
+    assert_eq!(code, 1, "{stderr}");
+    let (_, status, _) = out(&f.env.convoy(&["status", "web"]));
+    let (_, get, _) = out(&f.env.convoy(&["get", "-o", "wide"]));
+    for (what, text) in [
+        ("sync", &stdout),
+        ("sync's progress", &stderr),
+        ("status", &status),
+        ("get", &get),
+    ] {
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{what}: {text:?}"
+        );
+    }
+    settings(&f.env.namespace).bind(|| insta::assert_snapshot!("status_hostile_message", status));
+    // What the status holds is the message as it was.
+    let (_, raw, _) = out(&f.env.convoy(&["status", "web", "-o", "json"]));
+    let raw: serde_json::Value = serde_json::from_str(&raw).unwrap();
+    let message = raw["conditions"][0]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(hostile), "{raw}");
+}

@@ -45,7 +45,7 @@ pub async fn run(global: &GlobalArgs, _args: CheckArgs, printer: &mut Printer) -
             } else {
                 crate::cli::output::yaml_value(&serde_json::Value::Array(value)).unwrap_or_default()
             };
-            printer.print(&text).map_err(io_error)?;
+            printer.print_data(&text).map_err(io_error)?;
         }
         _ => {
             for f in &findings {

@@ -20,6 +20,8 @@ pub struct CompletionsArgs {
 }
 
 pub fn run(args: CompletionsArgs, printer: &mut Printer) -> CommandResult {
-    printer.print(&completions(args.shell)).map_err(io_error)?;
+    printer
+        .print_styled(&completions(args.shell))
+        .map_err(io_error)?;
     Ok(ExitStatus::Success)
 }

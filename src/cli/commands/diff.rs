@@ -9,7 +9,7 @@ use clap::Args;
 
 use crate::cli::commands::render::render_input;
 use crate::cli::exit::{CliError, CommandResult, ExitStatus};
-use crate::cli::output::{OutputFormat, Printer};
+use crate::cli::output::{OutputFormat, Printer, visible};
 use crate::cli::release_input::load;
 use crate::cli::table::plain;
 use crate::cli::{GlobalArgs, io_error};
@@ -159,11 +159,11 @@ pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> 
             });
             let text = serde_json::to_string_pretty(&value)
                 .map_err(|e| CliError::new(ExitStatus::Invalid, e))?;
-            printer.line(&text).map_err(io_error)?;
+            printer.print_data(&(text + "\n")).map_err(io_error)?;
         }
         _ => {
             let text = render_report(&report, printer.color, args.unified);
-            printer.print(&text).map_err(io_error)?;
+            printer.print_styled(&text).map_err(io_error)?;
         }
     }
     Ok(if report.in_sync() {
@@ -202,7 +202,9 @@ fn desired_failure(
     )
 }
 
+/// `text` made [`visible`] (it holds what the render and the cluster say), then styled.
 fn paint(color: bool, style: Style, text: &str) -> String {
+    let text = visible(text);
     if color {
         format!("{}{text}{}", style.render(), style.render_reset())
     } else {
@@ -238,7 +240,7 @@ pub fn render_report(report: &DiffReport, color: bool, context: usize) -> String
                 .iter()
                 .map(|k| format!("{} {}", k.key, k.change.as_str()))
                 .collect();
-            out.push_str(&format!("  keys: {}\n", keys.join(", ")));
+            out.push_str(&visible(&format!("  keys: {}\n", keys.join(", "))));
         }
         if object.secret && object.action == Action::Change {
             for change in &object.changes {
@@ -251,13 +253,13 @@ pub fn render_report(report: &DiffReport, color: bool, context: usize) -> String
                         })
                         .unwrap_or_else(|| "(none)".into())
                 };
-                out.push_str(&format!(
+                out.push_str(&visible(&format!(
                     "  {}: {} -> {} ({})\n",
                     crate::engine::drift::fields::path_string(&change.path),
                     show(&change.live),
                     show(&change.desired),
                     change.cause
-                ));
+                )));
             }
         }
         for hunk in hunks(
@@ -274,7 +276,7 @@ pub fn render_report(report: &DiffReport, color: bool, context: usize) -> String
             out.push('\n');
             for (tag, line) in hunk.lines {
                 let text = match tag {
-                    Tag::Context => format!("   {line}"),
+                    Tag::Context => visible(&format!("   {line}")).into_owned(),
                     Tag::Removed => paint(color, red, &format!("  -{line}")),
                     Tag::Added => paint(color, green, &format!("  +{line}")),
                 };
@@ -290,7 +292,7 @@ pub fn render_report(report: &DiffReport, color: bool, context: usize) -> String
             &format!("! {} (rejected by the dry run)", rejection.key),
         ));
         out.push('\n');
-        out.push_str(&format!("  {}\n", rejection.message));
+        out.push_str(&visible(&format!("  {}\n", rejection.message)));
     }
     if !out.is_empty() {
         out.push('\n');

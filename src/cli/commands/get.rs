@@ -96,7 +96,7 @@ pub async fn run(global: &GlobalArgs, args: GetArgs, printer: &mut Printer) -> C
                 args.show_managed_fields,
                 printer.format,
             )?;
-            printer.print(&text).map_err(io_error)?;
+            printer.print_data(&text).map_err(io_error)?;
         }
         OutputFormat::Name => {
             for r in &releases {

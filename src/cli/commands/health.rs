@@ -296,7 +296,7 @@ impl View {
             OutputFormat::Json => {
                 let text = serde_json::to_string_pretty(&self.json)
                     .map_err(|e| CliError::new(ExitStatus::Invalid, e))?;
-                printer.line(&text).map_err(io_error)?;
+                printer.print_data(&(text + "\n")).map_err(io_error)?;
             }
             _ => printer.print(&self.text).map_err(io_error)?,
         }

@@ -57,7 +57,7 @@ pub async fn run(global: &GlobalArgs, args: HistoryArgs, printer: &mut Printer) 
                 crate::cli::output::yaml_value(&value)
                     .map_err(|e| CliError::new(ExitStatus::Invalid, anyhow::anyhow!(e)))?
             };
-            printer.print(&text).map_err(io_error)?;
+            printer.print_data(&text).map_err(io_error)?;
             if !text.ends_with('\n') {
                 printer.print("\n").map_err(io_error)?;
             }

@@ -80,7 +80,7 @@ pub async fn run(global: &GlobalArgs, args: InstallArgs, printer: &mut Printer) 
         if args.dry_run {
             let text = yaml_documents(objects.iter())
                 .map_err(|e| CliError::new(ExitStatus::Invalid, anyhow::anyhow!(e)))?;
-            printer.print(&text).map_err(io_error)?;
+            printer.print_data(&text).map_err(io_error)?;
             return Ok(ExitStatus::Success);
         }
         let conn = global.connect().await?;
@@ -219,5 +219,5 @@ fn print_all(printer: &mut Printer, rest: &[serde_json::Value]) -> Result<(), Cl
         _ => yaml_documents(all.iter())
             .map_err(|e| CliError::new(ExitStatus::Invalid, anyhow::anyhow!(e)))?,
     };
-    printer.print(&text).map_err(io_error)
+    printer.print_data(&text).map_err(io_error)
 }

@@ -70,7 +70,7 @@ pub async fn run(global: &GlobalArgs, args: RenderArgs, printer: &mut Printer) -
         _ => yaml_documents(rendered.objects.iter().map(|o| &o.0))
             .map_err(|e| CliError::new(ExitStatus::Invalid, anyhow::anyhow!(e)))?,
     };
-    printer.print(&text).map_err(io_error)?;
+    printer.print_data(&text).map_err(io_error)?;
     eprintln!("renderRef: {}", rendered.render_ref);
     // The process ends here: freeing a large render object by object costs milliseconds
     // the operating system spends no time on.

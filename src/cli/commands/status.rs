@@ -33,7 +33,7 @@ pub async fn run(global: &GlobalArgs, args: StatusArgs, printer: &mut Printer) -
         OutputFormat::Json => {
             let text = serde_json::to_string_pretty(&release.status)
                 .map_err(|e| CliError::new(ExitStatus::Invalid, e))?;
-            printer.line(&text).map_err(io_error)?;
+            printer.print_data(&(text + "\n")).map_err(io_error)?;
             return Ok(ExitStatus::Success);
         }
         OutputFormat::Yaml => {
@@ -41,7 +41,7 @@ pub async fn run(global: &GlobalArgs, args: StatusArgs, printer: &mut Printer) -
                 .map_err(|e| CliError::new(ExitStatus::Invalid, e))?;
             let text = yaml_value(&value)
                 .map_err(|e| CliError::new(ExitStatus::Invalid, anyhow::anyhow!(e)))?;
-            printer.print(&text).map_err(io_error)?;
+            printer.print_data(&text).map_err(io_error)?;
             return Ok(ExitStatus::Success);
         }
         _ => {}
