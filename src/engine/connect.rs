@@ -50,6 +50,11 @@ pub enum ConnectError {
     /// A kubeconfig from a Secret asks for something the policy refuses.
     #[error("the kubeconfig {0}")]
     Refused(String),
+    /// A Release names a ServiceAccount that cannot be one (empty names are unset ones).
+    #[error(
+        "spec.serviceAccountName {0:?} is not a ServiceAccount name (lower-case letters, digits, '-' and '.', at most 253)"
+    )]
+    ServiceAccount(String),
 }
 
 impl crate::engine::error::Categorized for ConnectError {
@@ -62,6 +67,7 @@ impl crate::engine::error::Categorized for ConnectError {
             | ConnectError::KubeconfigFile { .. }
             | ConnectError::Infer(_) => Category::Invalid,
             ConnectError::Refused(_) => Category::Refused,
+            ConnectError::ServiceAccount(_) => Category::Invalid,
         }
     }
 }

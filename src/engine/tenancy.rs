@@ -52,6 +52,16 @@ impl Clone for Tenancy {
     }
 }
 
+/// A ServiceAccount's name: a DNS subdomain (RFC 1123), as the API server requires.
+fn is_dns_subdomain(name: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    (1..=253).contains(&name.len())
+        && name.chars().all(|c| alnum(c) || c == '-' || c == '.')
+        && name
+            .split('.')
+            .all(|label| label.starts_with(alnum) && label.ends_with(alnum))
+}
+
 /// Why a Release is refused by the tenancy rules.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -79,7 +89,7 @@ impl Tenancy {
     }
 
     /// The username of the ServiceAccount `release` acts as, if any.
-    pub fn service_account_user(&self, release: &Release) -> Option<String> {
+    pub fn service_account_user(&self, release: &Release) -> Result<Option<String>, ConnectError> {
         self.user_in(
             release.metadata.namespace.as_deref().unwrap_or_default(),
             release.spec.service_account_name.as_deref(),
@@ -87,11 +97,25 @@ impl Tenancy {
     }
 
     /// The username of ServiceAccount `named` (or the default one) of `namespace`, if any.
-    fn user_in(&self, namespace: &str, named: Option<&str>) -> Option<String> {
-        let name = named
-            .or(self.default_service_account.as_deref())
-            .filter(|n| !n.is_empty())?;
-        Some(format!("system:serviceaccount:{namespace}:{name}"))
+    ///
+    /// An empty `named` is an unset one, as in Flux: it takes the default. It once took
+    /// convoy's own identity instead (`Some("")` kept the default out, then was filtered to
+    /// nothing), so a tenant's `serviceAccountName: ""` acted as convoy-controller and
+    /// convoy-observer. A name that cannot be a ServiceAccount's is refused here, before the
+    /// API server reads it as part of an impersonated username.
+    fn user_in(
+        &self,
+        namespace: &str,
+        named: Option<&str>,
+    ) -> Result<Option<String>, ConnectError> {
+        let named = named.filter(|n| !n.is_empty());
+        let Some(name) = named.or(self.default_service_account.as_deref()) else {
+            return Ok(None);
+        };
+        if !is_dns_subdomain(name) {
+            return Err(ConnectError::ServiceAccount(name.to_string()));
+        }
+        Ok(Some(format!("system:serviceaccount:{namespace}:{name}")))
     }
 
     /// The connection `release`'s requests to the cluster it lives in use: `home` itself, or
@@ -101,7 +125,7 @@ impl Tenancy {
         home: &Connection,
         release: &Release,
     ) -> Result<Connection, ConnectError> {
-        self.connection_as(home, self.service_account_user(release))
+        self.connection_as(home, self.service_account_user(release)?)
     }
 
     /// The connection for what a namespace's objects name without a Release (a `Cluster`'s
@@ -111,7 +135,7 @@ impl Tenancy {
         home: &Connection,
         namespace: &str,
     ) -> Result<Connection, ConnectError> {
-        self.connection_as(home, self.user_in(namespace, None))
+        self.connection_as(home, self.user_in(namespace, None)?)
     }
 
     fn connection_as(
@@ -223,19 +247,57 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            tenancy.service_account_user(&release(json!({}))).as_deref(),
+            tenancy
+                .service_account_user(&release(json!({})))
+                .unwrap()
+                .as_deref(),
             Some("system:serviceaccount:team-a:convoy-deployer")
         );
         assert_eq!(
             tenancy
                 .service_account_user(&release(json!({"serviceAccountName": "deploy"})))
+                .unwrap()
                 .as_deref(),
             Some("system:serviceaccount:team-a:deploy")
         );
         assert_eq!(
-            Tenancy::default().service_account_user(&release(json!({}))),
+            Tenancy::default()
+                .service_account_user(&release(json!({})))
+                .unwrap(),
             None
         );
+    }
+
+    #[test]
+    fn an_empty_service_account_is_the_default_and_never_convoys_own() {
+        let locked = Tenancy {
+            default_service_account: Some("convoy-deployer".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            locked
+                .service_account_user(&release(json!({"serviceAccountName": ""})))
+                .unwrap()
+                .as_deref(),
+            Some("system:serviceaccount:team-a:convoy-deployer")
+        );
+        for name in [
+            " ",
+            "team-b:convoy-deployer",
+            "Deploy",
+            "a..b",
+            "-a",
+            "a/b",
+            "a\n",
+        ] {
+            let err = locked
+                .service_account_user(&release(json!({"serviceAccountName": name})))
+                .unwrap_err();
+            assert!(
+                matches!(err, ConnectError::ServiceAccount(ref n) if n == name),
+                "{name:?}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -109,6 +109,59 @@ async fn a_locked_down_daemon_deploys_releases_that_name_no_service_account_as_t
     assert!(f.config_map("a").await.is_some());
 }
 
+/// An empty `serviceAccountName` once made a Release act as convoy itself on a locked-down
+/// daemon: now it is an unset one (the default deployer), and a name that cannot be a
+/// ServiceAccount's is refused before anything is sent.
+#[tokio::test]
+async fn an_empty_or_malformed_service_account_name_never_acts_as_convoy() {
+    let mut f = Fixture::new(
+        "tenancy-empty-sa",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({"serviceAccountName": ""}),
+    )
+    .await;
+    f.ctx.tenancy = Arc::new(Tenancy::new(
+        Some("convoy-deployer".into()),
+        false,
+        KubeconfigPolicy::default(),
+    ));
+    // The default deployer does not exist yet: refused as that identity, not applied as
+    // convoy's (the test's admin) identity.
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Unappliable, "{}", outcome.message);
+    assert!(
+        outcome.message.contains(&format!(
+            "system:serviceaccount:{}:convoy-deployer",
+            f.env.namespace
+        )),
+        "{}",
+        outcome.message
+    );
+    assert!(f.config_map("a").await.is_none(), "nothing applied");
+
+    let patched = f.env.kubectl(&[
+        "patch",
+        "release",
+        "web",
+        "-n",
+        &f.env.namespace,
+        "--type=merge",
+        "-p",
+        r#"{"spec": {"serviceAccountName": "team-b:convoy-deployer"}}"#,
+    ]);
+    assert!(patched.status.success(), "{patched:?}");
+    let outcome = f.sync().await.outcome.unwrap();
+    assert!(
+        outcome.message.contains(
+            "spec.serviceAccountName \"team-b:convoy-deployer\" is not a ServiceAccount name"
+        ),
+        "{:?}: {}",
+        outcome.reason,
+        outcome.message
+    );
+    assert!(f.config_map("a").await.is_none(), "nothing applied");
+}
+
 #[tokio::test]
 async fn a_release_reaches_no_other_namespace_unless_allowed() {
     let mut f = Fixture::new(
