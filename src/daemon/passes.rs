@@ -786,10 +786,24 @@ async fn helm_index(
     )
     .await
     .map_err(SourcePassError::Resolve)?;
-    crate::engine::source::helm_repo::index_digest(&registry.spec.url, credentials.as_ref())
-        .await
-        .map(|d| Some((format!("index@{d}"), d)))
-        .map_err(SourcePassError::Fetch)
+    // Under the fetch deadline like every fetch: the HelmRegistry controller has one worker,
+    // and a registry that accepts and never answers held it for the HTTP client's 300 s, so
+    // one tenant's registry stopped every other tenant's index checks.
+    let timeout = shared.ctx.coordinator.fetch_timeout();
+    let read =
+        crate::engine::source::helm_repo::index_digest(&registry.spec.url, credentials.as_ref());
+    match tokio::time::timeout(timeout, read).await {
+        Ok(result) => result,
+        Err(_) => Err(crate::engine::source::SourceError::not_ready(
+            &registry.spec.url,
+            format!(
+                "the index did not arrive within {} (the fetch deadline)",
+                crate::engine::duration::human(timeout)
+            ),
+        )),
+    }
+    .map(|d| Some((format!("index@{d}"), d)))
+    .map_err(SourcePassError::Fetch)
 }
 
 /// The OCIRegistry controller: whether the registry answers.

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use convoy::engine::api::{GitRepository, Release, ReleaseInventory};
+use convoy::engine::api::{GitRepository, HelmRegistry, Release, ReleaseInventory};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -558,5 +558,62 @@ async fn sigterm_gives_passes_in_flight_a_grace_period_then_cancels_them_and_rel
         lease.spec.and_then(|s| s.holder_identity),
         None,
         "the Lease is released on the way out"
+    );
+}
+
+/// A HelmRegistry whose server accepts and never answers is given up at the fetch deadline,
+/// as every fetch is: its index check ran past it on the controller's one worker (for the HTTP
+/// client's 300 s), so one tenant's registry held up every other's.
+#[tokio::test]
+async fn a_helm_registry_that_never_answers_is_given_up_at_the_fetch_deadline() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for stream in listener.incoming() {
+            open.push(stream);
+        }
+    });
+    let f = Fixture::new(
+        "helm-silent",
+        &[("cm.yaml", &objects("web", 1, "1"))],
+        json!({}),
+    )
+    .await;
+    f.kubectl_apply(&json!({
+        "apiVersion": "source.convoy.kumodo.io/v1alpha1", "kind": "HelmRegistry",
+        "metadata": {"name": "silent", "namespace": f.env.namespace},
+        "spec": {"url": format!("http://127.0.0.1:{port}/charts")},
+    }))
+    .await;
+    let _daemon = Daemon::start(
+        &f.env.kubeconfig,
+        &[
+            "--watch-namespace",
+            &f.env.namespace,
+            "--fetch-timeout",
+            "3s",
+        ],
+    )
+    .await;
+    let helms: Api<HelmRegistry> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let (status, reason, message) = eventually(
+        "the silent HelmRegistry to be given up",
+        Duration::from_secs(60),
+        || async {
+            let status = helms.get("silent").await.ok()?.status?;
+            let c = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Ready")?
+                .clone();
+            Some((c.status, c.reason, c.message))
+        },
+    )
+    .await;
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "FetchFailed"));
+    assert!(
+        message.contains("the index did not arrive within 3s"),
+        "{message}"
     );
 }

@@ -64,6 +64,12 @@ impl Coordinator {
         Self::with_policy(cache, SourcePolicy::default())
     }
 
+    /// How long a fetch may take (`--fetch-timeout`), for reads that go round the
+    /// coordinator (a HelmRegistry's index check).
+    pub fn fetch_timeout(&self) -> std::time::Duration {
+        self.policy.fetch_timeout
+    }
+
     pub fn with_policy(cache: Cache, policy: SourcePolicy) -> Self {
         Self {
             cache,
