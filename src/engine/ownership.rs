@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 
 use crate::engine::api::{ObjectKey, Release, ReleaseId, field_managers, labels};
 use crate::engine::apply::{Applier, ApplyError, PruneReport, PruneTarget};
+use crate::engine::keep_policy::{self, Deleting};
 use crate::engine::render::Object;
 
 /// On an object of a render: hand this object over to this Release from the one that owns it.
@@ -248,6 +249,19 @@ pub struct PruneOutcome {
     /// Release never applied them (kubectl's, say, which the sync was about to adopt), so they
     /// are left as found and dropped from its inventory.
     pub never_applied: Vec<ObjectKey>,
+    /// This Release's objects whose annotations keep them (the annotation as it reads): left
+    /// in place and dropped from its inventory, as Helm leaves them.
+    pub kept: Vec<(ObjectKey, String)>,
+}
+
+/// "ConfigMap/ns/data (helm.sh/resource-policy: keep)" for a message, the first few and a
+/// count.
+pub fn describe_kept(kept: &[(ObjectKey, String)]) -> String {
+    let items: Vec<String> = kept
+        .iter()
+        .map(|(key, reason)| format!("{key} ({reason})"))
+        .collect();
+    crate::engine::explain::first_of(&items, 5)
 }
 
 /// What a prune target's live object says of its owner.
@@ -287,35 +301,36 @@ fn decide(target: &PruneTarget, live: LiveOwner, me: &Owner) -> PruneDecision {
 
 /// `pruneRefs` (reconcile-flow.txt stageSync step 5 and finalize step 3): delete `targets`,
 /// except those whose live labels name another Release (those now belong to it, and are only
-/// reported) and unlabelled objects only a stopped sync's intent listed ([`decide`]).
+/// reported), unlabelled objects only a stopped sync's intent listed ([`decide`]), and those
+/// whose live annotations keep them from `deleting` ([`keep_policy`]).
 pub async fn prune_refs(
     applier: &Applier,
     release: &Release,
     targets: &[PruneTarget],
+    deleting: Deleting,
 ) -> Result<PruneOutcome, ApplyError> {
     let me = Owner::of(release);
-    // What each target's live object says of its owner, and its uid.
-    type Read = (LiveOwner, Option<String>);
+    // What each target's live object says of its owner, its uid and why it is kept.
+    type Read = (LiveOwner, Option<String>, Option<String>);
     let owners: Vec<Result<Read, ApplyError>> = stream::iter(targets.iter().cloned())
         .map(|t| async move {
             let Some(api) = api_for(applier, &t.key).await else {
-                return Ok((LiveOwner::Unknown, None));
+                return Ok((LiveOwner::Unknown, None, None));
             };
             match api.get_opt(&t.key.name).await {
-                Ok(None) => Ok((LiveOwner::NotFound, None)),
+                Ok(None) => Ok((LiveOwner::NotFound, None, None)),
                 Ok(Some(found)) => {
                     let uid = found.metadata.uid.clone();
-                    let owner = serde_json::to_value(found)
-                        .ok()
-                        .and_then(|v| Owner::of_live(&v))
-                        .map_or(LiveOwner::Unlabelled, LiveOwner::Labelled);
-                    Ok((owner, uid))
+                    let live = serde_json::to_value(found).unwrap_or_default();
+                    let owner =
+                        Owner::of_live(&live).map_or(LiveOwner::Unlabelled, LiveOwner::Labelled);
+                    Ok((owner, uid, keep_policy::keep_reason(&live, deleting)))
                 }
                 Err(e) if crate::engine::connect::is_unreachable(&e) => {
                     Err(ApplyError::Unreachable(Box::new(e)))
                 }
                 // Unreadable: the delete will say why.
-                Err(_) => Ok((LiveOwner::Unknown, None)),
+                Err(_) => Ok((LiveOwner::Unknown, None, None)),
             }
         })
         .buffered(applier.concurrency())
@@ -324,12 +339,15 @@ pub async fn prune_refs(
     let mut mine = Vec::new();
     let mut outcome = PruneOutcome::default();
     for (target, read) in targets.iter().zip(owners) {
-        let (owner, uid) = read?;
+        let (owner, uid, keep) = read?;
         match decide(target, owner, &me) {
-            PruneDecision::Delete => mine.push(PruneTarget {
-                uid,
-                ..target.clone()
-            }),
+            PruneDecision::Delete => match keep {
+                Some(reason) => outcome.kept.push((target.key.clone(), reason)),
+                None => mine.push(PruneTarget {
+                    uid,
+                    ..target.clone()
+                }),
+            },
             PruneDecision::HandOver(owner) => outcome.handed_over.push((target.key.clone(), owner)),
             PruneDecision::LeaveAsFound => outcome.never_applied.push(target.key.clone()),
             PruneDecision::Forget => {}

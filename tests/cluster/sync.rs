@@ -901,3 +901,102 @@ async fn a_crd_installed_later_is_found_without_a_restart() {
     )
     .await;
 }
+
+/// A ConfigMap `name` carrying `annotations` (a chart's or a repository's keep policy).
+fn annotated_config_map(name: &str, annotations: serde_json::Value) -> String {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "annotations": annotations}, "data": {"value": "1"}})
+    .to_string()
+}
+
+/// Objects that say they outlive their Release, as Helm, Argo CD and Flux read it: a prune
+/// leaves them (and drops them from the inventory), and so does the Release's deletion, each
+/// by the annotations that speak for it.
+#[tokio::test]
+async fn objects_annotated_to_be_kept_survive_a_prune_and_the_releases_deletion() {
+    let helm = annotated_config_map("helm-keep", json!({"helm.sh/resource-policy": "keep"}));
+    let flux = annotated_config_map(
+        "flux-keep",
+        json!({"kustomize.toolkit.fluxcd.io/prune": "disabled"}),
+    );
+    let no_prune = annotated_config_map(
+        "argo-no-prune",
+        json!({"argocd.argoproj.io/sync-options": "Prune=false"}),
+    );
+    let no_delete = annotated_config_map(
+        "argo-no-delete",
+        json!({"argocd.argoproj.io/sync-options": "ServerSideApply=true,Delete=false"}),
+    );
+    let plain = config_map("plain", 0, "1");
+    let f = Fixture::new(
+        "sync-keep-policy",
+        &[
+            ("helm.yaml", &helm),
+            ("flux.yaml", &flux),
+            ("no-prune.yaml", &no_prune),
+            ("no-delete.yaml", &no_delete),
+            ("plain.yaml", &plain),
+            ("stays.yaml", &config_map("stays", 0, "1")),
+        ],
+        json!({}),
+    )
+    .await;
+    assert_eq!(f.sync().await.outcome.unwrap().reason, Reason::Applied);
+
+    // All but `stays` leave the render.
+    f.commit(&[
+        ("no-delete.yaml", &no_delete),
+        ("stays.yaml", &config_map("stays", 0, "1")),
+    ]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
+    assert!(outcome.message.contains("1 pruned"), "{}", outcome.message);
+    assert!(
+        outcome.message.contains(&format!(
+            "kept by their annotations, not pruned (no longer recorded): ConfigMap/{ns}/argo-no-prune (argocd.argoproj.io/sync-options: Prune=false); ConfigMap/{ns}/flux-keep (kustomize.toolkit.fluxcd.io/prune: disabled); ConfigMap/{ns}/helm-keep (helm.sh/resource-policy: keep)",
+            ns = f.env.namespace
+        )),
+        "{}",
+        outcome.message
+    );
+    assert!(f.config_map("plain").await.is_none(), "pruned");
+    for kept in ["helm-keep", "flux-keep", "argo-no-prune"] {
+        assert!(f.config_map(kept).await.is_some(), "{kept} is kept");
+    }
+    let inventories: Api<ReleaseInventory> =
+        Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let mut names: Vec<String> = inventories
+        .get("web")
+        .await
+        .unwrap()
+        .spec
+        .inventory
+        .iter()
+        .map(|e| e.name.clone())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["argo-no-delete", "stays"],
+        "the kept are no longer recorded"
+    );
+
+    // `Delete=false` keeps an object from the Release's deletion; the rest go with it.
+    f.releases()
+        .delete("web", &Default::default())
+        .await
+        .unwrap();
+    let release = f.release().await;
+    convoy::engine::reconcile::sync_handler(&f.ctx, &release, 0)
+        .await
+        .unwrap();
+    assert!(f.releases().get_opt("web").await.unwrap().is_none());
+    assert!(
+        f.config_map("stays").await.is_none(),
+        "deleted with the Release"
+    );
+    assert!(
+        f.config_map("argo-no-delete").await.is_some(),
+        "Delete=false keeps it"
+    );
+}

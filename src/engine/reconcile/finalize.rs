@@ -262,14 +262,22 @@ async fn prune_inventoried(deletion: &Deletion<'_>, applier: &Applier) -> Result
             });
         }
     }
-    let outcome = ownership::prune_refs(applier, deletion.release, &targets)
-        .await
-        .map_err(|e| deletion.fail(FinalizeError::Prune(e)))?;
+    let outcome = ownership::prune_refs(
+        applier,
+        deletion.release,
+        &targets,
+        crate::engine::keep_policy::Deleting::Release,
+    )
+    .await
+    .map_err(|e| deletion.fail(FinalizeError::Prune(e)))?;
     if !outcome.handed_over.is_empty() {
         tracing::info!(release = %name, "not deleted with the Release: {}", ownership::describe_handed_over(&outcome.handed_over));
     }
     if !outcome.never_applied.is_empty() {
         tracing::info!(release = %name, "not deleted with the Release, never applied by it (a stopped sync was about to): {}", crate::engine::explain::first_of(&outcome.never_applied, 5));
+    }
+    if !outcome.kept.is_empty() {
+        tracing::info!(release = %name, "not deleted with the Release, kept by their annotations: {}", ownership::describe_kept(&outcome.kept));
     }
     let failures = outcome.report.failures;
     if failures.is_empty() {

@@ -378,6 +378,12 @@ fn applied_outcome(
             crate::engine::explain::first_of(&pruned.never_applied, 5)
         ));
     }
+    if !pruned.kept.is_empty() {
+        notices.push(format!(
+            "kept by their annotations, not pruned (no longer recorded): {}",
+            ownership::describe_kept(&pruned.kept)
+        ));
+    }
     for notice in notices {
         outcome.message.push_str(&format!("; {notice}"));
         outcome.notices.push(notice);

@@ -14,6 +14,7 @@ use crate::engine::api::{ObjectKey, Reason, ReleaseInventory, WaveStatus};
 use crate::engine::apply::{Applier, PruneTarget};
 use crate::engine::explain::count;
 use crate::engine::inventory::{InventoryHandle, Member};
+use crate::engine::keep_policy::Deleting;
 use crate::engine::ownership::{self, Owner};
 use crate::engine::reconcile::ReconcileOutcome;
 use crate::engine::runtime::{Context, ProgressEvent};
@@ -31,6 +32,9 @@ pub(super) struct Pruned {
     /// Carried-over pending objects found without this Release's labels: never applied by
     /// it, so dropped from this inventory, not deleted.
     pub never_applied: Vec<ObjectKey>,
+    /// Objects whose annotations keep them from a prune (`keep_policy`): dropped from this
+    /// inventory, not deleted.
+    pub kept: Vec<(ObjectKey, String)>,
 }
 
 /// Step 5, `pruneRefs`: delete the previous members and pending objects the waves did not
@@ -49,17 +53,19 @@ pub(super) async fn prune_refs(
         failure: None,
         handed_over: Vec::new(),
         never_applied: Vec::new(),
+        kept: Vec::new(),
     };
     if targets.is_empty() {
         return pruned;
     }
-    match ownership::prune_refs(applier, run.release, &targets).await {
+    match ownership::prune_refs(applier, run.release, &targets, Deleting::Prune).await {
         Ok(outcome) => {
             ctx.report(ProgressEvent::Pruned {
                 objects: outcome.report.deleted.len(),
             });
             pruned.handed_over = outcome.handed_over;
             pruned.never_applied = outcome.never_applied;
+            pruned.kept = outcome.kept;
             pruned.deleted = outcome.report.deleted.len();
             let failures = outcome.report.failures;
             if !failures.is_empty() {
