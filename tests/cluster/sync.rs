@@ -1000,3 +1000,51 @@ async fn objects_annotated_to_be_kept_survive_a_prune_and_the_releases_deletion(
         "Delete=false keeps it"
     );
 }
+
+/// DEL, C1 controls and the line separators reach the server unchanged: an apply body is read
+/// as YAML, which refuses the first two and breaks lines at the others, so they once failed
+/// every apply of such a value and every write of a status quoting one.
+#[tokio::test]
+async fn values_and_messages_with_controls_yaml_refuses_are_applied_unchanged() {
+    let f = Fixture::new(
+        "sync-controls",
+        &[(
+            "a.yaml",
+            r#"{apiVersion: v1, kind: ConfigMap, metadata: {name: a}, data: {value: "a\x9bb\Nc\Ld\x7fe"}}"#,
+        )],
+        json!({}),
+    )
+    .await;
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
+    assert_eq!(
+        f.config_map("a").await.unwrap()["data"]["value"],
+        "a\u{9b}b\u{85}c\u{2028}d\u{7f}e"
+    );
+
+    // A chart that fails quoting such a character: the status still says so.
+    f.commit(&[
+        ("Chart.yaml", "apiVersion: v2\nname: web\nversion: 0.1.0\n"),
+        ("templates/cm.yaml", r#"{{ fail "csi \u009b nel \u0085" }}"#),
+    ]);
+    let patched = f.env.kubectl(&[
+        "patch",
+        "release",
+        "web",
+        "-n",
+        &f.env.namespace,
+        "--type=merge",
+        "-p",
+        r#"{"spec": {"content": {"type": "helm", "helm": {"releaseName": "web"}}}}"#,
+    ]);
+    assert!(patched.status.success(), "{patched:?}");
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::DeployFailed, "{}", outcome.message);
+    let status = f.release().await.status.unwrap();
+    let applied = status.condition("Applied").unwrap();
+    assert!(
+        applied.message.contains("csi \u{9b} nel"),
+        "the status holds the message: {}",
+        applied.message
+    );
+}
