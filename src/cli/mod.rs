@@ -8,6 +8,7 @@ pub mod complete;
 pub mod exit;
 pub mod follow;
 pub mod generate;
+pub mod log_writer;
 pub mod lookup;
 pub mod output;
 pub mod progress;
@@ -202,14 +203,14 @@ fn init_logging(global: &GlobalArgs, daemon: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CONVOY_LOG").unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(format!("convoy={level},warn,kube_client=off"))
     });
+    let json = matches!(global.log_format, LogFormat::Json);
+    let colors = !json && !global.no_color && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(log_writer::EscapingStderr { json, colors });
     let _ = match global.log_format {
         LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder
-            .with_ansi(!global.no_color && std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .try_init(),
+        LogFormat::Text => builder.with_ansi(colors).try_init(),
     };
 }
 
