@@ -11,6 +11,9 @@
 
 use std::io::Write;
 
+use crate::cli::output::written_out;
+use crate::engine::json_escape;
+
 use tracing_subscriber::fmt::MakeWriter;
 
 /// Makes [`EscapingWriter`]s onto stderr.
@@ -42,7 +45,7 @@ pub struct EscapingWriter {
 
 impl Write for EscapingWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.inner.write_all(&escaped(buf, self.how))?;
+        self.inner.write_all(escaped(buf, self.how).as_bytes())?;
         Ok(buf.len())
     }
 
@@ -51,33 +54,15 @@ impl Write for EscapingWriter {
     }
 }
 
-/// `buf` (UTF-8 as the formatter writes it) with C0 controls but newline and tab (and ESC
-/// when the formatter colors), DEL and C1 controls written out.
-fn escaped(buf: &[u8], how: EscapingStderr) -> Vec<u8> {
-    let mut out = Vec::with_capacity(buf.len());
-    let mut i = 0;
-    while i < buf.len() {
-        let b = buf[i];
-        let code = match b {
-            b'\n' | b'\t' => None,
-            0x1b if how.colors => None,
-            0x00..=0x1f | 0x7f => Some(u32::from(b)),
-            // C1 controls: U+0080..U+009F, two bytes in UTF-8.
-            0xc2 if buf.get(i + 1).is_some_and(|n| (0x80..=0x9f).contains(n)) => {
-                i += 1;
-                Some(u32::from(buf[i]))
-            }
-            _ => None,
-        };
-        match code {
-            None => out.push(b),
-            Some(c) if how.json => out.extend_from_slice(format!("\\u{c:04x}").as_bytes()),
-            Some(c) if c < 0x80 => out.extend_from_slice(format!("\\x{c:02x}").as_bytes()),
-            Some(c) => out.extend_from_slice(format!("\\u{{{c:x}}}").as_bytes()),
-        }
-        i += 1;
+/// `buf` (a formatted event, UTF-8) as JSON with [`json_escape::yaml_safe`]'s escapes, or as
+/// text [`written_out`] (ESC kept when the formatter colors: it escapes ESC in messages).
+fn escaped(buf: &[u8], how: EscapingStderr) -> String {
+    let text = String::from_utf8_lossy(buf);
+    if how.json {
+        json_escape::yaml_safe(&text).into_owned()
+    } else {
+        written_out(&text, |c| how.colors && c == '\u{1b}').into_owned()
     }
-    out
 }
 
 #[cfg(test)]
@@ -96,7 +81,7 @@ mod tests {
             },
         );
         assert_eq!(
-            String::from_utf8(plain).unwrap(),
+            plain,
             "WARN convoy: x\\x0dFAKE\\x0e\\x05\\x1b[2J csi \\u{9b} del \\x7f ü é\tend\n"
         );
         // Coloring: the formatter's ESC stays (it escaped the message's own).
@@ -107,10 +92,7 @@ mod tests {
                 colors: true,
             },
         );
-        assert_eq!(
-            String::from_utf8(colored).unwrap(),
-            "\u{1b}[33mWARN\u{1b}[0m x\\x0d"
-        );
+        assert_eq!(colored, "\u{1b}[33mWARN\u{1b}[0m x\\x0d");
     }
 
     #[test]
@@ -124,7 +106,6 @@ mod tests {
                 colors: false,
             },
         );
-        let out = String::from_utf8(out).unwrap();
         assert!(!out.chars().any(char::is_control), "{out:?}");
         let back: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(back["fields"]["message"], "csi \u{9b} del \u{7f} ü");

@@ -8,6 +8,7 @@
 //! `convoy status` on a tenant's Release would be the tenant's to draw on (kubectl's
 //! CVE-2021-25743). Everything printed passes [`visible`] first.
 
+use crate::engine::json_escape;
 use crate::engine::key_order::Level;
 use std::borrow::Cow;
 use std::io::{IsTerminal, Write};
@@ -18,10 +19,16 @@ use std::io::{IsTerminal, Write};
 /// without them is returned as it is, so YAML and JSON (whose writers escape them already)
 /// pass through unchanged.
 pub fn visible(text: &str) -> Cow<'_, str> {
-    fn hidden(c: char) -> bool {
+    written_out(text, |_| false)
+}
+
+/// [`visible`], but for the characters `kept` says.
+pub fn written_out(text: &str, kept: impl Fn(char) -> bool) -> Cow<'_, str> {
+    let hidden = |c: char| {
         matches!(c, '\u{0}'..='\u{8}' | '\u{b}'..='\u{1f}' | '\u{7f}'..='\u{9f}'
             | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-    }
+            && !kept(c)
+    };
     if !text.chars().any(hidden) {
         return Cow::Borrowed(text);
     }
@@ -87,24 +94,11 @@ impl Printer {
         self.out.flush()
     }
 
-    /// Print what a YAML or JSON writer wrote. They escape every control character but DEL
-    /// and C1 controls, which serde_json leaves as they are: those are written as JSON
-    /// escapes (`\u009b`), which stand for the same characters (only JSON strings hold them;
-    /// serde-saphyr escapes them itself).
+    /// Print what a YAML or JSON writer wrote. serde-saphyr escapes every control
+    /// character; serde_json leaves DEL, C1 controls and the line separators, which are
+    /// written as JSON escapes ([`json_escape::yaml_safe`]), the same characters to a reader.
     pub fn print_data(&mut self, text: &str) -> std::io::Result<()> {
-        let escaped = if text.chars().any(|c| ('\u{7f}'..='\u{9f}').contains(&c)) {
-            let mut out = String::with_capacity(text.len() + 16);
-            for c in text.chars() {
-                match c {
-                    '\u{7f}'..='\u{9f}' => out.push_str(&format!("\\u{:04x}", c as u32)),
-                    c => out.push(c),
-                }
-            }
-            Cow::Owned(out)
-        } else {
-            Cow::Borrowed(text)
-        };
-        self.print_styled(&escaped)
+        self.print_styled(&json_escape::yaml_safe(text))
     }
 
     /// Print text that holds convoy's own styles: the caller made every part it did not

@@ -20,6 +20,7 @@ pub mod hooks;
 pub mod http;
 pub mod install;
 pub mod inventory;
+pub mod json_escape;
 pub mod keep_policy;
 pub mod key_order;
 pub mod locks;

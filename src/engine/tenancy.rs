@@ -54,12 +54,10 @@ impl Clone for Tenancy {
 
 /// A ServiceAccount's name: a DNS subdomain (RFC 1123), as the API server requires.
 fn is_dns_subdomain(name: &str) -> bool {
-    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
-    (1..=253).contains(&name.len())
-        && name.chars().all(|c| alnum(c) || c == '-' || c == '.')
+    name.len() <= 253
         && name
             .split('.')
-            .all(|label| label.starts_with(alnum) && label.ends_with(alnum))
+            .all(crate::engine::render::helm::is_dns_label_text)
 }
 
 /// Why a Release is refused by the tenancy rules.

@@ -1027,17 +1027,8 @@ async fn values_and_messages_with_controls_yaml_refuses_are_applied_unchanged() 
         ("Chart.yaml", "apiVersion: v2\nname: web\nversion: 0.1.0\n"),
         ("templates/cm.yaml", r#"{{ fail "csi \u009b nel \u0085" }}"#),
     ]);
-    let patched = f.env.kubectl(&[
-        "patch",
-        "release",
-        "web",
-        "-n",
-        &f.env.namespace,
-        "--type=merge",
-        "-p",
-        r#"{"spec": {"content": {"type": "helm", "helm": {"releaseName": "web"}}}}"#,
-    ]);
-    assert!(patched.status.success(), "{patched:?}");
+    f.patch_spec(json!({"content": {"type": "helm", "helm": {"releaseName": "web"}}}))
+        .await;
     let outcome = f.sync().await.outcome.unwrap();
     assert_eq!(outcome.reason, Reason::DeployFailed, "{}", outcome.message);
     let status = f.release().await.status.unwrap();

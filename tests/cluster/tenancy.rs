@@ -139,17 +139,8 @@ async fn an_empty_or_malformed_service_account_name_never_acts_as_convoy() {
     );
     assert!(f.config_map("a").await.is_none(), "nothing applied");
 
-    let patched = f.env.kubectl(&[
-        "patch",
-        "release",
-        "web",
-        "-n",
-        &f.env.namespace,
-        "--type=merge",
-        "-p",
-        r#"{"spec": {"serviceAccountName": "team-b:convoy-deployer"}}"#,
-    ]);
-    assert!(patched.status.success(), "{patched:?}");
+    f.patch_spec(json!({"serviceAccountName": "team-b:convoy-deployer"}))
+        .await;
     let outcome = f.sync().await.outcome.unwrap();
     assert!(
         outcome.message.contains(

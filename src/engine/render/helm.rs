@@ -231,7 +231,9 @@ pub fn check_chart_name(name: &str) -> Result<(), Invalid> {
     }
 }
 
-fn is_dns_label_text(s: &str) -> bool {
+/// Lower-case letters, digits and '-', starting and ending with a letter or digit (RFC 1123's
+/// label without its length).
+pub(crate) fn is_dns_label_text(s: &str) -> bool {
     let bytes = s.as_bytes();
     !bytes.is_empty()
         && bytes
