@@ -6,6 +6,7 @@
 //! the spec's two processes (controller-manager and observer) are `--role controller` and
 //! `--role observer` of this one binary.
 
+pub mod checks;
 pub mod enqueue;
 pub mod http;
 pub mod informer;
@@ -316,6 +317,7 @@ fn shared_state(
         syncing: Default::default(),
         live,
         fetched: Default::default(),
+        checks: Default::default(),
     }
 }
 

@@ -20,7 +20,7 @@ use crate::engine::api::{
 };
 use crate::engine::api::{ConditionStatus, ReadyReason, condition_types};
 use crate::engine::cluster::connect_cluster;
-use crate::engine::drift::{Verdict, drift_pass};
+use crate::engine::drift::{DriftPass, Verdict, drift_pass};
 use crate::engine::duration::GoDuration;
 use crate::engine::error::chain;
 use crate::engine::health::{HealthMemory, health_pass};
@@ -55,6 +55,8 @@ pub struct Shared {
     pub live: Arc<super::live::LiveTargets>,
     /// The revision this process last fetched of each source.
     pub fetched: FetchedRevisions,
+    /// The HelmRegistry and OCIRegistry loops' checks, which run beside their passes.
+    pub checks: super::checks::Checks,
 }
 
 /// The revision this process last fetched of each source (`Kind/namespace/name`). Every
@@ -156,6 +158,9 @@ pub async fn controller(shared: Arc<Shared>, key: String, failures: u32) -> Pass
     match sync_handler(&shared.ctx, &release, failures).await {
         Err(e) => PassResult::Error(PassError::of(&e)),
         Ok(result) => {
+            if let Some(wait) = result.fetching {
+                return PassResult::Fetching(wait);
+            }
             let Some(outcome) = result.outcome.clone() else {
                 return match result.requeue {
                     Requeue::Never => PassResult::Skip,
@@ -308,6 +313,10 @@ pub async fn drift(shared: Arc<Shared>, key: String, _failures: u32) -> PassResu
     match drift_pass(&shared.ctx, &release).await {
         Err(e) => PassResult::Error(PassError::of(&e)),
         Ok(None) => PassResult::Skip,
+        Ok(Some(DriftPass {
+            fetching: Some(wait),
+            ..
+        })) => PassResult::Fetching(wait),
         Ok(Some(pass)) => PassResult::Done {
             reason: match pass.verdict {
                 Verdict::InSync { .. } => "InSync",
@@ -555,6 +564,9 @@ pub enum SourcePassError {
     Resolve(crate::engine::source::resolve::ResolveError),
     #[error(transparent)]
     Fetch(crate::engine::source::SourceError),
+    /// A check that ran beside the passes ([`super::checks`]), as its status words it.
+    #[error("{0}")]
+    Checked(String),
 }
 
 /// Write a source's status when it changed; enqueue its Releases when the revision moved.
@@ -699,6 +711,11 @@ pub async fn git(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult
         Err(e) => Err(e),
         Ok(reader) => git_source(&shared, &reader, &namespace, &repo.name_any()).await,
     };
+    if let Err(SourcePassError::Fetch(e)) = &result
+        && let Some(wait) = e.fetching()
+    {
+        return PassResult::Fetching(wait.clone());
+    }
     let every = interval(
         repo.spec.interval.as_ref(),
         crate::engine::source::resolve::DEFAULT_GIT_INTERVAL,
@@ -754,11 +771,20 @@ fn namespace_reader(shared: &Shared, namespace: &str) -> Result<ObjectReader, So
 
 /// The HelmRegistry controller: the repository index; a new index wakes its Releases.
 pub async fn helm(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
+    let source = format!("{}/{key}", SourceKind::HelmRegistry.as_str());
     let Some(registry) = shared.helms.get(&key) else {
         shared.fetched.forget(SourceKind::HelmRegistry, &key);
+        shared.checks.forget(&source);
         return PassResult::Skip;
     };
-    let result = helm_index(&shared, &registry).await;
+    let check = {
+        let (shared, registry) = (shared.clone(), registry.clone());
+        async move { helm_index(&shared, &registry).await.map_err(|e| chain(&e)) }
+    };
+    let result = match checked(&shared, &source, check).await {
+        Ok(found) => found,
+        Err(wait) => return PassResult::Fetching(wait),
+    };
     let every = interval(registry.spec.interval.as_ref(), Duration::from_secs(300));
     finish_source(
         &shared,
@@ -769,6 +795,23 @@ pub async fn helm(shared: Arc<Shared>, key: String, _failures: u32) -> PassResul
         every,
     )
     .await
+}
+
+/// `check` of the source `key`, run beside the pass ([`super::checks`]): its result, or the
+/// end to come back for.
+async fn checked(
+    shared: &Shared,
+    key: &str,
+    check: impl std::future::Future<Output = super::checks::Found> + Send + 'static,
+) -> Result<
+    Result<Option<(String, String)>, SourcePassError>,
+    crate::engine::source::coordinator::FetchWait,
+> {
+    let found = match shared.ctx.coordinator.patience() {
+        Some(patience) => shared.checks.run(key, patience, check).await?,
+        None => check.await,
+    };
+    Ok(found.map_err(SourcePassError::Checked))
 }
 
 /// A HelmRegistry's index digest, read with the credentials its Secret holds (a Secret that
@@ -808,14 +851,30 @@ async fn helm_index(
 
 /// The OCIRegistry controller: whether the registry answers.
 pub async fn oci(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
+    let source = format!("{}/{key}", SourceKind::OciRegistry.as_str());
     let Some(registry) = shared.ocis.get(&key) else {
         shared.fetched.forget(SourceKind::OciRegistry, &key);
+        shared.checks.forget(&source);
         return PassResult::Skip;
     };
-    let result = crate::engine::source::oci::ping(&registry.spec.url, registry.spec.insecure)
-        .await
-        .map(|_| None)
-        .map_err(SourcePassError::Fetch);
+    // Under the fetch deadline like every fetch (the HTTP client's own is 300 s).
+    let timeout = shared.ctx.coordinator.fetch_timeout();
+    let (url, insecure) = (registry.spec.url.clone(), registry.spec.insecure);
+    let check = async move {
+        let ping = crate::engine::source::oci::ping(&url, insecure);
+        match tokio::time::timeout(timeout, ping).await {
+            Ok(Ok(())) => Ok(None),
+            Ok(Err(e)) => Err(chain(&e)),
+            Err(_) => Err(format!(
+                "cannot fetch {url}: the registry did not answer within {} (the fetch deadline)",
+                crate::engine::duration::human(timeout)
+            )),
+        }
+    };
+    let result = match checked(&shared, &source, check).await {
+        Ok(found) => found,
+        Err(wait) => return PassResult::Fetching(wait),
+    };
     let every = interval(registry.spec.interval.as_ref(), Duration::from_secs(300));
     finish_source(
         &shared,

@@ -48,6 +48,9 @@ pub enum PassResult {
     /// Not now: another loop's pass holds the key and queues it again when it ends. Its
     /// failures stay counted (a failing pass put off keeps its backoff).
     PutOff,
+    /// Not now: the source is still being fetched (in the background, not on this worker);
+    /// the key is queued again when the fetch ends. Failures stay counted, as for `PutOff`.
+    Fetching(crate::engine::source::coordinator::FetchWait),
 }
 
 /// Spawn `workers` tasks running `pass` for keys of `queue` until the queue shuts down.
@@ -98,6 +101,14 @@ where
                         }
                         PassResult::Skip => queue.forget(&key),
                         PassResult::PutOff => {}
+                        PassResult::Fetching(wait) => {
+                            metrics.pass(name, "Fetching", seconds);
+                            let (queue, key) = (queue.clone(), key.clone());
+                            tokio::spawn(async move {
+                                wait.finished().await;
+                                queue.add(&key);
+                            });
+                        }
                     }
                     metrics
                         .queue_depth

@@ -3,6 +3,7 @@
 //! etcd that restarts in the middle of a sync, connections that go quiet without a word, and
 //! SIGTERM with a pass that would never end.
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use convoy::engine::api::{GitRepository, HelmRegistry, Release, ReleaseInventory};
@@ -491,32 +492,35 @@ async fn an_etcd_restart_in_the_middle_of_a_sync_is_survived_and_all_come_back_w
 #[tokio::test]
 async fn sigterm_gives_passes_in_flight_a_grace_period_then_cancels_them_and_releases_the_leases() {
     let _alone = ONE_FAULT_AT_A_TIME.lock().await;
-    // A Git server that accepts and never answers: a fetch that would run for the whole
-    // fetch deadline (10 minutes here).
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let (accepted_tx, accepted) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut open = Vec::new();
-        for stream in listener.incoming() {
-            open.push(stream);
-            let _ = accepted_tx.send(());
-        }
-    });
+    // A Cluster whose API server accepts and never answers: a pass that would run for the
+    // whole request deadline (10 minutes here). (A fetch no longer holds a pass: it goes on
+    // beside the passes.)
+    let (port, accepted) = crate::support::servers::silent_server();
     let env = TestEnv::new("grace").await;
     let f = Fixture::in_env(env, &[("cm.yaml", &objects("web", 1, "1"))], json!({})).await;
-    f.kubectl_apply(&json!({
-        "apiVersion": "source.convoy.kumodo.io/v1alpha1", "kind": "GitRepository",
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: hangs\n  cluster:\n    server: https://127.0.0.1:{port}\n\
+users:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: hangs\n  context: {{cluster: hangs, user: u}}\n\
+current-context: hangs\n"
+    );
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "hangs-kc", "namespace": f.env.namespace},
+        "stringData": {"kubeconfig": kubeconfig}}))
+        .await;
+    f.kubectl_apply(
+        &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Cluster",
         "metadata": {"name": "hangs", "namespace": f.env.namespace},
-        "spec": {"url": format!("http://127.0.0.1:{port}/repo.git"), "ref": {"branch": "main"}},
-    }))
+        "spec": {"kubeconfigSecretRef": {"name": "hangs-kc"}}}),
+    )
     .await;
+    f.add_release("far", "app", json!({"cluster": "hangs"}))
+        .await;
     let mut daemon = Daemon::start(
         &f.env.kubeconfig,
         &[
             "--watch-namespace",
             &f.env.namespace,
-            "--fetch-timeout",
+            "--request-timeout",
             "10m",
             "--shutdown-grace",
             "2s",
@@ -535,10 +539,12 @@ async fn sigterm_gives_passes_in_flight_a_grace_period_then_cancels_them_and_rel
         (lease.spec?.holder_identity.as_deref() == Some("graceful")).then_some(())
     })
     .await;
-    tokio::task::spawn_blocking(move || accepted.recv_timeout(Duration::from_secs(30)))
-        .await
-        .unwrap()
-        .expect("the daemon to start fetching from the silent server");
+    eventually(
+        "the daemon to connect to the silent cluster",
+        Duration::from_secs(30),
+        || async { (accepted.load(Ordering::SeqCst) > 0).then_some(()) },
+    )
+    .await;
 
     let started = Instant::now();
     let status = daemon.terminate();
@@ -562,58 +568,155 @@ async fn sigterm_gives_passes_in_flight_a_grace_period_then_cancels_them_and_rel
 }
 
 /// A HelmRegistry whose server accepts and never answers is given up at the fetch deadline,
-/// as every fetch is: its index check ran past it on the controller's one worker (for the HTTP
-/// client's 300 s), so one tenant's registry held up every other's.
+/// as every fetch is (its index check ran for the HTTP client's 300 s), and holds up no other
+/// registry meanwhile: the HelmRegistry loop has one worker, which its check held, so one
+/// tenant's registry stopped every other's index checks. The check now runs beside the pass.
 #[tokio::test]
-async fn a_helm_registry_that_never_answers_is_given_up_at_the_fetch_deadline() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let mut open = Vec::new();
-        for stream in listener.incoming() {
-            open.push(stream);
-        }
-    });
+async fn a_helm_registry_that_never_answers_holds_up_no_other_and_is_given_up_at_the_deadline() {
+    let (port, _) = crate::support::servers::silent_server();
+    let charts = tempfile::tempdir().unwrap();
+    let chart = crate::support::servers::write_chart(charts.path(), "demo", "1.0.0");
+    let repo = charts.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    crate::support::servers::helm_package(&chart, &repo);
+    let server = crate::support::servers::http_server(&repo, None, false);
     let f = Fixture::new(
         "helm-silent",
         &[("cm.yaml", &objects("web", 1, "1"))],
         json!({}),
     )
     .await;
-    f.kubectl_apply(&json!({
-        "apiVersion": "source.convoy.kumodo.io/v1alpha1", "kind": "HelmRegistry",
-        "metadata": {"name": "silent", "namespace": f.env.namespace},
-        "spec": {"url": format!("http://127.0.0.1:{port}/charts")},
-    }))
-    .await;
+    // Listed (and so checked) in name order: the silent one first.
+    for (name, url) in [
+        ("a-silent", format!("http://127.0.0.1:{port}/charts")),
+        ("b-served", format!("http://127.0.0.1:{}", server.port)),
+    ] {
+        f.kubectl_apply(&json!({
+            "apiVersion": "source.convoy.kumodo.io/v1alpha1", "kind": "HelmRegistry",
+            "metadata": {"name": name, "namespace": f.env.namespace},
+            "spec": {"url": url},
+        }))
+        .await;
+    }
     let _daemon = Daemon::start(
         &f.env.kubeconfig,
         &[
             "--watch-namespace",
             &f.env.namespace,
             "--fetch-timeout",
-            "3s",
+            "20s",
         ],
     )
     .await;
     let helms: Api<HelmRegistry> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
-    let (status, reason, message) = eventually(
-        "the silent HelmRegistry to be given up",
-        Duration::from_secs(60),
-        || async {
-            let status = helms.get("silent").await.ok()?.status?;
+    let ready = |name: &'static str| {
+        let helms = &helms;
+        move || async move {
+            let status = helms.get(name).await.ok()?.status?;
             let c = status
                 .conditions
                 .iter()
                 .find(|c| c.type_ == "Ready")?
                 .clone();
             Some((c.status, c.reason, c.message))
-        },
+        }
+    };
+    let (status, reason, _) = eventually(
+        "the served HelmRegistry checked",
+        Duration::from_secs(60),
+        ready("b-served"),
+    )
+    .await;
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "Succeeded"));
+    let silent = helms.get("a-silent").await.unwrap();
+    assert!(
+        silent.status.is_none_or(|s| s.conditions.is_empty()),
+        "checked before the silent one's deadline (20 s)"
+    );
+    let (status, reason, message) = eventually(
+        "the silent HelmRegistry to be given up",
+        Duration::from_secs(60),
+        ready("a-silent"),
     )
     .await;
     assert_eq!((status.as_str(), reason.as_str()), ("False", "FetchFailed"));
     assert!(
-        message.contains("the index did not arrive within 3s"),
+        message.contains("the index did not arrive within 20s"),
         "{message}"
+    );
+}
+
+/// A tenant's sources that never answer do not hold up another tenant's sync: each pass
+/// fetched its source on the controller's worker until the fetch deadline, so six
+/// GitRepositories pointing at a server that accepts and never answers held the 4 workers,
+/// and a commit another namespace asked to sync waited for the deadline (an attack measured
+/// 10 s becoming 218 s). Fetches now run beside the passes, two at most of one namespace's.
+#[tokio::test]
+async fn a_tenants_sources_that_never_answer_do_not_hold_up_another_tenants_sync() {
+    let (port, accepted) = crate::support::servers::silent_server();
+    let f = Fixture::new(
+        "fetch-tarpit",
+        &[("cm.yaml", &objects("web", 1, "1"))],
+        json!({}),
+    )
+    .await;
+    let tarpit = crate::support::unique_namespace(&f.env.client, "tarpit").await;
+    let _daemon = Daemon::start(
+        &f.env.kubeconfig,
+        &[
+            "--watch-namespace",
+            &format!("{},{tarpit}", f.env.namespace),
+            "--fetch-timeout",
+            "10m",
+        ],
+    )
+    .await;
+    let value = |expected: &'static str| {
+        let f = &f;
+        move || async move {
+            let cm = f.config_map("web-0").await?;
+            (cm["data"]["value"] == expected).then_some(())
+        }
+    };
+    eventually("the first sync", Duration::from_secs(60), value("1")).await;
+    for i in 0..6 {
+        f.kubectl_apply(&json!({
+            "apiVersion": "source.convoy.kumodo.io/v1alpha1", "kind": "GitRepository",
+            "metadata": {"name": format!("slow-{i}"), "namespace": tarpit},
+            "spec": {"url": format!("http://127.0.0.1:{port}/repo-{i}.git"), "ref": {"branch": "main"}},
+        }))
+        .await;
+        f.kubectl_apply(&json!({
+            "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+            "metadata": {"name": format!("slow-{i}"), "namespace": tarpit},
+            "spec": {"source": {"kind": "GitRepository", "name": format!("slow-{i}")}, "targetNamespace": tarpit},
+        }))
+        .await;
+    }
+    eventually(
+        "the tarpit to hold fetches",
+        Duration::from_secs(60),
+        || async { (accepted.load(Ordering::SeqCst) >= 2).then_some(()) },
+    )
+    .await;
+    f.commit(&[("cm.yaml", &objects("web", 1, "2"))]);
+    f.annotate(json!({"convoy.kumodo.io/sync-requested-at": jiff::Timestamp::now().to_string()}))
+        .await;
+    eventually(
+        "the other namespace's commit applied while the tarpit holds its fetches",
+        Duration::from_secs(60),
+        value("2"),
+    )
+    .await;
+    // None of the tarpit's fetches has ended (their deadline is 10 minutes away): the commit
+    // did not wait for them.
+    let releases: Api<Release> = Api::namespaced(f.env.client.clone(), &tarpit);
+    for release in releases.list(&ListParams::default()).await.unwrap() {
+        let attempted = release.status.and_then(|s| s.last_attempted);
+        assert!(attempted.is_none(), "{attempted:?}");
+    }
+    assert!(
+        accepted.load(Ordering::SeqCst) <= 2,
+        "a namespace's sources take two fetches at most at once"
     );
 }

@@ -372,15 +372,7 @@ async fn over_ssh_with_a_key_and_known_hosts_from_credentials() {
 /// the coordinator is free for the next request.
 #[tokio::test]
 async fn a_fetch_that_hangs_ends_at_the_fetch_deadline() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let _held = std::thread::spawn(move || {
-        // Accept and hold every connection open, saying nothing.
-        let mut open = Vec::new();
-        for stream in listener.incoming() {
-            open.push(stream);
-        }
-    });
+    let (port, _) = crate::support::servers::silent_server();
     let dir = tempfile::tempdir().unwrap();
     let coordinator = convoy::engine::source::Coordinator::with_policy(
         convoy::engine::source::Cache::new(dir.path()),

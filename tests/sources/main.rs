@@ -7,6 +7,7 @@
 mod support;
 
 mod attacks;
+mod detached;
 mod git;
 mod helm;
 mod oci;

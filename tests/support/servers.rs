@@ -61,6 +61,23 @@ fn on_free_port(what: &str, mut start: impl FnMut(u16) -> Child) -> Server {
     panic!("{what} could not listen on any of five free ports");
 }
 
+/// A server on 127.0.0.1 that accepts every connection and never answers (a tarpit): its
+/// port, and how many connections it has accepted.
+pub fn silent_server() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
+    std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for stream in listener.incoming() {
+            open.push(stream);
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    (port, accepted)
+}
+
 /// The Python HTTP server of `http_server.py`: static files, or Git smart HTTP with `git`.
 pub fn http_server(root: &Path, auth: Option<&str>, git: bool) -> Server {
     let mut cmd = python_server(root);

@@ -121,6 +121,7 @@ pub async fn run_daemon(global: &GlobalArgs, args: DaemonArgs) -> CommandResult 
         sources: crate::engine::source::SourcePolicy {
             allow_file_urls: args.allow_file_urls,
             fetch_timeout: args.fetch_timeout,
+            detached: Some(crate::engine::source::Detached::DAEMON),
         },
         render_timeout: args.render_timeout,
         api_timeout: global.request_timeout,

@@ -660,6 +660,9 @@ pub struct DriftPass {
     pub wrote: bool,
     pub requested_sync: bool,
     pub requeue: Requeue,
+    /// The source is still being fetched: nothing was checked, and the daemon comes back for
+    /// the Release when this ends.
+    pub fetching: Option<crate::engine::source::coordinator::FetchWait>,
 }
 
 /// Errors the drift loop returns to the work queue (only writes fail a pass).
@@ -710,7 +713,22 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
     }
     let name = ReleaseId::of(release).to_string();
     // Steps 1 and 2: renderDesired, diffObjects.
-    let (verdict, report) = determine_drift(ctx, release).await;
+    let (verdict, report) = match determine_drift(ctx, release).await {
+        Ok(found) => found,
+        // Not a verdict: InSync stays as it is until the fetch has ended.
+        Err(wait) => {
+            return Ok(Some(DriftPass {
+                verdict: Verdict::Unknown {
+                    message: "the source is still being fetched".into(),
+                },
+                report: None,
+                wrote: false,
+                requested_sync: false,
+                requeue: Requeue::Never,
+                fetching: Some(wait),
+            }));
+        }
+    };
     // The shard may have lapsed during the render and diff: another replica may own the
     // Release now, so this one writes nothing (checked again before the /sync below).
     if !ctx.shard.owns(release) {
@@ -766,14 +784,18 @@ pub async fn drift_pass(ctx: &Context, release: &Release) -> Result<Option<Drift
         wrote,
         requested_sync,
         requeue,
+        fetching: None,
     }))
 }
 
 /// Steps 1 and 2: render what should run and compare it with the cluster (the inventory,
 /// read while the render runs, says what would be pruned). Whatever stops it makes the
-/// verdict Unknown, with the reason.
-async fn determine_drift(ctx: &Context, release: &Release) -> (Verdict, Option<DiffReport>) {
-    let unknown = |message: String| (Verdict::Unknown { message }, None);
+/// verdict Unknown, with the reason; a fetch still running in the background gives none.
+async fn determine_drift(
+    ctx: &Context,
+    release: &Release,
+) -> Result<(Verdict, Option<DiffReport>), crate::engine::source::coordinator::FetchWait> {
+    let unknown = |message: String| Ok((Verdict::Unknown { message }, None));
     let handle = InventoryHandle::for_release(ctx.home.client.clone(), release);
     let (desired, inventory) = futures::join!(
         render_desired(ctx, release),
@@ -782,6 +804,9 @@ async fn determine_drift(ctx: &Context, release: &Release) -> (Verdict, Option<D
     let desired = match desired {
         Ok(desired) => desired,
         Err(outcome) => {
+            if let Some(wait) = outcome.fetching.clone() {
+                return Err(wait);
+            }
             return unknown(format!(
                 "cannot render: {}: {}",
                 outcome.reason, outcome.message
@@ -831,7 +856,7 @@ async fn determine_drift(ctx: &Context, release: &Release) -> (Verdict, Option<D
         compared = diff(inventory, crate::engine::apply::Freshness::Latest).await;
     }
     match compared {
-        Ok(report) => (verdict(&report), Some(report)),
+        Ok(report) => Ok((verdict(&report), Some(report))),
         Err(e) => unknown(format!(
             "cannot compare with the cluster: {}",
             crate::engine::error::chain(&e)

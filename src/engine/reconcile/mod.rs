@@ -295,6 +295,8 @@ pub struct HandlerResult {
     pub requeue: Requeue,
     /// An error to log and count as a failure (the reconcile's own, such as ClusterNotReady).
     pub error: Option<String>,
+    /// The source is still being fetched: come back for the Release when this ends.
+    pub fetching: Option<crate::engine::source::coordinator::FetchWait>,
 }
 
 /// Errors `sync_handler` returns to the work queue for a retry.
@@ -347,6 +349,7 @@ impl HandlerResult {
             wrote_status: false,
             requeue,
             error: None,
+            fetching: None,
         }
     }
 }
@@ -381,6 +384,14 @@ pub async fn sync_handler(
     let started = std::time::Instant::now();
     let outcome = reconcile(ctx, &release, &cached, &state).await;
     tracing::debug!(elapsed_ms = started.elapsed().as_millis() as u64, reason = %outcome.reason, "reconciled");
+    // The source is still being fetched: nothing was attempted, so nothing is written (a
+    // status saying so at every slow fetch would be a write per pass for nothing new).
+    if let Some(wait) = outcome.fetching.clone() {
+        return Ok(HandlerResult {
+            fetching: Some(wait),
+            ..HandlerResult::idle(Requeue::Never)
+        });
+    }
     // Step 6: status assembly and write.
     let rollup = stages::apply_lifecycle_rollup(ctx, &release, &outcome)
         .await
@@ -409,6 +420,7 @@ pub async fn sync_handler(
         outcome: Some(outcome),
         status: Some(status),
         wrote_status: changed,
+        fetching: None,
     })
 }
 

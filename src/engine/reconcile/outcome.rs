@@ -49,6 +49,9 @@ pub struct ReconcileOutcome {
     /// The inventory as this attempt last read or wrote it had no hook entries (set by
     /// `reconcile`): the lifecycle rollup then has nothing to read.
     pub inventory_without_hooks: bool,
+    /// The source is still being fetched in the background: nothing was attempted, and the
+    /// daemon comes back for the Release when the fetch ends (status is not written).
+    pub fetching: Option<crate::engine::source::coordinator::FetchWait>,
 }
 
 impl ReconcileOutcome {
@@ -76,6 +79,7 @@ impl ReconcileOutcome {
             stage_seconds: Vec::new(),
             objects_sent: 0,
             inventory_without_hooks: false,
+            fetching: None,
         }
     }
 
@@ -99,6 +103,7 @@ impl ReconcileOutcome {
             stage_seconds: Vec::new(),
             objects_sent: 0,
             inventory_without_hooks: false,
+            fetching: None,
         }
     }
 
@@ -132,6 +137,7 @@ impl ReconcileOutcome {
             stage_seconds: Vec::new(),
             objects_sent: 0,
             inventory_without_hooks: false,
+            fetching: None,
         }
     }
 
@@ -164,6 +170,7 @@ impl ReconcileOutcome {
             stage_seconds: Vec::new(),
             objects_sent: 0,
             inventory_without_hooks: false,
+            fetching: None,
         }
     }
 

@@ -31,9 +31,9 @@ pub struct RenderStage {
 fn render_failure(e: RenderError, attempt: Attempt) -> Box<ReconcileOutcome> {
     let (reason, stage, retry) = (e.reason(), e.stage(), !e.is_unsupported());
     let message = crate::engine::error::chain(&e);
-    Box::new(ReconcileOutcome::failed(
-        reason, stage, message, attempt, retry,
-    ))
+    let mut outcome = ReconcileOutcome::failed(reason, stage, message, attempt, retry);
+    outcome.fetching = e.fetching().cloned();
+    Box::new(outcome)
 }
 
 /// Stage 1, stageRender: fetch (1), cluster (2), values, render, mutations (3–5),

@@ -72,6 +72,15 @@ impl RenderError {
         self.reason() == Reason::Unsupported
     }
 
+    /// The fetch to come back for, when it still runs (the daemon's passes).
+    pub fn fetching(&self) -> Option<&crate::engine::source::coordinator::FetchWait> {
+        match self {
+            RenderError::Fetch { source, .. } => source.fetching(),
+            RenderError::Values(e) => e.fetching.as_ref(),
+            _ => None,
+        }
+    }
+
     /// Whether a cluster or a source could not be reached (the CLI exits 3; otherwise 4).
     pub fn is_unreachable(&self) -> bool {
         match self {

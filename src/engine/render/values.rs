@@ -24,6 +24,8 @@ pub struct ValuesError {
     pub message: String,
     /// The API server could not be reached (the CLI exits 3 rather than 4).
     pub unreachable: bool,
+    /// The layer's GitRepository is still being fetched (the daemon comes back when it ends).
+    pub fetching: Option<crate::engine::source::coordinator::FetchWait>,
 }
 
 /// Merge `overlay` into `base` the way Helm merges values files: maps merge key by key,
@@ -92,6 +94,7 @@ async fn read_layer(
         layer: describe.clone(),
         message,
         unreachable,
+        fetching: None,
     };
     let read_err = |e: crate::engine::objects::ReadError| {
         let unreachable = e.is_unreachable();
@@ -137,7 +140,10 @@ async fn read_layer(
                     resolved.credentials.as_ref(),
                 )
                 .await
-                .map_err(|e| fail(crate::engine::error::chain(&e), false))?;
+                .map_err(|e| ValuesError {
+                    fetching: e.fetching().cloned(),
+                    ..fail(crate::engine::error::chain(&e), false)
+                })?;
             let file = crate::engine::source::archive::path_inside(&artifact.path, &path)
                 .map_err(|why| fail(format!("path {path:?} {why}"), false))?;
             std::fs::read_to_string(file).map_err(|e| {

@@ -128,6 +128,29 @@ pub struct SourcePolicy {
     /// The deadline of one fetch (git, HTTP, OCI), unpacking included; a fetch past it is
     /// stopped (its git process killed) and fails naming the deadline.
     pub fetch_timeout: std::time::Duration,
+    /// Fetch on tasks of their own, waiting for each at most a while (the daemon); `None`:
+    /// wait for every fetch (the CLI).
+    pub detached: Option<Detached>,
+}
+
+/// How the daemon's fetches run beside its passes ([`coordinator::Coordinator`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Detached {
+    /// How long a pass waits for a fetch before it is told to come back when it ends.
+    pub patience: std::time::Duration,
+    /// How many fetches run at once, of all sources and of one namespace's.
+    pub total: usize,
+    pub per_namespace: usize,
+}
+
+impl Detached {
+    /// The daemon's: a pass waits 2 s; 8 fetches at once, 2 of them of one namespace's
+    /// sources (before, the loops' workers bounded the fetches: 10 at most at once).
+    pub const DAEMON: Detached = Detached {
+        patience: std::time::Duration::from_secs(2),
+        total: 8,
+        per_namespace: 2,
+    };
 }
 
 /// The default deadline of a fetch.
@@ -138,6 +161,7 @@ impl Default for SourcePolicy {
         Self {
             allow_file_urls: true,
             fetch_timeout: DEFAULT_FETCH_TIMEOUT,
+            detached: None,
         }
     }
 }
@@ -173,6 +197,13 @@ pub enum SourceError {
     },
     #[error(transparent)]
     ToolMissing(#[from] crate::engine::tools::ToolMissing),
+    /// The fetch goes on in the background (the daemon waits for one only a while): come
+    /// back when `wait` ends.
+    #[error("{url} is still being fetched")]
+    Fetching {
+        url: String,
+        wait: coordinator::FetchWait,
+    },
 }
 
 impl SourceError {
@@ -186,5 +217,36 @@ impl SourceError {
     /// Whether this is a configuration problem (`Unsupported`) rather than a fetch error.
     pub fn is_unsupported(&self) -> bool {
         matches!(self, SourceError::Unsupported(_))
+    }
+
+    /// The fetch to come back for, when it still runs.
+    pub fn fetching(&self) -> Option<&coordinator::FetchWait> {
+        match self {
+            SourceError::Fetching { wait, .. } => Some(wait),
+            _ => None,
+        }
+    }
+
+    /// The same failure, for another caller of the fetch that failed (the I/O and archive
+    /// errors inside say the same, their causes as text).
+    pub(crate) fn replay(&self) -> SourceError {
+        match self {
+            SourceError::NotReady { url, message } => SourceError::not_ready(url, message),
+            SourceError::Unsupported(message) => SourceError::Unsupported(message.clone()),
+            SourceError::Cache(e) => SourceError::Cache(cache::CacheError {
+                action: e.action,
+                path: e.path.clone(),
+                source: std::io::Error::new(e.source.kind(), e.source.to_string()),
+            }),
+            SourceError::Archive { url, source } => SourceError::not_ready(
+                url,
+                format!("cannot unpack it: {}", crate::engine::error::chain(source)),
+            ),
+            SourceError::ToolMissing(e) => SourceError::ToolMissing(e.clone()),
+            SourceError::Fetching { url, wait } => SourceError::Fetching {
+                url: url.clone(),
+                wait: wait.clone(),
+            },
+        }
     }
 }

@@ -1,0 +1,185 @@
+//! The daemon's fetches (`SourcePolicy::detached`): a caller waits for a fetch only a while,
+//! is woken when it ends and then takes its result; one namespace's sources take at most
+//! their share of the fetches running at once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
+
+use convoy::engine::source::{
+    Cache, Coordinator, Detached, GitReference, Reuse, SourceError, SourcePolicy, SourceRequest,
+};
+
+use crate::support::servers::GitRepo;
+
+fn main_of(url: &str) -> SourceRequest {
+    SourceRequest::Git {
+        url: url.to_string(),
+        reference: GitReference::Branch("main".into()),
+    }
+}
+
+/// A Git server that accepts connections and never answers; how many it accepted.
+fn silent_server() -> (String, Arc<AtomicUsize>) {
+    let (port, accepted) = crate::support::servers::silent_server();
+    (format!("http://127.0.0.1:{port}"), accepted)
+}
+
+fn daemon_coordinator(
+    dir: &tempfile::TempDir,
+    fetch_timeout: Duration,
+    detached: Detached,
+) -> Coordinator {
+    Coordinator::with_policy(
+        Cache::new(dir.path()),
+        SourcePolicy {
+            fetch_timeout,
+            detached: Some(detached),
+            ..Default::default()
+        },
+    )
+}
+
+/// The fetch a caller was told to come back for.
+fn come_back_for(err: &SourceError) -> convoy::engine::source::coordinator::FetchWait {
+    err.fetching()
+        .cloned()
+        .unwrap_or_else(|| panic!("expected a fetch still running: {err}"))
+}
+
+#[tokio::test]
+async fn a_caller_stops_waiting_for_a_hung_fetch_and_takes_its_failure_when_woken() {
+    let (server, _) = silent_server();
+    let dir = tempfile::tempdir().unwrap();
+    let coordinator = daemon_coordinator(
+        &dir,
+        Duration::from_secs(3),
+        Detached {
+            patience: Duration::from_millis(200),
+            total: 8,
+            per_namespace: 2,
+        },
+    );
+    let url = format!("{server}/repo.git");
+    let request = main_of(&url);
+    let err = coordinator
+        .ensure(crate::SCOPE, &request, None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), format!("{url} is still being fetched"));
+    tokio::time::timeout(Duration::from_secs(60), come_back_for(&err).finished())
+        .await
+        .expect("woken when the fetch ends");
+    let err = coordinator
+        .ensure(crate::SCOPE, &request, None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("cannot fetch {url}: the fetch did not finish within 3s (the fetch deadline)")
+    );
+    assert_eq!(coordinator.fetch_count(), 1, "the failure was handed over");
+}
+
+#[tokio::test]
+async fn a_fetch_a_caller_was_told_to_come_back_for_is_handed_to_it_whatever_it_found() {
+    let repo = GitRepo::new();
+    let head = repo.commit(&[("a.yaml", "v: 1\n")], "first");
+    let dir = tempfile::tempdir().unwrap();
+    // No patience at all: every fetch goes on after its caller has been told to come back.
+    let coordinator = daemon_coordinator(
+        &dir,
+        Duration::from_secs(60),
+        Detached {
+            patience: Duration::ZERO,
+            total: 8,
+            per_namespace: 2,
+        },
+    );
+    let request = main_of(&repo.file_url());
+    // The Release last attempted another revision and takes no earlier fetch: the one it
+    // was told to come back for is newer than anything it knew.
+    let strict = Reuse {
+        max_age: Duration::ZERO,
+        revision: Some("main@sha1:0000000000000000000000000000000000000000".into()),
+        requested_at: None,
+    };
+    let err = coordinator
+        .ensure_reusing(crate::SCOPE, &request, None, &strict)
+        .await
+        .unwrap_err();
+    tokio::time::timeout(Duration::from_secs(60), come_back_for(&err).finished())
+        .await
+        .expect("woken when the fetch ends");
+    let artifact = coordinator
+        .ensure_reusing(crate::SCOPE, &request, None, &strict)
+        .await
+        .unwrap();
+    assert_eq!(artifact.revision, format!("main@sha1:{head}"));
+    assert_eq!(coordinator.fetch_count(), 1);
+    // A /sync asked after that fetch ended is a new fetch.
+    let asked_now = Reuse {
+        requested_at: Some(SystemTime::now()),
+        ..strict
+    };
+    let err = coordinator
+        .ensure_reusing(crate::SCOPE, &request, None, &asked_now)
+        .await
+        .unwrap_err();
+    come_back_for(&err);
+    assert_eq!(coordinator.fetch_count(), 2);
+}
+
+#[tokio::test]
+async fn one_namespaces_sources_take_at_most_their_share_of_the_fetches() {
+    let (server, accepted) = silent_server();
+    let repo = GitRepo::new();
+    let head = repo.commit(&[("a.yaml", "v: 1\n")], "first");
+    let dir = tempfile::tempdir().unwrap();
+    let coordinator = daemon_coordinator(
+        &dir,
+        Duration::from_secs(600),
+        Detached {
+            patience: Duration::from_millis(200),
+            total: 3,
+            per_namespace: 2,
+        },
+    );
+    // Three sources of namespace `tarpit` that never answer: two fetches run, one waits.
+    for i in 0..3 {
+        let err = coordinator
+            .ensure(
+                &format!("GitRepository/tarpit/slow-{i}"),
+                &main_of(&format!("{server}/repo-{i}.git")),
+                None,
+            )
+            .await
+            .unwrap_err();
+        come_back_for(&err);
+    }
+    crate::support::eventually("two fetches to be held", Duration::from_secs(30), || {
+        let n = accepted.load(Ordering::SeqCst);
+        async move { (n >= 2).then_some(()) }
+    })
+    .await;
+    // Another namespace's source is fetched with the third.
+    let scope = "GitRepository/team/app";
+    let request = main_of(&repo.file_url());
+    let artifact = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match coordinator.ensure(scope, &request, None).await {
+                Err(e) if e.fetching().is_some() => come_back_for(&e).finished().await,
+                other => return other,
+            }
+        }
+    })
+    .await
+    .expect("another namespace's fetch does not wait for the tarpit's")
+    .unwrap();
+    assert_eq!(artifact.revision, format!("main@sha1:{head}"));
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        2,
+        "the third waits for its namespace"
+    );
+}
