@@ -741,13 +741,19 @@ async fn git_source(
     let request = git_request(reader, namespace, name, None)
         .await
         .map_err(SourcePassError::Resolve)?;
+    // Kept for this loop's next pass of the source when this one stops waiting.
+    let reuse = crate::engine::source::Reuse {
+        waiter: Some(source_key(SourceKind::GitRepository, namespace, name)),
+        ..Default::default()
+    };
     shared
         .ctx
         .coordinator
-        .ensure(
+        .ensure_reusing(
             &request.scope,
             &request.request,
             request.credentials.as_ref(),
+            &reuse,
         )
         .await
         .map(|a| Some((a.revision, a.digest)))
@@ -781,7 +787,7 @@ pub async fn helm(shared: Arc<Shared>, key: String, _failures: u32) -> PassResul
         let (shared, registry) = (shared.clone(), registry.clone());
         async move { helm_index(&shared, &registry).await.map_err(|e| chain(&e)) }
     };
-    let result = match checked(&shared, &source, check).await {
+    let result = match checked(&shared, &source, &checked_of(registry.as_ref()), check).await {
         Ok(found) => found,
         Err(wait) => return PassResult::Fetching(wait),
     };
@@ -797,21 +803,35 @@ pub async fn helm(shared: Arc<Shared>, key: String, _failures: u32) -> PassResul
     .await
 }
 
-/// `check` of the source `key`, run beside the pass ([`super::checks`]): its result, or the
-/// end to come back for.
+/// `check` of the source `key` (the object `of` uid and generation), run beside the pass
+/// ([`super::checks`]): its result, or the end to come back for.
 async fn checked(
     shared: &Shared,
     key: &str,
+    of: &str,
     check: impl std::future::Future<Output = super::checks::Found> + Send + 'static,
 ) -> Result<
     Result<Option<(String, String)>, SourcePassError>,
     crate::engine::source::coordinator::FetchWait,
 > {
-    let found = match shared.ctx.coordinator.patience() {
-        Some(patience) => shared.checks.run(key, patience, check).await?,
+    let coordinator = &shared.ctx.coordinator;
+    let found = match coordinator.patience() {
+        Some(patience) => {
+            let limit = coordinator.limit(key);
+            shared.checks.run(key, of, patience, limit, check).await?
+        }
         None => check.await,
     };
     Ok(found.map_err(SourcePassError::Checked))
+}
+
+/// What a check of `object` was of: a check of an older spec is not the answer for a newer one.
+fn checked_of(object: &impl Resource) -> String {
+    format!(
+        "{}/{}",
+        object.meta().uid.as_deref().unwrap_or_default(),
+        object.meta().generation.unwrap_or_default()
+    )
 }
 
 /// A HelmRegistry's index digest, read with the credentials its Secret holds (a Secret that
@@ -871,7 +891,7 @@ pub async fn oci(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult
             )),
         }
     };
-    let result = match checked(&shared, &source, check).await {
+    let result = match checked(&shared, &source, &checked_of(registry.as_ref()), check).await {
         Ok(found) => found,
         Err(wait) => return PassResult::Fetching(wait),
     };

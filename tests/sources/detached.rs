@@ -47,6 +47,16 @@ fn come_back_for(err: &SourceError) -> convoy::engine::source::coordinator::Fetc
         .unwrap_or_else(|| panic!("expected a fetch still running: {err}"))
 }
 
+/// Reuse rules that take no earlier fetch, for the caller `waiter`.
+fn strict(waiter: &str) -> Reuse {
+    Reuse {
+        max_age: Duration::ZERO,
+        revision: Some("main@sha1:0000000000000000000000000000000000000000".into()),
+        requested_at: None,
+        waiter: Some(waiter.into()),
+    }
+}
+
 #[tokio::test]
 async fn a_caller_stops_waiting_for_a_hung_fetch_and_takes_its_failure_when_woken() {
     let (server, _) = silent_server();
@@ -62,27 +72,50 @@ async fn a_caller_stops_waiting_for_a_hung_fetch_and_takes_its_failure_when_woke
     );
     let url = format!("{server}/repo.git");
     let request = main_of(&url);
+    let web = strict("Release/apps/web");
     let err = coordinator
-        .ensure(crate::SCOPE, &request, None)
+        .ensure_reusing(crate::SCOPE, &request, None, &web)
         .await
         .unwrap_err();
     assert_eq!(err.to_string(), format!("{url} is still being fetched"));
+    // Another caller does not wait for a fetch that runs already, not even its patience.
+    let api = strict("Release/apps/api");
+    let err_api = tokio::time::timeout(
+        Duration::from_millis(150),
+        coordinator.ensure_reusing(crate::SCOPE, &request, None, &api),
+    )
+    .await
+    .expect("told at once")
+    .unwrap_err();
     tokio::time::timeout(Duration::from_secs(60), come_back_for(&err).finished())
         .await
         .expect("woken when the fetch ends");
+    come_back_for(&err_api);
+    let deadline =
+        format!("cannot fetch {url}: the fetch did not finish within 3s (the fetch deadline)");
+    for waiter in [&web, &api] {
+        let err = coordinator
+            .ensure_reusing(crate::SCOPE, &request, None, waiter)
+            .await
+            .unwrap_err();
+        assert_eq!(err.to_string(), deadline);
+    }
+    assert_eq!(
+        coordinator.fetch_count(),
+        1,
+        "the failure was kept for both"
+    );
+    // Taken: the next pass of either fetches again.
     let err = coordinator
-        .ensure(crate::SCOPE, &request, None)
+        .ensure_reusing(crate::SCOPE, &request, None, &web)
         .await
         .unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        format!("cannot fetch {url}: the fetch did not finish within 3s (the fetch deadline)")
-    );
-    assert_eq!(coordinator.fetch_count(), 1, "the failure was handed over");
+    come_back_for(&err);
+    assert_eq!(coordinator.fetch_count(), 2);
 }
 
 #[tokio::test]
-async fn a_fetch_a_caller_was_told_to_come_back_for_is_handed_to_it_whatever_it_found() {
+async fn a_fetch_a_caller_was_told_to_come_back_for_is_kept_for_it_alone() {
     let repo = GitRepo::new();
     let head = repo.commit(&[("a.yaml", "v: 1\n")], "first");
     let dir = tempfile::tempdir().unwrap();
@@ -98,36 +131,38 @@ async fn a_fetch_a_caller_was_told_to_come_back_for_is_handed_to_it_whatever_it_
     );
     let request = main_of(&repo.file_url());
     // The Release last attempted another revision and takes no earlier fetch: the one it
-    // was told to come back for is newer than anything it knew.
-    let strict = Reuse {
-        max_age: Duration::ZERO,
-        revision: Some("main@sha1:0000000000000000000000000000000000000000".into()),
-        requested_at: None,
-    };
+    // was told to come back for started after it asked.
+    let web = strict("Release/apps/web");
     let err = coordinator
-        .ensure_reusing(crate::SCOPE, &request, None, &strict)
+        .ensure_reusing(crate::SCOPE, &request, None, &web)
         .await
         .unwrap_err();
     tokio::time::timeout(Duration::from_secs(60), come_back_for(&err).finished())
         .await
         .expect("woken when the fetch ends");
+    // Another Release with the same rules was not told to: it fetches anew.
+    let err = coordinator
+        .ensure_reusing(crate::SCOPE, &request, None, &strict("Release/apps/api"))
+        .await
+        .unwrap_err();
+    come_back_for(&err).finished().await;
+    assert_eq!(coordinator.fetch_count(), 2);
     let artifact = coordinator
-        .ensure_reusing(crate::SCOPE, &request, None, &strict)
+        .ensure_reusing(crate::SCOPE, &request, None, &web)
         .await
         .unwrap();
     assert_eq!(artifact.revision, format!("main@sha1:{head}"));
-    assert_eq!(coordinator.fetch_count(), 1);
-    // A /sync asked after that fetch ended is a new fetch.
-    let asked_now = Reuse {
+    // A /sync asked after the fetch started is a fetch of its own.
+    let after_push = Reuse {
         requested_at: Some(SystemTime::now()),
-        ..strict
+        ..strict("Release/apps/api")
     };
     let err = coordinator
-        .ensure_reusing(crate::SCOPE, &request, None, &asked_now)
+        .ensure_reusing(crate::SCOPE, &request, None, &after_push)
         .await
         .unwrap_err();
     come_back_for(&err);
-    assert_eq!(coordinator.fetch_count(), 2);
+    assert_eq!(coordinator.fetch_count(), 3);
 }
 
 #[tokio::test]
@@ -140,39 +175,52 @@ async fn one_namespaces_sources_take_at_most_their_share_of_the_fetches() {
         &dir,
         Duration::from_secs(600),
         Detached {
-            patience: Duration::from_millis(200),
+            patience: Duration::from_secs(60),
             total: 3,
             per_namespace: 2,
         },
     );
-    // Three sources of namespace `tarpit` that never answer: two fetches run, one waits.
+    // Three sources of namespace `tarpit` that never answer: two fetches run, one waits for
+    // its namespace's place (its caller is told to come back at once, not after its patience).
     for i in 0..3 {
-        let err = coordinator
-            .ensure(
-                &format!("GitRepository/tarpit/slow-{i}"),
-                &main_of(&format!("{server}/repo-{i}.git")),
-                None,
-            )
-            .await
-            .unwrap_err();
-        come_back_for(&err);
+        let scope = format!("GitRepository/tarpit/slow-{i}");
+        let request = main_of(&format!("{server}/repo-{i}.git"));
+        let coordinator = &coordinator;
+        let ask = async move {
+            coordinator
+                .ensure_reusing(
+                    &scope,
+                    &request,
+                    None,
+                    &strict(&format!("Release/tarpit/{i}")),
+                )
+                .await
+        };
+        if i < 2 {
+            // Started at once: waits its patience (60 s) on a server that never answers.
+            assert!(
+                tokio::time::timeout(Duration::from_millis(300), ask)
+                    .await
+                    .is_err()
+            );
+        } else {
+            let err = tokio::time::timeout(Duration::from_secs(5), ask)
+                .await
+                .expect("a fetch waiting for its place does not hold its caller")
+                .unwrap_err();
+            come_back_for(&err);
+        }
     }
     crate::support::eventually("two fetches to be held", Duration::from_secs(30), || {
         let n = accepted.load(Ordering::SeqCst);
         async move { (n >= 2).then_some(()) }
     })
     .await;
-    // Another namespace's source is fetched with the third.
-    let scope = "GitRepository/team/app";
-    let request = main_of(&repo.file_url());
-    let artifact = tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            match coordinator.ensure(scope, &request, None).await {
-                Err(e) if e.fetching().is_some() => come_back_for(&e).finished().await,
-                other => return other,
-            }
-        }
-    })
+    // Another namespace's source is fetched with the third place.
+    let artifact = tokio::time::timeout(
+        Duration::from_secs(60),
+        coordinator.ensure("GitRepository/team/app", &main_of(&repo.file_url()), None),
+    )
     .await
     .expect("another namespace's fetch does not wait for the tarpit's")
     .unwrap();

@@ -108,6 +108,7 @@ async fn a_recent_fetch_of_the_last_attempted_revision_is_reused_and_nothing_els
         max_age: Duration::from_secs(60),
         revision: revision.map(str::to_string),
         requested_at: None,
+        waiter: None,
     };
     // The revision the Release ran, fetched a moment ago: reused, the new commit not seen yet.
     let reused = coordinator
@@ -136,7 +137,7 @@ async fn a_recent_fetch_of_the_last_attempted_revision_is_reused_and_nothing_els
         .unwrap();
     assert_eq!(fresh.revision, format!("main@sha1:{third_sha}"));
     assert_eq!(coordinator.fetch_count(), 3);
-    // A /sync request made after the fetch: fetched anew; one made before it: reused.
+    // A /sync request made after the fetch started: fetched anew; one made before: reused.
     let fourth_sha = repo.commit(&[("a.yaml", "v: 4\n")], "fourth");
     let after_request = coordinator
         .ensure_reusing(

@@ -107,6 +107,7 @@ pub async fn fetch_source(
         },
         revision: last_attempted_revision(release),
         requested_at: newest_request(release),
+        waiter: Some(waiter_of(release)),
     };
     let artifact = ctx
         .coordinator
@@ -133,6 +134,16 @@ pub async fn fetch_source(
         },
         artifact,
     })
+}
+
+/// Who a Release's fetches are kept for when its pass stops waiting for one
+/// ([`Reuse::waiter`]).
+pub(crate) fn waiter_of(release: &Release) -> String {
+    format!(
+        "Release/{}/{}",
+        release.metadata.namespace.as_deref().unwrap_or_default(),
+        release.metadata.name.as_deref().unwrap_or_default()
+    )
 }
 
 /// When the Release's newest /sync request (forced or not) was made, by its annotation's

@@ -54,13 +54,12 @@ pub async fn resolve_value_layers(
     reader: &ObjectReader,
     coordinator: &Coordinator,
 ) -> Result<Value, ValuesError> {
-    let namespace = release.metadata.namespace.clone().unwrap_or_default();
     let Some(helm) = &release.spec.content.helm else {
         return Ok(Value::Object(Default::default()));
     };
     let mut merged = Value::Object(Default::default());
     for (i, layer) in helm.values_from.iter().enumerate() {
-        let values = read_layer(layer, i + 1, &namespace, reader, coordinator).await?;
+        let values = read_layer(layer, i + 1, release, reader, coordinator).await?;
         merge_values(&mut merged, values);
     }
     if let Some(inline) = &helm.values {
@@ -72,10 +71,11 @@ pub async fn resolve_value_layers(
 async fn read_layer(
     layer: &ValuesFrom,
     index: usize,
-    namespace: &str,
+    release: &Release,
     reader: &ObjectReader,
     coordinator: &Coordinator,
 ) -> Result<Value, ValuesError> {
+    let namespace = release.metadata.namespace.as_deref().unwrap_or_default();
     let key = layer
         .key
         .clone()
@@ -133,11 +133,18 @@ async fn read_layer(
             let resolved = git_request(reader, namespace, &layer.name, None)
                 .await
                 .map_err(|e| fail(e.to_string(), false))?;
+            // Kept for the Release's pass when it stops waiting (a layer's repository may
+            // be slow as its source may).
+            let reuse = crate::engine::source::Reuse {
+                waiter: Some(super::release::waiter_of(release)),
+                ..Default::default()
+            };
             let artifact = coordinator
-                .ensure(
+                .ensure_reusing(
                     &resolved.scope,
                     &resolved.request,
                     resolved.credentials.as_ref(),
+                    &reuse,
                 )
                 .await
                 .map_err(|e| ValuesError {

@@ -31,6 +31,29 @@ pub enum ArchiveError {
     TooLarge { limit: u64 },
 }
 
+impl ArchiveError {
+    /// The same error for another caller of the fetch that met it (I/O causes as text).
+    pub(crate) fn replay(&self) -> ArchiveError {
+        let io = |e: &std::io::Error| std::io::Error::new(e.kind(), e.to_string());
+        match self {
+            ArchiveError::Unsafe { entry, problem } => ArchiveError::Unsafe {
+                entry: entry.clone(),
+                problem,
+            },
+            ArchiveError::UnsupportedEntry { entry, kind } => ArchiveError::UnsupportedEntry {
+                entry: entry.clone(),
+                kind,
+            },
+            ArchiveError::Read(e) => ArchiveError::Read(io(e)),
+            ArchiveError::Write { path, source } => ArchiveError::Write {
+                path: path.clone(),
+                source: io(source),
+            },
+            ArchiveError::TooLarge { limit } => ArchiveError::TooLarge { limit: *limit },
+        }
+    }
+}
+
 /// Largest total size an archive may unpack to: generous for charts and manifests, small
 /// enough that a decompression bomb does not fill the disk.
 const MAX_UNPACKED_BYTES: u64 = 2 << 30;

@@ -3,10 +3,11 @@
 //!
 //! Spec: reconcile-flow.txt stageRender step 1. Many Releases often share one source (a
 //! monorepo, one chart repository); when they reconcile together, the first caller fetches
-//! and the others wait for it and take its result.
+//! and the others take its result: the CLI's wait for it, the daemon's are told to come back
+//! when it ends (see [`Coordinator::ensure_reusing`]).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -20,36 +21,42 @@ use super::{
 /// One request's fetches: the last results, and the fetch running now.
 #[derive(Default)]
 struct Slot {
-    /// Held by the fetch running now (and by a caller reading the results).
-    state: Arc<tokio::sync::Mutex<SlotState>>,
-    /// The end of the fetch running now, for callers that stop waiting for it.
-    running: Mutex<Option<watch::Receiver<bool>>>,
-    /// A caller stopped waiting for the fetch running now: its result is handed to whoever
-    /// asks next (see [`HANDOFF`]).
-    detached: AtomicBool,
+    /// Held by the fetch running now, from before it starts until its result is recorded.
+    fetching: Arc<tokio::sync::Mutex<()>>,
+    state: Mutex<SlotState>,
+}
+
+struct Running {
+    /// When it was started (it may wait for its place before it runs).
+    since: Instant,
+    /// Ends with the fetch, after its result is recorded.
+    done: watch::Receiver<bool>,
+    /// The callers (by [`Reuse::waiter`]) told to come back for it, and how many times.
+    owed: HashMap<String, u32>,
 }
 
 #[derive(Default)]
 struct SlotState {
-    /// The last fetch that succeeded: when it finished (monotonic, and by the wall clock,
-    /// which a /sync request's time is compared with) and what it found.
+    /// The last fetch that succeeded: when it ended (monotonic), when it started (by the wall
+    /// clock, which a /sync request's time is compared with) and what it found.
     ok: Option<(Instant, SystemTime, Artifact)>,
     /// The last fetch, failed or not.
     last: Option<Finished>,
+    /// The fetch running now (set and cleared only by the holder of `fetching`).
+    running: Option<Running>,
 }
 
 struct Finished {
     at: Instant,
-    at_wall: SystemTime,
+    started_at: SystemTime,
     result: Result<Artifact, SourceError>,
-    /// A caller stopped waiting for it and was told to come back when it ended.
-    handed_off: bool,
+    /// The callers told to come back for it that have not come back yet.
+    owed: HashMap<String, u32>,
 }
 
-/// How long the result of a fetch someone stopped waiting for is handed to whoever asks
-/// (the passes it woke, which may wait in a busy queue): long enough that a slow source is
-/// not fetched again before they come back, short enough to stay the newest revision.
-const HANDOFF: Duration = Duration::from_secs(60);
+/// How long a fetch's result waits for a caller told to come back for it (one that does not
+/// come back, its Release deleted or changed, leaves it behind).
+const OWED_FOR: Duration = Duration::from_secs(15 * 60);
 
 /// The end of a fetch a caller stopped waiting for (in [`SourceError::Fetching`]).
 #[derive(Clone)]
@@ -61,7 +68,7 @@ impl FetchWait {
         Self(Some(done))
     }
 
-    /// Ends when the fetch has ended and its result is ready for the next caller.
+    /// Ends when the fetch has ended (its result recorded for the caller told to come back).
     pub async fn finished(self) {
         if let Some(mut done) = self.0 {
             // A sender dropped (its task gone) counts as the end too.
@@ -101,61 +108,104 @@ pub struct Reuse {
     /// did not see the new revision itself (an observer beside a controller) does not render
     /// an older one than the controller applied.
     pub revision: Option<String>,
-    /// Only a fetch that finished after this moment, when set: the newest /sync request of
+    /// Only a fetch that started after this moment, when set: the newest /sync request of
     /// the Release (whoever asks may have just pushed).
     pub requested_at: Option<SystemTime>,
+    /// Who asks, across passes (`Release/namespace/name`, a source's key): a caller told to
+    /// come back for a fetch takes that fetch's result when it does, whatever the rules above
+    /// say of it (it started after the caller asked).
+    pub waiter: Option<String>,
 }
 
 impl Reuse {
-    fn accepts(&self, finished: Instant, finished_at: SystemTime, artifact: &Artifact) -> bool {
+    fn accepts(&self, finished: Instant, started_at: SystemTime, artifact: &Artifact) -> bool {
         finished.elapsed() < self.max_age
             && self
                 .revision
                 .as_ref()
                 .is_none_or(|r| *r == artifact.revision)
-            && self.after_request(finished_at)
+            && self.after_request(started_at)
     }
 
-    fn after_request(&self, finished_at: SystemTime) -> bool {
-        self.requested_at.is_none_or(|at| finished_at > at)
+    fn after_request(&self, started_at: SystemTime) -> bool {
+        self.requested_at.is_none_or(|at| started_at > at)
     }
 }
 
 impl SlotState {
     /// What a caller that asked at `asked` takes without fetching: the end of a fetch it
-    /// waited for (or was told to come back for), or an earlier fetch `reuse` accepts.
-    fn answer(&self, asked: Instant, reuse: &Reuse) -> Option<Result<Artifact, SourceError>> {
-        if let Some(last) = &self.last
-            && (last.at >= asked
-                || (last.handed_off
-                    && last.at.elapsed() < HANDOFF
-                    && reuse.after_request(last.at_wall)))
-        {
-            return Some(match &last.result {
-                Ok(artifact) => Ok(artifact.clone()),
-                Err(e) => Err(e.replay()),
+    /// waited for, or was told to come back for, or an earlier fetch `reuse` accepts.
+    fn answer(&mut self, asked: Instant, reuse: &Reuse) -> Option<Result<Artifact, SourceError>> {
+        if let Some(last) = self.last.as_mut() {
+            let owed = reuse.waiter.as_ref().is_some_and(|waiter| {
+                last.at.elapsed() < OWED_FOR
+                    && reuse.after_request(last.started_at)
+                    && take_one(&mut last.owed, waiter)
             });
+            if last.at >= asked || owed {
+                return Some(match &last.result {
+                    Ok(artifact) => Ok(artifact.clone()),
+                    Err(e) => Err(e.replay()),
+                });
+            }
         }
-        let (finished, finished_at, artifact) = self.ok.as_ref()?;
+        let (finished, started_at, artifact) = self.ok.as_ref()?;
         reuse
-            .accepts(*finished, *finished_at, artifact)
+            .accepts(*finished, *started_at, artifact)
             .then(|| Ok(artifact.clone()))
     }
 
-    fn record(&mut self, result: &Result<Artifact, SourceError>, handed_off: bool) {
-        let (at, at_wall) = (Instant::now(), SystemTime::now());
+    fn record(
+        &mut self,
+        result: &Result<Artifact, SourceError>,
+        started_at: SystemTime,
+        owed: HashMap<String, u32>,
+    ) {
+        let at = Instant::now();
         if let Ok(artifact) = result {
-            self.ok = Some((at, at_wall, artifact.clone()));
+            self.ok = Some((at, started_at, artifact.clone()));
+        }
+        // Those owed the last fetch that have not come back yet are owed this one: it
+        // started after they asked too.
+        let mut owed = owed;
+        if let Some(last) = self.last.take() {
+            for (waiter, count) in last.owed {
+                *owed.entry(waiter).or_default() += count;
+            }
         }
         self.last = Some(Finished {
             at,
-            at_wall,
+            started_at,
             result: match result {
                 Ok(artifact) => Ok(artifact.clone()),
                 Err(e) => Err(e.replay()),
             },
-            handed_off,
+            owed,
         });
+    }
+}
+
+/// Take one of `waiter`'s counts in `owed`; whether there was one.
+fn take_one(owed: &mut HashMap<String, u32>, waiter: &str) -> bool {
+    let Some(count) = owed.get_mut(waiter) else {
+        return false;
+    };
+    *count -= 1;
+    if *count == 0 {
+        owed.remove(waiter);
+    }
+    true
+}
+
+impl SlotState {
+    /// A caller stops waiting for the fetch running now: it is owed the fetch's result, and
+    /// hears when the fetch ends. `None` when no fetch runs.
+    fn owe(&mut self, waiter: Option<&str>) -> Option<FetchWait> {
+        let running = self.running.as_mut()?;
+        if let Some(waiter) = waiter {
+            *running.owed.entry(waiter.to_string()).or_default() += 1;
+        }
+        Some(FetchWait::of(running.done.clone()))
     }
 }
 
@@ -164,6 +214,37 @@ struct Limits {
     total: Arc<Semaphore>,
     per_namespace: usize,
     namespaces: Mutex<HashMap<String, Arc<Semaphore>>>,
+}
+
+/// The limits a fetch (or a check beside the passes) of one source runs within: its
+/// namespace's and everyone's.
+#[derive(Clone)]
+pub struct FetchLimit {
+    namespace: Arc<Semaphore>,
+    total: Arc<Semaphore>,
+}
+
+/// Places under a [`FetchLimit`], held while the fetch runs.
+pub struct FetchPermits(
+    #[allow(dead_code)] tokio::sync::OwnedSemaphorePermit,
+    #[allow(dead_code)] tokio::sync::OwnedSemaphorePermit,
+);
+
+impl FetchLimit {
+    /// Places now, if both are free.
+    pub fn try_now(&self) -> Option<FetchPermits> {
+        let namespace = self.namespace.clone().try_acquire_owned().ok()?;
+        let total = self.total.clone().try_acquire_owned().ok()?;
+        Some(FetchPermits(namespace, total))
+    }
+
+    /// Places when they come free (the namespace's first: a namespace waiting for its own
+    /// holds none of everyone's). `None` once closed.
+    pub async fn wait(&self) -> Option<FetchPermits> {
+        let namespace = self.namespace.clone().acquire_owned().await.ok()?;
+        let total = self.total.clone().acquire_owned().await.ok()?;
+        Some(FetchPermits(namespace, total))
+    }
 }
 
 /// One fetch, with everything it needs to run on its own task.
@@ -175,8 +256,8 @@ struct Job {
     credentials: Option<Credentials>,
     /// Requests for different revisions of one Git repository share its mirror.
     mirror: Option<Arc<Slot>>,
-    /// The limits to wait for before the fetch starts (detached fetches only).
-    permits: Option<(Arc<Semaphore>, Arc<Semaphore>)>,
+    /// The limit of a detached fetch, and its places if it had them when it was started.
+    limit: Option<(FetchLimit, Option<FetchPermits>)>,
 }
 
 /// Fetches sources into one cache, de-duplicating concurrent fetches.
@@ -196,7 +277,7 @@ impl Coordinator {
     }
 
     /// How long a fetch may take (`--fetch-timeout`), for reads that go round the
-    /// coordinator (a HelmRegistry's index check).
+    /// coordinator (a HelmRegistry's index check, an OCIRegistry's).
     pub fn fetch_timeout(&self) -> std::time::Duration {
         self.policy.fetch_timeout
     }
@@ -220,6 +301,21 @@ impl Coordinator {
     /// go round the coordinator and run beside the passes as its fetches do.
     pub fn patience(&self) -> Option<Duration> {
         self.policy.detached.map(|d| d.patience)
+    }
+
+    /// The limit fetches for `scope` (`Kind/namespace/name`) run within (`None`: unlimited,
+    /// the CLI), for checks that go round the coordinator.
+    pub fn limit(&self, scope: &str) -> Option<FetchLimit> {
+        let limits = self.limits.as_ref()?;
+        let namespace = scope.split('/').nth(1).unwrap_or_default().to_string();
+        let namespace = crate::engine::locks::lock(&limits.namespaces)
+            .entry(namespace)
+            .or_insert_with(|| Arc::new(Semaphore::new(limits.per_namespace)))
+            .clone();
+        Some(FetchLimit {
+            namespace,
+            total: limits.total.clone(),
+        })
     }
 
     pub fn cache(&self) -> &Cache {
@@ -246,12 +342,13 @@ impl Coordinator {
 
     /// [`Coordinator::ensure`], also taking an earlier fetch that `reuse` accepts.
     ///
-    /// With [`SourcePolicy::detached`] (the daemon), a caller waits for a fetch at most the
-    /// patience and is then told to come back ([`SourceError::Fetching`]); the fetch goes on
-    /// on its own task, within the limits, and its result waits for whoever comes back. A
-    /// pass of the daemon's loops so never holds a worker for a fetch: a tenant's source
-    /// that never answers, once held every worker for the fetch deadline (2 min) and stopped
-    /// every other tenant's syncs behind it.
+    /// With [`SourcePolicy::detached`] (the daemon), a caller does not wait for a fetch that
+    /// runs already, nor for one that waits for its limit, and waits for the one it starts at
+    /// most the patience; it is then told to come back ([`SourceError::Fetching`]), the fetch
+    /// goes on on its own task, and its result is kept for the caller (by
+    /// [`Reuse::waiter`]). A pass of the daemon's loops so never holds a worker for a fetch: a
+    /// tenant's sources that never answer held every worker for the fetch deadline (2 min),
+    /// and every other tenant's syncs waited behind them.
     pub async fn ensure_reusing(
         &self,
         scope: &str,
@@ -262,19 +359,62 @@ impl Coordinator {
         let asked = Instant::now();
         let patience = self.policy.detached.map(|d: Detached| d.patience);
         let slot = self.slot(&format!("{scope}\0{}", request.key()));
-        let state = match patience {
-            None => slot.state.clone().lock_owned().await,
+        let waiter = reuse.waiter.as_deref();
+        let come_back = |wait: FetchWait| SourceError::Fetching {
+            url: request.url().to_string(),
+            wait,
+        };
+        let running = {
+            let mut state = crate::engine::locks::lock(&slot.state);
+            if let Some(answer) = state.answer(asked, reuse) {
+                return answer;
+            }
+            state.running.as_ref().map(|r| (r.since, r.done.clone()))
+        };
+        // A fetch runs: the daemon's caller waits for it only while it is younger than the
+        // patience (a fetch that answers takes a moment; one that hangs holds no one after).
+        if let (Some(patience), Some((since, mut done))) = (patience, running) {
+            let left = patience.saturating_sub(since.elapsed());
+            let _ = tokio::time::timeout(left, done.wait_for(|done| *done)).await;
+            let mut state = crate::engine::locks::lock(&slot.state);
+            if let Some(answer) = state.answer(asked, reuse) {
+                return answer;
+            }
+            if let Some(wait) = state.owe(waiter) {
+                return Err(come_back(wait));
+            }
+        }
+        let fetching = match patience {
+            None => slot.fetching.clone().lock_owned().await,
+            // Held only for a moment unless a fetch runs (then this caller comes back).
             Some(patience) => {
-                match tokio::time::timeout(patience, slot.state.clone().lock_owned()).await {
-                    Ok(state) => state,
-                    Err(_) => return Err(Self::come_back(&slot, request, asked)),
+                match tokio::time::timeout(patience, slot.fetching.clone().lock_owned()).await {
+                    Ok(fetching) => fetching,
+                    Err(_) => {
+                        let wait = crate::engine::locks::lock(&slot.state).owe(waiter);
+                        return Err(come_back(wait.unwrap_or(FetchWait(None))));
+                    }
                 }
             }
         };
-        if let Some(answer) = state.answer(asked, reuse) {
-            return answer;
+        let (done, ended) = watch::channel(false);
+        {
+            let mut state = crate::engine::locks::lock(&slot.state);
+            if let Some(answer) = state.answer(asked, reuse) {
+                return answer;
+            }
+            state.running = Some(Running {
+                since: Instant::now(),
+                done: ended,
+                owed: HashMap::new(),
+            });
         }
         self.fetches.fetch_add(1, Ordering::Relaxed);
+        let limit = self.limit(scope).map(|limit| {
+            let now = limit.try_now();
+            (limit, now)
+        });
+        let queued = limit.as_ref().is_some_and(|(_, now)| now.is_none());
         let job = Job {
             cache: self.cache.clone(),
             policy: self.policy.clone(),
@@ -287,46 +427,35 @@ impl Coordinator {
                 }
                 _ => None,
             },
-            permits: self
-                .limits
-                .as_ref()
-                .map(|l| (l.of_namespace(scope), l.total.clone())),
+            limit,
         };
-        let (done, ended) = watch::channel(false);
-        *crate::engine::locks::lock(&slot.running) = Some(ended);
-        let fetch = finish(job, state, slot.clone(), done);
+        let fetch = finish(job, fetching, slot.clone(), done);
         let Some(patience) = patience else {
             return fetch.await;
         };
         let mut task = tokio::spawn(fetch);
-        let left = patience.saturating_sub(asked.elapsed());
-        match tokio::time::timeout(left, &mut task).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(e)) => Err(SourceError::not_ready(
+        let left = if queued {
+            Duration::ZERO
+        } else {
+            patience.saturating_sub(asked.elapsed())
+        };
+        let ended = match tokio::time::timeout(left, &mut task).await {
+            Ok(ended) => ended,
+            Err(_) => {
+                let owed = crate::engine::locks::lock(&slot.state).owe(waiter);
+                match owed {
+                    Some(wait) => return Err(come_back(wait)),
+                    // It has just recorded its result: take it.
+                    None => task.await,
+                }
+            }
+        };
+        ended.unwrap_or_else(|e| {
+            Err(SourceError::not_ready(
                 request.url(),
                 format!("the fetch stopped: {e}"),
-            )),
-            Err(_) => Err(Self::come_back(&slot, request, asked)),
-        }
-    }
-
-    /// A caller stops waiting for the fetch running in `slot`: the fetch's result is kept
-    /// for it, and it hears when the fetch ends.
-    fn come_back(slot: &Slot, request: &SourceRequest, asked: Instant) -> SourceError {
-        slot.detached.store(true, Ordering::SeqCst);
-        let running = crate::engine::locks::lock(&slot.running).clone();
-        // The fetch may have ended as the caller gave up, before it saw `detached`.
-        if running.as_ref().is_none_or(|r| *r.borrow())
-            && let Ok(mut state) = slot.state.try_lock()
-            && let Some(last) = state.last.as_mut()
-            && last.at >= asked
-        {
-            last.handed_off = true;
-        }
-        SourceError::Fetching {
-            url: request.url().to_string(),
-            wait: FetchWait(running),
-        }
+            ))
+        })
     }
 
     fn slot(&self, key: &str) -> Arc<Slot> {
@@ -335,49 +464,53 @@ impl Coordinator {
     }
 }
 
-impl Limits {
-    /// The limit of the namespace of `scope` (`Kind/namespace/name`).
-    fn of_namespace(&self, scope: &str) -> Arc<Semaphore> {
-        let namespace = scope.split('/').nth(1).unwrap_or_default().to_string();
-        crate::engine::locks::lock(&self.namespaces)
-            .entry(namespace)
-            .or_insert_with(|| Arc::new(Semaphore::new(self.per_namespace)))
-            .clone()
+/// Clears a slot's running fetch if the fetch ends without recording (a panic).
+struct ClearRunning<'a>(&'a Slot, bool);
+
+impl Drop for ClearRunning<'_> {
+    fn drop(&mut self) {
+        if self.1 {
+            crate::engine::locks::lock(&self.0.state).running.take();
+        }
     }
 }
 
-/// Run `job` holding its request's slot, record the result there, then say it ended (in
-/// that order: whoever the end wakes finds the result).
+/// Run `job` holding its request's slot, record the result there (with the callers owed it),
+/// then say it ended, in that order: whoever the end wakes finds the result, and no other
+/// fetch of the request starts before the running one is cleared.
 async fn finish(
     job: Job,
-    mut state: OwnedMutexGuard<SlotState>,
+    fetching: OwnedMutexGuard<()>,
     slot: Arc<Slot>,
     done: watch::Sender<bool>,
 ) -> Result<Artifact, SourceError> {
+    let started_at = SystemTime::now();
+    let mut clear = ClearRunning(&slot, true);
     let result = job.run().await;
-    state.record(&result, slot.detached.swap(false, Ordering::SeqCst));
-    drop(state);
-    *crate::engine::locks::lock(&slot.running) = None;
+    {
+        let mut state = crate::engine::locks::lock(&slot.state);
+        let owed = state.running.take().map(|r| r.owed).unwrap_or_default();
+        state.record(&result, started_at, owed);
+    }
+    clear.1 = false;
+    drop(fetching);
     let _ = done.send(true);
     result
 }
 
 impl Job {
     async fn run(self) -> Result<Artifact, SourceError> {
-        // A namespace's sources take at most their share of the fetches at once, whatever
-        // else waits (a slow source holds its permits until the deadline).
-        let _permits = match &self.permits {
-            Some((namespace, total)) => {
-                let closed =
-                    |_| SourceError::not_ready(self.request.url(), "the daemon is stopping");
-                let namespace = namespace.clone().acquire_owned().await.map_err(closed)?;
-                let total = total.clone().acquire_owned().await.map_err(closed)?;
-                Some((namespace, total))
-            }
+        // Within the limits, waited for before the deadline starts (a detached fetch waits
+        // on no worker).
+        let _permits = match self.limit {
+            Some((_, Some(now))) => Some(now),
+            Some((ref limit, None)) => Some(limit.wait().await.ok_or_else(|| {
+                SourceError::not_ready(self.request.url(), "the daemon is stopping")
+            })?),
             None => None,
         };
         let _mirror_guard = match &self.mirror {
-            Some(m) => Some(m.state.clone().lock_owned().await),
+            Some(m) => Some(m.fetching.clone().lock_owned().await),
             None => None,
         };
         // Other processes on this machine (CI jobs, a daemon, a person's CLI) may fetch into

@@ -227,8 +227,8 @@ impl SourceError {
         }
     }
 
-    /// The same failure, for another caller of the fetch that failed (the I/O and archive
-    /// errors inside say the same, their causes as text).
+    /// The same failure, for another caller of the fetch that failed (the same variant and
+    /// message; I/O causes as text).
     pub(crate) fn replay(&self) -> SourceError {
         match self {
             SourceError::NotReady { url, message } => SourceError::not_ready(url, message),
@@ -238,10 +238,10 @@ impl SourceError {
                 path: e.path.clone(),
                 source: std::io::Error::new(e.source.kind(), e.source.to_string()),
             }),
-            SourceError::Archive { url, source } => SourceError::not_ready(
-                url,
-                format!("cannot unpack it: {}", crate::engine::error::chain(source)),
-            ),
+            SourceError::Archive { url, source } => SourceError::Archive {
+                url: url.clone(),
+                source: source.replay(),
+            },
             SourceError::ToolMissing(e) => SourceError::ToolMissing(e.clone()),
             SourceError::Fetching { url, wait } => SourceError::Fetching {
                 url: url.clone(),
