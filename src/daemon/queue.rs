@@ -14,6 +14,13 @@
 //! time, so events and resyncs never stack up timers (passes per interval stay constant
 //! however long the daemon runs).
 //!
+//! A pass that runs long holds no namespace's keys back: while no pass is slow (running past
+//! [`SLOW_PASS`]), the loop's workers take keys in order, as above; a slow pass leaves its
+//! place to another worker, but the namespaces with a slow pass share the loop's usual number
+//! of workers among them, so the others' keys go ahead of theirs. A tenant whose sources or
+//! clusters never answer held every worker until the deadline, and every other namespace's
+//! Releases waited behind it (`daemon::worker` marks a pass slow).
+//!
 //! Why not kube-runtime's `Controller`: the spec's wake-up rules are cross-object and
 //! asymmetric (`shouldEnqueueOnUpdate` per loop, an inventory change waking the controller
 //! and the observer on different fields, a status change waking *other* Releases of a higher
@@ -27,6 +34,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
+
+/// A pass running longer than this is slow: its worker's place goes to another (see the
+/// module doc). Passes take well under a second when the API server answers.
+pub const SLOW_PASS: Duration = Duration::from_secs(5);
 
 /// One key in this many handed out comes from the bulk while there are events.
 pub const BULK_TURN: u32 = 4;
@@ -61,6 +72,10 @@ struct State {
     /// Whether the timer task runs (it is started by the first delayed add).
     timer_running: bool,
     shutting_down: bool,
+    /// Keys being processed whose pass is slow ([`SLOW_PASS`]).
+    slow: HashSet<String>,
+    /// How many passes run at once while none is slow (`None`: as many as ask).
+    workers: Option<usize>,
 }
 
 /// The queue of one loop.
@@ -243,13 +258,29 @@ impl WorkQueue {
         self.lock().failures.remove(key);
     }
 
+    /// How many passes run at once while none is slow; the worker pool runs twice as many
+    /// tasks, the others waiting for a slow pass (see the module doc).
+    pub fn set_workers(&self, workers: usize) {
+        self.lock().workers = Some(workers.max(1));
+    }
+
+    /// The pass of `key` is slow: its place goes to another worker (see the module doc).
+    pub fn mark_slow(&self, key: &str) {
+        let mut s = self.lock();
+        if s.processing.contains(key) {
+            s.slow.insert(key.to_string());
+        }
+        drop(s);
+        self.notify.notify_waiters();
+    }
+
     /// The next key to process; `None` once shut down and drained.
     pub async fn get(&self) -> Option<String> {
         loop {
             let notified = self.notify.notified();
             {
                 let mut s = self.lock();
-                if let Some(key) = s.pop() {
+                if let Some(key) = s.next() {
                     s.dirty.remove(&key);
                     s.processing.insert(key.clone());
                     return Some(key);
@@ -266,6 +297,12 @@ impl WorkQueue {
     pub fn done(&self, key: &str) {
         let mut s = self.lock();
         s.processing.remove(key);
+        // A slow pass that ends may let a namespace's keys through: every waiting worker looks.
+        if s.slow.remove(key) || !s.slow.is_empty() {
+            drop(s);
+            self.notify.notify_waiters();
+            s = self.lock();
+        }
         if s.shutting_down {
             return;
         }
@@ -306,27 +343,67 @@ impl WorkQueue {
     }
 }
 
+/// The namespace of a key (`namespace/name`; a key without one is its own).
+fn namespace_of(key: &str) -> &str {
+    key.split_once('/').map_or(key, |(namespace, _)| namespace)
+}
+
 impl State {
-    /// The next key to hand out: events first, then the bulk, skipping stale bulk entries
-    /// (keys queued as an event since, or handed out already).
-    fn pop(&mut self) -> Option<String> {
+    /// The next key a worker may take now (see the module doc): none while the usual number
+    /// of passes run and none is slow; a key of a namespace with a slow pass only while those
+    /// namespaces hold fewer passes than the usual number.
+    fn next(&mut self) -> Option<String> {
+        let Some(workers) = self.workers else {
+            return self.pop(|_| true);
+        };
+        let running = self.processing.len();
+        if running - self.slow.len() >= workers || running >= 2 * workers {
+            return None;
+        }
+        if self.slow.is_empty() {
+            return self.pop(|_| true);
+        }
+        let held: HashSet<String> = self
+            .slow
+            .iter()
+            .map(|k| namespace_of(k).to_string())
+            .collect();
+        let theirs = self
+            .processing
+            .iter()
+            .filter(|k| held.contains(namespace_of(k)))
+            .count();
+        self.pop(|key| theirs < workers || !held.contains(namespace_of(key)))
+    }
+
+    /// The next key to hand out that `may` lets through: events first, then the bulk,
+    /// skipping stale bulk entries (keys queued as an event since, or handed out already).
+    fn pop(&mut self, may: impl Fn(&str) -> bool) -> Option<String> {
         if self.since_bulk + 1 >= BULK_TURN
-            && let Some(key) = self.pop_bulk()
+            && let Some(key) = self.pop_bulk(&may)
         {
             return Some(key);
         }
-        if let Some(key) = self.queue.pop_front() {
+        if let Some(i) = self.queue.iter().position(|k| may(k))
+            && let Some(key) = self.queue.remove(i)
+        {
             self.since_bulk += 1;
             return Some(key);
         }
-        self.pop_bulk()
+        self.pop_bulk(&may)
     }
 
-    fn pop_bulk(&mut self) -> Option<String> {
-        while let Some(key) = self.bulk.pop_front() {
-            if self.dirty.get(&key) == Some(&Level::Bulk) && !self.processing.contains(&key) {
+    fn pop_bulk(&mut self, may: &impl Fn(&str) -> bool) -> Option<String> {
+        let mut i = 0;
+        while let Some(key) = self.bulk.get(i) {
+            let stale = self.dirty.get(key) != Some(&Level::Bulk) || self.processing.contains(key);
+            if stale {
+                self.bulk.remove(i);
+            } else if may(key) {
                 self.since_bulk = 0;
-                return Some(key);
+                return self.bulk.remove(i);
+            } else {
+                i += 1;
             }
         }
         None
@@ -392,6 +469,75 @@ mod tests {
         assert_eq!(rest.len(), 999, "every other bulk key once, 500 not again");
         assert_eq!(rest[..2], ["shard/0".to_string(), "shard/1".to_string()]);
         assert!(!rest.contains(&"shard/500".to_string()));
+    }
+
+    /// Whether `get` hands out a key now.
+    async fn ready(q: &WorkQueue) -> Option<String> {
+        tokio::time::timeout(Duration::from_millis(50), q.get())
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// A namespace's slow passes (a tenant's cluster that never answers) leave their workers'
+    /// places to the other namespaces' keys, not to more of theirs.
+    #[tokio::test]
+    async fn a_namespaces_slow_passes_hold_no_other_namespace_back() {
+        let q = WorkQueue::new();
+        q.set_workers(2);
+        for key in ["tarpit/1", "tarpit/2", "tarpit/3", "team/web"] {
+            q.add(key);
+        }
+        assert_eq!(ready(&q).await.as_deref(), Some("tarpit/1"));
+        assert_eq!(ready(&q).await.as_deref(), Some("tarpit/2"));
+        assert_eq!(
+            ready(&q).await,
+            None,
+            "two passes at once while none is slow"
+        );
+        q.mark_slow("tarpit/1");
+        q.mark_slow("tarpit/2");
+        // Their places go to another namespace's key, ahead of tarpit/3.
+        assert_eq!(ready(&q).await.as_deref(), Some("team/web"));
+        assert_eq!(
+            ready(&q).await,
+            None,
+            "the tarpit holds its two places, no more"
+        );
+        q.done("team/web");
+        q.done("tarpit/1");
+        assert_eq!(ready(&q).await.as_deref(), Some("tarpit/3"));
+        // Nothing slow any more: in order again, two at once.
+        q.done("tarpit/2");
+        q.add("team/a");
+        q.add("team/b");
+        q.add("team/c");
+        assert_eq!(ready(&q).await.as_deref(), Some("team/a"));
+        assert_eq!(ready(&q).await, None);
+        q.done("tarpit/3");
+        assert_eq!(ready(&q).await.as_deref(), Some("team/b"));
+    }
+
+    /// A worker waiting for a place is woken when a slow pass frees one.
+    #[tokio::test]
+    async fn a_pass_marked_slow_wakes_a_waiting_worker() {
+        let q = WorkQueue::new();
+        q.set_workers(1);
+        q.add("tarpit/1");
+        q.add("team/web");
+        assert_eq!(q.get().await.as_deref(), Some("tarpit/1"));
+        let waiting = tokio::spawn({
+            let q = q.clone();
+            async move { q.get().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        q.mark_slow("tarpit/1");
+        let got = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("woken")
+            .unwrap();
+        assert_eq!(got.as_deref(), Some("team/web"));
     }
 
     /// A daemon that always has events (a thousand Releases' interval passes) still gets

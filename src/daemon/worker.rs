@@ -53,7 +53,9 @@ pub enum PassResult {
     Fetching(crate::engine::source::coordinator::FetchWait),
 }
 
-/// Spawn `workers` tasks running `pass` for keys of `queue` until the queue shuts down.
+/// Spawn workers running `pass` for keys of `queue` until the queue shuts down: `workers`
+/// passes at once, and as many more tasks again for the places of slow passes (see
+/// `daemon::queue`).
 pub fn spawn<F, Fut>(
     name: &'static str,
     workers: usize,
@@ -65,7 +67,8 @@ where
     F: Fn(String, u32) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = PassResult> + Send + 'static,
 {
-    (0..workers.max(1))
+    queue.set_workers(workers.max(1));
+    (0..2 * workers.max(1))
         .map(|_| {
             let queue = queue.clone();
             let metrics = metrics.clone();
@@ -73,7 +76,15 @@ where
             tokio::spawn(async move {
                 while let Some(key) = queue.get().await {
                     let started = Instant::now();
-                    let result = pass(key.clone(), queue.failures(&key)).await;
+                    let running = pass(key.clone(), queue.failures(&key));
+                    tokio::pin!(running);
+                    let result = tokio::select! {
+                        result = &mut running => result,
+                        () = tokio::time::sleep(super::queue::SLOW_PASS) => {
+                            queue.mark_slow(&key);
+                            running.await
+                        }
+                    };
                     let seconds = started.elapsed().as_secs_f64();
                     match result {
                         PassResult::Done { reason, requeue } => {

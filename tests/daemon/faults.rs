@@ -489,6 +489,25 @@ async fn an_etcd_restart_in_the_middle_of_a_sync_is_survived_and_all_come_back_w
     }
 }
 
+/// A Cluster `hangs` in `namespace` whose API server (on `port`) accepts and never answers.
+async fn silent_cluster(f: &Fixture, namespace: &str, port: u16) {
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: hangs\n  cluster:\n    server: https://127.0.0.1:{port}\n\
+users:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: hangs\n  context: {{cluster: hangs, user: u}}\n\
+current-context: hangs\n"
+    );
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "hangs-kc", "namespace": namespace},
+        "stringData": {"kubeconfig": kubeconfig}}))
+        .await;
+    f.kubectl_apply(
+        &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "hangs", "namespace": namespace},
+        "spec": {"kubeconfigSecretRef": {"name": "hangs-kc"}}}),
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn sigterm_gives_passes_in_flight_a_grace_period_then_cancels_them_and_releases_the_leases() {
     let _alone = ONE_FAULT_AT_A_TIME.lock().await;
@@ -498,21 +517,7 @@ async fn sigterm_gives_passes_in_flight_a_grace_period_then_cancels_them_and_rel
     let (port, accepted) = crate::support::servers::silent_server();
     let env = TestEnv::new("grace").await;
     let f = Fixture::in_env(env, &[("cm.yaml", &objects("web", 1, "1"))], json!({})).await;
-    let kubeconfig = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: hangs\n  cluster:\n    server: https://127.0.0.1:{port}\n\
-users:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: hangs\n  context: {{cluster: hangs, user: u}}\n\
-current-context: hangs\n"
-    );
-    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "hangs-kc", "namespace": f.env.namespace},
-        "stringData": {"kubeconfig": kubeconfig}}))
-        .await;
-    f.kubectl_apply(
-        &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Cluster",
-        "metadata": {"name": "hangs", "namespace": f.env.namespace},
-        "spec": {"kubeconfigSecretRef": {"name": "hangs-kc"}}}),
-    )
-    .await;
+    silent_cluster(&f, &f.env.namespace, port).await;
     f.add_release("far", "app", json!({"cluster": "hangs"}))
         .await;
     let mut daemon = Daemon::start(
@@ -646,6 +651,47 @@ async fn a_helm_registry_that_never_answers_holds_up_no_other_and_is_given_up_at
     );
 }
 
+/// A daemon watching the fixture's namespace and a new `tarpit` namespace (`args` added),
+/// once it has synced the fixture's Release.
+async fn beside_a_tarpit(f: &Fixture, args: &[&str]) -> (Daemon, String) {
+    let tarpit = crate::support::unique_namespace(&f.env.client, "tarpit").await;
+    let watched = format!("{},{tarpit}", f.env.namespace);
+    let mut all = vec!["--watch-namespace", watched.as_str()];
+    all.extend_from_slice(args);
+    let daemon = Daemon::start(&f.env.kubeconfig, &all).await;
+    eventually("the first sync", Duration::from_secs(60), || {
+        web_holds(f, "1")
+    })
+    .await;
+    (daemon, tarpit)
+}
+
+/// Whether the fixture's `web-0` ConfigMap holds `value`.
+async fn web_holds(f: &Fixture, value: &str) -> Option<()> {
+    let cm = f.config_map("web-0").await?;
+    (cm["data"]["value"] == value).then_some(())
+}
+
+/// A commit to the fixture's repository, asked to sync now, is applied while the tarpit
+/// holds what it holds; none of the tarpit's Releases has been attempted meanwhile (nothing
+/// of theirs has ended: the commit did not wait for them).
+async fn a_commit_goes_past(f: &Fixture, tarpit: &str) {
+    f.commit(&[("cm.yaml", &objects("web", 1, "2"))]);
+    f.annotate(json!({"convoy.kumodo.io/sync-requested-at": jiff::Timestamp::now().to_string()}))
+        .await;
+    eventually(
+        "the other namespace's commit applied while the tarpit holds on",
+        Duration::from_secs(60),
+        || web_holds(f, "2"),
+    )
+    .await;
+    let releases: Api<Release> = Api::namespaced(f.env.client.clone(), tarpit);
+    for release in releases.list(&ListParams::default()).await.unwrap() {
+        let attempted = release.status.and_then(|s| s.last_attempted);
+        assert!(attempted.is_none(), "{attempted:?}");
+    }
+}
+
 /// A tenant's sources that never answer do not hold up another tenant's sync: each pass
 /// fetched its source on the controller's worker until the fetch deadline, so six
 /// GitRepositories pointing at a server that accepts and never answers held the 4 workers,
@@ -660,25 +706,7 @@ async fn a_tenants_sources_that_never_answer_do_not_hold_up_another_tenants_sync
         json!({}),
     )
     .await;
-    let tarpit = crate::support::unique_namespace(&f.env.client, "tarpit").await;
-    let _daemon = Daemon::start(
-        &f.env.kubeconfig,
-        &[
-            "--watch-namespace",
-            &format!("{},{tarpit}", f.env.namespace),
-            "--fetch-timeout",
-            "10m",
-        ],
-    )
-    .await;
-    let value = |expected: &'static str| {
-        let f = &f;
-        move || async move {
-            let cm = f.config_map("web-0").await?;
-            (cm["data"]["value"] == expected).then_some(())
-        }
-    };
-    eventually("the first sync", Duration::from_secs(60), value("1")).await;
+    let (_daemon, tarpit) = beside_a_tarpit(&f, &["--fetch-timeout", "10m"]).await;
     for i in 0..6 {
         f.kubectl_apply(&json!({
             "apiVersion": "source.convoy.kumodo.io/v1alpha1", "kind": "GitRepository",
@@ -699,24 +727,48 @@ async fn a_tenants_sources_that_never_answer_do_not_hold_up_another_tenants_sync
         || async { (accepted.load(Ordering::SeqCst) >= 2).then_some(()) },
     )
     .await;
-    f.commit(&[("cm.yaml", &objects("web", 1, "2"))]);
-    f.annotate(json!({"convoy.kumodo.io/sync-requested-at": jiff::Timestamp::now().to_string()}))
-        .await;
-    eventually(
-        "the other namespace's commit applied while the tarpit holds its fetches",
-        Duration::from_secs(60),
-        value("2"),
-    )
-    .await;
-    // None of the tarpit's fetches has ended (their deadline is 10 minutes away): the commit
-    // did not wait for them.
-    let releases: Api<Release> = Api::namespaced(f.env.client.clone(), &tarpit);
-    for release in releases.list(&ListParams::default()).await.unwrap() {
-        let attempted = release.status.and_then(|s| s.last_attempted);
-        assert!(attempted.is_none(), "{attempted:?}");
-    }
+    a_commit_goes_past(&f, &tarpit).await;
     assert!(
         accepted.load(Ordering::SeqCst) <= 2,
         "a namespace's sources take two fetches at most at once"
     );
+}
+
+/// A tenant's Releases whose Cluster never answers hold up no other namespace: each pass
+/// waited for the cluster until the request deadline on a controller worker, so six such
+/// Releases held the 4 workers and another namespace's commit waited behind them. A pass
+/// that runs long now leaves its place to another namespace's keys.
+#[tokio::test]
+async fn a_tenants_releases_whose_cluster_never_answers_do_not_hold_up_another_namespace() {
+    let (port, accepted) = crate::support::servers::silent_server();
+    let f = Fixture::new(
+        "cluster-tarpit",
+        &[("cm.yaml", &objects("web", 1, "1"))],
+        json!({}),
+    )
+    .await;
+    let (_daemon, tarpit) = beside_a_tarpit(&f, &["--request-timeout", "10m"]).await;
+    silent_cluster(&f, &tarpit, port).await;
+    f.kubectl_apply(&json!({
+        "apiVersion": "source.convoy.kumodo.io/v1alpha1", "kind": "GitRepository",
+        "metadata": {"name": "repo", "namespace": tarpit},
+        "spec": {"url": f.repo.file_url(), "ref": {"branch": "main"}},
+    }))
+    .await;
+    for i in 0..6 {
+        f.kubectl_apply(&json!({
+            "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+            "metadata": {"name": format!("far-{i}"), "namespace": tarpit},
+            "spec": {"source": {"kind": "GitRepository", "name": "repo", "path": "app"},
+                "cluster": "hangs", "targetNamespace": "default"},
+        }))
+        .await;
+    }
+    eventually(
+        "the tarpit to hold the workers",
+        Duration::from_secs(60),
+        || async { (accepted.load(Ordering::SeqCst) >= 4).then_some(()) },
+    )
+    .await;
+    a_commit_goes_past(&f, &tarpit).await;
 }
