@@ -297,24 +297,28 @@ impl WorkQueue {
     pub fn done(&self, key: &str) {
         let mut s = self.lock();
         s.processing.remove(key);
-        // A slow pass that ends may let a namespace's keys through: every waiting worker looks.
-        if s.slow.remove(key) || !s.slow.is_empty() {
-            drop(s);
-            self.notify.notify_waiters();
-            s = self.lock();
-        }
-        if s.shutting_down {
-            return;
-        }
-        let Some(level) = s.dirty.get(key).copied() else {
-            return;
+        // A slow pass that ends may let a namespace's keys through: every waiting worker looks
+        // (woken after the key is queued again, under the same lock: an add between the two
+        // would queue it twice).
+        let everyone = s.slow.remove(key) || !s.slow.is_empty();
+        let requeued = match s.dirty.get(key).copied() {
+            Some(_) if s.shutting_down => false,
+            Some(Level::Event) => {
+                s.queue.push_back(key.to_string());
+                true
+            }
+            Some(Level::Bulk) => {
+                s.bulk.push_back(key.to_string());
+                true
+            }
+            None => false,
         };
-        match level {
-            Level::Event => s.queue.push_back(key.to_string()),
-            Level::Bulk => s.bulk.push_back(key.to_string()),
-        }
         drop(s);
-        self.notify.notify_one();
+        if everyone {
+            self.notify.notify_waiters();
+        } else if requeued {
+            self.notify.notify_one();
+        }
     }
 
     /// Keys waiting (not counting those being processed).

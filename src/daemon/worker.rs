@@ -1,6 +1,8 @@
 //! Workers: take keys from a loop's queue, run the loop's pass, and requeue as the pass says.
 
 use std::future::Future;
+
+use futures::FutureExt;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -76,7 +78,23 @@ where
             tokio::spawn(async move {
                 while let Some(key) = queue.get().await {
                     let started = Instant::now();
-                    let running = pass(key.clone(), queue.failures(&key));
+                    // A pass that panics is a failed pass: the worker goes on, and the key
+                    // is done (a worker lost with its key held it and its place for good).
+                    let running = std::panic::AssertUnwindSafe(pass(key.clone(), queue.failures(&key)))
+                        .catch_unwind()
+                        .map(|ended| {
+                            ended.unwrap_or_else(|panic| {
+                                let what = panic
+                                    .downcast_ref::<&str>()
+                                    .map(|s| s.to_string())
+                                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                                    .unwrap_or_default();
+                                PassResult::Error(PassError {
+                                    category: Category::Failed,
+                                    message: format!("the pass panicked: {what}"),
+                                })
+                            })
+                        });
                     tokio::pin!(running);
                     let result = tokio::select! {
                         result = &mut running => result,
@@ -140,5 +158,48 @@ fn schedule(queue: &WorkQueue, key: &str, requeue: Requeue) {
             queue.add_rate_limited(key);
         }
         Requeue::Never => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pass that panics is a failed pass: its key is retried, the worker takes the next key
+    /// (a worker lost with its key held both for good).
+    #[tokio::test]
+    async fn a_pass_that_panics_fails_and_the_worker_goes_on() {
+        let queue = WorkQueue::new();
+        let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let handles = spawn("test", 1, queue.clone(), Metrics::new(), move |key, _| {
+            let seen_tx = seen_tx.clone();
+            async move {
+                let _ = seen_tx.send(key.clone());
+                if key == "ns/panics" {
+                    panic!("a bug in a pass");
+                }
+                PassResult::Done {
+                    reason: "Done".into(),
+                    requeue: Requeue::Never,
+                }
+            }
+        });
+        queue.add("ns/panics");
+        queue.add("ns/next");
+        let mut order = Vec::new();
+        for _ in 0..3 {
+            let key = tokio::time::timeout(std::time::Duration::from_secs(10), seen.recv())
+                .await
+                .expect("the worker goes on")
+                .unwrap();
+            order.push(key);
+        }
+        assert_eq!(order[..2], ["ns/panics".to_string(), "ns/next".to_string()]);
+        assert_eq!(order[2], "ns/panics", "retried after its failure");
+        assert!(queue.failures("ns/panics") >= 1);
+        queue.shut_down();
+        for handle in handles {
+            handle.abort();
+        }
     }
 }

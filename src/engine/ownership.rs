@@ -309,6 +309,22 @@ pub async fn prune_refs(
     targets: &[PruneTarget],
     deleting: Deleting,
 ) -> Result<PruneOutcome, ApplyError> {
+    let (mine, mut outcome) = plan_prune(applier, release, targets, deleting).await?;
+    if !mine.is_empty() {
+        outcome.report = applier.prune(&mine).await?;
+    }
+    Ok(outcome)
+}
+
+/// What [`prune_refs`] would do with `targets`, read from their live objects: the targets it
+/// would delete (with the uid it found), and those it would leave (the outcome, no report
+/// yet). `convoy diff` shows the same.
+pub async fn plan_prune(
+    applier: &Applier,
+    release: &Release,
+    targets: &[PruneTarget],
+    deleting: Deleting,
+) -> Result<(Vec<PruneTarget>, PruneOutcome), ApplyError> {
     let me = Owner::of(release);
     // What each target's live object says of its owner, its uid and why it is kept.
     type Read = (LiveOwner, Option<String>, Option<String>);
@@ -353,10 +369,7 @@ pub async fn prune_refs(
             PruneDecision::Forget => {}
         }
     }
-    if !mine.is_empty() {
-        outcome.report = applier.prune(&mine).await?;
-    }
-    Ok(outcome)
+    Ok((mine, outcome))
 }
 
 /// "ConfigMap/ns/a (Release ns/b)" for a message, the first few and a count.

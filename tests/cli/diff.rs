@@ -21,6 +21,10 @@ fn out(o: std::process::Output) -> (i32, String, String) {
     )
 }
 
+fn config_maps(f: &Fixture) -> kube::Api<k8s_openapi::api::core::v1::ConfigMap> {
+    kube::Api::namespaced(f.env.client.clone(), &f.env.namespace)
+}
+
 fn secret(password: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\nstringData:\n  password: {password}\n  user: app\n"
@@ -265,8 +269,7 @@ async fn a_hostile_value_on_the_cluster_is_diffed_without_its_control_sequences(
     f.sync().await;
     // Someone with write access to the namespace puts terminal sequences in a live value
     // (as JSON: a YAML body may not hold the C1 control).
-    let config_maps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
-        kube::Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let config_maps = config_maps(&f);
     config_maps
         .patch(
             "a",
@@ -295,4 +298,52 @@ async fn a_hostile_value_on_the_cluster_is_diffed_without_its_control_sequences(
     let (code, plain, _) = out(f.env.convoy(&["diff", "web"]));
     assert_eq!(code, 1, "drift");
     settings(&f.env.namespace).bind(|| insta::assert_snapshot!("diff_hostile_value", plain));
+}
+
+/// Objects that left the render but that the sync leaves in place (an annotation keeps one,
+/// another Release's labels name another) are shown as left, saying why, not "to prune":
+/// `convoy diff` showed a chart's kept volume claim "to prune" and the sync then kept it.
+#[tokio::test]
+async fn objects_the_sync_leaves_in_place_are_not_shown_to_prune() {
+    let kept = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: kept\n  annotations:\n    helm.sh/resource-policy: keep\ndata:\n  value: \"1\"\n";
+    let f = Fixture::new(
+        "diff-kept",
+        &[
+            ("a.yaml", &config_map("a", 0, "1")),
+            ("kept.yaml", kept),
+            ("moved.yaml", &config_map("moved", 0, "1")),
+            ("gone.yaml", &config_map("gone", 0, "1")),
+        ],
+        json!({}),
+    )
+    .await;
+    f.sync().await;
+    // Another Release's labels on `moved` (it was handed over, as an adopting render does).
+    let config_maps = config_maps(&f);
+    config_maps
+        .patch(
+            "moved",
+            &kube::api::PatchParams::apply("other-release").force(),
+            &kube::api::Patch::Apply(json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "moved", "labels": {
+                    "convoy.kumodo.io/release-namespace": f.env.namespace,
+                    "convoy.kumodo.io/release": "other"}},
+            })),
+        )
+        .await
+        .unwrap();
+    f.commit(&[("a.yaml", &config_map("a", 0, "1"))]);
+    let (code, plain, stderr) = out(f.env.convoy(&["diff", "web"]));
+    assert_eq!(code, 1, "{stderr}");
+    settings(&f.env.namespace).bind(|| insta::assert_snapshot!("diff_left_in_place", plain));
+    // And the sync does what the diff said.
+    f.sync().await;
+    for (name, present) in [("kept", true), ("moved", true), ("gone", false)] {
+        assert_eq!(
+            config_maps.get_opt(name).await.unwrap().is_some(),
+            present,
+            "{name}"
+        );
+    }
 }

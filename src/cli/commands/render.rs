@@ -95,6 +95,7 @@ pub async fn render_input(
         timeout: crate::engine::render::DEFAULT_RENDER_TIMEOUT,
         reuse_fetches: false,
         schema_refs,
+        caller: "cli",
     };
     let (_, rendered) = render_release(&ctx, &input.release)
         .await

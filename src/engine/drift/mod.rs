@@ -72,6 +72,10 @@ pub struct ObjectDiff {
     /// The apply would adopt this object from these kubectl field managers.
     #[serde(rename = "adoptFrom", skip_serializing_if = "Vec::is_empty")]
     pub adopt_from: Vec<String>,
+    /// Left the render but the sync leaves it in place (and drops it from the inventory):
+    /// why, as its live object says (an annotation that keeps it, another Release's labels).
+    #[serde(rename = "notPruned", skip_serializing_if = "Option::is_none")]
+    pub not_pruned: Option<String>,
 }
 
 fn serialize_key<S: serde::Serializer>(key: &ObjectKey, s: S) -> Result<S::Ok, S::Error> {
@@ -104,6 +108,9 @@ impl ObjectDiff {
         if !self.adopt_from.is_empty() {
             notes.push(format!("adopt from {}", self.adopt_from.join(", ")));
         }
+        if let Some(why) = &self.not_pruned {
+            notes.push(format!("not pruned: {why}"));
+        }
         let action = self.describe_action();
         if notes.is_empty() {
             action
@@ -116,7 +123,7 @@ impl ObjectDiff {
 
     /// Whether the text view shows this object although nothing of it changes.
     pub fn noteworthy(&self) -> bool {
-        self.owned_by.is_some() || !self.adopt_from.is_empty()
+        self.owned_by.is_some() || !self.adopt_from.is_empty() || self.not_pruned.is_some()
     }
 
     fn describe_action(&self) -> String {
@@ -296,9 +303,9 @@ pub async fn diff_objects(
     }
     name_owners(&mut report.objects, &sources, &live, inventory);
     let desired_keys: BTreeSet<ObjectKey> = keys.into_iter().collect();
-    report
-        .objects
-        .extend(prunes(inventory, &desired_keys, &for_cluster.ignored));
+    let mut pruned = prunes(inventory, &desired_keys, &for_cluster.ignored);
+    leave_what_the_sync_leaves(applier, release, &mut pruned).await?;
+    report.objects.extend(pruned);
     report.objects.sort_by(|a, b| a.key.cmp(&b.key));
     report.rejections.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(report)
@@ -357,6 +364,7 @@ fn object_diff(key: ObjectKey, action: Action, secret: bool) -> ObjectDiff {
         secret_keys: Vec::new(),
         owned_by: None,
         adopt_from: Vec::new(),
+        not_pruned: None,
     }
 }
 
@@ -463,6 +471,46 @@ fn name_owners(
             diff.adopt_from = crate::engine::ownership::kubectl_managers(live_object);
         }
     }
+}
+
+/// Of the objects to prune, those the sync would leave in place (their annotations keep them,
+/// or their labels name another Release now; `ownership::plan_prune`, read from their live
+/// objects): unchanged, saying why. Before, `convoy diff` showed a chart's kept volume claim
+/// "to prune" and the sync then kept it.
+async fn leave_what_the_sync_leaves(
+    applier: &Applier,
+    release: &Release,
+    pruned: &mut [ObjectDiff],
+) -> Result<(), ApplyError> {
+    if pruned.is_empty() {
+        return Ok(());
+    }
+    let targets: Vec<crate::engine::apply::PruneTarget> = pruned
+        .iter()
+        .map(|d| crate::engine::apply::PruneTarget {
+            key: d.key.clone(),
+            wave: 0,
+            intent_only: false,
+            uid: None,
+        })
+        .collect();
+    let deleting = crate::engine::keep_policy::Deleting::Prune;
+    let (_, left) =
+        crate::engine::ownership::plan_prune(applier, release, &targets, deleting).await?;
+    let mut why: HashMap<ObjectKey, String> = HashMap::new();
+    for (key, reason) in left.kept {
+        why.insert(key, format!("kept by {reason}"));
+    }
+    for (key, owner) in left.handed_over {
+        why.insert(key, format!("belongs to {owner} now"));
+    }
+    for diff in pruned.iter_mut() {
+        if let Some(why) = why.remove(&diff.key) {
+            diff.action = Action::Unchanged;
+            diff.not_pruned = Some(why);
+        }
+    }
+    Ok(())
 }
 
 /// The inventory's members the render no longer holds (and does not ignore): to prune.
@@ -618,7 +666,10 @@ pub async fn render_desired(
     release: &Release,
 ) -> Result<Desired, Box<ReconcileOutcome>> {
     let status = release.status.clone().unwrap_or_default();
-    let state = new_reconcile_state(release, &status, now());
+    let state = crate::engine::reconcile::ReconcileState {
+        caller: "drift",
+        ..new_reconcile_state(release, &status, now())
+    };
     let stage = stages::stage_render(ctx, release, &state).await?;
     // After a rollback the last healthy render is what should run (a pin came first, in
     // stage_render).

@@ -37,6 +37,9 @@ pub struct ReconcileState {
     pub pending_sync: Option<String>,
     /// The forced /sync request not handled yet.
     pub pending_force: Option<String>,
+    /// Which loop reconciles (`controller`, or `drift` rendering what should run): a fetch a
+    /// pass stops waiting for is kept for that loop's next pass.
+    pub caller: &'static str,
 }
 
 /// Read the attempt's state from the Release and its cached status.
@@ -59,6 +62,7 @@ pub fn new_reconcile_state(release: &Release, status: &ReleaseStatus, now: Time)
         mode: release.spec.sync_mode(),
         pending_sync,
         pending_force,
+        caller: "controller",
     }
 }
 

@@ -60,6 +60,7 @@ pub async fn stage_render(
         timeout: ctx.render_timeout,
         reuse_fetches: ctx.reuse_fetches,
         schema_refs: &ctx.tenancy.values_schema_refs,
+        caller: state.caller,
     };
     // Step 1: fetch. Errors are transient; "not supported" is not retried.
     let (fetched, content, target) = fetch_and_resolve(ctx, &render_ctx, release)

@@ -41,6 +41,9 @@ pub struct RenderContext<'a> {
     /// The https prefixes a chart's values schema may refer to (the operator's
     /// `--allow-values-schema-ref`).
     pub schema_refs: &'a SchemaRefs,
+    /// Who renders (`controller`, `drift`, `cli`): a fetch a daemon's pass stopped waiting for
+    /// is kept for that loop's next pass of the Release ([`waiter_of`]).
+    pub caller: &'static str,
 }
 
 /// The default deadline of a render.
@@ -107,7 +110,7 @@ pub async fn fetch_source(
         },
         revision: last_attempted_revision(release),
         requested_at: newest_request(release),
-        waiter: Some(waiter_of(release)),
+        waiter: Some(waiter_of(ctx.caller, release)),
     };
     let artifact = ctx
         .coordinator
@@ -136,11 +139,11 @@ pub async fn fetch_source(
     })
 }
 
-/// Who a Release's fetches are kept for when its pass stops waiting for one
-/// ([`Reuse::waiter`]).
-pub(crate) fn waiter_of(release: &Release) -> String {
+/// Who a Release's fetches are kept for when a pass of `caller` (a loop) stops waiting for
+/// one ([`Reuse::waiter`]).
+pub(crate) fn waiter_of(caller: &str, release: &Release) -> String {
     format!(
-        "Release/{}/{}",
+        "{caller}:Release/{}/{}",
         release.metadata.namespace.as_deref().unwrap_or_default(),
         release.metadata.name.as_deref().unwrap_or_default()
     )
@@ -249,7 +252,8 @@ async fn render_content_now(
                     "helm.dependencyMode: resolve is not supported: vendor the dependencies in the chart's charts/ directory (helm dependency build) and use dependencyMode: none".into(),
                 ));
             }
-            let values = resolve_value_layers(release, ctx.reader, ctx.coordinator)
+            let waiter = waiter_of(ctx.caller, release);
+            let values = resolve_value_layers(release, ctx.reader, ctx.coordinator, Some(&waiter))
                 .await
                 .map_err(RenderError::Values)?;
             let chart_name = match release.spec.source.kind {

@@ -49,17 +49,20 @@ pub fn merge_values(base: &mut Value, overlay: Value) {
 }
 
 /// The user values of a Helm Release: every `valuesFrom` layer in order, then inline values.
+///
+/// `waiter`: who a layer's repository fetch is kept for when the pass stops waiting for it.
 pub async fn resolve_value_layers(
     release: &Release,
     reader: &ObjectReader,
     coordinator: &Coordinator,
+    waiter: Option<&str>,
 ) -> Result<Value, ValuesError> {
     let Some(helm) = &release.spec.content.helm else {
         return Ok(Value::Object(Default::default()));
     };
     let mut merged = Value::Object(Default::default());
     for (i, layer) in helm.values_from.iter().enumerate() {
-        let values = read_layer(layer, i + 1, release, reader, coordinator).await?;
+        let values = read_layer(layer, i + 1, release, reader, coordinator, waiter).await?;
         merge_values(&mut merged, values);
     }
     if let Some(inline) = &helm.values {
@@ -74,6 +77,7 @@ async fn read_layer(
     release: &Release,
     reader: &ObjectReader,
     coordinator: &Coordinator,
+    waiter: Option<&str>,
 ) -> Result<Value, ValuesError> {
     let namespace = release.metadata.namespace.as_deref().unwrap_or_default();
     let key = layer
@@ -136,7 +140,7 @@ async fn read_layer(
             // Kept for the Release's pass when it stops waiting (a layer's repository may
             // be slow as its source may).
             let reuse = crate::engine::source::Reuse {
-                waiter: Some(super::release::waiter_of(release)),
+                waiter: waiter.map(str::to_string),
                 ..Default::default()
             };
             let artifact = coordinator
@@ -243,7 +247,7 @@ mod tests {
         let reader = ObjectReader::Local(local);
         let dir = tempfile::tempdir().unwrap();
         let coordinator = Coordinator::new(crate::engine::source::Cache::new(dir.path()));
-        let values = resolve_value_layers(&release, &reader, &coordinator)
+        let values = resolve_value_layers(&release, &reader, &coordinator, None)
             .await
             .unwrap();
         assert_eq!(
@@ -280,7 +284,7 @@ mod tests {
         let reader = ObjectReader::Local(local);
         let dir = tempfile::tempdir().unwrap();
         let coordinator = Coordinator::new(crate::engine::source::Cache::new(dir.path()));
-        let Err(err) = resolve_value_layers(&release, &reader, &coordinator).await else {
+        let Err(err) = resolve_value_layers(&release, &reader, &coordinator, None).await else {
             panic!("the layer was built");
         };
         assert_eq!(
@@ -303,7 +307,7 @@ mod tests {
         let reader = ObjectReader::Local(Default::default());
         let dir = tempfile::tempdir().unwrap();
         let coordinator = Coordinator::new(crate::engine::source::Cache::new(dir.path()));
-        let err = resolve_value_layers(&release, &reader, &coordinator)
+        let err = resolve_value_layers(&release, &reader, &coordinator, None)
             .await
             .unwrap_err();
         assert_eq!(

@@ -27,12 +27,12 @@ struct Slot {
 }
 
 struct Running {
-    /// When it was started (it may wait for its place before it runs).
-    since: Instant,
+    /// When it got its place and started (`None` while it waits for one).
+    since: Option<Instant>,
     /// Ends with the fetch, after its result is recorded.
     done: watch::Receiver<bool>,
-    /// The callers (by [`Reuse::waiter`]) told to come back for it, and how many times.
-    owed: HashMap<String, u32>,
+    /// The callers (by [`Reuse::waiter`]) told to come back for it, and since when.
+    owed: HashMap<String, Instant>,
 }
 
 #[derive(Default)]
@@ -50,12 +50,13 @@ struct Finished {
     at: Instant,
     started_at: SystemTime,
     result: Result<Artifact, SourceError>,
-    /// The callers told to come back for it that have not come back yet.
-    owed: HashMap<String, u32>,
+    /// The callers told to come back for it (or for an earlier fetch) that have not come back
+    /// yet, and since when.
+    owed: HashMap<String, Instant>,
 }
 
-/// How long a fetch's result waits for a caller told to come back for it (one that does not
-/// come back, its Release deleted or changed, leaves it behind).
+/// How long a caller told to come back is owed a result (one that does not come back, its
+/// Release deleted or changed, is forgotten then).
 const OWED_FOR: Duration = Duration::from_secs(15 * 60);
 
 /// The end of a fetch a caller stopped waiting for (in [`SourceError::Fetching`]).
@@ -138,9 +139,11 @@ impl SlotState {
     fn answer(&mut self, asked: Instant, reuse: &Reuse) -> Option<Result<Artifact, SourceError>> {
         if let Some(last) = self.last.as_mut() {
             let owed = reuse.waiter.as_ref().is_some_and(|waiter| {
-                last.at.elapsed() < OWED_FOR
-                    && reuse.after_request(last.started_at)
-                    && take_one(&mut last.owed, waiter)
+                reuse.after_request(last.started_at)
+                    && last
+                        .owed
+                        .remove(waiter)
+                        .is_some_and(|since| since.elapsed() < OWED_FOR)
             });
             if last.at >= asked || owed {
                 return Some(match &last.result {
@@ -159,7 +162,7 @@ impl SlotState {
         &mut self,
         result: &Result<Artifact, SourceError>,
         started_at: SystemTime,
-        owed: HashMap<String, u32>,
+        owed: HashMap<String, Instant>,
     ) {
         let at = Instant::now();
         if let Ok(artifact) = result {
@@ -169,8 +172,10 @@ impl SlotState {
         // started after they asked too.
         let mut owed = owed;
         if let Some(last) = self.last.take() {
-            for (waiter, count) in last.owed {
-                *owed.entry(waiter).or_default() += count;
+            for (waiter, since) in last.owed {
+                if since.elapsed() < OWED_FOR {
+                    owed.entry(waiter).or_insert(since);
+                }
             }
         }
         self.last = Some(Finished {
@@ -185,25 +190,16 @@ impl SlotState {
     }
 }
 
-/// Take one of `waiter`'s counts in `owed`; whether there was one.
-fn take_one(owed: &mut HashMap<String, u32>, waiter: &str) -> bool {
-    let Some(count) = owed.get_mut(waiter) else {
-        return false;
-    };
-    *count -= 1;
-    if *count == 0 {
-        owed.remove(waiter);
-    }
-    true
-}
-
 impl SlotState {
     /// A caller stops waiting for the fetch running now: it is owed the fetch's result, and
     /// hears when the fetch ends. `None` when no fetch runs.
     fn owe(&mut self, waiter: Option<&str>) -> Option<FetchWait> {
         let running = self.running.as_mut()?;
         if let Some(waiter) = waiter {
-            *running.owed.entry(waiter.to_string()).or_default() += 1;
+            running
+                .owed
+                .entry(waiter.to_string())
+                .or_insert_with(Instant::now);
         }
         Some(FetchWait::of(running.done.clone()))
     }
@@ -258,6 +254,8 @@ struct Job {
     mirror: Option<Arc<Slot>>,
     /// The limit of a detached fetch, and its places if it had them when it was started.
     limit: Option<(FetchLimit, Option<FetchPermits>)>,
+    /// Its request's slot, told when the fetch got its places.
+    slot: Arc<Slot>,
 }
 
 /// Fetches sources into one cache, de-duplicating concurrent fetches.
@@ -374,7 +372,9 @@ impl Coordinator {
         // A fetch runs: the daemon's caller waits for it only while it is younger than the
         // patience (a fetch that answers takes a moment; one that hangs holds no one after).
         if let (Some(patience), Some((since, mut done))) = (patience, running) {
-            let left = patience.saturating_sub(since.elapsed());
+            let left = since.map_or(Duration::ZERO, |since| {
+                patience.saturating_sub(since.elapsed())
+            });
             let _ = tokio::time::timeout(left, done.wait_for(|done| *done)).await;
             let mut state = crate::engine::locks::lock(&slot.state);
             if let Some(answer) = state.answer(asked, reuse) {
@@ -391,12 +391,20 @@ impl Coordinator {
                 match tokio::time::timeout(patience, slot.fetching.clone().lock_owned()).await {
                     Ok(fetching) => fetching,
                     Err(_) => {
-                        let wait = crate::engine::locks::lock(&slot.state).owe(waiter);
-                        return Err(come_back(wait.unwrap_or(FetchWait(None))));
+                        let mut state = crate::engine::locks::lock(&slot.state);
+                        if let Some(answer) = state.answer(asked, reuse) {
+                            return answer;
+                        }
+                        return Err(come_back(state.owe(waiter).unwrap_or(FetchWait(None))));
                     }
                 }
             }
         };
+        let limit = self.limit(scope).map(|limit| {
+            let now = limit.try_now();
+            (limit, now)
+        });
+        let queued = limit.as_ref().is_some_and(|(_, now)| now.is_none());
         let (done, ended) = watch::channel(false);
         {
             let mut state = crate::engine::locks::lock(&slot.state);
@@ -404,17 +412,12 @@ impl Coordinator {
                 return answer;
             }
             state.running = Some(Running {
-                since: Instant::now(),
+                since: (!queued).then(Instant::now),
                 done: ended,
                 owed: HashMap::new(),
             });
         }
         self.fetches.fetch_add(1, Ordering::Relaxed);
-        let limit = self.limit(scope).map(|limit| {
-            let now = limit.try_now();
-            (limit, now)
-        });
-        let queued = limit.as_ref().is_some_and(|(_, now)| now.is_none());
         let job = Job {
             cache: self.cache.clone(),
             policy: self.policy.clone(),
@@ -428,6 +431,7 @@ impl Coordinator {
                 _ => None,
             },
             limit,
+            slot: slot.clone(),
         };
         let fetch = finish(job, fetching, slot.clone(), done);
         let Some(patience) = patience else {
@@ -442,7 +446,14 @@ impl Coordinator {
         let ended = match tokio::time::timeout(left, &mut task).await {
             Ok(ended) => ended,
             Err(_) => {
-                let owed = crate::engine::locks::lock(&slot.state).owe(waiter);
+                let owed = {
+                    let mut state = crate::engine::locks::lock(&slot.state);
+                    // Recorded as the patience ran out (another fetch may have started since).
+                    if let Some(answer) = state.answer(asked, reuse) {
+                        return answer;
+                    }
+                    state.owe(waiter)
+                };
                 match owed {
                     Some(wait) => return Err(come_back(wait)),
                     // It has just recorded its result: take it.
@@ -504,9 +515,18 @@ impl Job {
         // on no worker).
         let _permits = match self.limit {
             Some((_, Some(now))) => Some(now),
-            Some((ref limit, None)) => Some(limit.wait().await.ok_or_else(|| {
-                SourceError::not_ready(self.request.url(), "the daemon is stopping")
-            })?),
+            Some((ref limit, None)) => {
+                let permits = limit.wait().await.ok_or_else(|| {
+                    SourceError::not_ready(self.request.url(), "the daemon is stopping")
+                })?;
+                if let Some(running) = crate::engine::locks::lock(&self.slot.state)
+                    .running
+                    .as_mut()
+                {
+                    running.since = Some(Instant::now());
+                }
+                Some(permits)
+            }
             None => None,
         };
         let _mirror_guard = match &self.mirror {
