@@ -404,3 +404,47 @@ async fn a_clusters_kubeconfig_secret_is_read_as_the_releases_service_account() 
         outcome.message
     );
 }
+
+/// A tenant learns nothing of the Releases of namespaces it may not read: an object of its own
+/// labelled for another namespace's Release is refused alike whether that Release exists or
+/// not. Read as convoy, the answer said which exist (the sync was refused for one that did,
+/// and took the object for one that did not).
+#[tokio::test]
+async fn a_tenant_learns_nothing_of_other_namespaces_releases_through_ownership_labels() {
+    let f = Fixture::new(
+        "tenancy-oracle",
+        &[
+            ("a.yaml", &config_map("a", 0, "1")),
+            ("b.yaml", &config_map("b", 0, "1")),
+        ],
+        json!({"serviceAccountName": "deployer"}),
+    )
+    .await;
+    service_account(&f, "deployer", Some("admin")).await;
+    let other = unique_namespace(&f.env.client, "tenancy-hidden").await;
+    f.kubectl_apply(&json!({
+        "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+        "metadata": {"name": "exists", "namespace": other},
+        "spec": {"source": {"kind": "GitRepository", "name": "repo"}, "targetNamespace": other},
+    }))
+    .await;
+    // The tenant labels two of its objects: one for a Release that exists, one for none.
+    for (name, owner) in [("a", "exists"), ("b", "absent")] {
+        f.kubectl_apply(&json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": f.env.namespace, "labels": {
+                "convoy.kumodo.io/release-namespace": other,
+                "convoy.kumodo.io/release": owner}},
+        }))
+        .await;
+    }
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Unappliable, "{}", outcome.message);
+    let ns = &f.env.namespace;
+    assert_eq!(
+        outcome.message,
+        format!(
+            "nothing was applied: ConfigMap/{ns}/a is labelled as Release {other}/exists's, which this Release may not read; ConfigMap/{ns}/b is labelled as Release {other}/absent's, which this Release may not read (to hand an object over, set the annotation convoy.kumodo.io/adopt: \"true\" on it in this render)"
+        )
+    );
+}

@@ -106,19 +106,23 @@ async fn claimed_objects(
         return None;
     }
     // A label naming a Release that is gone claims nothing.
-    let mut exists: HashMap<ownership::Owner, bool> = HashMap::new();
+    let mut exists: HashMap<ownership::Owner, Known> = HashMap::new();
     let mut refused = Vec::new();
     for (key, owner) in claimed {
-        let present = match exists.get(&owner) {
-            Some(p) => *p,
+        let known = match exists.get(&owner) {
+            Some(known) => *known,
             None => {
-                let p = release_exists(ctx, &owner).await;
-                exists.insert(owner.clone(), p);
-                p
+                let known = release_exists(ctx, release, &owner).await;
+                exists.insert(owner.clone(), known);
+                known
             }
         };
-        if present {
-            refused.push(format!("{key} belongs to {owner}"));
+        match known {
+            Known::Present => refused.push(format!("{key} belongs to {owner}")),
+            Known::Unreadable => refused.push(format!(
+                "{key} is labelled as {owner}'s, which this Release may not read"
+            )),
+            Known::Absent => {}
         }
     }
     if refused.is_empty() {
@@ -131,10 +135,35 @@ async fn claimed_objects(
     ))
 }
 
-/// Whether the Release an ownership label names exists. Unknown (unreadable) counts as
-/// present: never take an object by mistake.
-async fn release_exists(ctx: &Context, owner: &ownership::Owner) -> bool {
-    let api: kube::Api<Release> =
-        kube::Api::namespaced(ctx.home.client.clone(), &owner.0.namespace);
-    !matches!(api.get_opt(&owner.0.name).await, Ok(None))
+/// Whether the Release an ownership label names exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Known {
+    Present,
+    Absent,
+    /// Not to be read by this Release: counts as present (never take an object by mistake).
+    Unreadable,
+}
+
+/// Whether the Release an ownership label names exists, read as the Release's tenant when the
+/// label names another namespace and the daemon keeps tenants to theirs: read as convoy, the
+/// answer told a tenant which Releases exist in namespaces it may not read (it labels an
+/// object of its own for one and watches whether its sync is refused). Unknown (unreadable)
+/// counts as present: never take an object by mistake.
+async fn release_exists(ctx: &Context, release: &Release, owner: &ownership::Owner) -> Known {
+    let elsewhere = release.metadata.namespace.as_deref() != Some(owner.0.namespace.as_str());
+    let client = if elsewhere && !ctx.tenancy.allow_cross_namespace_refs {
+        match ctx.tenancy.connection_for(&ctx.home, release) {
+            Ok(tenant) => tenant.client,
+            Err(_) => return Known::Unreadable,
+        }
+    } else {
+        ctx.home.client.clone()
+    };
+    let api: kube::Api<Release> = kube::Api::namespaced(client, &owner.0.namespace);
+    match api.get_opt(&owner.0.name).await {
+        Ok(None) => Known::Absent,
+        Ok(Some(_)) => Known::Present,
+        Err(kube::Error::Api(e)) if e.code == 403 => Known::Unreadable,
+        Err(_) => Known::Present,
+    }
 }
