@@ -19,7 +19,9 @@
 //! place to another worker, but the namespaces with a slow pass share the loop's usual number
 //! of workers among them, so the others' keys go ahead of theirs. A tenant whose sources or
 //! clusters never answer held every worker until the deadline, and every other namespace's
-//! Releases waited behind it (`daemon::worker` marks a pass slow).
+//! Releases waited behind it (`daemon::worker` marks a pass slow). And an event of a
+//! namespace with no pass running goes ahead of the events of namespaces with one: a tenant's
+//! many passes just under slow, coming back every second, queued ahead of everyone else.
 //!
 //! Why not kube-runtime's `Controller`: the spec's wake-up rules are cross-object and
 //! asymmetric (`shouldEnqueueOnUpdate` per loop, an inventory change waking the controller
@@ -76,6 +78,8 @@ struct State {
     slow: HashSet<String>,
     /// How many passes run at once while none is slow (`None`: as many as ask).
     workers: Option<usize>,
+    /// How many keys of each namespace wait in `queue`.
+    events_by_namespace: HashMap<String, usize>,
 }
 
 /// The queue of one loop.
@@ -114,7 +118,7 @@ impl WorkQueue {
         s.dirty.insert(key.to_string(), level);
         if !s.processing.contains(key) {
             match level {
-                Level::Event => s.queue.push_back(key.to_string()),
+                Level::Event => s.push_event(key),
                 Level::Bulk => s.bulk.push_back(key.to_string()),
             }
             drop(s);
@@ -304,7 +308,7 @@ impl WorkQueue {
         let requeued = match s.dirty.get(key).copied() {
             Some(_) if s.shutting_down => false,
             Some(Level::Event) => {
-                s.queue.push_back(key.to_string());
+                s.push_event(key);
                 true
             }
             Some(Level::Bulk) => {
@@ -337,6 +341,7 @@ impl WorkQueue {
         let mut s = self.lock();
         s.shutting_down = true;
         s.queue.clear();
+        s.events_by_namespace.clear();
         s.bulk.clear();
         s.dirty.clear();
         s.delayed.clear();
@@ -353,6 +358,14 @@ fn namespace_of(key: &str) -> &str {
 }
 
 impl State {
+    fn push_event(&mut self, key: &str) {
+        self.queue.push_back(key.to_string());
+        *self
+            .events_by_namespace
+            .entry(namespace_of(key).to_string())
+            .or_default() += 1;
+    }
+
     /// The next key a worker may take now (see the module doc): none while the usual number
     /// of passes run and none is slow; a key of a namespace with a slow pass only while those
     /// namespaces hold fewer passes than the usual number.
@@ -388,10 +401,32 @@ impl State {
         {
             return Some(key);
         }
-        if let Some(i) = self.queue.iter().position(|k| may(k))
+        // A namespace with no pass running goes first: another's keys queued ahead of it
+        // (a tenant's many Releases whose passes each take a few seconds) do not hold it up.
+        let busy: HashSet<&str> = self.processing.iter().map(|k| namespace_of(k)).collect();
+        let idle_waits = !busy.is_empty()
+            && self
+                .events_by_namespace
+                .keys()
+                .any(|namespace| !busy.contains(namespace.as_str()));
+        let first = if idle_waits {
+            self.queue
+                .iter()
+                .position(|k| !busy.contains(namespace_of(k)) && may(k))
+        } else {
+            None
+        };
+        if let Some(i) = first.or_else(|| self.queue.iter().position(|k| may(k)))
             && let Some(key) = self.queue.remove(i)
         {
             self.since_bulk += 1;
+            let namespace = namespace_of(&key).to_string();
+            if let Some(n) = self.events_by_namespace.get_mut(&namespace) {
+                *n -= 1;
+                if *n == 0 {
+                    self.events_by_namespace.remove(&namespace);
+                }
+            }
             return Some(key);
         }
         self.pop_bulk(&may)
@@ -489,11 +524,12 @@ mod tests {
     async fn a_namespaces_slow_passes_hold_no_other_namespace_back() {
         let q = WorkQueue::new();
         q.set_workers(2);
-        for key in ["tarpit/1", "tarpit/2", "tarpit/3", "team/web"] {
+        for key in ["tarpit/1", "tarpit/2", "tarpit/3"] {
             q.add(key);
         }
         assert_eq!(ready(&q).await.as_deref(), Some("tarpit/1"));
         assert_eq!(ready(&q).await.as_deref(), Some("tarpit/2"));
+        q.add("team/web");
         assert_eq!(
             ready(&q).await,
             None,
@@ -520,6 +556,26 @@ mod tests {
         assert_eq!(ready(&q).await, None);
         q.done("tarpit/3");
         assert_eq!(ready(&q).await.as_deref(), Some("team/b"));
+    }
+
+    /// A tenant's many Releases whose passes each take a few seconds (never slow) do not hold
+    /// another namespace's key behind them: a namespace with no pass running goes first.
+    #[tokio::test]
+    async fn a_namespace_with_no_pass_running_goes_ahead_of_a_busy_ones_keys() {
+        let q = WorkQueue::new();
+        q.set_workers(2);
+        for i in 0..6 {
+            q.add(&format!("tarpit/{i}"));
+        }
+        q.add("team/web");
+        assert_eq!(ready(&q).await.as_deref(), Some("tarpit/0"));
+        assert_eq!(ready(&q).await.as_deref(), Some("team/web"));
+        q.done("team/web");
+        assert_eq!(ready(&q).await.as_deref(), Some("tarpit/1"));
+        q.done("tarpit/0");
+        q.done("tarpit/1");
+        // With nothing running, in order again.
+        assert_eq!(ready(&q).await.as_deref(), Some("tarpit/2"));
     }
 
     /// A worker waiting for a place is woken when a slow pass frees one.

@@ -692,6 +692,35 @@ async fn a_commit_goes_past(f: &Fixture, tarpit: &str) {
     }
 }
 
+/// `count` Releases in `tarpit` (`spec_extra` merged in) on the fixture's repository, deployed
+/// to a Cluster whose API server on `port` never answers in time.
+async fn releases_on_a_silent_cluster(
+    f: &Fixture,
+    tarpit: &str,
+    port: u16,
+    count: usize,
+    spec_extra: serde_json::Value,
+) {
+    silent_cluster(f, tarpit, port).await;
+    f.kubectl_apply(&json!({
+        "apiVersion": "source.convoy.kumodo.io/v1alpha1", "kind": "GitRepository",
+        "metadata": {"name": "repo", "namespace": tarpit},
+        "spec": {"url": f.repo.file_url(), "ref": {"branch": "main"}},
+    }))
+    .await;
+    for i in 0..count {
+        let mut spec = json!({"source": {"kind": "GitRepository", "name": "repo", "path": "app"},
+            "cluster": "hangs", "targetNamespace": "default"});
+        json_patch::merge(&mut spec, &spec_extra);
+        f.kubectl_apply(&json!({
+            "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+            "metadata": {"name": format!("far-{i}"), "namespace": tarpit},
+            "spec": spec,
+        }))
+        .await;
+    }
+}
+
 /// A tenant's sources that never answer do not hold up another tenant's sync: each pass
 /// fetched its source on the controller's worker until the fetch deadline, so six
 /// GitRepositories pointing at a server that accepts and never answers held the 4 workers,
@@ -748,22 +777,7 @@ async fn a_tenants_releases_whose_cluster_never_answers_do_not_hold_up_another_n
     )
     .await;
     let (_daemon, tarpit) = beside_a_tarpit(&f, &["--request-timeout", "10m"]).await;
-    silent_cluster(&f, &tarpit, port).await;
-    f.kubectl_apply(&json!({
-        "apiVersion": "source.convoy.kumodo.io/v1alpha1", "kind": "GitRepository",
-        "metadata": {"name": "repo", "namespace": tarpit},
-        "spec": {"url": f.repo.file_url(), "ref": {"branch": "main"}},
-    }))
-    .await;
-    for i in 0..6 {
-        f.kubectl_apply(&json!({
-            "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
-            "metadata": {"name": format!("far-{i}"), "namespace": tarpit},
-            "spec": {"source": {"kind": "GitRepository", "name": "repo", "path": "app"},
-                "cluster": "hangs", "targetNamespace": "default"},
-        }))
-        .await;
-    }
+    releases_on_a_silent_cluster(&f, &tarpit, port, 6, json!({})).await;
     eventually(
         "the tarpit to hold the workers",
         Duration::from_secs(60),
@@ -771,4 +785,39 @@ async fn a_tenants_releases_whose_cluster_never_answers_do_not_hold_up_another_n
     )
     .await;
     a_commit_goes_past(&f, &tarpit).await;
+}
+
+/// A tenant's many Releases whose passes each fail after a few seconds (under the 5 s that
+/// makes a pass slow) and come back every second (`retryBackoff`) do not hold another
+/// namespace's key behind them: a namespace with no pass running goes first. Before, 30 such
+/// Releases queued ahead made another namespace's commit wait about 30 × 4 s / 4 workers (an
+/// attack measured 65 s with 60).
+#[tokio::test]
+async fn a_tenants_many_passes_just_under_slow_do_not_queue_ahead_of_another_namespace() {
+    let (port, accepted) = crate::support::servers::stalling_server(Duration::from_secs(4));
+    let f = Fixture::new(
+        "busy-tarpit",
+        &[("cm.yaml", &objects("web", 1, "1"))],
+        json!({}),
+    )
+    .await;
+    let (_daemon, tarpit) = beside_a_tarpit(&f, &[]).await;
+    let retry_every_second =
+        json!({"syncPolicy": {"retryBackoff": {"initial": "1s", "factor": 1, "max": "1s"}}});
+    releases_on_a_silent_cluster(&f, &tarpit, port, 30, retry_every_second).await;
+    eventually(
+        "the tarpit's passes to keep the workers busy",
+        Duration::from_secs(60),
+        || async { (accepted.load(Ordering::SeqCst) >= 34).then_some(()) },
+    )
+    .await;
+    f.commit(&[("cm.yaml", &objects("web", 1, "2"))]);
+    f.annotate(json!({"convoy.kumodo.io/sync-requested-at": jiff::Timestamp::now().to_string()}))
+        .await;
+    eventually(
+        "the other namespace's commit applied ahead of the tarpit's queued passes",
+        Duration::from_secs(15),
+        || web_holds(&f, "2"),
+    )
+    .await;
 }

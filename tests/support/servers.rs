@@ -78,6 +78,26 @@ pub fn silent_server() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) 
     (port, accepted)
 }
 
+/// A server on 127.0.0.1 that accepts every connection, says nothing and closes it after
+/// `hold`: each request to it fails after about that long. Its port, and how many
+/// connections it has accepted.
+pub fn stalling_server(hold: Duration) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::thread::spawn(move || {
+                std::thread::sleep(hold);
+                drop(stream);
+            });
+        }
+    });
+    (port, accepted)
+}
+
 /// The Python HTTP server of `http_server.py`: static files, or Git smart HTTP with `git`.
 pub fn http_server(root: &Path, auth: Option<&str>, git: bool) -> Server {
     let mut cmd = python_server(root);
