@@ -787,7 +787,12 @@ pub async fn helm(shared: Arc<Shared>, key: String, _failures: u32) -> PassResul
         let (shared, registry) = (shared.clone(), registry.clone());
         async move { helm_index(&shared, &registry).await.map_err(|e| chain(&e)) }
     };
-    let result = match checked(&shared, &source, &checked_of(registry.as_ref()), check).await {
+    let late = format!(
+        "cannot fetch {}: the index did not arrive",
+        registry.spec.url
+    );
+    let of = checked_of(registry.as_ref());
+    let result = match checked(&shared, &source, &of, late, check).await {
         Ok(found) => found,
         Err(wait) => return PassResult::Fetching(wait),
     };
@@ -804,17 +809,31 @@ pub async fn helm(shared: Arc<Shared>, key: String, _failures: u32) -> PassResul
 }
 
 /// `check` of the source `key` (the object `of` uid and generation), run beside the pass
-/// ([`super::checks`]): its result, or the end to come back for.
+/// ([`super::checks`]) under the fetch deadline like every fetch (`late`: what a check past it
+/// failed to do; a registry that accepts and never answers held the HTTP client's 300 s):
+/// its result, or the end to come back for.
 async fn checked(
     shared: &Shared,
     key: &str,
     of: &str,
+    late: String,
     check: impl std::future::Future<Output = super::checks::Found> + Send + 'static,
 ) -> Result<
     Result<Option<(String, String)>, SourcePassError>,
     crate::engine::source::coordinator::FetchWait,
 > {
     let coordinator = &shared.ctx.coordinator;
+    let deadline = coordinator.fetch_timeout();
+    let check = async move {
+        tokio::time::timeout(deadline, check)
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "{late} within {} (the fetch deadline)",
+                    crate::engine::duration::human(deadline)
+                ))
+            })
+    };
     let found = match coordinator.patience() {
         Some(patience) => {
             let limit = coordinator.limit(key);
@@ -849,24 +868,10 @@ async fn helm_index(
     )
     .await
     .map_err(SourcePassError::Resolve)?;
-    // Under the fetch deadline like every fetch: the HelmRegistry controller has one worker,
-    // and a registry that accepts and never answers held it for the HTTP client's 300 s, so
-    // one tenant's registry stopped every other tenant's index checks.
-    let timeout = shared.ctx.coordinator.fetch_timeout();
-    let read =
-        crate::engine::source::helm_repo::index_digest(&registry.spec.url, credentials.as_ref());
-    match tokio::time::timeout(timeout, read).await {
-        Ok(result) => result,
-        Err(_) => Err(crate::engine::source::SourceError::not_ready(
-            &registry.spec.url,
-            format!(
-                "the index did not arrive within {} (the fetch deadline)",
-                crate::engine::duration::human(timeout)
-            ),
-        )),
-    }
-    .map(|d| Some((format!("index@{d}"), d)))
-    .map_err(SourcePassError::Fetch)
+    crate::engine::source::helm_repo::index_digest(&registry.spec.url, credentials.as_ref())
+        .await
+        .map(|d| Some((format!("index@{d}"), d)))
+        .map_err(SourcePassError::Fetch)
 }
 
 /// The OCIRegistry controller: whether the registry answers.
@@ -877,21 +882,16 @@ pub async fn oci(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult
         shared.checks.forget(&source);
         return PassResult::Skip;
     };
-    // Under the fetch deadline like every fetch (the HTTP client's own is 300 s).
-    let timeout = shared.ctx.coordinator.fetch_timeout();
     let (url, insecure) = (registry.spec.url.clone(), registry.spec.insecure);
+    let late = format!("cannot fetch {url}: the registry did not answer");
     let check = async move {
-        let ping = crate::engine::source::oci::ping(&url, insecure);
-        match tokio::time::timeout(timeout, ping).await {
-            Ok(Ok(())) => Ok(None),
-            Ok(Err(e)) => Err(chain(&e)),
-            Err(_) => Err(format!(
-                "cannot fetch {url}: the registry did not answer within {} (the fetch deadline)",
-                crate::engine::duration::human(timeout)
-            )),
-        }
+        crate::engine::source::oci::ping(&url, insecure)
+            .await
+            .map(|()| None)
+            .map_err(|e| chain(&e))
     };
-    let result = match checked(&shared, &source, &checked_of(registry.as_ref()), check).await {
+    let of = checked_of(registry.as_ref());
+    let result = match checked(&shared, &source, &of, late, check).await {
         Ok(found) => found,
         Err(wait) => return PassResult::Fetching(wait),
     };

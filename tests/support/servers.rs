@@ -64,18 +64,7 @@ fn on_free_port(what: &str, mut start: impl FnMut(u16) -> Child) -> Server {
 /// A server on 127.0.0.1 that accepts every connection and never answers (a tarpit): its
 /// port, and how many connections it has accepted.
 pub fn silent_server() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counter = accepted.clone();
-    std::thread::spawn(move || {
-        let mut open = Vec::new();
-        for stream in listener.incoming() {
-            open.push(stream);
-            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
-    });
-    (port, accepted)
+    stalling_server(Duration::MAX)
 }
 
 /// A server on 127.0.0.1 that accepts every connection, says nothing and closes it after
@@ -90,7 +79,11 @@ pub fn stalling_server(hold: Duration) -> (u16, std::sync::Arc<std::sync::atomic
         for stream in listener.incoming() {
             counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             std::thread::spawn(move || {
-                std::thread::sleep(hold);
+                // (Held for ever: the sleep is cut to what the platform takes, again and again.)
+                let until = std::time::Instant::now().checked_add(hold);
+                while until.is_none_or(|u| std::time::Instant::now() < u) {
+                    std::thread::sleep(Duration::from_secs(60).min(hold));
+                }
                 drop(stream);
             });
         }
