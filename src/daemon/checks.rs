@@ -137,18 +137,10 @@ impl Checks {
         }
     }
 
-    /// The source is gone: a result it left is dropped (a check still running leaves one).
+    /// The source is gone: a result it left is dropped, and a check still running leaves
+    /// none when it ends (its entry is gone, so it records nothing).
     pub fn forget(&self, key: &str) {
-        let mut checks = lock(&self.checks);
-        if matches!(
-            checks.get(key),
-            Some(Check {
-                state: State::Ended(_),
-                ..
-            })
-        ) {
-            checks.remove(key);
-        }
+        lock(&self.checks).remove(key);
     }
 }
 
@@ -193,6 +185,24 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(fresh, Err("refused".to_string()));
+    }
+
+    /// A source deleted while its check runs leaves nothing behind when the check ends.
+    #[tokio::test]
+    async fn a_check_of_a_source_gone_leaves_nothing_when_it_ends() {
+        let checks = Checks::default();
+        let (release, hold) = tokio::sync::oneshot::channel::<()>();
+        let wait = checks
+            .run(KEY, "g1", Duration::from_millis(10), None, async move {
+                let _ = hold.await;
+                Err("a long error naming a long URL".to_string())
+            })
+            .await
+            .expect_err("still running");
+        checks.forget(KEY);
+        release.send(()).unwrap();
+        wait.finished().await;
+        assert!(lock(&checks.checks).is_empty());
     }
 
     #[tokio::test]

@@ -46,6 +46,12 @@ pub struct VerbLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheLabels {
+    /// `artifact`, `mirror`, `record` (on disk) or `result` (held in memory).
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResourceLabels {
     pub resource: String,
 }
@@ -85,6 +91,7 @@ pub struct Metrics {
     pub alive_tasks: Gauge,
     pub release_condition: Family<ConditionLabels, Gauge>,
     pub release_last_applied: Family<ReleaseLabels, Gauge<f64, AtomicU64>>,
+    pub source_cache_removed: Family<CacheLabels, Counter>,
 }
 
 impl Metrics {
@@ -158,6 +165,12 @@ impl Metrics {
             "When the controller last applied a render of the Release (Unix seconds)",
             release_last_applied.clone(),
         );
+        let source_cache_removed = Family::<CacheLabels, Counter>::default();
+        registry.register(
+            "convoy_source_cache_removed",
+            "What the source cache removed as unused for the retention, by kind (artifact, mirror, record, result)",
+            source_cache_removed.clone(),
+        );
         Arc::new(Self {
             registry,
             reconciles,
@@ -171,7 +184,26 @@ impl Metrics {
             alive_tasks,
             release_condition,
             release_last_applied,
+            source_cache_removed,
         })
+    }
+
+    /// Count what one collection of the source cache removed.
+    pub fn cache_collected(
+        &self,
+        results: usize,
+        collected: crate::engine::source::retention::Collected,
+    ) {
+        for (kind, n) in [
+            ("result", results),
+            ("artifact", collected.artifacts),
+            ("mirror", collected.mirrors),
+            ("record", collected.records),
+        ] {
+            self.source_cache_removed
+                .get_or_create(&CacheLabels { kind })
+                .inc_by(n as u64);
+        }
     }
 
     /// The text exposition format.

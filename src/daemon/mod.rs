@@ -78,6 +78,8 @@ pub struct DaemonConfig {
     pub workers: usize,
     pub concurrency: usize,
     pub cache_dir: PathBuf,
+    /// How long the source cache keeps what no one uses.
+    pub cache_retention: Duration,
     /// Every key of every loop is queued again this often (the informer resync).
     pub resync: Duration,
     /// Only these namespaces (all when empty).
@@ -220,6 +222,7 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
     let workers = wiring.workers();
     let ready = wiring.readiness();
     wiring.resync();
+    wiring.cache_retention();
     let lease_task = wiring.leases(&home.client, &held, release_leases);
     wiring.serve(ready).await?;
     wait_for_signal().await;
@@ -574,6 +577,34 @@ impl Wiring {
                     queues
                         .iter()
                         .for_each(|q| q.add_bulk_unless_due_within(&key, every));
+                }
+            }
+        }));
+    }
+
+    /// The source cache's collection: what no pass used for the retention goes (a daemon
+    /// following busy repositories for months filled its disk with every commit's tree).
+    fn cache_retention(&mut self) {
+        let (shared, metrics) = (self.shared.clone(), self.metrics.clone());
+        let retention = self.config.cache_retention;
+        let every = (retention / 4).clamp(Duration::from_secs(1), Duration::from_secs(600));
+        let mut stop = self.shutdown.clone();
+        self.tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = stop.changed() => return,
+                }
+                let (results, collected) = shared.ctx.coordinator.collect_garbage(retention).await;
+                metrics.cache_collected(results, collected);
+                if !collected.is_empty() {
+                    tracing::info!(
+                        artifacts = collected.artifacts,
+                        mirrors = collected.mirrors,
+                        records = collected.records,
+                        "removed from the source cache what nothing used for {}",
+                        crate::engine::duration::human(retention)
+                    );
                 }
             }
         }));

@@ -704,6 +704,8 @@ impl HasSourceStatus for OCIRegistry {
 pub async fn git(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult {
     let Some(repo) = shared.gits.get(&key) else {
         shared.fetched.forget(SourceKind::GitRepository, &key);
+        let scope = format!("{}/{key}", SourceKind::GitRepository.as_str());
+        shared.ctx.coordinator.forget(&scope);
         return PassResult::Skip;
     };
     let namespace = repo.namespace().unwrap_or_default();
@@ -781,6 +783,7 @@ pub async fn helm(shared: Arc<Shared>, key: String, _failures: u32) -> PassResul
     let Some(registry) = shared.helms.get(&key) else {
         shared.fetched.forget(SourceKind::HelmRegistry, &key);
         shared.checks.forget(&source);
+        shared.ctx.coordinator.forget(&source);
         return PassResult::Skip;
     };
     let check = {
@@ -860,6 +863,13 @@ async fn helm_index(
     registry: &HelmRegistry,
 ) -> Result<Option<(String, String)>, SourcePassError> {
     let namespace = registry.namespace().unwrap_or_default();
+    crate::engine::source::resolve::check_url_length(
+        "HelmRegistry",
+        &namespace,
+        &registry.name_any(),
+        &registry.spec.url,
+    )
+    .map_err(SourcePassError::Resolve)?;
     let reader = namespace_reader(shared, &namespace)?;
     let credentials = crate::engine::source::resolve::credentials(
         &reader,
@@ -880,11 +890,22 @@ pub async fn oci(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult
     let Some(registry) = shared.ocis.get(&key) else {
         shared.fetched.forget(SourceKind::OciRegistry, &key);
         shared.checks.forget(&source);
+        shared.ctx.coordinator.forget(&source);
         return PassResult::Skip;
     };
     let (url, insecure) = (registry.spec.url.clone(), registry.spec.insecure);
-    let late = format!("cannot fetch {url}: the registry did not answer");
+    let too_long = crate::engine::source::resolve::check_url_length(
+        "OCIRegistry",
+        &registry.namespace().unwrap_or_default(),
+        &registry.name_any(),
+        &url,
+    );
+    let late = match &too_long {
+        Ok(()) => format!("cannot fetch {url}: the registry did not answer"),
+        Err(e) => e.to_string(),
+    };
     let check = async move {
+        too_long.map_err(|e| e.to_string())?;
         crate::engine::source::oci::ping(&url, insecure)
             .await
             .map(|()| None)

@@ -106,6 +106,16 @@ fn an_unknown_shell_is_a_usage_error() {
     ");
 }
 
+/// A render reads its source from the cache: a retention shorter than a render could remove
+/// what it reads. Refused before anything connects.
+#[test]
+fn a_cache_retention_shorter_than_a_render_is_a_usage_error() {
+    let (code, stdout, stderr) = convoy(&["daemon", "--cache-retention", "30s"]);
+    assert_eq!(code, 2);
+    assert_eq!(stdout, "");
+    insta::assert_snapshot!(stderr, @"error: --cache-retention 30s is shorter than --render-timeout 2m: a render reads its source from the cache for up to the render timeout; give --cache-retention at least 2m");
+}
+
 #[test]
 fn a_full_install_dry_run_holds_rbac_rules_and_the_daemon() {
     let (code, stdout, stderr) = convoy(&["install", "--dry-run"]);

@@ -363,3 +363,40 @@ async fn aggregated_discovery_finds_what_per_group_discovery_finds() {
         Some(&false)
     );
 }
+
+/// A source's URL is kept, with every error that quotes it, in the daemon's memory for each
+/// fetch: the API server refuses one longer than 2,048 bytes, of each source kind.
+#[tokio::test]
+async fn the_api_server_refuses_a_source_url_longer_than_2048_bytes() {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let env = TestEnv::new("url-length").await;
+    for (kind, scheme) in [
+        ("GitRepository", "https://"),
+        ("HelmRegistry", "https://"),
+        ("OCIRegistry", "oci://"),
+    ] {
+        let gvk = GroupVersionKind::gvk("source.convoy.kumodo.io", "v1alpha1", kind);
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            env.client.clone(),
+            &env.namespace,
+            &ApiResource::from_gvk(&gvk),
+        );
+        let object = |name: &str, length: usize| -> DynamicObject {
+            let host = "h".repeat(length - scheme.len() - "/r".len());
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "source.convoy.kumodo.io/v1alpha1", "kind": kind,
+                "metadata": {"name": name},
+                "spec": {"url": format!("{scheme}{host}/r")},
+            }))
+            .unwrap()
+        };
+        let message = refused(&api, &object("long", 2049)).await;
+        assert!(
+            message.contains("spec.url: Too long: may not be more than 2048 bytes"),
+            "{kind}: {message}"
+        );
+        api.create(&Default::default(), &object("longest", 2048))
+            .await
+            .unwrap();
+    }
+}

@@ -29,6 +29,19 @@ pub async fn all_true(f: &Fixture) -> Release {
     .await
 }
 
+/// Wait until ConfigMap `name` holds `value` (a commit applied).
+pub async fn config_map_holds(f: &Fixture, name: &str, value: &str) {
+    eventually(
+        &format!("ConfigMap {name} to hold {value:?}"),
+        Duration::from_secs(30),
+        || async {
+            let cm = f.config_map(name).await?;
+            (cm["data"]["value"] == value).then_some(())
+        },
+    )
+    .await;
+}
+
 fn spec() -> serde_json::Value {
     let mut s = Fixture::default_health("5m");
     s["syncPolicy"] = json!({"interval": "3s"});
@@ -56,15 +69,7 @@ async fn a_new_release_becomes_applied_in_sync_and_healthy_and_follows_commits_a
         ("a.yaml", &config_map("a", 0, "2")),
         ("d.yaml", &deployment("api", 1, 1)),
     ]);
-    eventually(
-        "the new commit applied",
-        Duration::from_secs(30),
-        || async {
-            let cm = f.config_map("a").await?;
-            (cm["data"]["value"] == "2").then_some(())
-        },
-    )
-    .await;
+    config_map_holds(&f, "a", "2").await;
     // The objects are applied before the status names the new render: wait for both.
     eventually(
         "the new render recorded, Applied, InSync and Healthy",

@@ -23,6 +23,8 @@ pub struct Daemon {
     pub child: Child,
     pub port: u16,
     pub log: tempfile::NamedTempFile,
+    /// Its source cache (`--cache-dir`).
+    pub cache: std::path::PathBuf,
 }
 
 impl Daemon {
@@ -72,7 +74,12 @@ impl Daemon {
             Duration::from_secs(30),
             || listening_port(&std::fs::read_to_string(&log_path).unwrap_or_default()),
         );
-        let daemon = Self { child, port, log };
+        let daemon = Self {
+            child,
+            port,
+            log,
+            cache,
+        };
         support::eventually_sync("the daemon to listen", Duration::from_secs(30), || {
             daemon.get("/healthz").map(|_| ())
         });

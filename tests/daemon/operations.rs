@@ -544,3 +544,89 @@ async fn operators_see_outcomes_in_logs_events_and_metrics() {
     assert!(line.contains(" INFO "), "{line}");
     assert!(line.contains("render="), "{line}");
 }
+
+/// The artifacts and mirrors in the daemon's source cache (by count).
+fn cached(daemon: &Daemon) -> (usize, usize) {
+    let count = |kind: &str| std::fs::read_dir(daemon.cache.join(kind)).map_or(0, |d| d.count());
+    (count("artifacts"), count("git"))
+}
+
+/// A daemon following a repository for months kept every commit's tree and every deleted
+/// source's mirror. Once nothing has used them for the retention, they go; the tree of the
+/// commit its Release renders stays, and the Release stays in sync.
+#[tokio::test]
+async fn the_source_cache_keeps_only_what_the_releases_use() {
+    let f = Fixture::new(
+        "daemon-cache-retention",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        {
+            let mut spec = Fixture::default_health("5m");
+            spec["syncPolicy"] = json!({"interval": "2s"});
+            spec
+        },
+    )
+    .await;
+    f.install_default_rules().await;
+    let other = crate::support::servers::GitRepo::new();
+    other.commit(&[("b.yaml", &config_map("b", 0, "1"))], "one");
+    f.kubectl_apply(&json!({
+        "apiVersion": "source.convoy.kumodo.io/v1alpha1", "kind": "GitRepository",
+        "metadata": {"name": "deleted", "namespace": f.env.namespace},
+        "spec": {"url": other.file_url(), "interval": "2s"},
+    }))
+    .await;
+    let daemon = Daemon::start(
+        &f.env.kubeconfig,
+        &[
+            "--watch-namespace",
+            &f.env.namespace,
+            "--cache-retention",
+            "5s",
+            "--render-timeout",
+            "5s",
+        ],
+    )
+    .await;
+    all_true(&f).await;
+    eventually("both sources fetched", Duration::from_secs(30), || async {
+        (cached(&daemon) == (2, 2)).then_some(())
+    })
+    .await;
+
+    f.commit(&[("a.yaml", &config_map("a", 0, "2"))]);
+    let sources: Api<convoy::engine::api::GitRepository> =
+        Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    sources
+        .delete("deleted", &Default::default())
+        .await
+        .unwrap();
+    crate::loops::config_map_holds(&f, "a", "2").await;
+    let artifacts = daemon.cache.join("artifacts");
+    eventually(
+        "only the rendered commit's tree and its repository's mirror left",
+        Duration::from_secs(60),
+        || async {
+            let only = std::fs::read_dir(&artifacts).ok()?.flatten().next()?.path();
+            let content = std::fs::read_to_string(only.join("app/a.yaml")).ok()?;
+            (cached(&daemon) == (1, 1) && content.contains("value: \"2\"")).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        daemon.metric("convoy_source_cache_removed_total", &["kind=\"artifact\""]) >= 2.0,
+        "{}",
+        daemon.get("/metrics").unwrap_or_default().1
+    );
+    assert!(daemon.metric("convoy_source_cache_removed_total", &["kind=\"mirror\""]) >= 1.0);
+    // The Release renders on, from its commit's tree kept or fetched again.
+    f.commit(&[("a.yaml", &config_map("a", 0, "3"))]);
+    crate::loops::config_map_holds(&f, "a", "3").await;
+    all_true(&f).await;
+    assert!(
+        daemon
+            .logs()
+            .contains("removed from the source cache what nothing used for 5s"),
+        "{}",
+        daemon.logs()
+    );
+}

@@ -11,6 +11,7 @@ mod detached;
 mod git;
 mod helm;
 mod oci;
+mod retention;
 
 use convoy::engine::source::{Cache, Coordinator};
 

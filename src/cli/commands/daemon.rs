@@ -59,6 +59,10 @@ pub struct DaemonArgs {
     /// Where fetched sources are cached.
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// How long fetched content no Release uses stays in the cache (the trees of older
+    /// commits, the mirrors of deleted sources); what is used stays.
+    #[arg(long, default_value = "1h", value_parser = crate::engine::duration::parse_duration)]
+    pub cache_retention: Duration,
     /// Watch only these namespaces (comma-separated or repeated; default: all).
     #[arg(long = "watch-namespace", value_delimiter = ',')]
     pub watch_namespaces: Vec<String>,
@@ -88,6 +92,15 @@ pub struct DaemonArgs {
 }
 
 pub async fn run_daemon(global: &GlobalArgs, args: DaemonArgs) -> CommandResult {
+    // A render reads its source's tree from the cache: nothing it uses may go while it runs.
+    if args.cache_retention < args.render_timeout {
+        return Err(CliError::usage(format!(
+            "--cache-retention {} is shorter than --render-timeout {}: a render reads its source from the cache for up to the render timeout; give --cache-retention at least {}",
+            crate::engine::duration::human(args.cache_retention),
+            crate::engine::duration::human(args.render_timeout),
+            crate::engine::duration::human(args.render_timeout),
+        )));
+    }
     let config = load_config(&KubeconfigSource {
         path: global.kubeconfig.clone(),
         context: global.context.clone(),
@@ -114,6 +127,7 @@ pub async fn run_daemon(global: &GlobalArgs, args: DaemonArgs) -> CommandResult 
         workers: args.workers,
         concurrency: args.concurrency,
         cache_dir: args.cache_dir.unwrap_or_else(Cache::default_root),
+        cache_retention: args.cache_retention,
         resync: args.resync,
         namespaces: args.watch_namespaces,
         render_store: args.render_store,

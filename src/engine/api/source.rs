@@ -13,6 +13,10 @@ use crate::engine::duration::GoDuration;
 
 use super::release::{Condition, GitRef};
 
+/// The longest URL a source may name (as browsers and most servers allow): an unbounded
+/// one is kept, with every error that quotes it, in the daemon's memory for each fetch.
+pub const MAX_URL_LENGTH: usize = 2048;
+
 /// A Git repository.
 #[derive(CustomResource, Serialize, Deserialize, Debug, Clone, Default, PartialEq, JsonSchema)]
 #[kube(
@@ -40,6 +44,7 @@ use super::release::{Condition, GitRef};
 #[serde(rename_all = "camelCase")]
 pub struct GitRepositorySpec {
     /// `file://`, `git://`, `http(s)://` or `ssh://` URL.
+    #[schemars(length(max = MAX_URL_LENGTH))]
     pub url: String,
     /// Default revision; a Release's `source.ref` overrides it. Default: the remote HEAD.
     #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
@@ -71,6 +76,7 @@ pub struct GitRepositorySpec {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct HelmRegistrySpec {
+    #[schemars(length(max = MAX_URL_LENGTH))]
     pub url: String,
     /// Secret with `username` and `password` for basic auth.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -100,6 +106,7 @@ pub struct HelmRegistrySpec {
 #[serde(rename_all = "camelCase")]
 pub struct OCIRegistrySpec {
     /// `oci://host[:port]/repository`.
+    #[schemars(length(max = MAX_URL_LENGTH))]
     pub url: String,
     /// Secret with `username` and `password`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

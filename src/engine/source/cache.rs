@@ -8,6 +8,9 @@
 //! - `tmp/` — staging directories, renamed into `artifacts/` once complete, so a reader never
 //!   sees half an artifact.
 //!
+//! Artifacts and mirrors no one has used for a while are removed by a long-running process
+//! (`super::retention`); every use marks them (their directory's modification time).
+//!
 //! Every way back into cached content is keyed by a *scope*: the source object that fetched
 //! it (`Kind/namespace/name`, see [`scope_of`]). Another namespace naming the same URL has
 //! its own mirror and its own revision records, so it fetches with its own credentials (and
@@ -17,8 +20,8 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 
 use sha2::{Digest, Sha256};
 
@@ -38,11 +41,18 @@ pub struct CacheError {
 #[derive(Debug, Clone)]
 pub struct Cache {
     root: PathBuf,
+    /// Held (shared) by whoever marks an artifact or mirror used and (exclusive) by the
+    /// collection while it decides an entry is unused and moves it away: in this process, an
+    /// entry is either marked before the collection looks, or found gone.
+    pub(super) uses: Arc<RwLock<()>>,
 }
 
 impl Cache {
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        Self {
+            root: root.into(),
+            uses: Arc::default(),
+        }
     }
 
     /// `$CONVOY_CACHE_DIR`, else `$XDG_CACHE_HOME/convoy`, else `~/.cache/convoy`.
@@ -75,12 +85,22 @@ impl Cache {
         self.root.join("git").join(&scoped_hex(scope, url)[..32])
     }
 
-    /// The digest an immutable revision unpacked to for `scope`, if it is still in the cache.
+    /// [`Cache::git_mirror`], marked used (a fetch into it is about to run).
+    pub fn use_git_mirror(&self, scope: &str, url: &str) -> PathBuf {
+        let mirror = self.git_mirror(scope, url);
+        let _using = crate::engine::locks::read(&self.uses);
+        mark_used(&mirror);
+        mirror
+    }
+
+    /// The digest an immutable revision unpacked to for `scope`, if it is still in the cache
+    /// (marked used).
     pub fn lookup(&self, scope: &str, revision_key: &str) -> Option<String> {
         let path = self.revision_path(scope, revision_key);
+        let _using = crate::engine::locks::read(&self.uses);
         let digest = std::fs::read_to_string(path).ok()?;
         let digest = digest.trim().to_string();
-        self.artifact_dir(&digest).is_dir().then_some(digest)
+        mark_used(&self.artifact_dir(&digest)).then_some(digest)
     }
 
     /// Hold the cache's lock for `key` (a source as one scope fetches it) across processes:
@@ -157,7 +177,10 @@ impl Cache {
             source,
         })?;
         let target = self.artifact_dir(&digest);
-        if !target.is_dir() {
+        // Installed and its revision recorded as one use: the collection does not take the
+        // artifact between the two, nor take a record whose artifact is being installed.
+        let _using = crate::engine::locks::read(&self.uses);
+        if !mark_used(&target) {
             let parent = self.root.join("artifacts");
             std::fs::create_dir_all(&parent).map_err(|source| CacheError {
                 action: "create",
@@ -176,6 +199,8 @@ impl Cache {
                     });
                 }
             }
+            // Used now, however long the fetch took.
+            mark_used(&target);
         }
         if let Some(key) = revision_key {
             let path = self.revision_path(scope, key);
@@ -240,8 +265,20 @@ impl Cache {
         }
     }
 
-    fn revision_path(&self, scope: &str, key: &str) -> PathBuf {
+    pub(super) fn revision_path(&self, scope: &str, key: &str) -> PathBuf {
         self.root.join("revisions").join(scoped_hex(scope, key))
+    }
+}
+
+/// Mark the directory at `path` used now; whether it exists. (An entry that cannot be marked,
+/// in a cache this process may not write, is still there to read.)
+fn mark_used(path: &Path) -> bool {
+    match std::fs::File::open(path) {
+        Ok(dir) => {
+            let _ = dir.set_modified(std::time::SystemTime::now());
+            dir.metadata().is_ok_and(|m| m.is_dir())
+        }
+        Err(_) => false,
     }
 }
 

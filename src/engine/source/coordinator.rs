@@ -14,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{OwnedMutexGuard, Semaphore, watch};
 
 use super::cache::Cache;
+use super::retention::{Collected, InUse};
 use super::{
     Artifact, Credentials, Detached, SourceError, SourcePolicy, SourceRequest, git, helm_repo, oci,
 };
@@ -44,6 +45,8 @@ struct SlotState {
     last: Option<Finished>,
     /// The fetch running now (set and cleared only by the holder of `fetching`).
     running: Option<Running>,
+    /// When a caller last asked (or a fetch last used a mirror's slot).
+    used: Option<Instant>,
 }
 
 struct Finished {
@@ -364,6 +367,7 @@ impl Coordinator {
         };
         let running = {
             let mut state = crate::engine::locks::lock(&slot.state);
+            state.used = Some(asked);
             if let Some(answer) = state.answer(asked, reuse) {
                 return answer;
             }
@@ -473,6 +477,84 @@ impl Coordinator {
         let mut slots = crate::engine::locks::lock(&self.slots);
         slots.entry(key.to_string()).or_default().clone()
     }
+
+    /// How many requests (and Git mirrors) this coordinator keeps results for.
+    pub fn slot_count(&self) -> usize {
+        crate::engine::locks::lock(&self.slots).len()
+    }
+
+    /// Forget the results of `scope`'s requests (its source object is gone), except those of
+    /// a fetch running or a caller in the middle of asking.
+    pub fn forget(&self, scope: &str) {
+        let (own, mirror) = (format!("{scope}\0"), format!("mirror:{scope}\0"));
+        self.drop_slots(|key, _| key.starts_with(&own) || key.starts_with(&mirror));
+    }
+
+    /// Forget the results of requests no one asked for in `unused_for` (and owe no caller
+    /// a result), and the fetch limits of namespaces with no fetch: a long-running daemon
+    /// kept a slot, with its last error and URL, for every source and ref it ever fetched.
+    pub fn sweep(&self, unused_for: Duration) -> usize {
+        let dropped = self.drop_slots(|_, state| {
+            let owes = state
+                .last
+                .as_ref()
+                .is_some_and(|last| last.owed.values().any(|since| since.elapsed() < OWED_FOR));
+            !owes && state.used.is_none_or(|used| used.elapsed() > unused_for)
+        });
+        if let Some(limits) = &self.limits {
+            crate::engine::locks::lock(&limits.namespaces).retain(|_, places| {
+                Arc::strong_count(places) > 1 || places.available_permits() < limits.per_namespace
+            });
+        }
+        dropped
+    }
+
+    /// Drop the slots `drop` picks among those no one holds (no caller asking, no fetch
+    /// running): the next caller starts afresh.
+    fn drop_slots(&self, drop: impl Fn(&str, &SlotState) -> bool) -> usize {
+        let mut slots = crate::engine::locks::lock(&self.slots);
+        let before = slots.len();
+        slots.retain(|key, slot| {
+            if Arc::strong_count(slot) > 1 {
+                return true;
+            }
+            let state = crate::engine::locks::lock(&slot.state);
+            state.running.is_some() || !drop(key, &state)
+        });
+        before - slots.len()
+    }
+
+    /// What the cache must keep for this coordinator's callers: the artifacts its requests'
+    /// last fetches found and the mirrors it fetches into.
+    pub fn in_use(&self) -> InUse {
+        let mut in_use = InUse::default();
+        for (key, slot) in crate::engine::locks::lock(&self.slots).iter() {
+            if let Some((scope, url)) = key.strip_prefix("mirror:").and_then(|k| k.split_once('\0'))
+            {
+                in_use.mirrors.insert(self.cache.git_mirror(scope, url));
+                continue;
+            }
+            let state = crate::engine::locks::lock(&slot.state);
+            let last = state.last.as_ref().and_then(|l| l.result.as_ref().ok());
+            let ok = state.ok.as_ref().map(|(_, _, artifact)| artifact);
+            in_use
+                .digests
+                .extend(ok.into_iter().chain(last).map(|a| a.digest.clone()));
+        }
+        in_use
+    }
+
+    /// Forget the results no one asked for in `retention`, then remove from the cache what
+    /// no one has used for as long (on the blocking pool).
+    pub async fn collect_garbage(&self, retention: Duration) -> (usize, Collected) {
+        let slots = self.sweep(retention);
+        let in_use = self.in_use();
+        let cache = self.cache.clone();
+        let collected = tokio::task::spawn_blocking(move || cache.collect(&in_use, retention))
+            .await
+            .unwrap_or_default();
+        (slots, collected)
+    }
 }
 
 /// Clears a slot's running fetch if the fetch ends without recording (a panic).
@@ -530,7 +612,10 @@ impl Job {
             None => None,
         };
         let _mirror_guard = match &self.mirror {
-            Some(m) => Some(m.fetching.clone().lock_owned().await),
+            Some(m) => {
+                crate::engine::locks::lock(&m.state).used = Some(Instant::now());
+                Some(m.fetching.clone().lock_owned().await)
+            }
             None => None,
         };
         // Other processes on this machine (CI jobs, a daemon, a person's CLI) may fetch into

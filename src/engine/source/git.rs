@@ -49,7 +49,7 @@ pub async fn fetch(
         });
     }
 
-    let mirror = cache.git_mirror(scope, url);
+    let mirror = cache.use_git_mirror(scope, url);
     let auth = GitAuth::new(credentials, cache, url.starts_with("file://"))?;
     let runner = Runner {
         git: &git,

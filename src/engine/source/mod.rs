@@ -12,6 +12,7 @@ pub mod helm_repo;
 pub mod oci;
 pub mod registry_token;
 pub mod resolve;
+pub mod retention;
 
 use std::path::PathBuf;
 

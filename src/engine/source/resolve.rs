@@ -65,6 +65,7 @@ pub async fn release_request(
                 .get(&namespace, &source.name)
                 .await?
                 .ok_or_else(|| not_found("HelmRegistry", &namespace, &source.name))?;
+            check_url_length("HelmRegistry", &namespace, &source.name, &registry.spec.url)?;
             let chart = source.chart.clone().ok_or_else(|| {
                 ResolveError::Unsupported(format!(
                     "Release {namespace}/{}: spec.source.chart is required for a HelmRegistry source",
@@ -97,6 +98,7 @@ pub async fn release_request(
                 .get(&namespace, &source.name)
                 .await?
                 .ok_or_else(|| not_found("OCIRegistry", &namespace, &source.name))?;
+            check_url_length("OCIRegistry", &namespace, &source.name, &registry.spec.url)?;
             if !registry.spec.url.starts_with("oci://") {
                 return Err(ResolveError::Unsupported(format!(
                     "OCIRegistry {namespace}/{}: url {:?} must start with oci://",
@@ -136,6 +138,7 @@ pub async fn git_request(
     let reference = git_reference(override_ref.or(repo.spec.git_ref.as_ref())).map_err(|why| {
         ResolveError::Unsupported(format!("GitRepository {namespace}/{name}: {why}"))
     })?;
+    check_url_length("GitRepository", namespace, name, &repo.spec.url)?;
     let url = repo.spec.url.clone();
     let scheme_ok = ["file://", "git://", "http://", "https://", "ssh://"]
         .iter()
@@ -223,6 +226,24 @@ pub fn secret_data(secret: &Secret) -> std::collections::BTreeMap<String, Vec<u8
     out
 }
 
+/// A URL longer than the CRDs allow (an object stored before they said so, or read from a
+/// file by the CLI) is refused before it is quoted anywhere.
+pub fn check_url_length(
+    kind: &str,
+    namespace: &str,
+    name: &str,
+    url: &str,
+) -> Result<(), ResolveError> {
+    let max = crate::engine::api::MAX_URL_LENGTH;
+    if url.len() <= max {
+        return Ok(());
+    }
+    Err(ResolveError::Unsupported(format!(
+        "{kind} {namespace}/{name}: url is {} bytes long, longer than the {max} a source may name",
+        url.len()
+    )))
+}
+
 fn not_found(kind: &'static str, namespace: &str, name: &str) -> ResolveError {
     ResolveError::NotFound {
         kind,
@@ -234,6 +255,19 @@ fn not_found(kind: &'static str, namespace: &str, name: &str) -> ResolveError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A URL stored before the CRDs limited it is refused without being quoted.
+    #[test]
+    fn a_url_longer_than_the_crds_allow_is_refused_by_its_length() {
+        let longest = format!("https://{}", "h".repeat(2040));
+        assert!(check_url_length("GitRepository", "a", "r", &longest).is_ok());
+        let err = check_url_length("GitRepository", "a", "r", &format!("{longest}/")).unwrap_err();
+        assert!(err.is_unsupported());
+        assert_eq!(
+            err.to_string(),
+            "GitRepository a/r: url is 2049 bytes long, longer than the 2048 a source may name"
+        );
+    }
 
     #[test]
     fn a_semver_ref_is_unsupported() {
