@@ -157,12 +157,22 @@ fn newest_request(release: &Release) -> Option<std::time::SystemTime> {
     [SYNC_REQUESTED_AT, FORCE_SYNC_REQUESTED_AT]
         .iter()
         .filter_map(|key| annotations.get(*key).filter(|v| !v.is_empty()))
-        .map(|v| {
-            v.parse::<jiff::Timestamp>()
-                .map(std::time::SystemTime::from)
-                .unwrap_or_else(|_| std::time::SystemTime::now())
-        })
+        .map(|v| request_time(v))
         .max()
+}
+
+/// When a /sync request was made, at the latest. convoy writes nanoseconds; a time in whole
+/// seconds (`kubectl annotate ... $(date -u +%FT%TZ)`, another tool) was made somewhere in
+/// that second, so it counts as its end: a fetch that started earlier in the second, perhaps
+/// before the push the request is for, is not taken for one after it. Unreadable: now.
+fn request_time(value: &str) -> std::time::SystemTime {
+    match value.parse::<jiff::Timestamp>() {
+        Ok(at) if at.subsec_nanosecond() == 0 => {
+            std::time::SystemTime::from(at) + std::time::Duration::from_nanos(999_999_999)
+        }
+        Ok(at) => std::time::SystemTime::from(at),
+        Err(_) => std::time::SystemTime::now(),
+    }
 }
 
 /// The source revision of the Release's last attempt.
@@ -389,4 +399,32 @@ fn validate(objects: &[Object]) -> Result<(), RenderError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::request_time;
+    use std::time::{Duration, SystemTime};
+
+    fn at(value: &str) -> Duration {
+        request_time(value)
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+    }
+
+    /// A request in whole seconds counts as made at the end of its second; convoy's own, in
+    /// nanoseconds, as written.
+    #[test]
+    fn a_request_in_whole_seconds_counts_from_the_end_of_its_second() {
+        assert_eq!(
+            at("2026-12-06T05:00:00Z"),
+            Duration::new(1_796_533_200, 999_999_999)
+        );
+        assert_eq!(
+            at("2026-12-06T05:00:00.25Z"),
+            Duration::new(1_796_533_200, 250_000_000)
+        );
+        let unreadable = request_time("yesterday");
+        assert!(unreadable.elapsed().unwrap() < Duration::from_secs(5));
+    }
 }
