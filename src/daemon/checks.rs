@@ -94,15 +94,21 @@ impl Checks {
             let started = now.as_ref().is_none_or(Option::is_some);
             let (checks, key) = (self.checks.clone(), key.to_string());
             tokio::spawn(async move {
-                let _permits = match (now, &limit) {
+                let permits = match (now, &limit) {
                     (Some(Some(permits)), _) => Some(permits),
                     (Some(None), Some(limit)) => limit.wait().await,
                     _ => None,
                 };
                 // A check that panics ends too (its entry would otherwise say it runs).
-                let found = tokio::spawn(check)
-                    .await
-                    .unwrap_or_else(|e| Err(format!("the check stopped: {e}")));
+                let check = async {
+                    tokio::spawn(check)
+                        .await
+                        .unwrap_or_else(|e| Err(format!("the check stopped: {e}")))
+                };
+                let found = match (limit, permits) {
+                    (Some(limit), Some(permits)) => limit.hold(permits, check).await,
+                    _ => check.await,
+                };
                 let mut checks = lock(&checks);
                 if let Some(entry) = checks.get_mut(&key)
                     && entry.run == run

@@ -68,6 +68,7 @@ async fn a_caller_stops_waiting_for_a_hung_fetch_and_takes_its_failure_when_woke
             patience: Duration::from_millis(200),
             total: 8,
             per_namespace: 2,
+            slow_after: Duration::from_secs(600),
         },
     );
     let url = format!("{server}/repo.git");
@@ -127,6 +128,7 @@ async fn a_fetch_a_caller_was_told_to_come_back_for_is_kept_for_it_alone() {
             patience: Duration::ZERO,
             total: 8,
             per_namespace: 2,
+            slow_after: Duration::from_secs(600),
         },
     );
     let request = main_of(&repo.file_url());
@@ -178,6 +180,7 @@ async fn one_namespaces_sources_take_at_most_their_share_of_the_fetches() {
             patience: Duration::from_secs(60),
             total: 3,
             per_namespace: 2,
+            slow_after: Duration::from_secs(600),
         },
     );
     // Three sources of namespace `tarpit` that never answer: two fetches run, one waits for
@@ -230,4 +233,67 @@ async fn one_namespaces_sources_take_at_most_their_share_of_the_fetches() {
         2,
         "the third waits for its namespace"
     );
+}
+
+/// Tenants whose sources never answer, in as many namespaces as there are places, held every
+/// place until the fetch deadline, and every other namespace's fetch waited for one. A fetch
+/// past `slow_after` moves to a slow fetch's place: the next fetch starts.
+#[tokio::test]
+async fn slow_fetches_leave_their_places_to_other_namespaces() {
+    let (server, accepted) = silent_server();
+    let repo = GitRepo::new();
+    let head = repo.commit(&[("a.yaml", "v: 1\n")], "first");
+    let dir = tempfile::tempdir().unwrap();
+    let coordinator = daemon_coordinator(
+        &dir,
+        Duration::from_secs(600),
+        Detached {
+            patience: Duration::from_millis(100),
+            total: 2,
+            per_namespace: 1,
+            slow_after: Duration::from_millis(500),
+        },
+    );
+    // Two namespaces' sources that never answer take both places.
+    for tenant in ["tarpit-a", "tarpit-b"] {
+        let err = coordinator
+            .ensure_reusing(
+                &format!("GitRepository/{tenant}/slow"),
+                &main_of(&format!("{server}/{tenant}.git")),
+                None,
+                &strict(&format!("Release/{tenant}/app")),
+            )
+            .await
+            .unwrap_err();
+        come_back_for(&err);
+    }
+    crate::support::eventually("both fetches to be held", Duration::from_secs(30), || {
+        let n = accepted.load(Ordering::SeqCst);
+        async move { (n == 2).then_some(()) }
+    })
+    .await;
+    // Another namespace's source is fetched once they are slow, long before their deadline.
+    let (team, request, reuse) = (
+        "GitRepository/team/app",
+        main_of(&repo.file_url()),
+        strict("Release/team/app"),
+    );
+    let asked = coordinator.ensure_reusing(team, &request, None, &reuse);
+    let artifact = match tokio::time::timeout(Duration::from_secs(30), asked)
+        .await
+        .expect("another namespace's fetch does not wait for the tarpits' deadline")
+    {
+        Ok(artifact) => artifact,
+        Err(err) => {
+            tokio::time::timeout(Duration::from_secs(30), come_back_for(&err).finished())
+                .await
+                .expect("its fetch ends long before the tarpits' deadline");
+            coordinator
+                .ensure_reusing(team, &request, None, &reuse)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(artifact.revision, format!("main@sha1:{head}"));
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
 }

@@ -110,6 +110,7 @@ async fn results_no_one_asks_for_are_forgotten_but_not_a_running_fetchs() {
                 patience: Duration::from_millis(100),
                 total: 8,
                 per_namespace: 2,
+                slow_after: Duration::from_secs(600),
             }),
             ..Default::default()
         },

@@ -211,6 +211,9 @@ impl SlotState {
 /// How many detached fetches run at once, of all and of one namespace's sources.
 struct Limits {
     total: Arc<Semaphore>,
+    /// The places of fetches past `slow_after` (as many as `total`).
+    slow: Arc<Semaphore>,
+    slow_after: Duration,
     per_namespace: usize,
     namespaces: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
@@ -221,28 +224,59 @@ struct Limits {
 pub struct FetchLimit {
     namespace: Arc<Semaphore>,
     total: Arc<Semaphore>,
+    slow: Arc<Semaphore>,
+    slow_after: Duration,
 }
 
-/// Places under a [`FetchLimit`], held while the fetch runs.
-pub struct FetchPermits(
-    #[allow(dead_code)] tokio::sync::OwnedSemaphorePermit,
-    #[allow(dead_code)] tokio::sync::OwnedSemaphorePermit,
-);
+/// Places under a [`FetchLimit`], held while the fetch runs: its namespace's, and one among
+/// everyone's (or, once slow, among the slow fetches').
+pub struct FetchPermits {
+    _namespace: tokio::sync::OwnedSemaphorePermit,
+    place: tokio::sync::OwnedSemaphorePermit,
+}
 
 impl FetchLimit {
     /// Places now, if both are free.
     pub fn try_now(&self) -> Option<FetchPermits> {
         let namespace = self.namespace.clone().try_acquire_owned().ok()?;
-        let total = self.total.clone().try_acquire_owned().ok()?;
-        Some(FetchPermits(namespace, total))
+        let place = self.total.clone().try_acquire_owned().ok()?;
+        Some(FetchPermits {
+            _namespace: namespace,
+            place,
+        })
     }
 
     /// Places when they come free (the namespace's first: a namespace waiting for its own
     /// holds none of everyone's). `None` once closed.
     pub async fn wait(&self) -> Option<FetchPermits> {
         let namespace = self.namespace.clone().acquire_owned().await.ok()?;
-        let total = self.total.clone().acquire_owned().await.ok()?;
-        Some(FetchPermits(namespace, total))
+        let place = self.total.clone().acquire_owned().await.ok()?;
+        Some(FetchPermits {
+            _namespace: namespace,
+            place,
+        })
+    }
+
+    /// Run `work` holding `permits`. Past `slow_after` it is slow: it moves to a slow
+    /// fetch's place as soon as one is free, and its place among everyone's goes to the next
+    /// fetch. Sources that never answer (four tenants' namespaces were enough) so hold the
+    /// slow places, and other namespaces' fetches still start, as a slow pass gives its
+    /// worker up (`daemon::queue`); at most twice `total` run at once.
+    pub async fn hold<T>(&self, mut permits: FetchPermits, work: impl Future<Output = T>) -> T {
+        let mut work = std::pin::pin!(work);
+        let mut wait = self.slow_after;
+        loop {
+            tokio::select! {
+                out = &mut work => return out,
+                _ = tokio::time::sleep(wait) => {
+                    if let Ok(slow) = self.slow.clone().try_acquire_owned() {
+                        permits.place = slow;
+                        return work.await;
+                    }
+                    wait = Duration::from_secs(1);
+                }
+            }
+        }
     }
 }
 
@@ -286,6 +320,8 @@ impl Coordinator {
     pub fn with_policy(cache: Cache, policy: SourcePolicy) -> Self {
         let limits = policy.detached.map(|d| Limits {
             total: Arc::new(Semaphore::new(d.total.max(1))),
+            slow: Arc::new(Semaphore::new(d.total.max(1))),
+            slow_after: d.slow_after,
             per_namespace: d.per_namespace.max(1),
             namespaces: Mutex::new(HashMap::new()),
         });
@@ -316,6 +352,8 @@ impl Coordinator {
         Some(FetchLimit {
             namespace,
             total: limits.total.clone(),
+            slow: limits.slow.clone(),
+            slow_after: limits.slow_after,
         })
     }
 
@@ -592,12 +630,12 @@ async fn finish(
 }
 
 impl Job {
-    async fn run(self) -> Result<Artifact, SourceError> {
+    async fn run(mut self) -> Result<Artifact, SourceError> {
         // Within the limits, waited for before the deadline starts (a detached fetch waits
         // on no worker).
-        let _permits = match self.limit {
-            Some((_, Some(now))) => Some(now),
-            Some((ref limit, None)) => {
+        let held = match self.limit.take() {
+            Some((limit, Some(now))) => Some((limit, now)),
+            Some((limit, None)) => {
                 let permits = limit.wait().await.ok_or_else(|| {
                     SourceError::not_ready(self.request.url(), "the daemon is stopping")
                 })?;
@@ -607,7 +645,7 @@ impl Job {
                 {
                     running.since = Some(Instant::now());
                 }
-                Some(permits)
+                Some((limit, permits))
             }
             None => None,
         };
@@ -665,7 +703,12 @@ impl Job {
             }
         };
         let timeout = self.policy.fetch_timeout;
-        match tokio::time::timeout(timeout, fetch).await {
+        let timed = tokio::time::timeout(timeout, fetch);
+        let ended = match held {
+            Some((limit, permits)) => limit.hold(permits, timed).await,
+            None => timed.await,
+        };
+        match ended {
             Ok(result) => result,
             Err(_) => Err(SourceError::not_ready(
                 request.url(),

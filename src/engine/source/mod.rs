@@ -142,15 +142,20 @@ pub struct Detached {
     /// How many fetches run at once, of all sources and of one namespace's.
     pub total: usize,
     pub per_namespace: usize,
+    /// How long a fetch runs before it is slow: it then gives its place among the `total` to
+    /// the next fetch and takes one among as many for slow fetches (while one is free).
+    pub slow_after: std::time::Duration,
 }
 
 impl Detached {
     /// The daemon's: a pass waits 2 s; 8 fetches at once, 2 of them of one namespace's
-    /// sources (before, the loops' workers bounded the fetches: 10 at most at once).
+    /// sources (before, the loops' workers bounded the fetches: 10 at most at once); a fetch
+    /// past 5 s is slow (as a pass is, `daemon::queue`).
     pub const DAEMON: Detached = Detached {
         patience: std::time::Duration::from_secs(2),
         total: 8,
         per_namespace: 2,
+        slow_after: std::time::Duration::from_secs(5),
     };
 }
 
