@@ -47,7 +47,7 @@ pub struct VerbLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CacheLabels {
-    /// `artifact`, `mirror`, `record` (on disk) or `result` (held in memory).
+    /// `artifact`, `mirror`, `record`, `lock` (on disk) or `result` (held in memory).
     pub kind: &'static str,
 }
 
@@ -168,7 +168,7 @@ impl Metrics {
         let source_cache_removed = Family::<CacheLabels, Counter>::default();
         registry.register(
             "convoy_source_cache_removed",
-            "What the source cache removed as unused for the retention, by kind (artifact, mirror, record, result)",
+            "What the source cache removed as unused for the retention, by kind (artifact, mirror, record, lock, result)",
             source_cache_removed.clone(),
         );
         Arc::new(Self {
@@ -199,6 +199,7 @@ impl Metrics {
             ("artifact", collected.artifacts),
             ("mirror", collected.mirrors),
             ("record", collected.records),
+            ("lock", collected.locks),
         ] {
             self.source_cache_removed
                 .get_or_create(&CacheLabels { kind })

@@ -602,6 +602,7 @@ impl Wiring {
                         artifacts = collected.artifacts,
                         mirrors = collected.mirrors,
                         records = collected.records,
+                        locks = collected.locks,
                         "removed from the source cache what nothing used for {}",
                         crate::engine::duration::human(retention)
                     );

@@ -612,12 +612,21 @@ async fn the_source_cache_keeps_only_what_the_releases_use() {
         },
     )
     .await;
-    assert!(
-        daemon.metric("convoy_source_cache_removed_total", &["kind=\"artifact\""]) >= 2.0,
-        "{}",
-        daemon.get("/metrics").unwrap_or_default().1
-    );
-    assert!(daemon.metric("convoy_source_cache_removed_total", &["kind=\"mirror\""]) >= 1.0);
+    // Counted once the collection that removed them ends.
+    eventually(
+        "the old tree, the deleted source's tree and its mirror counted",
+        Duration::from_secs(30),
+        || async {
+            let removed = |kind: &str| {
+                daemon.metric(
+                    "convoy_source_cache_removed_total",
+                    &[&format!("kind=\"{kind}\"")],
+                )
+            };
+            (removed("artifact") >= 2.0 && removed("mirror") >= 1.0).then_some(())
+        },
+    )
+    .await;
     // The Release renders on, from its commit's tree kept or fetched again.
     f.commit(&[("a.yaml", &config_map("a", 0, "3"))]);
     crate::loops::config_map_holds(&f, "a", "3").await;

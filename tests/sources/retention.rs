@@ -141,3 +141,106 @@ async fn results_no_one_asks_for_are_forgotten_but_not_a_running_fetchs() {
     );
     assert_eq!(coordinator.slot_count(), 2);
 }
+
+/// The tree a render takes from a result held in memory is marked used: it stays for the
+/// retention although a newer commit's tree has replaced it in the results held (a render
+/// that began before lost its tree under it).
+#[tokio::test]
+async fn a_tree_handed_out_from_memory_stays_for_the_retention() {
+    let (dir, coordinator) = crate::coordinator();
+    let repo = GitRepo::new();
+    repo.commit(&[("a.yaml", "v: 1\n")], "one");
+    let main = git(&repo.file_url(), GitReference::Branch("main".into()));
+    coordinator.ensure(crate::SCOPE, &main, None).await.unwrap();
+    age_all(dir.path(), "artifacts");
+    let recent = convoy::engine::source::Reuse {
+        max_age: HOUR,
+        ..Default::default()
+    };
+    let rendering = coordinator
+        .ensure_reusing(crate::SCOPE, &main, None, &recent)
+        .await
+        .unwrap();
+    assert_eq!(coordinator.fetch_count(), 1, "taken from memory");
+    repo.commit(&[("a.yaml", "v: 2\n")], "two");
+    let newer = coordinator.ensure(crate::SCOPE, &main, None).await.unwrap();
+    assert_ne!(newer.digest, rendering.digest);
+
+    let (_, collected) = coordinator.collect_garbage(HOUR).await;
+
+    assert_eq!(collected.artifacts, 0);
+    assert!(rendering.path.join("a.yaml").is_file());
+}
+
+/// A repository whose Releases render it from results held in memory keeps its Git mirror
+/// although no fetch ran for the retention.
+#[tokio::test]
+async fn a_mirror_stays_while_its_repositorys_results_are_used() {
+    let (dir, coordinator) = crate::coordinator();
+    let repo = GitRepo::new();
+    repo.commit(&[("a.yaml", "v: 1\n")], "one");
+    let main = git(&repo.file_url(), GitReference::Branch("main".into()));
+    coordinator.ensure(crate::SCOPE, &main, None).await.unwrap();
+    let retention = Duration::from_millis(500);
+    // The retention has to pass for the results held to be unused (they count by a
+    // monotonic clock, which a test cannot set back).
+    tokio::time::sleep(2 * retention).await;
+    let recent = convoy::engine::source::Reuse {
+        max_age: HOUR,
+        ..Default::default()
+    };
+    coordinator
+        .ensure_reusing(crate::SCOPE, &main, None, &recent)
+        .await
+        .unwrap();
+    assert_eq!(coordinator.fetch_count(), 1, "taken from memory");
+
+    let (slots, collected) = coordinator.collect_garbage(retention).await;
+
+    assert_eq!((slots, collected.mirrors), (0, 0));
+    assert_eq!(count(dir.path(), "git"), 1);
+}
+
+/// Revision records and lock files no one used for the retention go, whether or not the
+/// tree they name stays (a record for every commit of an unchanged tree, every scope gone,
+/// and a lock file for every request ever made grew for ever); a fetch makes them again.
+#[tokio::test]
+async fn records_and_locks_no_one_used_go_even_while_their_tree_stays() {
+    let (dir, coordinator) = crate::coordinator();
+    let repo = GitRepo::new();
+    repo.commit(&[("a.yaml", "v: 1\n")], "one");
+    let head = git(&repo.file_url(), GitReference::Head);
+    coordinator.ensure(crate::SCOPE, &head, None).await.unwrap();
+    for i in 0..5 {
+        let scope = format!("GitRepository/tests/gone-{i}");
+        coordinator.ensure(&scope, &head, None).await.unwrap();
+        coordinator.forget(&scope);
+    }
+    assert_eq!(count(dir.path(), "artifacts"), 1, "one tree for all");
+    assert_eq!(
+        (count(dir.path(), "revisions"), count(dir.path(), "locks")),
+        (6, 6)
+    );
+    for kind in ["revisions", "locks", "artifacts", "git"] {
+        age_all(dir.path(), kind);
+    }
+
+    let (_, collected) = coordinator.collect_garbage(HOUR).await;
+
+    assert_eq!((collected.records, collected.locks), (6, 6));
+    assert_eq!(collected.artifacts, 0, "the tree held stays");
+    assert_eq!(collected.mirrors, 5);
+    let again = coordinator
+        .ensure(
+            crate::SCOPE,
+            &git(&repo.file_url(), GitReference::Branch("main".into())),
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(again.path.join("a.yaml").is_file());
+    assert_eq!(
+        (count(dir.path(), "revisions"), count(dir.path(), "locks")),
+        (1, 1)
+    );
+}

@@ -94,13 +94,22 @@ impl Cache {
     }
 
     /// The digest an immutable revision unpacked to for `scope`, if it is still in the cache
-    /// (marked used).
+    /// (the record and the artifact marked used).
     pub fn lookup(&self, scope: &str, revision_key: &str) -> Option<String> {
         let path = self.revision_path(scope, revision_key);
         let _using = crate::engine::locks::read(&self.uses);
-        let digest = std::fs::read_to_string(path).ok()?;
+        let digest = std::fs::read_to_string(&path).ok()?;
         let digest = digest.trim().to_string();
-        mark_used(&self.artifact_dir(&digest)).then_some(digest)
+        mark_used(&path);
+        let artifact = self.artifact_dir(&digest);
+        (mark_used(&artifact) && artifact.is_dir()).then_some(digest)
+    }
+
+    /// Mark the artifact at `path` used: a process hands it to a render that reads it now.
+    /// Whether it is still there.
+    pub fn use_artifact(&self, path: &Path) -> bool {
+        let _using = crate::engine::locks::read(&self.uses);
+        mark_used(path)
     }
 
     /// Hold the cache's lock for `key` (a source as one scope fetches it) across processes:
@@ -124,9 +133,27 @@ impl Cache {
                 path: path.clone(),
                 source,
             })?;
+        let mut file = file;
         loop {
             match file.try_lock() {
-                Ok(()) => return Ok(file),
+                // The collection removes a lock file it holds (`super::retention`): one locked
+                // after it was removed is not the one at the path any more, so open it again.
+                Ok(()) if !same_file(&file, &path) => {
+                    file = std::fs::OpenOptions::new()
+                        .create(true)
+                        .truncate(false)
+                        .write(true)
+                        .open(&path)
+                        .map_err(|source| CacheError {
+                            action: "open",
+                            path: path.clone(),
+                            source,
+                        })?;
+                }
+                Ok(()) => {
+                    let _ = file.set_modified(std::time::SystemTime::now());
+                    return Ok(file);
+                }
                 Err(std::fs::TryLockError::WouldBlock) => {
                     tokio::time::sleep(std::time::Duration::from_millis(25)).await
                 }
@@ -207,6 +234,7 @@ impl Cache {
             if let Some(parent) = path.parent() {
                 let _ = std::fs::create_dir_all(parent);
             }
+            // Written anew (a collection may have just found it unused).
             std::fs::write(&path, &digest).map_err(|source| CacheError {
                 action: "write",
                 path,
@@ -270,13 +298,22 @@ impl Cache {
     }
 }
 
-/// Mark the directory at `path` used now; whether it exists. (An entry that cannot be marked,
+/// Whether `file` is the file at `path` now.
+pub(super) fn same_file(file: &std::fs::File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    }
+}
+
+/// Mark the entry at `path` used now; whether it exists. (An entry that cannot be marked,
 /// in a cache this process may not write, is still there to read.)
 fn mark_used(path: &Path) -> bool {
     match std::fs::File::open(path) {
-        Ok(dir) => {
-            let _ = dir.set_modified(std::time::SystemTime::now());
-            dir.metadata().is_ok_and(|m| m.is_dir())
+        Ok(entry) => {
+            let _ = entry.set_modified(std::time::SystemTime::now());
+            entry.metadata().is_ok()
         }
         Err(_) => false,
     }
@@ -441,6 +478,38 @@ mod tests {
         let _fresh = cache.staging().unwrap();
         assert!(!old.exists(), "the stale staging directory is still there");
         assert!(recent.exists());
+    }
+
+    /// A lock file the collection removed while a fetch waited on it: the waiter takes the
+    /// file at the path now, so the next one waits for it (not both running at once).
+    #[tokio::test]
+    async fn a_lock_file_removed_while_waited_on_is_opened_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::new(dir.path());
+        let held = cache.lock("Kind/ns/x\0k").await.unwrap();
+        let waiting = {
+            let cache = cache.clone();
+            tokio::spawn(async move { cache.lock("Kind/ns/x\0k").await.unwrap() })
+        };
+        // It opens the file and finds it locked (the current-thread runtime runs it now).
+        tokio::task::yield_now().await;
+        let locks = dir.path().join("locks");
+        let path = std::fs::read_dir(&locks)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        std::fs::remove_file(&path).unwrap();
+        drop(held);
+        let second = waiting.await.unwrap();
+        assert!(same_file(&second, &path), "it holds the file at the path");
+        let third = tokio::time::timeout(
+            std::time::Duration::from_millis(300),
+            cache.lock("Kind/ns/x\0k"),
+        )
+        .await;
+        assert!(third.is_err(), "a third took the lock the second holds");
     }
 
     /// An unpack whose fetch is given up (its future dropped at the timeout) stops at its

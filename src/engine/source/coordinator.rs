@@ -388,6 +388,10 @@ impl Coordinator {
     /// [`Reuse::waiter`]). A pass of the daemon's loops so never holds a worker for a fetch: a
     /// tenant's sources that never answer held every worker for the fetch deadline (2 min),
     /// and every other tenant's syncs waited behind them.
+    ///
+    /// The artifact handed out is marked used in the cache (a render reads it now: the
+    /// collection leaves it for the retention, `super::retention`); one found gone (another
+    /// process's collection) is fetched again.
     pub async fn ensure_reusing(
         &self,
         scope: &str,
@@ -395,9 +399,42 @@ impl Coordinator {
         credentials: Option<&Credentials>,
         reuse: &Reuse,
     ) -> Result<Artifact, SourceError> {
+        let key = format!("{scope}\0{}", request.key());
+        // Its Git mirror is in use as long as the request is (its fetches may be far apart).
+        if let SourceRequest::Git { url, .. } = request {
+            let mirror = self.slot(&format!("mirror:{scope}\0{url}"));
+            crate::engine::locks::lock(&mirror.state).used = Some(Instant::now());
+        }
+        let found = self
+            .ensure_once(scope, &key, request, credentials, reuse)
+            .await?;
+        if self.cache.use_artifact(&found.path) {
+            return Ok(found);
+        }
+        {
+            let slot = self.slot(&key);
+            let mut state = crate::engine::locks::lock(&slot.state);
+            state.ok = None;
+            state.last = None;
+        }
+        let again = self
+            .ensure_once(scope, &key, request, credentials, reuse)
+            .await?;
+        self.cache.use_artifact(&again.path);
+        Ok(again)
+    }
+
+    async fn ensure_once(
+        &self,
+        scope: &str,
+        key: &str,
+        request: &SourceRequest,
+        credentials: Option<&Credentials>,
+        reuse: &Reuse,
+    ) -> Result<Artifact, SourceError> {
         let asked = Instant::now();
         let patience = self.policy.detached.map(|d: Detached| d.patience);
-        let slot = self.slot(&format!("{scope}\0{}", request.key()));
+        let slot = self.slot(key);
         let waiter = reuse.waiter.as_deref();
         let come_back = |wait: FetchWait| SourceError::Fetching {
             url: request.url().to_string(),

@@ -29,6 +29,7 @@ pub struct Collected {
     pub artifacts: usize,
     pub mirrors: usize,
     pub records: usize,
+    pub locks: usize,
 }
 
 impl Collected {
@@ -39,8 +40,9 @@ impl Collected {
 
 impl Cache {
     /// Remove the artifacts and Git mirrors not in `in_use` that nothing has used for
-    /// `unused_for`, then the revision records whose artifact is gone. File work: run it on
-    /// the blocking pool. What cannot be removed now is tried again at the next collection.
+    /// `unused_for`, then the revision records whose artifact is gone or that no lookup used
+    /// for as long, and the lock files no fetch took for as long. File work: run it on the
+    /// blocking pool. What cannot be removed now is tried again at the next collection.
     pub fn collect(&self, in_use: &InUse, unused_for: Duration) -> Collected {
         let kept: HashSet<OsString> = in_use
             .digests
@@ -58,12 +60,32 @@ impl Cache {
                 collected.mirrors += 1;
             }
         }
+        // A record for every commit that unpacked to a tree still used (empty commits,
+        // reverts) and of every scope gone stayed too.
         for (path, _) in entries(&self.root().join("revisions")) {
             let _deciding = crate::engine::locks::write(&self.uses);
             let gone = std::fs::read_to_string(&path)
                 .is_ok_and(|digest| !self.artifact_dir(digest.trim()).is_dir());
-            if gone && std::fs::remove_file(&path).is_ok() {
+            if (gone || unused(&path, unused_for)) && std::fs::remove_file(&path).is_ok() {
                 collected.records += 1;
+            }
+        }
+        // One per request a fetch ever took (a chart version, a tag a Release named): removed
+        // while held, so a process waiting on it finds it gone and opens the new one
+        // (`Cache::lock`).
+        for (path, _) in entries(&self.root().join("locks")) {
+            if !unused(&path, unused_for) {
+                continue;
+            }
+            let Ok(file) = std::fs::OpenOptions::new().write(true).open(&path) else {
+                continue;
+            };
+            if file.try_lock().is_ok()
+                && super::cache::same_file(&file, &path)
+                && unused(&path, unused_for)
+                && std::fs::remove_file(&path).is_ok()
+            {
+                collected.locks += 1;
             }
         }
         collected
@@ -79,25 +101,35 @@ impl Cache {
         let Some(name) = path.file_name() else {
             return false;
         };
-        let mut away = OsString::from("collected-");
+        static TAKEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let mut away = OsString::from(format!(
+            "collected-{}-{}-",
+            std::process::id(),
+            TAKEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
         away.push(name);
         let away = tmp.join(away);
         {
             let _deciding = crate::engine::locks::write(&self.uses);
-            let unused = std::fs::symlink_metadata(path)
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age > unused_for);
-            if !unused || std::fs::rename(path, &away).is_err() {
+            if !unused(path, unused_for) || std::fs::rename(path, &away).is_err() {
                 return false;
             }
         }
         // Left behind if this fails: the staging clean-up removes it within the hour (it
         // keeps the old modification time).
-        let _ = std::fs::remove_dir_all(&away).or_else(|_| std::fs::remove_file(&away));
-        true
+        std::fs::remove_dir_all(&away)
+            .or_else(|_| std::fs::remove_file(&away))
+            .is_ok()
     }
+}
+
+/// Whether the entry at `path` was last used (modified) more than `unused_for` ago.
+fn unused(path: &Path, unused_for: Duration) -> bool {
+    std::fs::symlink_metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age > unused_for)
 }
 
 /// The entries of `dir` (none if it cannot be read).
@@ -163,7 +195,8 @@ mod tests {
             Collected {
                 artifacts: 1,
                 mirrors: 0,
-                records: 1
+                records: 1,
+                locks: 0,
             }
         );
         assert!(!cache.artifact_dir(&unused).exists());
