@@ -123,33 +123,24 @@ impl Cache {
             source,
         })?;
         let path = dir.join(&sha256_hex(key.as_bytes())[..32]);
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|source| CacheError {
-                action: "open",
-                path: path.clone(),
-                source,
-            })?;
-        let mut file = file;
+        let open = || {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .map_err(|source| CacheError {
+                    action: "open",
+                    path: path.clone(),
+                    source,
+                })
+        };
+        let mut file = open()?;
         loop {
             match file.try_lock() {
                 // The collection removes a lock file it holds (`super::retention`): one locked
                 // after it was removed is not the one at the path any more, so open it again.
-                Ok(()) if !same_file(&file, &path) => {
-                    file = std::fs::OpenOptions::new()
-                        .create(true)
-                        .truncate(false)
-                        .write(true)
-                        .open(&path)
-                        .map_err(|source| CacheError {
-                            action: "open",
-                            path: path.clone(),
-                            source,
-                        })?;
-                }
+                Ok(()) if !same_file(&file, &path) => file = open()?,
                 Ok(()) => {
                     let _ = file.set_modified(std::time::SystemTime::now());
                     return Ok(file);
