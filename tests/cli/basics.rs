@@ -106,14 +106,25 @@ fn an_unknown_shell_is_a_usage_error() {
     ");
 }
 
-/// A render reads its source from the cache: a retention shorter than a render could remove
-/// what it reads. Refused before anything connects.
+/// A render reads its source from the cache and a fetch writes into it: a retention shorter
+/// than either could remove what they use. Refused before anything connects.
 #[test]
 fn a_cache_retention_shorter_than_a_render_is_a_usage_error() {
     let (code, stdout, stderr) = convoy(&["daemon", "--cache-retention", "30s"]);
     assert_eq!(code, 2);
     assert_eq!(stdout, "");
-    insta::assert_snapshot!(stderr, @"error: --cache-retention 30s is shorter than --render-timeout 2m: a render reads its source from the cache for up to the render timeout; give --cache-retention at least 2m");
+    insta::assert_snapshot!(stderr, @"error: --cache-retention 30s is shorter than --render-timeout 2m: a render reads its source from the cache for up to that long; give --cache-retention at least 2m");
+    let (code, _, stderr) = convoy(&[
+        "daemon",
+        "--cache-retention",
+        "5m",
+        "--render-timeout",
+        "1m",
+        "--fetch-timeout",
+        "10m",
+    ]);
+    assert_eq!(code, 2);
+    insta::assert_snapshot!(stderr, @"error: --cache-retention 5m is shorter than --fetch-timeout 10m: a fetch writes into the cache for up to that long; give --cache-retention at least 10m");
 }
 
 #[test]

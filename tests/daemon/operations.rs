@@ -584,6 +584,8 @@ async fn the_source_cache_keeps_only_what_the_releases_use() {
             "5s",
             "--render-timeout",
             "5s",
+            "--fetch-timeout",
+            "5s",
         ],
     )
     .await;

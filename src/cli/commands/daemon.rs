@@ -60,7 +60,8 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
     /// How long fetched content no Release uses stays in the cache (the trees of older
-    /// commits, the mirrors of deleted sources); what is used stays.
+    /// commits, the mirrors of deleted sources); what is used stays. At least the render and
+    /// fetch timeouts.
     #[arg(long, default_value = "1h", value_parser = crate::engine::duration::parse_duration)]
     pub cache_retention: Duration,
     /// Watch only these namespaces (comma-separated or repeated; default: all).
@@ -92,13 +93,23 @@ pub struct DaemonArgs {
 }
 
 pub async fn run_daemon(global: &GlobalArgs, args: DaemonArgs) -> CommandResult {
-    // A render reads its source's tree from the cache: nothing it uses may go while it runs.
-    if args.cache_retention < args.render_timeout {
+    // A fetch writes into the cache and a render reads its source's tree from it: nothing
+    // they use may go while they run.
+    let longest = args.render_timeout.max(args.fetch_timeout);
+    if args.cache_retention < longest {
+        let (flag, what) = if args.render_timeout >= args.fetch_timeout {
+            (
+                "--render-timeout",
+                "a render reads its source from the cache",
+            )
+        } else {
+            ("--fetch-timeout", "a fetch writes into the cache")
+        };
         return Err(CliError::usage(format!(
-            "--cache-retention {} is shorter than --render-timeout {}: a render reads its source from the cache for up to the render timeout; give --cache-retention at least {}",
+            "--cache-retention {} is shorter than {flag} {}: {what} for up to that long; give --cache-retention at least {}",
             crate::engine::duration::human(args.cache_retention),
-            crate::engine::duration::human(args.render_timeout),
-            crate::engine::duration::human(args.render_timeout),
+            crate::engine::duration::human(longest),
+            crate::engine::duration::human(longest),
         )));
     }
     let config = load_config(&KubeconfigSource {

@@ -166,8 +166,11 @@ fn newest_request(release: &Release) -> Option<std::time::SystemTime> {
 /// that second, so it counts as its end: a fetch that started earlier in the second, perhaps
 /// before the push the request is for, is not taken for one after it. Unreadable: now.
 fn request_time(value: &str) -> std::time::SystemTime {
+    // Read from the text: a fraction written as zeros (convoy's own request made on a whole
+    // second, printed `…:00Z` by jiff, is the exception: one more fetch) is still a fraction.
+    let whole_seconds = !value.contains('.');
     match value.parse::<jiff::Timestamp>() {
-        Ok(at) if at.subsec_nanosecond() == 0 => {
+        Ok(at) if whole_seconds => {
             std::time::SystemTime::from(at) + std::time::Duration::from_nanos(999_999_999)
         }
         Ok(at) => std::time::SystemTime::from(at),
@@ -423,6 +426,10 @@ mod tests {
         assert_eq!(
             at("2026-12-06T05:00:00.25Z"),
             Duration::new(1_796_533_200, 250_000_000)
+        );
+        assert_eq!(
+            at("2026-12-06T05:00:00.000Z"),
+            Duration::new(1_796_533_200, 0)
         );
         let unreadable = request_time("yesterday");
         assert!(unreadable.elapsed().unwrap() < Duration::from_secs(5));

@@ -194,10 +194,32 @@ impl Cache {
             path: staging.path().to_path_buf(),
             source,
         })?;
-        let target = self.artifact_dir(&digest);
-        // Installed and its revision recorded as one use: the collection does not take the
-        // artifact between the two, nor take a record whose artifact is being installed.
-        let _using = crate::engine::locks::read(&self.uses);
+        let staged = staging.keep();
+        let placed = {
+            // Installed and its revision recorded as one use: the collection does not take
+            // the artifact between the two, nor take a record whose artifact is installed.
+            let _using = crate::engine::locks::read(&self.uses);
+            self.place(&staged, &digest, scope, revision_key)
+        };
+        // A tree already there (the same content installed before): removed outside the
+        // lock, which the collection and every lookup wait for.
+        if !matches!(placed, Ok(true)) {
+            let _ = std::fs::remove_dir_all(&staged);
+        }
+        placed.map(|_| digest)
+    }
+
+    /// Move `staged` to `digest`'s artifact (unless it is there already: `false`) and record
+    /// the revision.
+    fn place(
+        &self,
+        staged: &Path,
+        digest: &str,
+        scope: &str,
+        revision_key: Option<&str>,
+    ) -> Result<bool, CacheError> {
+        let target = self.artifact_dir(digest);
+        let mut moved = false;
         if !mark_used(&target) {
             let parent = self.root.join("artifacts");
             std::fs::create_dir_all(&parent).map_err(|source| CacheError {
@@ -205,11 +227,11 @@ impl Cache {
                 path: parent,
                 source,
             })?;
-            let staged = staging.keep();
-            if let Err(source) = std::fs::rename(&staged, &target) {
+            match std::fs::rename(staged, &target) {
+                Ok(()) => moved = true,
                 // Another process installed the same content first: keep theirs.
-                let _ = std::fs::remove_dir_all(&staged);
-                if !target.is_dir() {
+                Err(_) if target.is_dir() => {}
+                Err(source) => {
                     return Err(CacheError {
                         action: "install",
                         path: target,
@@ -226,13 +248,13 @@ impl Cache {
                 let _ = std::fs::create_dir_all(parent);
             }
             // Written anew (a collection may have just found it unused).
-            std::fs::write(&path, &digest).map_err(|source| CacheError {
+            std::fs::write(&path, digest).map_err(|source| CacheError {
                 action: "write",
                 path,
                 source,
             })?;
         }
-        Ok(digest)
+        Ok(moved)
     }
 
     /// Unpack into a fresh staging directory with `unpack` and install the result, on the

@@ -411,17 +411,32 @@ impl Coordinator {
         if self.cache.use_artifact(&found.path) {
             return Ok(found);
         }
+        // Not taken again from memory by this caller (a fresh ask answers only from `ok`,
+        // and only while it still names the tree gone); the others owed a result keep it.
         {
             let slot = self.slot(&key);
             let mut state = crate::engine::locks::lock(&slot.state);
-            state.ok = None;
-            state.last = None;
+            if state
+                .ok
+                .as_ref()
+                .is_some_and(|(_, _, a)| a.digest == found.digest)
+            {
+                state.ok = None;
+            }
         }
         let again = self
             .ensure_once(scope, &key, request, credentials, reuse)
             .await?;
-        self.cache.use_artifact(&again.path);
-        Ok(again)
+        if self.cache.use_artifact(&again.path) {
+            return Ok(again);
+        }
+        Err(SourceError::not_ready(
+            request.url(),
+            format!(
+                "its fetched content ({}) left the source cache as it was used; fetched again at the next pass",
+                again.digest
+            ),
+        ))
     }
 
     async fn ensure_once(
@@ -686,13 +701,6 @@ impl Job {
             }
             None => None,
         };
-        let _mirror_guard = match &self.mirror {
-            Some(m) => {
-                crate::engine::locks::lock(&m.state).used = Some(Instant::now());
-                Some(m.fetching.clone().lock_owned().await)
-            }
-            None => None,
-        };
         // Other processes on this machine (CI jobs, a daemon, a person's CLI) may fetch into
         // the same cache: the same lock file, the same order.
         let lock_key = match &self.request {
@@ -703,6 +711,15 @@ impl Job {
         // Every fetch has a deadline (waiting for another process's fetch included); a git
         // child still running is killed when its future is dropped (`kill_on_drop`).
         let fetch = async {
+            // Another ref of the same repository fetching into the mirror: waited for within
+            // this fetch's deadline and its place (past `slow_after`, a slow one's).
+            let _mirror_guard = match &self.mirror {
+                Some(m) => {
+                    crate::engine::locks::lock(&m.state).used = Some(Instant::now());
+                    Some(m.fetching.clone().lock_owned().await)
+                }
+                None => None,
+            };
             let _process_lock = self.cache.lock(&lock_key).await.map_err(|e| {
                 SourceError::not_ready(request.url(), format!("cannot lock the source cache: {e}"))
             })?;
