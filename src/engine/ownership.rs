@@ -20,7 +20,7 @@ use kube::api::{DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::engine::api::{ObjectKey, Release, ReleaseId, field_managers, labels};
-use crate::engine::apply::{Applier, ApplyError, PruneReport, PruneTarget};
+use crate::engine::apply::{Applier, ApplyError, PruneReport, PruneTarget, Rejection};
 use crate::engine::keep_policy::{self, Deleting};
 use crate::engine::render::Object;
 
@@ -207,7 +207,7 @@ pub async fn take_over_kubectl_fields(
         key: key.to_string(),
         source: Box::new(kube::Error::SerdeError(e)),
     })?;
-    let Some(api) = api_for(applier, key).await else {
+    let Ok(Some(api)) = api_for(applier, key).await else {
         return Ok(Vec::new());
     };
     api.patch(
@@ -223,19 +223,21 @@ pub async fn take_over_kubectl_fields(
     Ok(managers)
 }
 
-/// The API of `key`'s kind, if the cluster serves it (a kind it cannot resolve has nothing to
-/// read or take over; the apply or prune reports it).
-async fn api_for(applier: &Applier, key: &ObjectKey) -> Option<Api<DynamicObject>> {
+/// The API of `key`'s kind: `None` if the cluster does not serve it (nothing of it to read or
+/// take over), `Err` if discovery could not tell.
+async fn api_for(applier: &Applier, key: &ObjectKey) -> Result<Option<Api<DynamicObject>>, String> {
     let resource = applier
         .resources()
         .resolve_group_kind(&key.group, &key.kind)
         .await
-        .ok()??;
-    Some(if resource.namespaced {
-        Api::namespaced_with(applier.client().clone(), &key.namespace, &resource.api)
-    } else {
-        Api::all_with(applier.client().clone(), &resource.api)
-    })
+        .map_err(|e| e.to_string())?;
+    Ok(resource.map(|resource| {
+        if resource.namespaced {
+            Api::namespaced_with(applier.client().clone(), &key.namespace, &resource.api)
+        } else {
+            Api::all_with(applier.client().clone(), &resource.api)
+        }
+    }))
 }
 
 /// What `prune_refs` did.
@@ -249,6 +251,9 @@ pub struct PruneOutcome {
     /// Release never applied them (kubectl's, say, which the sync was about to adopt), so they
     /// are left as found and dropped from its inventory.
     pub never_applied: Vec<ObjectKey>,
+    /// Recorded members found without this Release's labels: convoy deletes only what
+    /// carries them, so they are left as found and dropped from its inventory.
+    pub unlabelled: Vec<ObjectKey>,
     /// This Release's objects whose annotations keep them (the annotation as it reads): left
     /// in place and dropped from its inventory, as Helm leaves them.
     pub kept: Vec<(ObjectKey, String)>,
@@ -268,8 +273,10 @@ pub fn describe_kept(kept: &[(ObjectKey, String)]) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum LiveOwner {
     NotFound,
-    /// Not read (the delete says why).
-    Unknown,
+    /// A kind the cluster does not serve: nothing of it is left to delete.
+    Unserved,
+    /// Not read, for this reason: whose it is cannot be told.
+    Unreadable(String),
     /// Found without ownership labels.
     Unlabelled,
     Labelled(Owner),
@@ -281,28 +288,39 @@ enum PruneDecision {
     Delete,
     HandOver(Owner),
     LeaveAsFound,
+    /// A recorded member found without this Release's labels: left in place and dropped
+    /// from the inventory.
+    LeaveUnlabelled,
+    /// Not deleted and kept recorded: whose it is could not be read (why).
+    CannotTell(String),
     /// Only an intent's, and nothing there: drop the entry without a delete (which could
     /// remove one someone created since).
     Forget,
 }
 
-/// An object labelled for another Release is handed over. An unlabelled one is this
-/// Release's when its inventory recorded it as applied (applied before convoy labelled
-/// objects), but not when only a stopped sync's intent listed it: convoy labels everything it
-/// sends, so it never sent that one, and deleting it would delete another writer's object.
+/// An object labelled for another Release is handed over. Only an object carrying this
+/// Release's labels is deleted, as Flux prunes only what carries its Kustomization's labels:
+/// the inventory is a record anyone allowed to write it can change, and an entry naming an
+/// object convoy never labelled (another namespace's, a Namespace, kubectl's) must not make
+/// convoy delete it. Convoy labels everything it applies, so its own objects carry the
+/// labels unless someone removed them; those are left as found, and the message says so. An
+/// unlabelled object only a stopped sync's intent listed was never sent by this Release.
 fn decide(target: &PruneTarget, live: LiveOwner, me: &Owner) -> PruneDecision {
     match live {
         LiveOwner::Labelled(owner) if owner != *me => PruneDecision::HandOver(owner),
+        LiveOwner::Labelled(_) | LiveOwner::Unserved => PruneDecision::Delete,
+        LiveOwner::Unreadable(why) => PruneDecision::CannotTell(why),
         LiveOwner::Unlabelled if target.intent_only => PruneDecision::LeaveAsFound,
+        LiveOwner::Unlabelled => PruneDecision::LeaveUnlabelled,
         LiveOwner::NotFound if target.intent_only => PruneDecision::Forget,
-        _ => PruneDecision::Delete,
+        LiveOwner::NotFound => PruneDecision::Delete,
     }
 }
 
-/// `pruneRefs` (reconcile-flow.txt stageSync step 5 and finalize step 3): delete `targets`,
-/// except those whose live labels name another Release (those now belong to it, and are only
-/// reported), unlabelled objects only a stopped sync's intent listed ([`decide`]), and those
-/// whose live annotations keep them from `deleting` ([`keep_policy`]).
+/// `pruneRefs` (reconcile-flow.txt stageSync step 5 and finalize step 3): delete `targets`
+/// that carry this Release's labels ([`decide`]: those naming another Release now belong to
+/// it and are only reported; unlabelled ones are left as found), except those whose live
+/// annotations keep them from `deleting` ([`keep_policy`]).
 pub async fn prune_refs(
     applier: &Applier,
     release: &Release,
@@ -311,7 +329,9 @@ pub async fn prune_refs(
 ) -> Result<PruneOutcome, ApplyError> {
     let (mine, mut outcome) = plan_prune(applier, release, targets, deleting).await?;
     if !mine.is_empty() {
-        outcome.report = applier.prune(&mine).await?;
+        let report = applier.prune(&mine).await?;
+        outcome.report.deleted = report.deleted;
+        outcome.report.failures.extend(report.failures);
     }
     Ok(outcome)
 }
@@ -330,8 +350,10 @@ pub async fn plan_prune(
     type Read = (LiveOwner, Option<String>, Option<String>);
     let owners: Vec<Result<Read, ApplyError>> = stream::iter(targets.iter().cloned())
         .map(|t| async move {
-            let Some(api) = api_for(applier, &t.key).await else {
-                return Ok((LiveOwner::Unknown, None, None));
+            let api = match api_for(applier, &t.key).await {
+                Ok(Some(api)) => api,
+                Ok(None) => return Ok((LiveOwner::Unserved, None, None)),
+                Err(why) => return Ok((LiveOwner::Unreadable(why), None, None)),
             };
             match api.get_opt(&t.key.name).await {
                 Ok(None) => Ok((LiveOwner::NotFound, None, None)),
@@ -345,8 +367,7 @@ pub async fn plan_prune(
                 Err(e) if crate::engine::connect::is_unreachable(&e) => {
                     Err(ApplyError::Unreachable(Box::new(e)))
                 }
-                // Unreadable: the delete will say why.
-                Err(_) => Ok((LiveOwner::Unknown, None, None)),
+                Err(e) => Ok((LiveOwner::Unreadable(e.to_string()), None, None)),
             }
         })
         .buffered(applier.concurrency())
@@ -366,6 +387,13 @@ pub async fn plan_prune(
             },
             PruneDecision::HandOver(owner) => outcome.handed_over.push((target.key.clone(), owner)),
             PruneDecision::LeaveAsFound => outcome.never_applied.push(target.key.clone()),
+            PruneDecision::LeaveUnlabelled => outcome.unlabelled.push(target.key.clone()),
+            PruneDecision::CannotTell(why) => outcome.report.failures.push(Rejection {
+                key: target.key.clone(),
+                message: format!(
+                    "not deleted: cannot read it to check that it carries this Release's labels ({why})"
+                ),
+            }),
             PruneDecision::Forget => {}
         }
     }
@@ -399,7 +427,7 @@ mod tests {
     }
 
     #[test]
-    fn a_prune_deletes_its_own_objects_hands_over_others_and_leaves_what_it_never_applied() {
+    fn a_prune_deletes_only_objects_labelled_as_its_own() {
         let me = Owner::of(&release("team-a", "web"));
         let other = Owner::of(&release("team-b", "web"));
         let target = |intent_only| PruneTarget {
@@ -423,8 +451,13 @@ mod tests {
                 decide(&t, LiveOwner::Labelled(other.clone()), &me),
                 PruneDecision::HandOver(other.clone())
             );
-            // Unreadable: the delete says why it cannot, or deletes it.
-            assert_eq!(decide(&t, LiveOwner::Unknown, &me), PruneDecision::Delete);
+            // A kind no longer served: its delete finds nothing to delete.
+            assert_eq!(decide(&t, LiveOwner::Unserved, &me), PruneDecision::Delete);
+            // Unreadable: whose it is cannot be told, so it is not deleted.
+            assert_eq!(
+                decide(&t, LiveOwner::Unreadable("forbidden".into()), &me),
+                PruneDecision::CannotTell("forbidden".into())
+            );
         }
         // Gone: a recorded member's delete finds it gone; an intent's is not sent at all.
         assert_eq!(
@@ -435,11 +468,12 @@ mod tests {
             decide(&target(true), LiveOwner::NotFound, &me),
             PruneDecision::Forget
         );
-        // Unlabelled: recorded as applied (before convoy labelled objects) is this Release's;
-        // listed only by a stopped sync's intent, it was never sent by this Release.
+        // Unlabelled: never deleted, even recorded as applied (an inventory entry is no proof
+        // that convoy applied it); listed only by a stopped sync's intent, it was never sent
+        // by this Release.
         assert_eq!(
             decide(&target(false), LiveOwner::Unlabelled, &me),
-            PruneDecision::Delete
+            PruneDecision::LeaveUnlabelled
         );
         assert_eq!(
             decide(&target(true), LiveOwner::Unlabelled, &me),

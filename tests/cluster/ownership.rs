@@ -403,3 +403,144 @@ async fn a_prune_does_not_delete_an_object_created_under_the_name_since_it_read_
     })
     .await;
 }
+
+/// An inventory is a record that whoever may write it can change. Entries naming objects
+/// convoy never labelled for the Release (a ConfigMap of another namespace, that namespace
+/// itself, kubectl's ConfigMap beside the Release) make neither the next sync nor the
+/// Release's deletion delete anything, though convoy's own identity here could: the sync says
+/// what it left and its inventory forgets them; `convoy diff` says why they stay.
+#[tokio::test]
+async fn inventory_entries_naming_objects_convoy_did_not_label_delete_nothing() {
+    use convoy::engine::api::ObjectKey;
+    use convoy::engine::inventory::{InventoryHandle, Member};
+    let f = Fixture::new(
+        "owner-forged",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({}),
+    )
+    .await;
+    f.sync().await;
+    let ns = f.env.namespace.clone();
+    let other = crate::support::unique_namespace(&f.env.client, "owner-forged-victim").await;
+    for (namespace, name) in [(&other, "victim"), (&ns, "kubectls")] {
+        f.env.kubectl_apply_text(
+            &config_map(name, 0, "theirs").replace(
+                "  labels: {app: demo}\n",
+                &format!("  namespace: {namespace}\n"),
+            ),
+            &["--server-side"],
+        );
+    }
+    let forged = [
+        ObjectKey {
+            group: String::new(),
+            kind: "ConfigMap".into(),
+            namespace: other.clone(),
+            name: "victim".into(),
+        },
+        ObjectKey {
+            group: String::new(),
+            kind: "Namespace".into(),
+            namespace: String::new(),
+            name: other.clone(),
+        },
+        ObjectKey {
+            group: String::new(),
+            kind: "ConfigMap".into(),
+            namespace: ns.clone(),
+            name: "kubectls".into(),
+        },
+    ];
+    let forge = || async {
+        let handle = InventoryHandle::for_release(f.env.client.clone(), &f.release().await);
+        let inventory = handle.get().await.unwrap().unwrap();
+        let mut recorded: Vec<Member> = members(&inventory)
+            .iter()
+            .map(|e| Member::from_entry(e))
+            .collect();
+        let render_ref = recorded[0].render_ref.clone();
+        recorded.extend(forged.iter().map(|key| Member {
+            key: key.clone(),
+            render_ref: render_ref.clone(),
+            wave: 0,
+            digest: None,
+        }));
+        handle.put(&recorded).await.unwrap();
+    };
+    let all_there = || async {
+        let cms = |namespace: &str| -> Api<ConfigMap> {
+            Api::namespaced(f.env.client.clone(), namespace)
+        };
+        let victim = cms(&other)
+            .get("victim")
+            .await
+            .expect("the other namespace's ConfigMap stays");
+        assert_eq!(victim.data.unwrap()["value"], "theirs");
+        assert!(
+            cms(&ns).get_opt("kubectls").await.unwrap().is_some(),
+            "kubectl's ConfigMap stays"
+        );
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(f.env.client.clone());
+        let namespace = namespaces.get(&other).await.unwrap();
+        assert!(
+            namespace.metadata.deletion_timestamp.is_none(),
+            "the other namespace is being deleted"
+        );
+    };
+    forge().await;
+
+    // convoy diff shows them unchanged, and why: nothing to prune.
+    let out = f.env.convoy(&["diff", "web"]);
+    let diff = String::from_utf8_lossy(&out.stdout);
+    let why = "(not pruned: does not carry this Release's labels)";
+    for line in [
+        format!("= ConfigMap/{other}/victim {why}"),
+        format!("= Namespace/{other} {why}"),
+        format!("= ConfigMap/{ns}/kubectls {why}"),
+    ] {
+        assert!(diff.contains(&line), "{line} not in:\n{diff}");
+    }
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{diff}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
+    assert_eq!(
+        outcome.message,
+        format!(
+            "render {} applied: 1 object; left as found, not pruned (no longer recorded): they do not carry this Release's labels, and convoy deletes only what does (delete them yourself if they are to go): ConfigMap/{other}/victim; Namespace/{other}; ConfigMap/{ns}/kubectls",
+            &recorded_render(&f).await[..12]
+        )
+    );
+    all_there().await;
+    assert_eq!(inventory_keys(&f, "web").await, ["a"]);
+
+    // The Release's deletion: the same.
+    forge().await;
+    f.releases()
+        .delete("web", &Default::default())
+        .await
+        .unwrap();
+    let release = f.release().await;
+    convoy::engine::reconcile::sync_handler(&f.ctx, &release, 0)
+        .await
+        .unwrap();
+    assert!(f.releases().get_opt("web").await.unwrap().is_none());
+    assert!(
+        f.config_map("a").await.is_none(),
+        "its own object is pruned"
+    );
+    all_there().await;
+}
+
+async fn recorded_render(f: &Fixture) -> String {
+    let api: Api<ReleaseInventory> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    members(&api.get(&f.name).await.unwrap())[0]
+        .render_ref
+        .clone()
+        .unwrap()
+}

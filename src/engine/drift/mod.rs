@@ -474,8 +474,8 @@ fn name_owners(
 }
 
 /// Of the objects to prune, those the sync would leave in place (their annotations keep them,
-/// or their labels name another Release now; `ownership::plan_prune`, read from their live
-/// objects): unchanged, saying why. Before, `convoy diff` showed a chart's kept volume claim
+/// their labels name another Release now or are not this Release's, or whose they are cannot
+/// be read; `ownership::plan_prune`, read from their live objects): unchanged, saying why. Before, `convoy diff` showed a chart's kept volume claim
 /// "to prune" and the sync then kept it.
 async fn leave_what_the_sync_leaves(
     applier: &Applier,
@@ -503,6 +503,12 @@ async fn leave_what_the_sync_leaves(
     }
     for (key, owner) in left.handed_over {
         why.insert(key, format!("belongs to {owner} now"));
+    }
+    for key in left.unlabelled {
+        why.insert(key, "does not carry this Release's labels".into());
+    }
+    for failure in left.report.failures {
+        why.insert(failure.key, failure.message);
     }
     for diff in pruned.iter_mut() {
         if let Some(why) = why.remove(&diff.key) {

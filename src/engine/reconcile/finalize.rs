@@ -231,8 +231,8 @@ async fn delete_hooks(
 }
 
 /// Step 3, `pruneRefs`: delete the inventory's members and what a stopped sync was about to
-/// apply (its pending wave) if it did, leaving what another Release took over and pending
-/// objects this Release never labelled (never applied).
+/// apply (its pending wave) if it did, leaving what another Release took over and whatever
+/// does not carry this Release's labels.
 async fn prune_inventoried(deletion: &Deletion<'_>, applier: &Applier) -> Result<(), HandlerError> {
     let name = &deletion.name;
     let Some(current) = deletion
@@ -275,6 +275,9 @@ async fn prune_inventoried(deletion: &Deletion<'_>, applier: &Applier) -> Result
     }
     if !outcome.never_applied.is_empty() {
         tracing::info!(release = %name, "not deleted with the Release, never applied by it (a stopped sync was about to): {}", crate::engine::explain::first_of(&outcome.never_applied, 5));
+    }
+    if !outcome.unlabelled.is_empty() {
+        tracing::info!(release = %name, "not deleted with the Release, not carrying its labels: {}", crate::engine::explain::first_of(&outcome.unlabelled, 5));
     }
     if !outcome.kept.is_empty() {
         tracing::info!(release = %name, "not deleted with the Release, kept by their annotations: {}", ownership::describe_kept(&outcome.kept));

@@ -378,6 +378,12 @@ fn applied_outcome(
             crate::engine::explain::first_of(&pruned.never_applied, 5)
         ));
     }
+    if !pruned.unlabelled.is_empty() {
+        notices.push(format!(
+            "left as found, not pruned (no longer recorded): they do not carry this Release's labels, and convoy deletes only what does (delete them yourself if they are to go): {}",
+            crate::engine::explain::first_of(&pruned.unlabelled, 5)
+        ));
+    }
     if !pruned.kept.is_empty() {
         notices.push(format!(
             "kept by their annotations, not pruned (no longer recorded): {}",

@@ -32,6 +32,9 @@ pub(super) struct Pruned {
     /// Carried-over pending objects found without this Release's labels: never applied by
     /// it, so dropped from this inventory, not deleted.
     pub never_applied: Vec<ObjectKey>,
+    /// Recorded objects found without this Release's labels: dropped from this inventory,
+    /// not deleted.
+    pub unlabelled: Vec<ObjectKey>,
     /// Objects whose annotations keep them from a prune (`keep_policy`): dropped from this
     /// inventory, not deleted.
     pub kept: Vec<(ObjectKey, String)>,
@@ -53,6 +56,7 @@ pub(super) async fn prune_refs(
         failure: None,
         handed_over: Vec::new(),
         never_applied: Vec::new(),
+        unlabelled: Vec::new(),
         kept: Vec::new(),
     };
     if targets.is_empty() {
@@ -65,6 +69,7 @@ pub(super) async fn prune_refs(
             });
             pruned.handed_over = outcome.handed_over;
             pruned.never_applied = outcome.never_applied;
+            pruned.unlabelled = outcome.unlabelled;
             pruned.kept = outcome.kept;
             pruned.deleted = outcome.report.deleted.len();
             let failures = outcome.report.failures;
