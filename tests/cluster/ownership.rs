@@ -544,3 +544,79 @@ async fn recorded_render(f: &Fixture) -> String {
         .clone()
         .unwrap()
 }
+
+/// A recorded object whose labels the Release's ServiceAccount may not read (here it may
+/// delete Secrets but not read them) is not deleted: whose it is cannot be told. It stays
+/// recorded and the sync ends PruneFailed, saying why.
+#[tokio::test]
+async fn an_inventory_entry_whose_labels_cannot_be_read_is_not_deleted() {
+    use convoy::engine::api::ObjectKey;
+    use convoy::engine::inventory::{InventoryHandle, Member};
+    let f = Fixture::new(
+        "owner-unreadable",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({"serviceAccountName": "deployer"}),
+    )
+    .await;
+    let ns = f.env.namespace.clone();
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": "deployer", "namespace": ns}}))
+        .await;
+    f.kubectl_apply(
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "deployer", "namespace": ns},
+        "rules": [
+            {"apiGroups": [""], "resources": ["configmaps"],
+             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["delete"]}]}),
+    )
+    .await;
+    f.kubectl_apply(
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "deployer", "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "deployer"},
+        "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": ns}]}),
+    )
+    .await;
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "db", "namespace": ns}, "stringData": {"password": "hunter2"}}))
+        .await;
+    let handle = InventoryHandle::for_release(f.env.client.clone(), &f.release().await);
+    let inventory = handle.get().await.unwrap().unwrap();
+    let mut recorded: Vec<Member> = members(&inventory)
+        .iter()
+        .map(|e| Member::from_entry(e))
+        .collect();
+    recorded.push(Member {
+        key: ObjectKey {
+            group: String::new(),
+            kind: "Secret".into(),
+            namespace: ns.clone(),
+            name: "db".into(),
+        },
+        render_ref: recorded[0].render_ref.clone(),
+        wave: 0,
+        digest: None,
+    });
+    handle.put(&recorded).await.unwrap();
+
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::PruneFailed, "{}", outcome.message);
+    assert!(
+        outcome.message.starts_with(&format!(
+            "cannot prune 1 object: Secret/{ns}/db: not deleted: cannot read it to check that it carries this Release's labels ("
+        )) && outcome.message.contains("forbidden"),
+        "{}",
+        outcome.message
+    );
+    assert!(!outcome.message.contains("hunter2"));
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(f.env.client.clone(), &ns);
+    assert!(
+        secrets.get_opt("db").await.unwrap().is_some(),
+        "the Secret was deleted"
+    );
+    assert_eq!(inventory_keys(&f, "web").await, ["a", "db"]);
+}
