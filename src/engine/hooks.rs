@@ -8,12 +8,14 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{DeleteParams, ListParams, PropagationPolicy};
+use kube::api::{DeleteParams, ListParams, Preconditions, PropagationPolicy};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::engine::api::{Hook, HookEntry, HookPhase, HookState, Release, field_managers};
+use crate::engine::api::{
+    Hook, HookEntry, HookPhase, HookState, Release, ReleaseId, field_managers,
+};
 
 /// Labels on every hook workload: which Release, hook and phase it belongs to. Prune never
 /// touches them (hooks are not inventory members); hook GC finds them by these.
@@ -473,7 +475,7 @@ pub async fn arm_content_hook(
         {
             return Ok(Armed::Created);
         }
-        delete_content_object(&api, name).await?;
+        delete_content_object(&api, name, release).await?;
         return Ok(Armed::Waiting);
     }
     let mut body = object.0.clone();
@@ -506,31 +508,58 @@ pub async fn arm_content_hook(
     }
 }
 
-/// Delete a content hook object (its hook finalizer first); gone already is fine.
+/// Delete a content hook object (its hook finalizer first) if a hook of `release` armed it
+/// ([`is_hook_of`]); gone already is fine. Whatever else carries the name is left alone: the
+/// name comes from the inventory's hook entries, which whoever may write the inventory can
+/// change, and a render's hook may name any object. The delete is for the object read (its
+/// uid the precondition). `true`: deleted.
 async fn delete_content_object(
     api: &Api<kube::api::DynamicObject>,
     name: &str,
-) -> Result<(), HookError> {
-    release_finalizer(api, name).await?;
+    release: &Release,
+) -> Result<bool, HookError> {
+    let Some(object) = api.get_opt(name).await.map_err(api_error("read", name))? else {
+        return Ok(false);
+    };
+    if !is_hook_of(&object, release) {
+        tracing::warn!(release = %ReleaseId::of(release), object = %name, "not deleted: no hook of this Release armed it");
+        return Ok(false);
+    }
+    drop_finalizer(api, &object).await?;
     let params = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Background),
+        preconditions: object.metadata.uid.clone().map(|uid| Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
         ..Default::default()
     };
     match api.delete(name, &params).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Ok(_) => Ok(true),
+        // Gone, or another object took the name since: nothing of the hook's is left.
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
         Err(e) => Err(api_error("delete", name)(e)),
     }
 }
 
-/// Remove the hook finalizer from `name`, if it has it.
+/// Remove the hook finalizer from `name` if a hook of `release` armed it and it has it.
 async fn release_finalizer(
     api: &Api<kube::api::DynamicObject>,
     name: &str,
+    release: &Release,
 ) -> Result<(), HookError> {
-    let Some(object) = api.get_opt(name).await.map_err(api_error("read", name))? else {
-        return Ok(());
-    };
+    match api.get_opt(name).await.map_err(api_error("read", name))? {
+        Some(object) if is_hook_of(&object, release) => drop_finalizer(api, &object).await,
+        _ => Ok(()),
+    }
+}
+
+/// Remove the hook finalizer from `object` as read, if it has it.
+async fn drop_finalizer(
+    api: &Api<kube::api::DynamicObject>,
+    object: &kube::api::DynamicObject,
+) -> Result<(), HookError> {
+    let name = object.name_any();
     let finalizers = object.metadata.finalizers.clone().unwrap_or_default();
     if !finalizers.iter().any(|f| f == HOOK_FINALIZER) {
         return Ok(());
@@ -540,7 +569,7 @@ async fn release_finalizer(
         "resourceVersion": object.metadata.resource_version}});
     match api
         .patch(
-            name,
+            &name,
             &kube::api::PatchParams::default(),
             &kube::api::Patch::Merge(&patch),
         )
@@ -548,7 +577,7 @@ async fn release_finalizer(
     {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(api_error("release the hook finalizer of", name)(e)),
+        Err(e) => Err(api_error("release the hook finalizer of", &name)(e)),
     }
 }
 
@@ -556,19 +585,24 @@ async fn release_finalizer(
 /// or the Release's deletion says.
 pub async fn delete_content_hook(
     applier: &crate::engine::apply::Applier,
+    release: &Release,
     hook: &crate::engine::content_hooks::ContentHook,
 ) -> Result<(), HookError> {
     let object = &hook.object;
     let namespace = object.namespace().unwrap_or_default().to_string();
     match content_api(applier, object.kind(), (object.group(), ""), &namespace).await? {
-        Some(api) => delete_content_object(&api, object.name()).await,
+        Some(api) => delete_content_object(&api, object.name(), release)
+            .await
+            .map(|_| ()),
         None => Ok(()),
     }
 }
 
-/// Delete every content hook object the inventory records for `release` (its deletion).
+/// Delete every content hook object the inventory records for `release` (its deletion) that
+/// a hook of `release` armed.
 pub async fn delete_content_hook_objects(
     applier: &crate::engine::apply::Applier,
+    release: &Release,
     entries: &[HookEntry],
 ) -> Result<usize, HookError> {
     let mut deleted = 0;
@@ -578,8 +612,9 @@ pub async fn delete_content_hook_objects(
             continue;
         };
         let group = content_group(kind);
-        if let Some(api) = content_api(applier, kind, (group, ""), namespace).await? {
-            delete_content_object(&api, name).await?;
+        if let Some(api) = content_api(applier, kind, (group, ""), namespace).await?
+            && delete_content_object(&api, name, release).await?
+        {
             deleted += 1;
         }
     }
@@ -603,6 +638,7 @@ fn content_group(kind: &str) -> &'static str {
 /// hook finalizer released once its state is read, so a TTL can take it.
 async fn poll_content_hook(
     client: &Client,
+    release: &Release,
     entry: &HookEntry,
     now: &Time,
 ) -> Result<Polled, kube::Error> {
@@ -612,9 +648,10 @@ async fn poll_content_hook(
             message: format!("{} is not a hook object", entry.name),
         });
     };
+    let whose = Whose::ContentHook(release);
     let finished = match kind {
-        "Job" => poll_job(client, namespace, name).await?,
-        "Pod" => poll_pod(client, namespace, name).await?,
+        "Job" => poll_job(client, namespace, name, whose).await?,
+        "Pod" => poll_pod(client, namespace, name, whose).await?,
         _ => {
             return Ok(Polled {
                 state: HookState::Succeeded,
@@ -631,7 +668,7 @@ async fn poll_content_hook(
         };
         let api =
             Api::<kube::api::DynamicObject>::namespaced_with(client.clone(), namespace, &resource);
-        if let Err(e) = release_finalizer(&api, name).await {
+        if let Err(e) = release_finalizer(&api, name, release).await {
             tracing::warn!(hook = %entry.name, "{e}");
         }
         return Ok(done);
@@ -651,20 +688,22 @@ pub struct Polled {
 /// or Failed once `now − createdAt ≥ timeout`.
 pub async fn poll_hook_workload(
     client: &Client,
+    release: &Release,
     namespace: &str,
     entry: &HookEntry,
     hook: Option<&Hook>,
     now: &Time,
 ) -> Result<Polled, kube::Error> {
     if crate::engine::content_hooks::parse_id(&entry.name).is_some() {
-        return poll_content_hook(client, entry, now).await;
+        return poll_content_hook(client, release, entry, now).await;
     }
     let name = entry.workload_name.clone().unwrap_or_default();
     let is_pod = hook.is_some_and(|h| h.pod.is_some() && h.job.is_none());
+    let whose = Whose::Workload(release);
     let finished = if is_pod {
-        poll_pod(client, namespace, &name).await?
+        poll_pod(client, namespace, &name, whose).await?
     } else {
-        poll_job(client, namespace, &name).await?
+        poll_job(client, namespace, &name, whose).await?
     };
     if let Some(done) = finished {
         return Ok(done);
@@ -700,11 +739,47 @@ fn running_or_timed_out(entry: &HookEntry, name: &str, hook: Option<&Hook>, now:
     }
 }
 
+/// Which hooks' workloads a poll reads: the hook entries that name them are the inventory's,
+/// which whoever may write it can change, so a workload is read (its state and termination
+/// messages reported, its finalizer released) only if this Release's hook made it.
+#[derive(Clone, Copy)]
+enum Whose<'a> {
+    /// A content hook's object, armed by the controller ([`is_hook_of`]).
+    ContentHook(&'a Release),
+    /// A lifecycle hook's Job or Pod ([`workload_object`]'s labels).
+    Workload(&'a Release),
+}
+
+impl Whose<'_> {
+    fn made(&self, object: &impl ResourceExt) -> bool {
+        match self {
+            Whose::ContentHook(release) => is_hook_of(object, release),
+            Whose::Workload(release) => {
+                let labels = object.labels();
+                labels.contains_key(labels::HOOK)
+                    && labels.get(labels::RELEASE).map(String::as_str)
+                        == release.metadata.name.as_deref()
+                    && labels.get(labels::RELEASE_NAMESPACE).map(String::as_str)
+                        == release.metadata.namespace.as_deref()
+            }
+        }
+    }
+}
+
+/// What a poll reports of a workload no hook of this Release made: nothing of it.
+fn not_a_hook(kind: &str, name: &str) -> Polled {
+    Polled {
+        state: HookState::Failed,
+        message: format!("{kind} {name} is not a hook this Release made"),
+    }
+}
+
 /// A Pod's terminal state, or `None` while it runs.
 async fn poll_pod(
     client: &Client,
     namespace: &str,
     name: &str,
+    whose: Whose<'_>,
 ) -> Result<Option<Polled>, kube::Error> {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     Ok(match api.get_opt(name).await? {
@@ -712,6 +787,7 @@ async fn poll_pod(
             state: HookState::Failed,
             message: format!("Pod {name} not found"),
         }),
+        Some(pod) if !whose.made(&pod) => Some(not_a_hook("Pod", name)),
         Some(pod) => match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
             Some("Succeeded") => Some(Polled {
                 state: HookState::Succeeded,
@@ -731,6 +807,7 @@ async fn poll_job(
     client: &Client,
     namespace: &str,
     name: &str,
+    whose: Whose<'_>,
 ) -> Result<Option<Polled>, kube::Error> {
     let api: Api<Job> = Api::namespaced(client.clone(), namespace);
     let Some(job) = api.get_opt(name).await? else {
@@ -739,6 +816,9 @@ async fn poll_job(
             message: format!("Job {name} not found"),
         }));
     };
+    if !whose.made(&job) {
+        return Ok(Some(not_a_hook("Job", name)));
+    }
     let conditions = job
         .status
         .as_ref()

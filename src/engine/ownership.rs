@@ -285,7 +285,11 @@ enum LiveOwner {
 /// What `prune_refs` does with one target.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum PruneDecision {
+    /// Delete the object read (its uid the precondition).
     Delete,
+    /// A recorded member found gone: counted as pruned, and no delete is sent (one sent by
+    /// name could delete an object created under the name since, unchecked).
+    Gone,
     HandOver(Owner),
     LeaveAsFound,
     /// A recorded member found without this Release's labels: left in place and dropped
@@ -308,12 +312,12 @@ enum PruneDecision {
 fn decide(target: &PruneTarget, live: LiveOwner, me: &Owner) -> PruneDecision {
     match live {
         LiveOwner::Labelled(owner) if owner != *me => PruneDecision::HandOver(owner),
-        LiveOwner::Labelled(_) | LiveOwner::Unserved => PruneDecision::Delete,
+        LiveOwner::Labelled(_) => PruneDecision::Delete,
         LiveOwner::Unreadable(why) => PruneDecision::CannotTell(why),
         LiveOwner::Unlabelled if target.intent_only => PruneDecision::LeaveAsFound,
         LiveOwner::Unlabelled => PruneDecision::LeaveUnlabelled,
-        LiveOwner::NotFound if target.intent_only => PruneDecision::Forget,
-        LiveOwner::NotFound => PruneDecision::Delete,
+        LiveOwner::NotFound | LiveOwner::Unserved if target.intent_only => PruneDecision::Forget,
+        LiveOwner::NotFound | LiveOwner::Unserved => PruneDecision::Gone,
     }
 }
 
@@ -330,7 +334,7 @@ pub async fn prune_refs(
     let (mine, mut outcome) = plan_prune(applier, release, targets, deleting).await?;
     if !mine.is_empty() {
         let report = applier.prune(&mine).await?;
-        outcome.report.deleted = report.deleted;
+        outcome.report.deleted.extend(report.deleted);
         outcome.report.failures.extend(report.failures);
     }
     Ok(outcome)
@@ -386,6 +390,7 @@ pub async fn plan_prune(
                 }),
             },
             PruneDecision::HandOver(owner) => outcome.handed_over.push((target.key.clone(), owner)),
+            PruneDecision::Gone => outcome.report.deleted.push(target.key.clone()),
             PruneDecision::LeaveAsFound => outcome.never_applied.push(target.key.clone()),
             PruneDecision::LeaveUnlabelled => outcome.unlabelled.push(target.key.clone()),
             PruneDecision::CannotTell(why) => outcome.report.failures.push(Rejection {
@@ -451,23 +456,21 @@ mod tests {
                 decide(&t, LiveOwner::Labelled(other.clone()), &me),
                 PruneDecision::HandOver(other.clone())
             );
-            // A kind no longer served: its delete finds nothing to delete.
-            assert_eq!(decide(&t, LiveOwner::Unserved, &me), PruneDecision::Delete);
             // Unreadable: whose it is cannot be told, so it is not deleted.
             assert_eq!(
                 decide(&t, LiveOwner::Unreadable("forbidden".into()), &me),
                 PruneDecision::CannotTell("forbidden".into())
             );
         }
-        // Gone: a recorded member's delete finds it gone; an intent's is not sent at all.
-        assert_eq!(
-            decide(&target(false), LiveOwner::NotFound, &me),
-            PruneDecision::Delete
-        );
-        assert_eq!(
-            decide(&target(true), LiveOwner::NotFound, &me),
-            PruneDecision::Forget
-        );
+        // Gone, or of a kind no longer served: no delete is sent (an object created under the
+        // name since would be deleted unchecked); a recorded member counts as pruned.
+        for live in [LiveOwner::NotFound, LiveOwner::Unserved] {
+            assert_eq!(
+                decide(&target(false), live.clone(), &me),
+                PruneDecision::Gone
+            );
+            assert_eq!(decide(&target(true), live, &me), PruneDecision::Forget);
+        }
         // Unlabelled: never deleted, even recorded as applied (an inventory entry is no proof
         // that convoy applied it); listed only by a stopped sync's intent, it was never sent
         // by this Release.

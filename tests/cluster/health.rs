@@ -356,11 +356,17 @@ async fn hook_jobs_are_polled_to_succeeded_or_timed_out_without_clearing_each_ot
     )
     .await;
     f.sync().await;
-    // Arm the two hooks by hand (the controller's PutHooks) with Jobs in the target namespace.
+    // Arm the two hooks by hand (the controller's PutHooks) with Jobs in the target namespace,
+    // labelled as the controller labels them (a Job without is no hook of the Release's).
     let jobs: Api<Job> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
-    for (name, spec) in [("web-migrate", ok_job), ("web-warmup", stuck_job)] {
-        let job: Job =
-            serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap();
+    for (name, spec) in [("migrate", ok_job), ("warmup", stuck_job)] {
+        use convoy::engine::hooks::labels;
+        let labels = json!({labels::RELEASE: "web", labels::RELEASE_NAMESPACE: f.env.namespace,
+            labels::HOOK: name, labels::PHASE: "preSync"});
+        let job: Job = serde_json::from_value(
+            json!({"metadata": {"name": format!("web-{name}"), "labels": labels}, "spec": spec}),
+        )
+        .unwrap();
         jobs.create(&PostParams::default(), &job).await.unwrap();
     }
     let created = Time(jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap());
@@ -656,5 +662,78 @@ async fn an_object_that_cannot_be_read_is_unknown_alone() {
             .contains(&format!("Secret/{ns}/creds is Unknown")),
         "{}",
         condition.message
+    );
+}
+
+/// An inventory entry naming another namespace's object (the inventory is a record whoever
+/// may write it can change) is not judged unless the object carries the Release's labels: a
+/// tenant's rule whose message prints a field would otherwise show that object's data to
+/// whoever reads the Release's health.
+#[tokio::test]
+async fn an_entry_naming_another_namespaces_object_is_not_assessed() {
+    use convoy::engine::inventory::Member;
+    let f = Fixture::new(
+        "health-forged",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({"healthAssessment": {"localRuleSetSelector": {"matchLabels": {"rules": "mine"}}}}),
+    )
+    .await;
+    f.kubectl_apply(
+        &json!({"apiVersion": "health.convoy.kumodo.io/v1alpha1", "kind": "HealthRuleSet",
+        "metadata": {"name": "tell", "namespace": f.env.namespace, "labels": {"rules": "mine"}},
+        "spec": {"rules": [{"name": "all", "match": {"kind": "ConfigMap"}, "healthy": "false",
+            "message": "'value: ' + object.data.value"}]}}),
+    )
+    .await;
+    f.sync().await;
+    let other = crate::support::unique_namespace(&f.env.client, "health-forged-victim").await;
+    f.env.kubectl_apply_text(
+        &config_map("victim", 0, "hunter2").replace(
+            "  labels: {app: demo}\n",
+            &format!("  namespace: {other}\n"),
+        ),
+        &["--server-side"],
+    );
+    let handle = InventoryHandle::for_release(f.env.client.clone(), &f.release().await);
+    let mut recorded: Vec<Member> = inventory(&f)
+        .await
+        .spec
+        .inventory
+        .iter()
+        .map(Member::from_entry)
+        .collect();
+    recorded.push(Member {
+        key: convoy::engine::api::ObjectKey {
+            group: String::new(),
+            kind: "ConfigMap".into(),
+            namespace: other.clone(),
+            name: "victim".into(),
+        },
+        render_ref: recorded[0].render_ref.clone(),
+        wave: 0,
+        digest: None,
+    });
+    handle.put(&recorded).await.unwrap();
+    health_pass(&f.ctx, &HealthMemory::default(), &f.release().await)
+        .await
+        .unwrap()
+        .unwrap();
+    let inv = inventory(&f).await;
+    let message = |name: &str| {
+        inv.spec
+            .inventory
+            .iter()
+            .find(|e| e.name == name)
+            .and_then(|e| e.message.clone())
+            .unwrap_or_default()
+    };
+    // Its own object is judged by the rule; the other namespace's is not read into anything.
+    assert_eq!(message("a"), "rule all: value: 1");
+    assert_eq!(entry_state(&inv, "victim"), Some(HealthState::Unknown));
+    assert_eq!(
+        message("victim"),
+        format!(
+            "ConfigMap/{other}/victim is not assessed: it is outside the Release's namespace and does not carry the Release's labels"
+        )
     );
 }

@@ -620,3 +620,138 @@ async fn an_inventory_entry_whose_labels_cannot_be_read_is_not_deleted() {
     );
     assert_eq!(inventory_keys(&f, "web").await, ["a", "db"]);
 }
+
+/// The inventory's hook entries are a record whoever may write the inventory can change too.
+/// Entries naming objects no hook of the Release made (another namespace's Pod, a Namespace,
+/// kubectl's ConfigMap beside the Release): the health loop reports nothing of the Pod (not
+/// its termination message) and leaves its finalizer; the Release's deletion deletes none of
+/// them, though convoy's own identity here could.
+#[tokio::test]
+async fn hook_entries_naming_objects_no_hook_made_read_and_delete_nothing() {
+    use convoy::engine::api::HookPhase;
+    use convoy::engine::hooks::HOOK_FINALIZER;
+    use convoy::engine::inventory::{HookMember, InventoryHandle};
+    use k8s_openapi::api::core::v1::{Namespace, Pod};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    let env = crate::support::TestEnv::without_controllers("owner-forged-hooks").await;
+    let f = Fixture::in_env(env, &[("a.yaml", &config_map("a", 0, "1"))], json!({})).await;
+    f.sync().await;
+    let ns = f.env.namespace.clone();
+    let other = crate::support::unique_namespace(&f.env.client, "owner-hooks-victim").await;
+    f.env.kubectl_apply_text(
+        &config_map("victim", 0, "theirs").replace(
+            "  labels: {app: demo}\n",
+            &format!("  namespace: {other}\n"),
+        ),
+        &["--server-side"],
+    );
+    f.env.kubectl_apply_text(
+        &config_map("kubectls", 0, "mine")
+            .replace("  labels: {app: demo}\n", &format!("  namespace: {ns}\n")),
+        &["--server-side"],
+    );
+    // Another namespace's Pod that failed with a secret in its termination message, held by
+    // the hook finalizer.
+    let pods: Api<Pod> = Api::namespaced(f.env.client.clone(), &other);
+    // No controllers here: the ServiceAccount a Pod needs is made by hand.
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": "default", "namespace": other}}))
+        .await;
+    pods.create(
+        &Default::default(),
+        &serde_json::from_value(
+            json!({"metadata": {"name": "runner", "finalizers": [HOOK_FINALIZER]},
+            "spec": {"containers": [{"name": "main", "image": "busybox"}]}}),
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    pods.patch_status(
+        "runner",
+        &Default::default(),
+        &kube::api::Patch::Merge(json!({"status": {"phase": "Failed", "containerStatuses": [{
+            "name": "main", "image": "busybox", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"terminated": {"exitCode": 1, "message": "the password is hunter2"}}}]}})),
+    )
+    .await
+    .unwrap();
+    let release = f.release().await;
+    let handle = InventoryHandle::for_release(f.env.client.clone(), &release);
+    let now = Time(jiff::Timestamp::now());
+    let member = |name: String, phase| HookMember {
+        name,
+        phase,
+        workload_name: "runner".into(),
+        created_at: now.clone(),
+        render_ref: "0".repeat(64),
+    };
+    handle
+        .put_hooks(&[
+            member(format!("Pod/{other}/runner"), HookPhase::PostSync),
+            member(format!("ConfigMap/{other}/victim"), HookPhase::PostDelete),
+            member(format!("Namespace//{other}"), HookPhase::PostDelete),
+            member(format!("ConfigMap/{ns}/kubectls"), HookPhase::PostDelete),
+        ])
+        .await
+        .unwrap();
+
+    // The health loop's poll.
+    let inventory = handle.get().await.unwrap().unwrap();
+    let polled = convoy::engine::health::pass::poll_hooks(&f.ctx, &release, &inventory, &now).await;
+    let runner = polled
+        .results
+        .iter()
+        .find(|r| r.name == format!("Pod/{other}/runner"))
+        .expect("the Pod entry polled");
+    assert_eq!(
+        runner.message.as_deref(),
+        Some("Pod runner is not a hook this Release made")
+    );
+    let finalizers = pods.get("runner").await.unwrap().metadata.finalizers;
+    assert_eq!(finalizers, Some(vec![HOOK_FINALIZER.to_string()]));
+
+    // The Release's deletion.
+    f.releases()
+        .delete("web", &Default::default())
+        .await
+        .unwrap();
+    let release = f.release().await;
+    convoy::engine::reconcile::sync_handler(&f.ctx, &release, 0)
+        .await
+        .unwrap();
+    assert!(f.releases().get_opt("web").await.unwrap().is_none());
+    let cms =
+        |namespace: &str| -> Api<ConfigMap> { Api::namespaced(f.env.client.clone(), namespace) };
+    assert!(
+        cms(&other).get_opt("victim").await.unwrap().is_some(),
+        "victim deleted"
+    );
+    assert!(
+        cms(&ns).get_opt("kubectls").await.unwrap().is_some(),
+        "kubectl's deleted"
+    );
+    let namespaces: Api<Namespace> = Api::all(f.env.client.clone());
+    assert!(
+        namespaces
+            .get(&other)
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_none()
+    );
+    let runner = pods.get("runner").await.unwrap();
+    assert!(runner.metadata.deletion_timestamp.is_none());
+    assert_eq!(
+        runner.metadata.finalizers,
+        Some(vec![HOOK_FINALIZER.to_string()])
+    );
+    pods.patch(
+        "runner",
+        &Default::default(),
+        &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+}

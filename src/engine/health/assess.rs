@@ -127,7 +127,7 @@ pub async fn assess(
         .map(|e| (e.key(), read_freshness(e, ctx.observer_reads)))
         .collect();
     let evaluated: Vec<Result<(ObjectKey, Judged), AssessError>> = stream::iter(keys)
-        .map(|(key, freshness)| evaluate_key(&applier, &evaluator, key, freshness))
+        .map(|(key, freshness)| evaluate_key(&applier, &evaluator, release, key, freshness))
         .buffered(ctx.concurrency.max(1))
         .collect()
         .await;
@@ -211,10 +211,11 @@ fn read_freshness(entry: &crate::engine::api::InventoryEntry, allowed: Freshness
 async fn evaluate_key(
     applier: &Applier,
     evaluator: &std::sync::Arc<Evaluator>,
+    release: &Release,
     key: ObjectKey,
     freshness: Freshness,
 ) -> Result<(ObjectKey, Judged), AssessError> {
-    let evaluation = assess_item(applier, evaluator, &key, freshness).await?;
+    let evaluation = assess_item(applier, evaluator, release, &key, freshness).await?;
     Ok((key, evaluation))
 }
 
@@ -222,9 +223,15 @@ async fn evaluate_key(
 /// that cannot be evaluated on it is Unknown for this entry only; a rule that is broken fails
 /// the whole assessment.
 /// Also returns the rules that judged it (`set/rule`, `built-in/rule`).
+///
+/// An object of another namespace than the Release's is judged only if it carries the
+/// Release's labels ([`foreign`]): the entries are the inventory's, which whoever may write it
+/// can change, and a verdict's message (a tenant's own rule may print any field) would show
+/// another namespace's object, a Secret's data even, to whoever reads the Release's health.
 pub async fn assess_item(
     applier: &Applier,
     evaluator: &std::sync::Arc<Evaluator>,
+    release: &Release,
     key: &ObjectKey,
     freshness: Freshness,
 ) -> Result<Judged, AssessError> {
@@ -236,8 +243,26 @@ pub async fn assess_item(
             },
             Vec::new(),
         )),
+        Some(object) if foreign(release, key, &object) => Ok((
+            Evaluation::Error {
+                message: format!(
+                    "{key} is not assessed: it is outside the Release's namespace and does not carry the Release's labels"
+                ),
+            },
+            Vec::new(),
+        )),
         Some(object) => Ok(evaluator.evaluate_off_runtime(object).await?),
     }
+}
+
+/// Whether `live` (at `key`) is in another namespace than `release`'s without carrying its
+/// labels. Objects of its own namespace and cluster-scoped ones are judged labelled or not:
+/// an `IfNotPresent` object someone else created (a Namespace, say) carries no labels.
+fn foreign(release: &Release, key: &ObjectKey, live: &Value) -> bool {
+    !key.namespace.is_empty()
+        && Some(key.namespace.as_str()) != release.metadata.namespace.as_deref()
+        && crate::engine::ownership::Owner::of_live(live)
+            != Some(crate::engine::ownership::Owner::of(release))
 }
 
 /// The live object for an inventory key, or `None`.

@@ -660,7 +660,8 @@ pub async fn poll_hooks(
         let polled = match (&target, needs_poll(entry)) {
             (Some(t), true) => {
                 let hook = find_hook(release, &entry.name, entry.phase);
-                match poll_hook_workload(&t.conn.client, &namespace, entry, hook, at).await {
+                match poll_hook_workload(&t.conn.client, release, &namespace, entry, hook, at).await
+                {
                     Ok(p) => Some(p),
                     Err(e) => {
                         tracing::warn!(hook = %entry.name, "polling failed: {e}");

@@ -294,8 +294,12 @@ async fn prune_inventoried(deletion: &Deletion<'_>, applier: &Applier) -> Result
 async fn delete_hook_leftovers(deletion: &Deletion<'_>, target: &Target, applier: &Applier) {
     let name = &deletion.name;
     if let Ok(Some(current)) = deletion.inventory.get().await
-        && let Err(e) =
-            crate::engine::hooks::delete_content_hook_objects(applier, &current.spec.hooks).await
+        && let Err(e) = crate::engine::hooks::delete_content_hook_objects(
+            applier,
+            deletion.release,
+            &current.spec.hooks,
+        )
+        .await
     {
         tracing::warn!(release = %name, "cannot delete the hook objects: {e}");
     }

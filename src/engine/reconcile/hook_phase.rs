@@ -320,7 +320,7 @@ fn existing_entry<'e>(
 async fn delete_if(run: &HookRun<'_>, hook: &Planned<'_>, policy: DeletePolicy) {
     if let Planned::Content(h) = hook
         && h.delete_policies.contains(&policy)
-        && let Err(e) = delete_content_hook(run.applier, h).await
+        && let Err(e) = delete_content_hook(run.applier, run.release, h).await
     {
         tracing::warn!(hook = %h.id, "{e}");
     }
