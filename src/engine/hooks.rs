@@ -422,7 +422,6 @@ pub enum Armed {
 /// controller's apply set its render label: labels another writer copied (a StatefulSet's
 /// pods carry its template's) do not make an object a hook.
 fn is_hook_of(object: &impl kube::ResourceExt, release: &Release) -> bool {
-    let labels = object.labels();
     let render_label = format!("f:{HOOK_RENDER_LABEL}");
     let armed_by_convoy = object.managed_fields().iter().any(|entry| {
         entry.manager.as_deref() == Some(field_managers::CONTROLLER.as_str())
@@ -434,8 +433,14 @@ fn is_hook_of(object: &impl kube::ResourceExt, release: &Release) -> bool {
             })
     });
     armed_by_convoy
-        && labels.contains_key(HOOK_RENDER_LABEL)
-        && labels.get(labels::RELEASE).map(String::as_str) == release.metadata.name.as_deref()
+        && object.labels().contains_key(HOOK_RENDER_LABEL)
+        && labelled_for(object, release)
+}
+
+/// Whether `object`'s Release labels name `release`.
+fn labelled_for(object: &impl kube::ResourceExt, release: &Release) -> bool {
+    let labels = object.labels();
+    labels.get(labels::RELEASE).map(String::as_str) == release.metadata.name.as_deref()
         && labels.get(labels::RELEASE_NAMESPACE).map(String::as_str)
             == release.metadata.namespace.as_deref()
 }
@@ -475,7 +480,7 @@ pub async fn arm_content_hook(
         {
             return Ok(Armed::Created);
         }
-        delete_content_object(&api, name, release).await?;
+        delete_hook_object(&api, &existing).await?;
         return Ok(Armed::Waiting);
     }
     let mut body = object.0.clone();
@@ -525,7 +530,17 @@ async fn delete_content_object(
         tracing::warn!(release = %ReleaseId::of(release), object = %name, "not deleted: no hook of this Release armed it");
         return Ok(false);
     }
-    drop_finalizer(api, &object).await?;
+    delete_hook_object(api, &object).await
+}
+
+/// Delete `object` as read (a hook of the Release's, checked by the caller): its hook
+/// finalizer first, then the object of that uid. `true`: deleted.
+async fn delete_hook_object(
+    api: &Api<kube::api::DynamicObject>,
+    object: &kube::api::DynamicObject,
+) -> Result<bool, HookError> {
+    let name = object.name_any();
+    drop_finalizer(api, object).await?;
     let params = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Background),
         preconditions: object.metadata.uid.clone().map(|uid| Preconditions {
@@ -534,11 +549,11 @@ async fn delete_content_object(
         }),
         ..Default::default()
     };
-    match api.delete(name, &params).await {
+    match api.delete(&name, &params).await {
         Ok(_) => Ok(true),
         // Gone, or another object took the name since: nothing of the hook's is left.
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
-        Err(e) => Err(api_error("delete", name)(e)),
+        Err(e) => Err(api_error("delete", &name)(e)),
     }
 }
 
@@ -755,12 +770,7 @@ impl Whose<'_> {
         match self {
             Whose::ContentHook(release) => is_hook_of(object, release),
             Whose::Workload(release) => {
-                let labels = object.labels();
-                labels.contains_key(labels::HOOK)
-                    && labels.get(labels::RELEASE).map(String::as_str)
-                        == release.metadata.name.as_deref()
-                    && labels.get(labels::RELEASE_NAMESPACE).map(String::as_str)
-                        == release.metadata.namespace.as_deref()
+                object.labels().contains_key(labels::HOOK) && labelled_for(object, release)
             }
         }
     }

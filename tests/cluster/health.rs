@@ -671,7 +671,6 @@ async fn an_object_that_cannot_be_read_is_unknown_alone() {
 /// whoever reads the Release's health.
 #[tokio::test]
 async fn an_entry_naming_another_namespaces_object_is_not_assessed() {
-    use convoy::engine::inventory::Member;
     let f = Fixture::new(
         "health-forged",
         &[("a.yaml", &config_map("a", 0, "1"))],
@@ -694,26 +693,12 @@ async fn an_entry_naming_another_namespaces_object_is_not_assessed() {
         ),
         &["--server-side"],
     );
-    let handle = InventoryHandle::for_release(f.env.client.clone(), &f.release().await);
-    let mut recorded: Vec<Member> = inventory(&f)
-        .await
-        .spec
-        .inventory
-        .iter()
-        .map(Member::from_entry)
-        .collect();
-    recorded.push(Member {
-        key: convoy::engine::api::ObjectKey {
-            group: String::new(),
-            kind: "ConfigMap".into(),
-            namespace: other.clone(),
-            name: "victim".into(),
-        },
-        render_ref: recorded[0].render_ref.clone(),
-        wave: 0,
-        digest: None,
-    });
-    handle.put(&recorded).await.unwrap();
+    f.record_in_inventory(&[crate::support::fixture::core_key(
+        "ConfigMap",
+        &other,
+        "victim",
+    )])
+    .await;
     health_pass(&f.ctx, &HealthMemory::default(), &f.release().await)
         .await
         .unwrap()

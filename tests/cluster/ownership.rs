@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use serde_json::{Value, json};
 
-use crate::support::fixture::{Fixture, config_map, deployment};
+use crate::support::fixture::{Fixture, config_map, core_key, deployment};
 use crate::support::owners_of;
 
 fn adopted(manifest: &str) -> String {
@@ -411,8 +411,6 @@ async fn a_prune_does_not_delete_an_object_created_under_the_name_since_it_read_
 /// what it left and its inventory forgets them; `convoy diff` says why they stay.
 #[tokio::test]
 async fn inventory_entries_naming_objects_convoy_did_not_label_delete_nothing() {
-    use convoy::engine::api::ObjectKey;
-    use convoy::engine::inventory::{InventoryHandle, Member};
     let f = Fixture::new(
         "owner-forged",
         &[("a.yaml", &config_map("a", 0, "1"))],
@@ -432,41 +430,11 @@ async fn inventory_entries_naming_objects_convoy_did_not_label_delete_nothing() 
         );
     }
     let forged = [
-        ObjectKey {
-            group: String::new(),
-            kind: "ConfigMap".into(),
-            namespace: other.clone(),
-            name: "victim".into(),
-        },
-        ObjectKey {
-            group: String::new(),
-            kind: "Namespace".into(),
-            namespace: String::new(),
-            name: other.clone(),
-        },
-        ObjectKey {
-            group: String::new(),
-            kind: "ConfigMap".into(),
-            namespace: ns.clone(),
-            name: "kubectls".into(),
-        },
+        core_key("ConfigMap", &other, "victim"),
+        core_key("Namespace", "", &other),
+        core_key("ConfigMap", &ns, "kubectls"),
     ];
-    let forge = || async {
-        let handle = InventoryHandle::for_release(f.env.client.clone(), &f.release().await);
-        let inventory = handle.get().await.unwrap().unwrap();
-        let mut recorded: Vec<Member> = members(&inventory)
-            .iter()
-            .map(|e| Member::from_entry(e))
-            .collect();
-        let render_ref = recorded[0].render_ref.clone();
-        recorded.extend(forged.iter().map(|key| Member {
-            key: key.clone(),
-            render_ref: render_ref.clone(),
-            wave: 0,
-            digest: None,
-        }));
-        handle.put(&recorded).await.unwrap();
-    };
+    let forge = || f.record_in_inventory(&forged);
     let all_there = || async {
         let cms = |namespace: &str| -> Api<ConfigMap> {
             Api::namespaced(f.env.client.clone(), namespace)
@@ -550,8 +518,6 @@ async fn recorded_render(f: &Fixture) -> String {
 /// recorded and the sync ends PruneFailed, saying why.
 #[tokio::test]
 async fn an_inventory_entry_whose_labels_cannot_be_read_is_not_deleted() {
-    use convoy::engine::api::ObjectKey;
-    use convoy::engine::inventory::{InventoryHandle, Member};
     let f = Fixture::new(
         "owner-unreadable",
         &[("a.yaml", &config_map("a", 0, "1"))],
@@ -583,24 +549,8 @@ async fn an_inventory_entry_whose_labels_cannot_be_read_is_not_deleted() {
     f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "db", "namespace": ns}, "stringData": {"password": "hunter2"}}))
         .await;
-    let handle = InventoryHandle::for_release(f.env.client.clone(), &f.release().await);
-    let inventory = handle.get().await.unwrap().unwrap();
-    let mut recorded: Vec<Member> = members(&inventory)
-        .iter()
-        .map(|e| Member::from_entry(e))
-        .collect();
-    recorded.push(Member {
-        key: ObjectKey {
-            group: String::new(),
-            kind: "Secret".into(),
-            namespace: ns.clone(),
-            name: "db".into(),
-        },
-        render_ref: recorded[0].render_ref.clone(),
-        wave: 0,
-        digest: None,
-    });
-    handle.put(&recorded).await.unwrap();
+    f.record_in_inventory(&[core_key("Secret", &ns, "db")])
+        .await;
 
     let outcome = f.sync().await.outcome.unwrap();
     assert_eq!(outcome.reason, Reason::PruneFailed, "{}", outcome.message);

@@ -3,8 +3,9 @@
 
 use std::sync::Arc;
 
-use convoy::engine::api::Release;
+use convoy::engine::api::{ObjectKey, Release};
 use convoy::engine::connect::{Connection, KubeconfigSource};
+use convoy::engine::inventory::{InventoryHandle, Member, members};
 use convoy::engine::reconcile::{HandlerResult, sync_handler};
 use convoy::engine::runtime::Context;
 use convoy::engine::source::{Cache, Coordinator};
@@ -13,6 +14,16 @@ use serde_json::{Value, json};
 
 use super::TestEnv;
 use super::servers::GitRepo;
+
+/// The key of a core-group object (`namespace` empty for a cluster-scoped one).
+pub fn core_key(kind: &str, namespace: &str, name: &str) -> ObjectKey {
+    ObjectKey {
+        group: String::new(),
+        kind: kind.into(),
+        namespace: namespace.into(),
+        name: name.into(),
+    }
+}
 
 pub struct Fixture {
     pub env: TestEnv,
@@ -223,6 +234,25 @@ impl Fixture {
             "globalRuleSetSelector": {"matchLabels": {"health.convoy.kumodo.io/defaults": "true"}},
             "deadline": deadline,
         }})
+    }
+
+    /// What whoever may write the Release's inventory can do: record `keys` as members too
+    /// (wave 0, at the render of the first recorded member).
+    pub async fn record_in_inventory(&self, keys: &[ObjectKey]) {
+        let handle = InventoryHandle::for_release(self.env.client.clone(), &self.release().await);
+        let inventory = handle.get().await.unwrap().unwrap();
+        let mut recorded: Vec<Member> = members(&inventory)
+            .iter()
+            .map(|e| Member::from_entry(e))
+            .collect();
+        let render_ref = recorded[0].render_ref.clone();
+        recorded.extend(keys.iter().map(|key| Member {
+            key: key.clone(),
+            render_ref: render_ref.clone(),
+            wave: 0,
+            digest: None,
+        }));
+        handle.put(&recorded).await.unwrap();
     }
 
     pub async fn config_map(&self, name: &str) -> Option<Value> {

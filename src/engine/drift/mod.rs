@@ -475,8 +475,9 @@ fn name_owners(
 
 /// Of the objects to prune, those the sync would leave in place (their annotations keep them,
 /// their labels name another Release now or are not this Release's, or whose they are cannot
-/// be read; `ownership::plan_prune`, read from their live objects): unchanged, saying why. Before, `convoy diff` showed a chart's kept volume claim
-/// "to prune" and the sync then kept it.
+/// be read; `ownership::plan_prune`, read from their live objects): unchanged, saying why.
+/// Before, `convoy diff` showed a chart's kept volume claim "to prune" and the sync then kept
+/// it.
 async fn leave_what_the_sync_leaves(
     applier: &Applier,
     release: &Release,
