@@ -438,6 +438,99 @@ async fn hook_jobs_are_polled_to_succeeded_or_timed_out_without_clearing_each_ot
     }
 }
 
+/// The second render of a Release with waves, synced by hand: while its wave 0 is held, the
+/// inventory still holds the first render's wave 1 (Healthy all along). The new wave 0 turning
+/// healthy is "wave complete", whose /sync is what lets the controller apply wave 1.
+#[tokio::test]
+async fn a_new_renders_first_wave_turning_healthy_is_wave_complete() {
+    let f = Fixture::new(
+        "health-frontier",
+        &[
+            ("a.yaml", &config_map("a", 0, "1")),
+            ("b.yaml", &config_map("b", 1, "1")),
+        ],
+        json!({"syncPolicy": {"mode": "Manual", "waves": {"waitForHealth": true}},
+               "healthAssessment": {"localRuleSetSelector": {"matchLabels": {"rules": "mine"}}}}),
+    )
+    .await;
+    f.kubectl_apply(
+        &json!({"apiVersion": "health.convoy.kumodo.io/v1alpha1", "kind": "HealthRuleSet",
+        "metadata": {"name": "held", "namespace": f.env.namespace, "labels": {"rules": "mine"}},
+        "spec": {"rules": [{"name": "unless-held", "match": {"kind": "ConfigMap"},
+                            "healthy": "!('hold' in object.metadata.labels)"}]}}),
+    )
+    .await;
+    let requests = std::sync::atomic::AtomicU32::new(0);
+    let request = || async {
+        let n = requests.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        f.annotate(
+            json!({"convoy.kumodo.io/sync-requested-at": format!("2026-01-01T00:{:02}:00Z", n)}),
+        )
+        .await;
+    };
+    let memory = HealthMemory::default();
+    let pass = || async {
+        health_pass(&f.ctx, &memory, &f.release().await)
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    // The first render: wave 0, its wave complete, wave 1, both assessed.
+    request().await;
+    f.sync().await;
+    assert!(pass().await.requested_sync);
+    assert_eq!(
+        f.sync().await.outcome.unwrap().reason,
+        convoy::engine::api::Reason::Applied
+    );
+    pass().await;
+    assert_eq!(
+        entry_state(&inventory(&f).await, "b"),
+        Some(HealthState::Healthy)
+    );
+
+    f.commit(&[
+        ("a.yaml", &config_map("a", 0, "2")),
+        ("b.yaml", &config_map("b", 1, "2")),
+    ]);
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let hold = |value: serde_json::Value| {
+        let configmaps = configmaps.clone();
+        async move {
+            configmaps
+                .patch(
+                    "a",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"labels": {"hold": value}}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    hold(json!("yes")).await;
+    request().await;
+    let held = f.sync().await.outcome.unwrap();
+    assert_eq!(
+        held.reason,
+        convoy::engine::api::Reason::WaitingForWaveHealth
+    );
+    let progressing = pass().await;
+    assert_eq!(
+        entry_state(&inventory(&f).await, "a"),
+        Some(HealthState::Progressing)
+    );
+    assert_eq!(progressing.edges, ["render advanced"]);
+
+    hold(serde_json::Value::Null).await;
+    let healthy = pass().await;
+    assert_eq!(healthy.edges, ["wave complete"]);
+    assert!(healthy.requested_sync);
+    let applied = f.sync().await.outcome.unwrap();
+    assert_eq!(applied.reason, convoy::engine::api::Reason::Applied);
+    assert_eq!(f.config_map("b").await.unwrap()["data"]["value"], "2");
+}
+
 #[tokio::test]
 async fn wave_completion_requests_a_sync_once_and_a_steady_pass_does_not() {
     let f = Fixture::new(

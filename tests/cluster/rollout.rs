@@ -752,6 +752,71 @@ async fn wave_one_waits_for_wave_zero_to_be_healthy() {
     );
 }
 
+/// A commit that takes an object out of a waited-on wave, and moves another to the next wave:
+/// the gate judges the wave of the render being applied, so neither the object about to be
+/// pruned nor the one applied later holds it (both were in wave 0 of the inventory's
+/// previous render, and neither is ever assessed for the new one there).
+#[tokio::test]
+async fn objects_that_left_a_waited_on_wave_do_not_hold_it() {
+    let mut spec = Fixture::default_health("1m");
+    json_patch::merge(
+        &mut spec,
+        &json!({"syncPolicy": {"waves": {"waitForHealth": true, "timeout": "30s"}}}),
+    );
+    let f = Fixture::new(
+        "wave-left",
+        &[
+            ("stay.yaml", &config_map("stay", 0, "a")),
+            ("gone.yaml", &config_map("gone", 0, "a")),
+            ("moves.yaml", &config_map("moves", 0, "a")),
+            ("after.yaml", &config_map("after", 1, "a")),
+        ],
+        spec,
+    )
+    .await;
+    f.install_default_rules().await;
+    let memory = HealthMemory::default();
+    let until_applied = || async {
+        eventually(
+            "the sync to be Applied",
+            Duration::from_secs(60),
+            || async {
+                let _ = health_pass(&f.ctx, &memory, &f.release().await).await;
+                let outcome = f.sync().await.outcome?;
+                assert_ne!(outcome.reason, Reason::WaveFailed, "{}", outcome.message);
+                assert_ne!(outcome.reason, Reason::RolledBack, "{}", outcome.message);
+                (outcome.reason == Reason::Applied).then_some(())
+            },
+        )
+        .await
+    };
+    until_applied().await;
+
+    f.commit(&[
+        ("stay.yaml", &config_map("stay", 0, "b")),
+        ("moves.yaml", &config_map("moves", 1, "b")),
+        ("after.yaml", &config_map("after", 1, "b")),
+    ]);
+    let held = f.sync().await.outcome.unwrap();
+    assert_eq!(held.reason, Reason::WaitingForWaveHealth);
+    assert_eq!(
+        held.message,
+        format!(
+            "wave 1 waits for wave 0 to be healthy: ConfigMap {}/stay is not assessed yet",
+            f.env.namespace
+        )
+    );
+    until_applied().await;
+    assert_eq!(f.config_map("gone").await, None, "pruned");
+    for name in ["stay", "moves", "after"] {
+        assert_eq!(
+            f.config_map(name).await.unwrap()["data"]["value"],
+            "b",
+            "{name}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_cluster_wave_waits_for_the_lower_wave_times_out_then_proceeds() {
     let f = Fixture::new(

@@ -14,7 +14,7 @@ use kube::{Api, ResourceExt};
 use super::assess::{Assessment, assess};
 use super::state::progress_backoff;
 use crate::engine::api::{
-    Condition, HealthState, HealthSummary, HealthyReason, HookState, Release, ReleaseId,
+    Condition, HealthState, HealthSummary, HealthyReason, HookState, ObjectKey, Release, ReleaseId,
     ReleaseInventory, condition_types, field_managers,
 };
 use crate::engine::api::{ConditionStatus, SyncMode, health_fields_changed};
@@ -158,7 +158,12 @@ pub async fn health_pass(
         })?;
     // Step 6: edges.
     if let Some(assessment) = &assessment {
-        if frontier_wave_completed(assessment) {
+        let attempted = release
+            .status
+            .as_ref()
+            .and_then(|s| s.last_attempted.as_ref())
+            .and_then(|a| a.render_ref.as_deref());
+        if frontier_wave_completed(assessment, attempted) {
             edges.insert(0, "wave complete");
         }
         if assessment.render_advanced {
@@ -559,14 +564,31 @@ pub async fn write_health(
 
 /// `frontierWaveCompleted`: every entry of the highest wave is Healthy, and one or more of
 /// them was not Healthy before this pass.
-pub fn frontier_wave_completed(assessment: &Assessment) -> bool {
-    let Some(frontier) = assessment.waves.values().max().copied() else {
+///
+/// The waves are those of `attempted` (lastAttempted's render) when entries carry it: until
+/// the prune, the inventory also holds the previous render's entries (the union each wave's
+/// Put writes), whose last wave, Healthy all along, would otherwise stay the frontier while
+/// the new render's first waves are applied, and a wave hold without a timeout would never
+/// hear that its wave became healthy (it waits for the interval).
+pub fn frontier_wave_completed(assessment: &Assessment, attempted: Option<&str>) -> bool {
+    let of_attempted =
+        |key: &ObjectKey| assessment.render_refs.get(key).map(String::as_str) == attempted;
+    let attempted_applied =
+        attempted.is_some() && assessment.results.iter().any(|r| of_attempted(&r.key));
+    let in_render = |key: &ObjectKey| !attempted_applied || of_attempted(key);
+    let Some(frontier) = assessment
+        .waves
+        .iter()
+        .filter(|(key, _)| in_render(key))
+        .map(|(_, wave)| *wave)
+        .max()
+    else {
         return false;
     };
     let in_frontier: Vec<_> = assessment
         .results
         .iter()
-        .filter(|r| assessment.waves.get(&r.key) == Some(&frontier))
+        .filter(|r| in_render(&r.key) && assessment.waves.get(&r.key) == Some(&frontier))
         .collect();
     !in_frontier.is_empty()
         && in_frontier.iter().all(|r| r.state == HealthState::Healthy)
@@ -713,6 +735,55 @@ pub async fn poll_hooks(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An assessment of ConfigMaps `(name, wave, render, prior, now)`.
+    fn assessed(entries: &[(&str, i32, &str, HealthState, HealthState)]) -> Assessment {
+        let mut a = Assessment::default();
+        for (name, wave, render, prior, now) in entries {
+            let key = ObjectKey {
+                group: String::new(),
+                kind: "ConfigMap".into(),
+                namespace: "apps".into(),
+                name: (*name).into(),
+            };
+            a.waves.insert(key.clone(), *wave);
+            a.render_refs.insert(key.clone(), (*render).into());
+            a.prior.insert(key.clone(), Some(*prior));
+            a.results.push(crate::engine::inventory::EntryHealth {
+                key,
+                rule: None,
+                state: *now,
+                message: None,
+                first_unhealthy: None,
+                assessed_render_ref: Some((*render).into()),
+            });
+        }
+        a
+    }
+
+    #[test]
+    fn the_frontier_is_the_highest_wave_of_the_attempted_render() {
+        use HealthState::{Healthy, Progressing};
+        // The new render's wave 0 became healthy; the previous render's wave 1 (applied
+        // again after it, or pruned) was Healthy all along.
+        let mid_rollout = assessed(&[
+            ("a", 0, "new", Progressing, Healthy),
+            ("b", 1, "old", Healthy, Healthy),
+        ]);
+        assert!(frontier_wave_completed(&mid_rollout, Some("new")));
+        // Without lastAttempted, or with a render no entry carries, all entries count.
+        assert!(!frontier_wave_completed(&mid_rollout, None));
+        assert!(!frontier_wave_completed(&mid_rollout, Some("other")));
+        // The new render's frontier still progressing is not complete.
+        let progressing = assessed(&[
+            ("a", 0, "new", Progressing, Progressing),
+            ("b", 1, "old", Progressing, Healthy),
+        ]);
+        assert!(!frontier_wave_completed(&progressing, Some("new")));
+        // A steady pass fires nothing.
+        let steady = assessed(&[("a", 0, "new", Healthy, Healthy)]);
+        assert!(!frontier_wave_completed(&steady, Some("new")));
+    }
 
     /// An inventory of one entry with this state and message.
     fn inv(state: Option<HealthState>, message: Option<&str>) -> ReleaseInventory {

@@ -372,6 +372,14 @@ mod tests {
             crate::engine::reconcile::sync::unhealthy_in_wave(&inv, 1, "r"),
             ["ConfigMap apps/c is Progressing"]
         );
+        // The previous render's entry (about to be pruned, or applied in a later wave) is not
+        // this render's wave 1: it is never assessed for "r" and does not hold the gate.
+        let leaving = inventory(json!([
+            entry("b", 1, "Healthy"),
+            {"group": "", "kind": "ConfigMap", "namespace": "apps", "name": "gone", "wave": 1,
+             "renderRef": "old", "assessedRenderRef": "old", "state": "Healthy"}
+        ]));
+        assert!(crate::engine::reconcile::sync::unhealthy_in_wave(&leaving, 1, "r").is_empty());
     }
 
     #[test]

@@ -429,12 +429,18 @@ async fn wave_health_gate(
 }
 
 /// The entries of `wave` that are not Healthy for `render_ref`, described for a message.
+///
+/// reconcile-flow: stageSync step 4 ("the previous wave is not healthy"): the wave is the
+/// one `render_ref` applied. The inventory also holds the previous render's entries until
+/// the prune (the union the waves' Puts write); one that left the render, or moved to a
+/// later wave, is never assessed for `render_ref` in this wave, and would hold it until the
+/// wave timed out.
 pub fn unhealthy_in_wave(inventory: &ReleaseInventory, wave: i32, render_ref: &str) -> Vec<String> {
     inventory
         .spec
         .inventory
         .iter()
-        .filter(|e| e.wave == Some(wave) && e.render_ref.is_some())
+        .filter(|e| e.wave == Some(wave) && e.render_ref.as_deref() == Some(render_ref))
         .filter(|e| {
             !(e.state == Some(HealthState::Healthy)
                 && e.assessed_render_ref.as_deref() == Some(render_ref))
