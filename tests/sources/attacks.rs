@@ -413,6 +413,52 @@ async fn chart_repository_credentials_are_not_sent_to_another_host() {
     assert!(text.contains("401"), "{text}");
 }
 
+/// A chart repository URL naming another service (one the tenant's own pods may not reach,
+/// but the daemon can), with a trailing `?` so the appended `/index.yaml` is only a query:
+/// the fetch fails, and its message names the line and column where the answer stopped
+/// reading as an index, never the answer's text.
+#[tokio::test]
+async fn a_chart_repository_url_naming_another_service_never_shows_its_answer() {
+    let internal = tempfile::tempdir().unwrap();
+    std::fs::write(
+        internal.path().join("creds"),
+        "aws_secret_access_key=wJalrXUtnFEMI\ndb_password=team-b-prod-s3cr3t\n",
+    )
+    .unwrap();
+    std::fs::write(
+        internal.path().join("shaped"),
+        "entries: {greeter: team-b-prod-s3cr3t}\n",
+    )
+    .unwrap();
+    let server = http_server(internal.path(), None, false);
+    let (_dir, coordinator) = crate::coordinator();
+    for (path, line, column) in [("creds", 1, 1), ("shaped", 1, 20)] {
+        let err = coordinator
+            .ensure(
+                crate::SCOPE,
+                &SourceRequest::Helm {
+                    url: format!("http://127.0.0.1:{}/{path}?", server.port),
+                    chart: "greeter".into(),
+                    version: None,
+                },
+                None,
+            )
+            .await
+            .unwrap_err();
+        let text = message(err);
+        assert!(
+            text.ends_with(&format!(
+                "index.yaml is not a Helm repository index: it does not read as one at line {line}, column {column} (the server's text is not shown)"
+            )),
+            "{text}"
+        );
+        assert!(
+            !text.contains("s3cr3t") && !text.contains("wJalr"),
+            "{text}"
+        );
+    }
+}
+
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {

@@ -57,7 +57,7 @@ pub async fn fetch(
     let index = parse_index(&text).map_err(|e| {
         SourceError::not_ready(
             url,
-            format!("index.yaml is not a Helm repository index: {e}"),
+            super::untrusted::yaml_error("index.yaml is not a Helm repository index", &e),
         )
     })?;
     let versions = index.entries.get(chart).ok_or_else(|| {

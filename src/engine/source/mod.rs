@@ -13,6 +13,7 @@ pub mod oci;
 pub mod registry_token;
 pub mod resolve;
 pub mod retention;
+pub mod untrusted;
 
 use std::path::PathBuf;
 

@@ -214,19 +214,28 @@ impl Registry<'_> {
                     )));
                 }
             }
-            let kind: serde_json::Value = serde_json::from_slice(&body)
-                .map_err(|e| failed(format!("the manifest is not JSON: {e}")))?;
+            let kind: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
+                failed(super::untrusted::json_error("the manifest is not JSON", &e))
+            })?;
             let media_type = kind["mediaType"].as_str().unwrap_or_default();
             let is_index = media_type == oci_client::manifest::OCI_IMAGE_INDEX_MEDIA_TYPE
                 || media_type == oci_client::manifest::IMAGE_MANIFEST_LIST_MEDIA_TYPE
                 || (media_type.is_empty() && kind.get("manifests").is_some());
             if !is_index {
-                let manifest: OciImageManifest = serde_json::from_value(kind)
-                    .map_err(|e| failed(format!("the manifest cannot be read: {e}")))?;
+                let manifest: OciImageManifest = serde_json::from_value(kind).map_err(|e| {
+                    failed(super::untrusted::json_error(
+                        "the manifest cannot be read",
+                        &e,
+                    ))
+                })?;
                 return Ok((manifest, digest));
             }
-            let index: OciImageIndex = serde_json::from_value(kind)
-                .map_err(|e| failed(format!("the image index cannot be read: {e}")))?;
+            let index: OciImageIndex = serde_json::from_value(kind).map_err(|e| {
+                failed(super::untrusted::json_error(
+                    "the image index cannot be read",
+                    &e,
+                ))
+            })?;
             let Some(entry) = oci_client::client::current_platform_resolver(&index.manifests)
             else {
                 return Err(failed(
