@@ -217,13 +217,21 @@ async fn connect_cluster_with(
             .as_deref()
             .unwrap_or_default()
     );
-    let conn =
-        Connection::from_kubeconfig_yaml(&yaml, &tenancy.kubeconfig, identity, home.api_timeout)
-            .await
-            .map_err(|source| ClusterError::Connect {
-                cluster: format!("{namespace}/{name}"),
-                source,
-            })?;
+    let conn = Connection::from_kubeconfig_yaml(
+        &yaml,
+        &tenancy.kubeconfig,
+        identity,
+        crate::engine::tenant_cache::Holder::Cluster {
+            namespace: namespace.clone(),
+            name: name.clone(),
+        },
+        home.api_timeout,
+    )
+    .await
+    .map_err(|source| ClusterError::Connect {
+        cluster: format!("{namespace}/{name}"),
+        source,
+    })?;
     probe(conn, Some(name), true, probes).await
 }
 

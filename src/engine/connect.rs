@@ -175,6 +175,9 @@ pub struct Connection {
     /// impersonates, or the Cluster and credential version it came from. Caches of clients
     /// (appliers, discovery) are keyed by server and identity.
     pub identity: String,
+    /// Who chose this identity (a Release's ServiceAccount, a Cluster's kubeconfig, or
+    /// convoy): caches of clients hold a bounded number per holder (`engine::tenant_cache`).
+    pub holder: crate::engine::tenant_cache::Holder,
     /// The same server and credentials without the per-call deadline, for watches (long
     /// polls that the server ends after its own timeout).
     pub watch_client: Client,
@@ -282,6 +285,13 @@ pub async fn load_config(source: &KubeconfigSource) -> Result<Config, ConnectErr
     }
 }
 
+/// The namespace of a ServiceAccount's username (`system:serviceaccount:NS:NAME`), or "".
+pub fn service_account_namespace(user: &str) -> &str {
+    user.strip_prefix("system:serviceaccount:")
+        .and_then(|rest| rest.split(':').next())
+        .unwrap_or_default()
+}
+
 impl Connection {
     /// Connect with a kubeconfig held in memory (a `Cluster`'s Secret), as far as `policy`
     /// allows it; `identity` names where it came from (for caches keyed by identity).
@@ -289,6 +299,7 @@ impl Connection {
         yaml: &str,
         policy: &KubeconfigPolicy,
         identity: String,
+        holder: crate::engine::tenant_cache::Holder,
         api_timeout: Duration,
     ) -> Result<Self, ConnectError> {
         let kubeconfig = Kubeconfig::from_yaml(yaml)
@@ -299,6 +310,7 @@ impl Connection {
             .map_err(|source| ConnectError::Kubeconfig { path: None, source })?;
         let mut conn = Self::from_config(config)?;
         conn.identity = identity;
+        conn.holder = holder;
         if api_timeout != conn.api_timeout {
             conn = conn.with_api_timeout(api_timeout)?;
         }
@@ -326,6 +338,7 @@ impl Connection {
             server,
             default_namespace,
             identity: String::new(),
+            holder: Default::default(),
             watch_client,
             api_timeout: DEFAULT_API_TIMEOUT,
             config,
@@ -357,6 +370,9 @@ impl Connection {
             server: self.server.clone(),
             default_namespace: self.default_namespace.clone(),
             identity: format!("as {user}"),
+            holder: crate::engine::tenant_cache::Holder::ServiceAccount {
+                namespace: service_account_namespace(user).to_string(),
+            },
             watch_client,
             api_timeout: self.api_timeout,
             config,

@@ -39,4 +39,5 @@ pub mod ssa;
 pub mod status;
 pub mod store;
 pub mod tenancy;
+pub mod tenant_cache;
 pub mod tools;

@@ -7,10 +7,9 @@
 //! Design: DESIGN.md "Daemon" (one engine for CLI and daemon), "Sharding".
 
 use std::any::Any;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use crate::engine::locks::lock;
+use crate::engine::tenant_cache::TenantCache;
 use std::time::{Duration, Instant};
 
 use crate::engine::api::Release;
@@ -163,9 +162,10 @@ pub struct Context {
     /// The version of each ReleaseInventory this process last read at its latest or wrote
     /// (the controller then takes an unchanged one from `listers`).
     pub seen_inventories: Arc<crate::engine::seen_inventories::SeenInventories>,
-    cluster_info: Mutex<HashMap<String, (Instant, ClusterInfo)>>,
-    /// Appliers per server and identity, with when each was last used.
-    appliers: Mutex<HashMap<String, (Instant, Arc<Applier>)>>,
+    /// Each target's discovery answers, with when they were read.
+    cluster_info: TenantCache<(Instant, ClusterInfo)>,
+    /// Appliers per server and identity.
+    appliers: TenantCache<Arc<Applier>>,
 }
 
 /// An applier unused this long is dropped (a Cluster's rotated credentials, a deleted
@@ -195,8 +195,8 @@ impl Context {
             seen_inventories: Default::default(),
             observer_reads: Default::default(),
             watched: None,
-            cluster_info: Mutex::new(HashMap::new()),
-            appliers: Mutex::new(HashMap::new()),
+            cluster_info: TenantCache::new(CLUSTER_INFO_TTL),
+            appliers: TenantCache::new(APPLIER_IDLE),
         }
     }
 
@@ -209,21 +209,16 @@ impl Context {
     /// The applier for a target, reused across reconciles (its discovery cache with it), one
     /// per server and identity: a Release's impersonated ServiceAccount, or a Cluster's
     /// credentials at their current version, never another's.
+    /// Each tenant namespace holds a bounded number (`engine::tenant_cache`).
     pub fn applier(&self, target: &Target) -> Arc<Applier> {
-        let mut appliers = lock(&self.appliers);
-        let key = target.conn.cache_key();
-        if !appliers.contains_key(&key) {
-            appliers.retain(|_, (used, _)| used.elapsed() < APPLIER_IDLE);
-        }
-        let entry = appliers.entry(key).or_insert_with(|| {
-            let mut applier = Applier::new(target.conn.client.clone(), self.concurrency);
-            if let Some(watched) = &self.watched {
-                applier = applier.with_watched(watched.for_client(&target.conn.watch_client));
-            }
-            (Instant::now(), Arc::new(applier))
-        });
-        entry.0 = Instant::now();
-        entry.1.clone()
+        self.appliers
+            .get_or_insert_with(&target.conn.cache_key(), &target.conn.holder, || {
+                let mut applier = Applier::new(target.conn.client.clone(), self.concurrency);
+                if let Some(watched) = &self.watched {
+                    applier = applier.with_watched(watched.for_client(&target.conn.watch_client));
+                }
+                Arc::new(applier)
+            })
     }
 
     /// The installation's digest key, if this process can read it.
@@ -276,15 +271,18 @@ impl Context {
 
     /// The target's version and APIs for Helm, cached; `None` if discovery fails.
     pub async fn cluster_info(&self, target: &Target) -> Option<ClusterInfo> {
-        if let Some((at, info)) = lock(&self.cluster_info).get(&target.conn.cache_key())
+        if let Some((at, info)) = self.cluster_info.get(&target.conn.cache_key())
             && at.elapsed() < CLUSTER_INFO_TTL
         {
-            return Some(info.clone());
+            return Some(info);
         }
         match ClusterInfo::discover(&target.conn.client).await {
             Ok(info) => {
-                lock(&self.cluster_info)
-                    .insert(target.conn.cache_key(), (Instant::now(), info.clone()));
+                self.cluster_info.insert(
+                    target.conn.cache_key(),
+                    &target.conn.holder,
+                    (Instant::now(), info.clone()),
+                );
                 Some(info)
             }
             Err(e) => {

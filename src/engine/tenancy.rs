@@ -15,17 +15,14 @@
 //! `targetNamespace`, a `setNamespace` mutation and the namespace of every namespaced object
 //! it renders for the cluster it lives in must be its own namespace.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-
 use crate::engine::api::Release;
 use crate::engine::connect::{ConnectError, Connection, KubeconfigPolicy};
 use crate::engine::render::Object;
 use crate::engine::render::helm_schema::SchemaRefs;
 use crate::engine::render::mutations::is_known_cluster_scoped;
+use crate::engine::tenant_cache::TenantCache;
 
 /// What the operator allows Releases, and the impersonating connections made so far.
-#[derive(Debug, Default)]
 pub struct Tenancy {
     /// The ServiceAccount (of each Release's namespace) to impersonate for Releases that
     /// name none; `None`: such Releases act as convoy itself.
@@ -36,7 +33,35 @@ pub struct Tenancy {
     pub kubeconfig: KubeconfigPolicy,
     /// The https prefixes a chart's values schema may refer to (helm fetches them).
     pub values_schema_refs: SchemaRefs,
-    connections: Mutex<HashMap<String, Connection>>,
+    connections: TenantCache<Connection>,
+}
+
+/// An impersonating connection unused this long is dropped (its ServiceAccount gone from
+/// every Release); a namespace holds at most [`crate::engine::tenant_cache::SERVICE_ACCOUNTS`].
+const CONNECTION_IDLE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+fn connections() -> TenantCache<Connection> {
+    TenantCache::new(CONNECTION_IDLE)
+}
+
+impl Default for Tenancy {
+    fn default() -> Self {
+        Self::new(None, false, KubeconfigPolicy::default())
+    }
+}
+
+impl std::fmt::Debug for Tenancy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tenancy")
+            .field("default_service_account", &self.default_service_account)
+            .field(
+                "allow_cross_namespace_refs",
+                &self.allow_cross_namespace_refs,
+            )
+            .field("kubeconfig", &self.kubeconfig)
+            .field("connections", &self.connections.len())
+            .finish()
+    }
 }
 
 /// The same rules, with no connections made yet.
@@ -47,7 +72,7 @@ impl Clone for Tenancy {
             allow_cross_namespace_refs: self.allow_cross_namespace_refs,
             kubeconfig: self.kubeconfig,
             values_schema_refs: self.values_schema_refs.clone(),
-            connections: Mutex::default(),
+            connections: connections(),
         }
     }
 }
@@ -76,7 +101,7 @@ impl Tenancy {
             allow_cross_namespace_refs,
             kubeconfig,
             values_schema_refs: SchemaRefs::default(),
-            connections: Mutex::default(),
+            connections: connections(),
         }
     }
 
@@ -145,13 +170,11 @@ impl Tenancy {
             return Ok(home.clone());
         };
         let key = format!("{} {user}", home.cache_key());
-        let mut connections = crate::engine::locks::lock(&self.connections);
-        if let Some(conn) = connections.get(&key) {
-            return Ok(conn.clone());
-        }
-        let conn = home.impersonating(&user)?;
-        connections.insert(key, conn.clone());
-        Ok(conn)
+        let holder = crate::engine::tenant_cache::Holder::ServiceAccount {
+            namespace: crate::engine::connect::service_account_namespace(&user).to_string(),
+        };
+        self.connections
+            .get_or_try_insert(&key, &holder, || home.impersonating(&user))
     }
 
     /// The Release's own references to other namespaces: `targetNamespace` and `setNamespace`
@@ -236,6 +259,34 @@ mod tests {
 
     fn object(value: serde_json::Value) -> Object {
         Object(value)
+    }
+
+    /// A tenant writing name after name into `serviceAccountName` (none need exist) makes
+    /// a connection for each; the namespace keeps only its latest few, another's stay.
+    #[tokio::test]
+    async fn service_account_names_in_a_loop_hold_a_bounded_number_of_connections() {
+        let config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+        let home = Connection::from_config(config).unwrap();
+        let tenancy = Tenancy::default();
+        let mut other = release(json!({"serviceAccountName": "deploy"}));
+        other.metadata.namespace = Some("team-b".into());
+        let kept = tenancy.connection_for(&home, &other).unwrap();
+        for n in 0..100 {
+            let name = format!("sa-{n}");
+            let conn = tenancy
+                .connection_for(&home, &release(json!({"serviceAccountName": name})))
+                .unwrap();
+            assert_eq!(
+                conn.identity,
+                format!("as system:serviceaccount:team-a:sa-{n}")
+            );
+        }
+        assert_eq!(
+            tenancy.connections.len(),
+            crate::engine::tenant_cache::SERVICE_ACCOUNTS + 1
+        );
+        let again = tenancy.connection_for(&home, &other).unwrap();
+        assert_eq!(again.cache_key(), kept.cache_key());
     }
 
     #[test]
