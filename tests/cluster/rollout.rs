@@ -927,11 +927,12 @@ async fn gc_keeps_max_history_entries_and_every_referenced_render() {
 }
 
 /// A render stored for a sync that failed later (persistRender runs beside the dry-run gate)
-/// is collected at the next history change, even the first. runGC lists the store only when
-/// something may be collected: one left by another process (or before a restart) goes when
-/// the history next drops an entry, once this process has listed the Release's renders.
+/// is deleted when the next render is stored. runGC lists the store only when something may
+/// be collected: one left by another process (or before a restart) goes at the first history
+/// change after this process starts (it has not listed the Release's renders yet), and later
+/// ones when the history drops an entry.
 #[tokio::test]
-async fn a_render_left_by_a_failed_sync_is_collected_at_the_next_history_change() {
+async fn a_render_left_by_a_failed_sync_is_deleted_when_the_next_is_stored() {
     use convoy::engine::render::Object;
     use convoy::engine::store::kube::KubernetesStore;
     // A first render the API server refuses: stored all the same, never recorded.
@@ -967,14 +968,13 @@ async fn a_render_left_by_a_failed_sync_is_collected_at_the_next_history_change(
         f.commit(&[("cm.yaml", &config_map("conf", 0, value))]);
         render_of(&f.sync().await)
     };
-    // The history's first entry: collected then, though nothing else was listed before.
     let r1 = sync_value("r1").await;
     assert_eq!(
         stored().await,
         vec![r1.clone()],
-        "the refused render is collected at the next history change"
+        "the refused render is deleted when the next one is stored"
     );
-    // Left by another process: kept while the history only grows...
+    // Left by another process: collected at the first listing...
     let theirs = "b".repeat(64);
     let objects = vec![Object(json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "conf"}, "data": {"value": "x"}}))];
@@ -987,14 +987,58 @@ async fn a_render_left_by_a_failed_sync_is_collected_at_the_next_history_change(
         .to_string();
     assert!(e.ends_with("not the render it is stored as"), "{e}");
     let r2 = sync_value("r2").await;
+    assert_eq!(stored().await, sorted(vec![r1.clone(), r2.clone()]));
+    // ...and later ones when the history drops an entry.
+    store.put_render(&id, &theirs, &objects).await.unwrap();
     let r3 = sync_value("r3").await;
     assert_eq!(
         stored().await,
         sorted(vec![r1, r2.clone(), r3.clone(), theirs])
     );
-    // ...and collected when it drops an entry.
     let r4 = sync_value("r4").await;
     assert_eq!(stored().await, sorted(vec![r2, r3, r4]));
+}
+
+/// A Release whose renders the dry run always refuses, edited in a loop (what a tenant can
+/// do to fill convoy's namespace with render Secrets, outside its own quota): each new
+/// render replaces the refused one before it in the store, while the applied and healthy
+/// renders stay.
+#[tokio::test]
+async fn refused_renders_do_not_pile_up_in_the_store() {
+    use convoy::engine::store::kube::KubernetesStore;
+    let mut f = Fixture::new(
+        "gc-refused",
+        &[("cm.yaml", &config_map("conf", 0, "ok"))],
+        json!({"retentionPolicy": {"maxHistory": 3}}),
+    )
+    .await;
+    let store = std::sync::Arc::new(KubernetesStore::new(f.env.client.clone(), &f.env.namespace));
+    f.ctx.store = Some(store.clone());
+    let applied = render_of(&f.sync().await);
+    let id = ReleaseId::of(&f.release().await);
+    let mut last = String::new();
+    for n in 0..5 {
+        f.commit(&[(
+            "cm.yaml",
+            &format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: conf\ndata:\n  value: [{n}]\n"
+            ),
+        )]);
+        let refused = f.sync().await;
+        assert_eq!(
+            refused.outcome.as_ref().unwrap().reason,
+            Reason::Unappliable
+        );
+        last = render_of(&refused);
+    }
+    let mut stored = store.list_renders(&id).await.unwrap();
+    stored.sort();
+    let mut expected = vec![applied, last];
+    expected.sort();
+    assert_eq!(
+        stored, expected,
+        "the applied render and the last refused one"
+    );
 }
 
 #[tokio::test]

@@ -377,9 +377,15 @@ pub struct DeletionPolicy {
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RetentionPolicy {
+    /// Renders kept in the history (default 10). At most [`MAX_HISTORY`]: the store keeps
+    /// them in convoy's own namespace, outside the tenant's quota.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_HISTORY))]
     pub max_history: Option<i32>,
 }
+
+/// The most renders a Release's history may keep (`retentionPolicy.maxHistory`).
+pub const MAX_HISTORY: i32 = 100;
 
 /// A post-render mutation. Exactly one operation field is set; `target` narrows the objects it
 /// touches (all objects when omitted).

@@ -92,6 +92,26 @@ impl KnownStored {
             .insert(render_ref.to_string());
     }
 
+    /// Take the renders this process stored for `release` that no history records, other
+    /// than `keep`: the caller deletes them (a failed delete is [`KnownStored::stored`]
+    /// again).
+    pub fn take_unrecorded(&self, release: &Release, keep: &[&str]) -> Vec<String> {
+        let mut leftovers = lock(&self.leftovers);
+        let Some(l) = leftovers.get_mut(&key(release)) else {
+            return Vec::new();
+        };
+        let taken: Vec<String> = l
+            .unrecorded
+            .iter()
+            .filter(|r| !keep.contains(&r.as_str()))
+            .cloned()
+            .collect();
+        for r in &taken {
+            l.unrecorded.remove(r);
+        }
+        taken
+    }
+
     /// Whether runGC, at a change of the history of `release` that now holds `history_len`
     /// entries and records `render_ref` last, may find a render no history records: one this
     /// process stored, or any when this process has not listed the Release's renders since it

@@ -29,8 +29,36 @@ pub(super) async fn persist_render(
     if store.has_render(&id, render_ref).await? {
         return Ok(());
     }
+    collect_unrecorded(ctx, store, release, &id, render_ref).await;
     ctx.known_stored.stored(release, render_ref);
     store.put_render(&id, render_ref, objects).await
+}
+
+/// Before a new render is stored: delete the renders this process stored for the Release
+/// that no history records (their syncs stopped after persistRender) and that nothing refers
+/// to. runGC collects them too, but only after a render is applied, so a Release whose
+/// renders are all refused (the dry run rejects them) kept every one: a tenant editing such
+/// a Release in a loop filled convoy's namespace, outside its own quota, with renders of up
+/// to 45 MiB each (found by an attack). Now such a Release keeps one.
+async fn collect_unrecorded(
+    ctx: &Context,
+    store: &std::sync::Arc<dyn crate::engine::store::RenderStore>,
+    release: &Release,
+    id: &ReleaseId,
+    render_ref: &str,
+) {
+    let status = release.status.clone().unwrap_or_default();
+    let pin = assemble::pin_status(release).map(|p| p.render_ref);
+    let mut keep: Vec<&str> = vec![render_ref];
+    keep.extend(status.applied_render());
+    keep.extend(status.last_healthy.as_ref().map(|h| h.render_ref.as_str()));
+    keep.extend(pin.as_deref());
+    for old in ctx.known_stored.take_unrecorded(release, &keep) {
+        if let Err(e) = store.delete_render(id, &old).await {
+            ctx.known_stored.stored(release, &old);
+            tracing::warn!(release = %id, render = %old, "cannot delete a render no history records: {}", crate::engine::error::chain(&e));
+        }
+    }
 }
 
 /// stageSync step 8, `recordHistory`: append the render if the history does not hold it yet.
@@ -110,7 +138,8 @@ pub(super) async fn run_gc(
     let max = assemble::resolved_retention_status(release)
         .max_history
         .unwrap_or(assemble::DEFAULT_MAX_HISTORY)
-        .max(1) as usize;
+        // The CRD refuses more; a Release written before it said so is held to it too.
+        .clamp(1, crate::engine::api::MAX_HISTORY) as usize;
     let history = match recorded {
         Some((history, changed))
             if history.len() > max
