@@ -202,6 +202,9 @@ fn release_stub(r: &Release) -> Release {
     }
 }
 
+/// How often the render store is swept of deleted Releases' renders (`Wiring::store_sweep`).
+const STORE_SWEEP_EVERY: Duration = Duration::from_secs(3600);
+
 /// Run until SIGTERM or Ctrl-C; then finish the passes in flight, release the Leases, return.
 pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), DaemonError> {
     let metrics = Metrics::new();
@@ -223,6 +226,7 @@ pub async fn run(kube_config: Config, config: DaemonConfig) -> Result<(), Daemon
     let ready = wiring.readiness();
     wiring.resync();
     wiring.cache_retention();
+    wiring.store_sweep();
     let lease_task = wiring.leases(&home.client, &held, release_leases);
     wiring.serve(ready).await?;
     wait_for_signal().await;
@@ -606,6 +610,42 @@ impl Wiring {
                         "removed from the source cache what nothing used for {}",
                         crate::engine::duration::human(retention)
                     );
+                }
+            }
+        }));
+    }
+
+    /// The render store's sweep of Releases deleted without their finalizer (whoever may
+    /// write a Release can remove it): by the controller, which writes the store, a minute
+    /// after the start and then every [`STORE_SWEEP_EVERY`]. Replicas sweep alike; a
+    /// delete of what another deleted first is no error.
+    fn store_sweep(&mut self) {
+        if !self.config.role.controller() {
+            return;
+        }
+        let Some(store) = self.shared.ctx.store.clone() else {
+            return;
+        };
+        let client = self.shared.ctx.home.client.clone();
+        let mut stop = self.shutdown.clone();
+        self.tasks.push(tokio::spawn(async move {
+            let mut wait = Duration::from_secs(60);
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = stop.changed() => return,
+                }
+                wait = STORE_SWEEP_EVERY;
+                match crate::engine::store::orphans::sweep(&client, store.as_ref()).await {
+                    Ok(swept) if swept.is_empty() => {}
+                    Ok(swept) => tracing::info!(
+                        releases = %swept.join(", "),
+                        "removed from the render store what Releases deleted without their finalizer left"
+                    ),
+                    Err(e) => tracing::warn!(
+                        "render store sweep: {}",
+                        crate::engine::error::chain(&e)
+                    ),
                 }
             }
         }));

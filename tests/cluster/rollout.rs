@@ -999,6 +999,87 @@ async fn a_render_left_by_a_failed_sync_is_deleted_when_the_next_is_stored() {
     assert_eq!(stored().await, sorted(vec![r2, r3, r4]));
 }
 
+/// A Release deleted without its finalizer (whoever may write it can remove that) leaves its
+/// renders and history; the daemon's sweep deletes them once they have settled, and only
+/// theirs.
+#[tokio::test]
+async fn the_store_sweep_deletes_what_a_release_deleted_without_its_finalizer_left() {
+    use convoy::engine::store::kube::KubernetesStore;
+    use convoy::engine::store::orphans::sweep_settled;
+    let mut f = Fixture::new(
+        "store-sweep",
+        &[("cm.yaml", &config_map("conf", 0, "a"))],
+        json!({}),
+    )
+    .await;
+    let store = std::sync::Arc::new(KubernetesStore::new(f.env.client.clone(), &f.env.namespace));
+    f.ctx.store = Some(store.clone());
+    f.repo
+        .commit(&[("other/cm.yaml", &config_map("other", 0, "b"))], "other");
+    f.add_release("keep", "other", json!({})).await;
+    let web = render_of(&f.sync().await);
+    let keep = render_of(&f.sync_named("keep").await);
+    let web_id = ReleaseId::of(&f.release().await);
+    let keep_id = ReleaseId::of(&f.releases().get("keep").await.unwrap());
+    assert_eq!(
+        store.list_renders(&web_id).await.unwrap(),
+        std::slice::from_ref(&web)
+    );
+
+    f.releases()
+        .patch(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    f.releases()
+        .delete("web", &Default::default())
+        .await
+        .unwrap();
+    eventually(
+        "the Release to be gone",
+        Duration::from_secs(30),
+        || async {
+            f.releases()
+                .get_opt("web")
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        store.list_renders(&web_id).await.unwrap(),
+        std::slice::from_ref(&web),
+        "left behind"
+    );
+
+    // Written within the settling time: left alone.
+    let swept = sweep_settled(&f.env.client, store.as_ref(), Duration::from_secs(3600))
+        .await
+        .unwrap();
+    assert_eq!(swept, Vec::<String>::new());
+    assert_eq!(store.list_renders(&web_id).await.unwrap(), [web]);
+
+    let swept = sweep_settled(&f.env.client, store.as_ref(), Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(swept, [format!("{}/web", f.env.namespace)]);
+    assert_eq!(
+        store.list_renders(&web_id).await.unwrap(),
+        Vec::<String>::new()
+    );
+    assert_eq!(store.history(&web_id).await.unwrap(), []);
+    assert_eq!(
+        store.list_renders(&keep_id).await.unwrap(),
+        std::slice::from_ref(&keep)
+    );
+    assert_eq!(store.history(&keep_id).await.unwrap().len(), 1);
+}
+
 /// A Release whose renders the dry run always refuses, edited in a loop (what a tenant can
 /// do to fill convoy's namespace with render Secrets, outside its own quota): each new
 /// render replaces the refused one before it in the store, while the applied and healthy

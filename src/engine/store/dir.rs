@@ -185,6 +185,41 @@ impl RenderStore for DirStore {
         })
     }
 
+    fn stored_releases(&self) -> BoxFuture<'_, Result<Vec<super::StoredRelease>, StoreError>> {
+        Box::pin(async move {
+            let read = |path: &Path| -> Result<Vec<std::fs::DirEntry>, StoreError> {
+                match std::fs::read_dir(path) {
+                    Ok(entries) => Ok(entries.flatten().collect()),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+                    Err(e) => Err(io("list", path.display().to_string())(e)),
+                }
+            };
+            let mut found = Vec::new();
+            for namespace in read(&self.root)? {
+                for release in read(&namespace.path())? {
+                    let newest = std::iter::once(release.path())
+                        .chain(
+                            read(&release.path().join("renders"))?
+                                .iter()
+                                .map(|e| e.path()),
+                        )
+                        .chain([release.path().join("history.json")])
+                        .filter_map(|p| std::fs::metadata(p).ok()?.modified().ok())
+                        .max();
+                    found.push(super::StoredRelease {
+                        id: ReleaseId {
+                            namespace: namespace.file_name().to_string_lossy().into_owned(),
+                            name: release.file_name().to_string_lossy().into_owned(),
+                        },
+                        newest,
+                    });
+                }
+            }
+            found.sort_by(|a, b| (&a.id.namespace, &a.id.name).cmp(&(&b.id.namespace, &b.id.name)));
+            Ok(found)
+        })
+    }
+
     fn delete_prefix<'a>(&'a self, id: &'a ReleaseId) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             match std::fs::remove_dir_all(self.release_dir(id)) {
@@ -248,7 +283,12 @@ mod tests {
         }];
         store.put_history(&id, &h).await.unwrap();
         assert_eq!(store.history(&id).await.unwrap(), h);
+        let stored = store.stored_releases().await.unwrap();
+        assert_eq!(stored.len(), 1);
+        assert_eq!(stored[0].id, id);
+        assert!(stored[0].newest.is_some());
         store.delete_prefix(&id).await.unwrap();
         assert!(store.list_renders(&id).await.unwrap().is_empty());
+        assert_eq!(store.stored_releases().await.unwrap(), []);
     }
 }

@@ -397,6 +397,39 @@ impl RenderStore for KubernetesStore {
         })
     }
 
+    fn stored_releases(&self) -> BoxFuture<'_, Result<Vec<super::StoredRelease>, StoreError>> {
+        Box::pin(async move {
+            let pieces = self.chunk_metadata(KIND, "every Release".into()).await?;
+            let mut found: std::collections::BTreeMap<
+                (String, String),
+                Option<std::time::SystemTime>,
+            > = Default::default();
+            for piece in &pieces {
+                let Some((namespace, name)) = piece
+                    .annotations()
+                    .get(RELEASE_ANNOTATION)
+                    .and_then(|r| r.split_once('/'))
+                else {
+                    continue;
+                };
+                let written = piece
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| std::time::SystemTime::from(t.0));
+                let newest = found.entry((namespace.into(), name.into())).or_default();
+                *newest = (*newest).max(written);
+            }
+            Ok(found
+                .into_iter()
+                .map(|((namespace, name), newest)| super::StoredRelease {
+                    id: ReleaseId { namespace, name },
+                    newest,
+                })
+                .collect())
+        })
+    }
+
     fn delete_prefix<'a>(&'a self, id: &'a ReleaseId) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             // One delete per Secret: the daemon's RBAC grants `delete`, not `deletecollection`.

@@ -8,6 +8,7 @@
 pub mod dir;
 pub mod known;
 pub mod kube;
+pub mod orphans;
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
@@ -163,6 +164,16 @@ pub trait RenderStore: Send + Sync {
     ) -> BoxFuture<'a, Result<(), StoreError>>;
     /// Remove everything of a Release (finalize step 6).
     fn delete_prefix<'a>(&'a self, id: &'a ReleaseId) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// Every Release the store holds something of, with when its newest piece was written.
+    fn stored_releases(&self) -> BoxFuture<'_, Result<Vec<StoredRelease>, StoreError>>;
+}
+
+/// A Release the store holds renders or a history of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRelease {
+    pub id: ReleaseId,
+    /// When the newest of its pieces was written, if the store can tell.
+    pub newest: Option<std::time::SystemTime>,
 }
 
 /// Which store to use, as the `--render-store` flag says it: `kubernetes` (Secrets in the
