@@ -586,6 +586,30 @@ async fn a_wave_timeout_with_rollback_rolls_back_to_the_last_healthy_render() {
         (RolloutState::RolledBack, bad.clone())
     );
     assert_eq!(successful_render(&release), Some(good.clone()));
+    // The render rolled back stopped before recordHistory; its history entry says how it
+    // ended all the same (`convoy history` marks it rolled back).
+    let history = f
+        .ctx
+        .store
+        .as_ref()
+        .unwrap()
+        .history(&ReleaseId::of(&release))
+        .await
+        .unwrap();
+    assert_eq!(
+        history
+            .iter()
+            .map(|h| (h.render_ref.clone(), h.outcome))
+            .collect::<Vec<_>>(),
+        [
+            (good.clone(), history[0].outcome),
+            (
+                bad.clone(),
+                Some(convoy::engine::store::HistoryOutcome::RolledBack)
+            )
+        ]
+    );
+    assert!(history[1].source_revision.is_some());
     // Healthy describes what runs, the last healthy render, not Pending while RolledBack.
     let healthy = eventually(
         "Healthy True while RolledBack",

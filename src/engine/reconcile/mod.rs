@@ -457,6 +457,8 @@ async fn write_status(
         release,
         cached.rollout.as_deref(),
         status.rollout.as_deref(),
+        status.last_attempted.as_deref(),
+        now,
     )
     .await;
     Ok(true)
@@ -465,13 +467,20 @@ async fn write_status(
 /// A rollout that just ended leaves its result on the render's history entry, so `convoy
 /// history` can say how each render went (a failure is only logged: the history is a
 /// record, not a step of the sync).
+///
+/// A render whose wave timed out stopped before recordHistory (stageSync step 8), so no entry
+/// held it and `convoy history` never showed the render that was rolled back. Its entry is
+/// made here when the store holds its render (persistRender stored it at step 2), with the
+/// source revision of the attempt when that attempt was this render's.
 async fn record_rollout_outcome(
     ctx: &Context,
     release: &Release,
     before: Option<&RolloutStatus>,
     after: Option<&RolloutStatus>,
+    attempted: Option<&crate::engine::api::Attempt>,
+    now: &Time,
 ) {
-    use crate::engine::store::{HistoryOutcome, ReleaseId, with_outcome};
+    use crate::engine::store::{HistoryEntry, HistoryOutcome, ReleaseId, with_entry, with_outcome};
     let (Some(store), Some(after)) = (&ctx.store, after) else {
         return;
     };
@@ -487,8 +496,27 @@ async fn record_rollout_outcome(
     let id = ReleaseId::of(release);
     let result = async {
         let history = store.history(&id).await?;
-        if let Some(updated) = with_outcome(history, &after.render_ref, outcome) {
+        let recorded = history.iter().any(|h| h.render_ref == after.render_ref);
+        let updated = if recorded {
+            with_outcome(history, &after.render_ref, outcome)
+        } else if store.has_render(&id, &after.render_ref).await? {
+            let source_revision = attempted
+                .filter(|a| a.render_ref.as_deref() == Some(after.render_ref.as_str()))
+                .and_then(|a| a.resolved_source.as_ref())
+                .and_then(|s| s.revision.clone());
+            let entry = HistoryEntry {
+                render_ref: after.render_ref.clone(),
+                recorded_at: after.finished_at.clone().unwrap_or_else(|| now.clone()),
+                source_revision,
+                outcome: Some(outcome),
+            };
+            with_entry(history, entry)
+        } else {
+            None
+        };
+        if let Some(updated) = updated {
             store.put_history(&id, &updated).await?;
+            ctx.known_stored.recorded(release, &after.render_ref);
         }
         Ok::<(), crate::engine::store::StoreError>(())
     }

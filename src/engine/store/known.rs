@@ -92,6 +92,14 @@ impl KnownStored {
             .insert(render_ref.to_string());
     }
 
+    /// `render_ref` of `release` is in its history now (made there by another step than
+    /// recordHistory): no longer one to collect as unrecorded.
+    pub fn recorded(&self, release: &Release, render_ref: &str) {
+        if let Some(l) = lock(&self.leftovers).get_mut(&key(release)) {
+            l.unrecorded.remove(render_ref);
+        }
+    }
+
     /// Take the renders this process stored for `release` that no history records, other
     /// than `keep`: the caller deletes them (a failed delete is [`KnownStored::stored`]
     /// again).
