@@ -377,8 +377,8 @@ pub struct DeletionPolicy {
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RetentionPolicy {
-    /// Renders kept in the history (default 10). At most [`MAX_HISTORY`]: the store keeps
-    /// them in convoy's own namespace, outside the tenant's quota.
+    /// Renders kept in the history (default 10, at most 100: the render store is in
+    /// convoy's own namespace, outside the tenant's quota).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = MAX_HISTORY))]
     pub max_history: Option<i32>,
