@@ -616,9 +616,10 @@ impl Wiring {
     }
 
     /// The render store's sweep of Releases deleted without their finalizer (whoever may
-    /// write a Release can remove it): by the controller, which writes the store, a minute
-    /// after the start and then every [`STORE_SWEEP_EVERY`]. Replicas sweep alike; a
-    /// delete of what another deleted first is no error.
+    /// write a Release can remove it): by the controller, which writes the store, once what
+    /// it stored since its start has settled (`orphans::SETTLED`) and then every
+    /// [`STORE_SWEEP_EVERY`]. Replicas sweep alike; a delete of what another deleted first
+    /// is no error. A sweep is one LIST of the store's Secrets' metadata.
     fn store_sweep(&mut self) {
         if !self.config.role.controller() {
             return;
@@ -629,7 +630,7 @@ impl Wiring {
         let client = self.shared.ctx.home.client.clone();
         let mut stop = self.shutdown.clone();
         self.tasks.push(tokio::spawn(async move {
-            let mut wait = Duration::from_secs(60);
+            let mut wait = crate::engine::store::orphans::SETTLED;
             loop {
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
