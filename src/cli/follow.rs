@@ -43,7 +43,10 @@ where
                 ));
             }
             Some(Err(e)) => {
-                tracing::warn!("watching Release {namespace}/{name}: {e}");
+                tracing::warn!(
+                    "watching Release {namespace}/{name}: {}",
+                    crate::cli::error_text::std_error_text(&e)
+                );
                 continue;
             }
             None => return Ok(ExitStatus::Success),

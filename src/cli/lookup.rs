@@ -1,6 +1,7 @@
 //! Finding a Release by name the way a person types it: a missing one says in which
-//! namespace it was looked for and, when one name is close, which was meant; an API server
-//! without convoy's CRDs says to run `convoy install`.
+//! namespace it was looked for and, when one name is close (or the name exists in another
+//! namespace), which was meant; an API server without convoy's CRDs says to run `convoy
+//! install`. Also the commands the CLI suggests, written so they can be run as printed.
 
 use kube::Api;
 use kube::api::ListParams;
@@ -59,6 +60,12 @@ pub async fn not_found(
     if let Some(missing) = crds_missing(conn).await {
         return missing;
     }
+    if let Some(elsewhere) = elsewhere(conn, namespace, name).await {
+        return CliError::new(
+            ExitStatus::Invalid,
+            anyhow::anyhow!("Release {name:?} not found in namespace {namespace} ({elsewhere})"),
+        );
+    }
     let names: Vec<String> = api
         .list_metadata(&ListParams::default())
         .await
@@ -73,7 +80,8 @@ pub async fn not_found(
         Some(close) => format!("; did you mean {close:?}?"),
         None if names.is_empty() => " (it has no Releases)".to_string(),
         None => format!(
-            "; `convoy get -n {namespace}` lists its {} Releases",
+            "; {} lists its {} Releases",
+            suggest("get", namespace),
             names.len()
         ),
     };
@@ -81,6 +89,42 @@ pub async fn not_found(
         ExitStatus::Invalid,
         anyhow::anyhow!("Release {name:?} not found in namespace {namespace}{hint}"),
     )
+}
+
+/// `a Release "web" exists in namespace demo: add -n demo` when a cluster-wide list finds
+/// Releases named `name` outside `namespace`: a forgotten `-n` is the likeliest reason a name
+/// someone knows is not found. `None` when there are none, and when this user may not list
+/// Releases in every namespace (a tenant's refusal is no reason to fail the answer).
+async fn elsewhere(conn: &Connection, namespace: &str, name: &str) -> Option<String> {
+    let all: Api<Release> = Api::all(conn.client.clone());
+    let found = all
+        .list_metadata(&ListParams::default().fields(&format!("metadata.name={name}")))
+        .await
+        .ok()?;
+    let mut namespaces: Vec<String> = found
+        .items
+        .into_iter()
+        .filter_map(|m| m.metadata.namespace)
+        .filter(|ns| ns != namespace)
+        .collect();
+    namespaces.sort();
+    match namespaces.as_slice() {
+        [] => None,
+        [one] => Some(format!(
+            "a Release {name:?} exists in namespace {one}: add -n {one}"
+        )),
+        many => Some(format!(
+            "Releases {name:?} exist in namespaces {}: add -n with one of them",
+            many.join(", ")
+        )),
+    }
+}
+
+/// A command to suggest, as it can be run: `convoy ARGS -n NAMESPACE`. The namespace is
+/// always written out: a hint printed for `-n demo` that leaves it out runs against the
+/// kubeconfig's namespace instead (`Release "web" not found in namespace default`).
+pub fn suggest(args: &str, namespace: &str) -> String {
+    format!("`convoy {args} -n {namespace}`")
 }
 
 /// The name closest to `wanted` when it is close enough to be a typo: at most one edit

@@ -3,8 +3,10 @@
 //! Design: DESIGN.md section 4. One file per command under [`commands`]; errors carry their
 //! cause chain to the edge and map to the exit codes of [`exit::ExitStatus`].
 
+pub mod classify;
 pub mod commands;
 pub mod complete;
+pub mod error_text;
 pub mod exit;
 pub mod follow;
 pub mod generate;
@@ -149,7 +151,10 @@ pub fn main() -> ExitCode {
         Err(err) => {
             // The chain quotes tools, servers and sources: a tenant's chart may `fail` with
             // control sequences meant for the terminal of whoever renders it.
-            eprintln!("error: {}", output::visible(&format!("{:#}", err.error)));
+            eprintln!(
+                "error: {}",
+                output::visible(&error_text::error_text(&err.error))
+            );
             err.status
         }
     };

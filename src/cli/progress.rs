@@ -86,6 +86,10 @@ impl Progress for SyncProgress {
             ProgressEvent::DryRunPassed { objects } => {
                 format!("dry run passed ({})", count(objects, "object"))
             }
+            // Objects applied before as rendered now are not sent again.
+            ProgressEvent::WaveStarted { wave, objects: 0 } => {
+                format!("wave {wave}: nothing changed")
+            }
             ProgressEvent::WaveStarted { wave, objects } => {
                 format!("wave {wave}: applying {}", count(objects, "object"))
             }

@@ -347,3 +347,59 @@ async fn objects_the_sync_leaves_in_place_are_not_shown_to_prune() {
         );
     }
 }
+
+/// `convoy diff -f release.yaml --source-dir DIR` of a Release the cluster holds compares
+/// with what that Release applied, as `convoy diff NAME` does: an object removed from the
+/// checkout is shown to prune (a sync deletes it), and the objects the Release applied are
+/// not shown as adopted. It showed `TO PRUNE 0` and `= … (adopt …)`.
+#[tokio::test]
+async fn diff_of_a_file_reads_the_inventory_of_the_release_on_the_cluster() {
+    let f = Fixture::new(
+        "diff-file-inventory",
+        &[
+            ("a.yaml", &config_map("a", 0, "1")),
+            ("gone.yaml", &config_map("gone", 0, "1")),
+        ],
+        json!({}),
+    )
+    .await;
+    f.sync().await;
+    // Someone patches `a` by hand: drift, not an adoption.
+    let patched = f.env.kubectl(&[
+        "patch",
+        "configmap",
+        "a",
+        "-n",
+        &f.env.namespace,
+        "--type=merge",
+        "-p",
+        r#"{"data":{"value":"patched"}}"#,
+    ]);
+    assert!(patched.status.success(), "{patched:?}");
+    // The local checkout: `gone` removed.
+    let checkout = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(checkout.path().join("app")).unwrap();
+    std::fs::write(checkout.path().join("app/a.yaml"), config_map("a", 0, "1")).unwrap();
+    let release = checkout.path().join("release.yaml");
+    std::fs::write(
+        &release,
+        format!(
+            "apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\nmetadata: {{name: web, namespace: {ns}}}\nspec:\n  source: {{kind: GitRepository, name: repo, path: app}}\n  targetNamespace: {ns}\n",
+            ns = f.env.namespace
+        ),
+    )
+    .unwrap();
+    let (code, by_file, stderr) = out(f.env.convoy(&[
+        "diff",
+        "-f",
+        release.to_str().unwrap(),
+        "--source-dir",
+        checkout.path().to_str().unwrap(),
+    ]));
+    assert_eq!(code, 1, "{by_file}{stderr}");
+    // `diff NAME` of the same change (the checkout committed) says the same.
+    f.commit(&[("a.yaml", &config_map("a", 0, "1"))]);
+    let (_, by_name, _) = out(f.env.convoy(&["diff", "web"]));
+    assert_eq!(by_file, by_name);
+    settings(&f.env.namespace).bind(|| insta::assert_snapshot!("diff_file_inventory", by_file));
+}

@@ -110,6 +110,61 @@ async fn a_mistyped_name_or_an_empty_namespace_says_where_it_looked() {
     });
 }
 
+/// A malformed `-l` is a usage error (exit 2) that names the selector, said before anything
+/// is sent: it was the API server's 400 as a Rust debug dump (`ApiError: … (Status { status:
+/// Some(Failure) …`), exit 4.
+#[tokio::test]
+async fn a_malformed_label_selector_is_a_usage_error_naming_it() {
+    let f = two_releases("cli-bad-selector").await;
+    let (code, stdout, stderr) = out(&f.env.convoy(&["get", "-l", "a in (", "-A"]));
+    assert_eq!((code, stdout.as_str()), (2, ""), "{stderr}");
+    let (code, _, watched) = out(&f.env.convoy(&["get", "-l", "team=a,b c", "-w"]));
+    assert_eq!(code, 2, "{watched}");
+    insta::assert_snapshot!(stderr, @r#"error: invalid label selector "a in (" at "a in (": a set is written (a,b)"#);
+    insta::assert_snapshot!(watched, @r#"error: invalid label selector "team=a,b c" at "b c": label key "b c" is not valid: at most 63 characters: letters, digits, '-', '_' or '.', beginning and ending with a letter or digit"#);
+}
+
+/// A Release looked for in the wrong namespace: the error says where one of that name is
+/// (a forgotten `-n`), found by a cluster-wide list.
+#[tokio::test]
+async fn a_release_of_another_namespace_is_named_with_the_flag_to_add() {
+    let f = Fixture::new(
+        "cli-elsewhere",
+        &[("a.yaml", &config_map("settings", 0, "1"))],
+        json!({}),
+    )
+    .await;
+    // A name no other test gives a Release, so the cluster-wide list finds this one only.
+    f.add_release("only-here", "app", json!({})).await;
+    let run = |args: &[&str]| {
+        let o = Command::new(convoy_bin())
+            .arg("--kubeconfig")
+            .arg(&f.env.kubeconfig)
+            .args(["-n", "default"])
+            .args(args)
+            .env("PATH", path_with_testenv())
+            .output()
+            .unwrap();
+        out(&o)
+    };
+    let (code, _, status) = run(&["status", "only-here"]);
+    assert_eq!(code, 4);
+    for command in [
+        &["get", "only-here"][..],
+        &["history", "only-here"],
+        &["diff", "only-here"],
+    ] {
+        assert_eq!(
+            run(command),
+            (4, String::new(), status.clone()),
+            "convoy {command:?}"
+        );
+    }
+    settings(&f.env.namespace).bind(|| {
+        insta::assert_snapshot!(status, @r#"error: Release "only-here" not found in namespace default (a Release "only-here" exists in namespace NAMESPACE: add -n NAMESPACE)"#);
+    });
+}
+
 #[tokio::test]
 async fn get_watch_prints_a_change_as_it_happens() {
     let f = two_releases("cli-get-watch").await;

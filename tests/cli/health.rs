@@ -87,3 +87,44 @@ async fn health_of_a_degraded_release_exits_1() {
     assert_eq!(code, 1);
     settings(&f.env.namespace).bind(|| insta::assert_snapshot!("health_degraded", text));
 }
+
+/// `convoy health --live` sums up what it assessed now, not the health loop's stored summary:
+/// with an object added since the last health pass it printed `2 total: 2 healthy` under
+/// three Healthy rows.
+#[tokio::test]
+async fn health_live_counts_what_it_assessed_not_the_stored_summary() {
+    let f = Fixture::new(
+        "cli-health-live-count",
+        &[
+            ("a.yaml", &config_map("one", 0, "1")),
+            ("b.yaml", &config_map("two", 0, "1")),
+        ],
+        Fixture::default_health("5m"),
+    )
+    .await;
+    f.install_default_rules().await;
+    f.sync().await;
+    let memory = HealthMemory::default();
+    eventually("Healthy", Duration::from_secs(60), || async {
+        let pass = health_pass(&f.ctx, &memory, &f.release().await)
+            .await
+            .unwrap()
+            .unwrap();
+        (pass.condition.unwrap().reason == "Healthy").then_some(())
+    })
+    .await;
+    // A third object, applied; no health pass since.
+    f.commit(&[
+        ("a.yaml", &config_map("one", 0, "1")),
+        ("b.yaml", &config_map("two", 0, "1")),
+        ("c.yaml", &config_map("three", 0, "1")),
+    ]);
+    f.sync().await;
+    let (code, live) = out(f.env.convoy(&["health", "web", "--live"]));
+    assert_eq!(code, 0, "{live}");
+    let (_, json_text) = out(f.env.convoy(&["health", "web", "--live", "-o", "json"]));
+    let json: serde_json::Value = serde_json::from_str(&json_text).unwrap();
+    assert_eq!(json["summary"]["total"], 3, "{json_text}");
+    assert_eq!(json["summary"]["healthy"], 3, "{json_text}");
+    settings(&f.env.namespace).bind(|| insta::assert_snapshot!("health_live_counts", live));
+}

@@ -53,6 +53,34 @@ async fn history_pin_and_unpin_through_the_cli() {
         "pinned and applied: nothing would change\n{diff}{stderr}"
     );
     let (_, after_pin, _) = out(&f.env.convoy(&["history", "web"]));
+    // -o json carries what the table shows: entry numbers, outcomes and markers.
+    let (code, json_text, _) = out(&f.env.convoy(&["history", "web", "-o", "json"]));
+    assert_eq!(code, 0);
+    let entries: Vec<serde_json::Value> = serde_json::from_str(&json_text).unwrap();
+    let shown: Vec<(u64, &str, Vec<&str>)> = entries
+        .iter()
+        .map(|e| {
+            (
+                e["entry"].as_u64().unwrap(),
+                e["outcome"].as_str().unwrap(),
+                e["markers"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|m| m.as_str().unwrap())
+                    .collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (1, "applied", vec!["current", "pinned"]),
+            (2, "applied", vec![])
+        ],
+        "{after_pin}{json_text}"
+    );
+    assert_eq!(entries[0]["renderRef"], first.as_str());
     let (_, status, _) = out(&f.env.convoy(&["status", "web"]));
 
     let (code, unpinned, _) = out(&f.env.convoy(&["unpin", "web"]));
@@ -67,6 +95,10 @@ async fn history_pin_and_unpin_through_the_cli() {
         "unpin removes the annotation"
     );
 
+    // Unpinning what is not pinned says so (as `kubectl label … key-` says "not labeled").
+    let (code, not_pinned, _) = out(&f.env.convoy(&["unpin", "web"]));
+    assert_eq!(code, 0);
+
     let (code, _, unknown) = out(&f.env.convoy(&["pin", "web", "0000dead"]));
     assert_eq!(code, 4, "an unknown render is invalid input");
     settings(&f.env.namespace).bind(|| {
@@ -75,6 +107,7 @@ async fn history_pin_and_unpin_through_the_cli() {
         insta::assert_snapshot!("history_after_pin", after_pin);
         insta::assert_snapshot!("status_pinned", status);
         insta::assert_snapshot!("unpin_stdout", unpinned);
+        insta::assert_snapshot!("unpin_not_pinned_stdout", not_pinned);
         insta::assert_snapshot!("pin_unknown_stderr", unknown);
         insta::assert_snapshot!("pin_no_entry_stderr", no_entry);
         insta::assert_snapshot!("pin_short_prefix_stderr", short_prefix);

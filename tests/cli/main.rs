@@ -12,4 +12,5 @@ mod get;
 mod health;
 mod history;
 mod render;
+mod sync_exits;
 mod sync_status;

@@ -285,7 +285,45 @@ fn files_without_a_release_are_invalid_input() {
     let (code, _, stderr) =
         convoy_in_repo(&["render", "-f", "examples/waves/app/config.yaml"], None);
     assert_eq!(code, 4);
-    assert_eq!(stderr, "error: the files given with -f hold no Release\n");
+    assert_eq!(
+        stderr,
+        "error: the files given with -f hold no Release (they hold kinds ConfigMap)\n"
+    );
+}
+
+/// A misspelled kind is named, with the kind meant: it said only "hold no Release".
+#[test]
+fn a_misspelled_kind_is_named_with_the_kind_meant() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = release_file(dir.path(), "file:///nowhere", "");
+    let text = std::fs::read_to_string(&file)
+        .unwrap()
+        .replace("kind: Release", "kind: Relase");
+    std::fs::write(&file, text).unwrap();
+    let (code, stdout, stderr) = render_in(dir.path(), &file);
+    assert_eq!((code, stdout.as_str()), (4, ""));
+    insta::assert_snapshot!(stderr, @r#"error: the files given with -f hold no Release (they hold kinds GitRepository, Relase); did you mean kind "Release" for "Relase"?"#);
+}
+
+/// A field the Release's schema does not know is refused, naming it and the file, as the
+/// API server's strict field validation does (`kubectl apply`): `spec.sourc` was dropped
+/// without a word.
+#[test]
+fn an_unknown_field_of_a_release_file_is_refused_naming_it_and_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = release_file(dir.path(), "file:///nowhere", "    path: app\n");
+    let text = std::fs::read_to_string(&file)
+        .unwrap()
+        .replace("    path: app", "    path: app\n  targetNamespce: apps");
+    std::fs::write(&file, text).unwrap();
+    let (code, stdout, stderr) = render_in(dir.path(), &file);
+    assert_eq!((code, stdout.as_str()), (4, ""));
+    assert_eq!(
+        stderr,
+        format!(
+            "error: {file}: Release \"web\": unknown field \"spec.targetNamespce\" (did you mean \"targetNamespace\"?)\n"
+        )
+    );
 }
 
 #[tokio::test]

@@ -147,10 +147,13 @@ async fn a_sync_request_without_a_daemon_times_out_waiting() {
     )));
     assert_eq!(
         stderr,
-        "waiting for a reconcile to take the request\n\
-         error: no reconcile took the request within 2s (no reconcile has ever written its status): \
-         is `convoy daemon` running and does it own this Release's shard? \
-         (`convoy sync web` without --request reconciles here)\n"
+        format!(
+            "waiting for a reconcile to take the request\n\
+             error: no reconcile took the request within 2s (no reconcile has ever written its status): \
+             is `convoy daemon` running and does it own this Release's shard? \
+             (`convoy sync web -n {}` without --request reconciles here)\n",
+            f.env.namespace
+        )
     );
     let release = f.release().await;
     assert!(
@@ -180,7 +183,10 @@ async fn status_shows_a_hostile_message_without_its_control_sequences() {
     )
     .await;
     let (code, stdout, stderr) = out(&f.env.convoy(&["sync", "web"]));
-    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(
+        code, 4,
+        "a chart that fails to render is invalid input: {stderr}"
+    );
     let (_, status, _) = out(&f.env.convoy(&["status", "web"]));
     let (_, get, _) = out(&f.env.convoy(&["get", "-o", "wide"]));
     for (what, text) in [

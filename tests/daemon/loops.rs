@@ -452,6 +452,69 @@ async fn sync_request_wait_returns_once_the_daemon_handled_it() {
     );
 }
 
+/// Automatic mode: a /sync that changes nothing (the render runs already, nothing drifted) is
+/// answered too. The daemon records it in `lastHandledSyncAt` (README "Where convoy differs"),
+/// so `--request --wait` returns 0 once it is handled instead of waiting out `--timeout` for a
+/// status write that never came, and says the daemon may not be running.
+#[tokio::test]
+async fn sync_request_wait_returns_for_a_request_that_changes_nothing() {
+    let f = Fixture::new(
+        "daemon-request-noop",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({}),
+    )
+    .await;
+    let _daemon = Daemon::start(&f.env.kubeconfig, &["--watch-namespace", &f.env.namespace]).await;
+    all_true(&f).await;
+    // The controller's last write of a new render: lastHealthy after the health loop's verdict.
+    eventually(
+        "lastHealthy at the applied render",
+        Duration::from_secs(60),
+        || async {
+            let status = f.release().await.status?;
+            let applied = status.last_successful?.render_ref?;
+            (status.last_healthy?.render_ref == applied).then_some(())
+        },
+    )
+    .await;
+    // Two requests: whatever the first may still have coincided with, the second finds the
+    // Release steady, with nothing to apply. Each is made in a later second than the last
+    // attempt (attempt times have whole seconds; one in the request's second counts as
+    // having taken it).
+    for _ in 0..2 {
+        let attempted = f
+            .release()
+            .await
+            .status
+            .and_then(|s| s.last_attempted?.attempted_at)
+            .unwrap()
+            .0
+            .as_second();
+        eventually(
+            "a second after the last attempt",
+            Duration::from_secs(5),
+            || async { (jiff::Timestamp::now().as_second() > attempted).then_some(()) },
+        )
+        .await;
+        let out = f
+            .env
+            .convoy(&["sync", "web", "--request", "--wait", "--timeout", "30s"]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+        let last = stdout.lines().last().unwrap_or_default();
+        assert!(last.starts_with("Healthy=True "), "{stdout}");
+    }
+    let release = f.release().await;
+    let requested = release
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .remove("convoy.kumodo.io/sync-requested-at");
+    assert!(requested.is_some());
+    assert_eq!(release.status.unwrap().last_handled_sync_at, requested);
+}
+
 /// `convoy sync --request --wait` waits through the waves until the render is applied and
 /// healthy, showing the stages it passes, instead of stopping at the first wave hold.
 #[tokio::test]

@@ -67,7 +67,14 @@ pub async fn run(global: &GlobalArgs, _args: CheckArgs, printer: &mut Printer) -
                 .map_err(io_error)?;
         }
     }
-    Ok(if failed {
+    // The first check asks the API server its version; when that fails no other check ran,
+    // and the answer is not "not ready" but "the cluster could not be reached" (exit 3).
+    let unreachable = findings
+        .iter()
+        .any(|f| f.check == "cluster" && f.verdict == Verdict::Fail);
+    Ok(if unreachable {
+        ExitStatus::Unreachable
+    } else if failed {
         ExitStatus::No
     } else {
         ExitStatus::Success

@@ -7,12 +7,14 @@ use std::sync::Arc;
 use anstyle::{AnsiColor, Style};
 use clap::Args;
 
+use crate::cli::classify;
 use crate::cli::commands::render::render_input;
 use crate::cli::exit::{CliError, CommandResult, ExitStatus};
 use crate::cli::output::{OutputFormat, Printer, visible};
 use crate::cli::release_input::load;
 use crate::cli::table::plain;
 use crate::cli::{GlobalArgs, io_error};
+use crate::engine::api::Release;
 use crate::engine::apply::Applier;
 use crate::engine::cluster::resolve_target;
 use crate::engine::digest_key::KeyCell;
@@ -69,7 +71,7 @@ pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> 
     // drift loop's renderDesired: a pin, the last healthy render after a rollback, else the
     // source; it resolves the target too); local files and a local source directory with the
     // source render.
-    let (render_ref, objects, target) = match (&input.home, &args.source_dir) {
+    let (render_ref, objects, target, home) = match (&input.home, &args.source_dir) {
         (Some(home), None) => {
             let mut ctx = Context::new(home.clone(), Arc::new(Coordinator::new(cache)));
             ctx.store = args.store.open(&home.client);
@@ -78,10 +80,23 @@ pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> 
                 home.client.clone(),
                 DEFAULT_STORE_NAMESPACE,
             )));
-            let desired = render_desired(&ctx, &input.release)
-                .await
-                .map_err(|outcome| desired_failure(&input.release, &outcome))?;
-            (desired.render_ref, desired.objects, desired.target)
+            let desired = match render_desired(&ctx, &input.release).await {
+                Ok(desired) => desired,
+                Err(outcome) => {
+                    let mut e = desired_failure(&input.release, &outcome);
+                    let reason = Some(outcome.reason);
+                    e.status =
+                        classify::missing_source(&home.client, &input.release, reason, e.status)
+                            .await;
+                    return Err(e);
+                }
+            };
+            (
+                desired.render_ref,
+                desired.objects,
+                desired.target,
+                home.clone(),
+            )
         }
         _ => {
             let home = match &input.home {
@@ -110,16 +125,21 @@ pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> 
                 &args.tenancy.schema_refs(),
             )
             .await?;
-            (rendered.render_ref, rendered.objects, target)
+            (rendered.render_ref, rendered.objects, target, home)
         }
     };
-    let inventory = match &input.home {
-        Some(h) => InventoryHandle::for_release(h.client.clone(), &input.release)
+    // What the Release of this namespace and name last applied, as a sync would read it:
+    // without it, objects that left the local files would not show as to prune, and objects
+    // the Release owns would show as adopted. A Release only in the files has none.
+    let recorded = input.home.is_some() || on_cluster(&home, &input.release).await;
+    let inventory = if recorded {
+        InventoryHandle::for_release(home.client.clone(), &input.release)
             .get()
             .await
             .ok()
-            .flatten(),
-        None => None,
+            .flatten()
+    } else {
+        None
     };
     let applier = Applier::new(target.conn.client.clone(), args.concurrency);
     // The installation's digest key, when this user may read it: Secret values are then
@@ -166,11 +186,37 @@ pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> 
             printer.print_styled(&text).map_err(io_error)?;
         }
     }
-    Ok(if report.in_sync() {
-        ExitStatus::Success
-    } else {
-        ExitStatus::No
-    })
+    if report.in_sync() {
+        return Ok(ExitStatus::Success);
+    }
+    // A rejection of a kind the target does not serve is invalid input (DESIGN.md section
+    // 4, "unknown kind"), not drift.
+    let rejected: Vec<_> = report.rejections.iter().map(|r| &r.key).collect();
+    let rejected: Vec<_> = objects
+        .iter()
+        .filter(|o| rejected.contains(&&o.key()))
+        .cloned()
+        .collect();
+    if !rejected.is_empty()
+        && !classify::unserved_kinds(&target.conn.client, &rejected)
+            .await
+            .is_empty()
+    {
+        return Ok(ExitStatus::Invalid);
+    }
+    Ok(ExitStatus::No)
+}
+
+/// Whether the cluster holds a Release of `release`'s namespace and name (one read from -f
+/// files). A read this user may not make counts as none: the diff then stays a diff of the
+/// files alone, as it is for a Release that is not on the cluster yet.
+async fn on_cluster(home: &crate::engine::connect::Connection, release: &Release) -> bool {
+    let (Some(namespace), Some(name)) = (&release.metadata.namespace, &release.metadata.name)
+    else {
+        return false;
+    };
+    let api: kube::Api<Release> = kube::Api::namespaced(home.client.clone(), namespace);
+    matches!(api.get_metadata_opt(name).await, Ok(Some(_)))
 }
 
 /// A render that stopped (as the controller's would): unreachable sources and clusters exit 3,

@@ -46,6 +46,11 @@ pub struct GetArgs {
 }
 
 pub async fn run(global: &GlobalArgs, args: GetArgs, printer: &mut Printer) -> CommandResult {
+    // A selector is checked here, as kubectl does, before anything connects: the API server's
+    // 400 for it would be an answer about the request, not about the user's typing.
+    if let Some(selector) = &args.selector {
+        crate::engine::selectors::parse(selector).map_err(CliError::usage)?;
+    }
     let conn = global.connect().await?;
     let namespace = global
         .namespace
@@ -187,7 +192,7 @@ async fn watch(
         let release = match event {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!("watch: {e}");
+                tracing::warn!("watch: {}", crate::cli::error_text::std_error_text(&e));
                 continue;
             }
         };

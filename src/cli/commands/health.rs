@@ -15,7 +15,9 @@ use crate::cli::output::{OutputFormat, Printer};
 use crate::cli::table::plain;
 use crate::cli::{GlobalArgs, io_error};
 use crate::engine::api::{ConditionStatus, Reason};
-use crate::engine::api::{HealthState, HookState, Release, ReleaseInventory, condition_types};
+use crate::engine::api::{
+    HealthState, HealthSummary, HookState, Release, ReleaseInventory, condition_types,
+};
 use crate::engine::duration::human;
 use crate::engine::health::assess;
 use crate::engine::inventory::{EntryHealth, members};
@@ -86,7 +88,11 @@ pub async fn run(global: &GlobalArgs, args: HealthArgs, printer: &mut Printer) -
                     Some(Ok(Some(inventory))) => inventory,
                     Some(Ok(None)) => continue,
                     Some(Err(e)) => {
-                        tracing::warn!("watching ReleaseInventory {}: {e}", args.name);
+                        tracing::warn!(
+                            "watching ReleaseInventory {}: {}",
+                            args.name,
+                            crate::cli::error_text::std_error_text(&e)
+                        );
                         continue;
                     }
                     None => {
@@ -160,6 +166,17 @@ fn judged_by(rules: &str) -> String {
         .join("; ")
 }
 
+/// Count one object's state into `summary` (no state yet counts as unknown).
+fn count(summary: &mut HealthSummary, state: Option<HealthState>) {
+    summary.total += 1;
+    match state {
+        Some(HealthState::Healthy) => summary.healthy += 1,
+        Some(HealthState::Progressing) => summary.progressing += 1,
+        Some(HealthState::Degraded) => summary.degraded += 1,
+        Some(HealthState::Unknown) | None => summary.unknown += 1,
+    }
+}
+
 /// What `convoy health` shows.
 struct View {
     json: serde_json::Value,
@@ -180,6 +197,7 @@ impl View {
         let mut rows = Vec::new();
         let mut objects = Vec::new();
         let mut healthy = true;
+        let mut shown = HealthSummary::default();
         for entry in members(inventory) {
             let key = entry.key();
             let (state, message, first, assessed, rule) =
@@ -200,6 +218,7 @@ impl View {
                     ),
                 };
             healthy &= state == Some(HealthState::Healthy);
+            count(&mut shown, state);
             let kind_name = if key.group.is_empty() {
                 format!("{}/{}", key.kind, key.name)
             } else {
@@ -273,13 +292,20 @@ impl View {
             )),
             (None, None) => text.push_str("Healthy: not assessed yet.\n"),
         }
-        if let Some(s) = &status.health_summary {
+        // `--live` shows what it assessed now: the stored summary is the health loop's last
+        // pass, which may count other objects and states than the rows above.
+        let summary = match live {
+            Some(_) => Some(shown),
+            None => status.health_summary.clone(),
+        };
+        if let Some(s) = &summary {
             text.push_str(&format!(
                 "{} total: {} healthy, {} progressing, {} degraded, {} unknown\n",
                 s.total, s.healthy, s.progressing, s.degraded, s.unknown
             ));
         }
-        let json = json!({"objects": objects, "hooks": hooks, "healthy": condition, "summary": status.health_summary});
+        let json =
+            json!({"objects": objects, "hooks": hooks, "healthy": condition, "summary": summary});
         Self {
             json,
             text,

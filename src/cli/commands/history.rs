@@ -10,7 +10,8 @@ use crate::cli::{GlobalArgs, io_error};
 use crate::engine::api::Release;
 use crate::engine::duration::human;
 use crate::engine::render::render_ref::short;
-use crate::engine::store::{HistoryEntry, ReleaseId};
+use crate::engine::store::{HistoryEntry, HistoryOutcome, ReleaseId};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// List a Release's render history, oldest first and numbered (`convoy pin NAME N` runs entry
 /// N), with each render's outcome and what runs, what is pinned and the last healthy render
@@ -48,7 +49,8 @@ pub async fn run(global: &GlobalArgs, args: HistoryArgs, printer: &mut Printer) 
     })?;
     match printer.format {
         OutputFormat::Json | OutputFormat::Yaml => {
-            let value = serde_json::to_value(&history)
+            // What the table shows, entry numbers, outcomes and markers included.
+            let value = serde_json::to_value(history_rows(&release, &history))
                 .map_err(|e| CliError::new(ExitStatus::Invalid, e))?;
             let text = if printer.format == OutputFormat::Json {
                 serde_json::to_string_pretty(&value)
@@ -95,8 +97,67 @@ pub async fn run(global: &GlobalArgs, args: HistoryArgs, printer: &mut Printer) 
     Ok(ExitStatus::Success)
 }
 
-/// The table (pure, for snapshot tests): one row per entry with its markers.
-pub fn history_table(release: &Release, history: &[HistoryEntry], now: jiff::Timestamp) -> String {
+/// One history entry as `convoy history` shows it (and `-o json|yaml` prints it).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryRow {
+    /// The number `convoy pin NAME N` takes (1 is the oldest entry).
+    pub entry: usize,
+    pub render_ref: String,
+    pub recorded_at: Time,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_revision: Option<String>,
+    pub outcome: RowOutcome,
+    pub markers: Vec<Marker>,
+}
+
+/// How a render's rollout went, or where it stands: the stored outcome once it ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RowOutcome {
+    Succeeded,
+    Failed,
+    RolledBack,
+    /// The newest entry of the render the rollout is progressing with.
+    RollingOut,
+    /// Applied, with no rollout result (yet).
+    Applied,
+}
+
+impl RowOutcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            RowOutcome::Succeeded => HistoryOutcome::Succeeded.as_str(),
+            RowOutcome::Failed => HistoryOutcome::Failed.as_str(),
+            RowOutcome::RolledBack => HistoryOutcome::RolledBack.as_str(),
+            RowOutcome::RollingOut => "rolling out",
+            RowOutcome::Applied => "applied",
+        }
+    }
+}
+
+/// What an entry's render is to the Release now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Marker {
+    /// The render that runs (lastSuccessful).
+    Current,
+    Pinned,
+    LastHealthy,
+}
+
+impl Marker {
+    fn as_str(self) -> &'static str {
+        match self {
+            Marker::Current => "current",
+            Marker::Pinned => "pinned",
+            Marker::LastHealthy => "last healthy",
+        }
+    }
+}
+
+/// The entries with their numbers, outcomes and markers (pure).
+pub fn history_rows(release: &Release, history: &[HistoryEntry]) -> Vec<HistoryRow> {
     let status = release.status.clone().unwrap_or_default();
     let running = status
         .last_successful
@@ -105,7 +166,7 @@ pub fn history_table(release: &Release, history: &[HistoryEntry], now: jiff::Tim
     let pinned = crate::engine::reconcile::assemble::pin_status(release).map(|p| p.render_ref);
     let healthy = status.last_healthy.as_ref().map(|h| h.render_ref.clone());
     let rollout = status.rollout.clone();
-    let rows: Vec<Vec<String>> = history
+    history
         .iter()
         .enumerate()
         .map(|(i, entry)| {
@@ -117,35 +178,55 @@ pub fn history_table(release: &Release, history: &[HistoryEntry], now: jiff::Tim
                 .any(|later| later.render_ref == entry.render_ref);
             let is = |r: &Option<String>| newest && r.as_deref() == Some(entry.render_ref.as_str());
             if is(&running) {
-                markers.push("current");
+                markers.push(Marker::Current);
             }
             if is(&pinned) {
-                markers.push("pinned");
+                markers.push(Marker::Pinned);
             }
             if is(&healthy) {
-                markers.push("last healthy");
+                markers.push(Marker::LastHealthy);
             }
-            let age = human(std::time::Duration::from_secs(
-                (now.as_second() - entry.recorded_at.0.as_second()).max(0) as u64,
-            ));
             let outcome = match entry.outcome {
-                Some(o) => o.as_str(),
+                Some(HistoryOutcome::Succeeded) => RowOutcome::Succeeded,
+                Some(HistoryOutcome::Failed) => RowOutcome::Failed,
+                Some(HistoryOutcome::RolledBack) => RowOutcome::RolledBack,
                 None if newest
                     && rollout.as_ref().is_some_and(|r| {
                         r.render_ref == entry.render_ref
                             && r.state == crate::engine::api::RolloutState::Progressing
                     }) =>
                 {
-                    "rolling out"
+                    RowOutcome::RollingOut
                 }
-                None => "applied",
+                None => RowOutcome::Applied,
             };
+            HistoryRow {
+                entry: i + 1,
+                render_ref: entry.render_ref.clone(),
+                recorded_at: entry.recorded_at.clone(),
+                source_revision: entry.source_revision.clone(),
+                outcome,
+                markers,
+            }
+        })
+        .collect()
+}
+
+/// The table (pure, for snapshot tests): one row per entry with its markers.
+pub fn history_table(release: &Release, history: &[HistoryEntry], now: jiff::Timestamp) -> String {
+    let rows: Vec<Vec<String>> = history_rows(release, history)
+        .into_iter()
+        .map(|row| {
+            let age = human(std::time::Duration::from_secs(
+                (now.as_second() - row.recorded_at.0.as_second()).max(0) as u64,
+            ));
+            let markers: Vec<&str> = row.markers.iter().map(|m| m.as_str()).collect();
             vec![
-                (i + 1).to_string(),
-                short(&entry.render_ref).to_string(),
+                row.entry.to_string(),
+                short(&row.render_ref).to_string(),
                 format!("{age} ago"),
-                entry.source_revision.clone().unwrap_or_else(|| "-".into()),
-                outcome.to_string(),
+                row.source_revision.unwrap_or_else(|| "-".into()),
+                row.outcome.as_str().to_string(),
                 markers.join(", "),
             ]
         })

@@ -174,7 +174,10 @@ async fn wait_for_daemon(
                 Err(e) if crate::engine::connect::is_unreachable(&e) => {
                     return Err(CliError::new(ExitStatus::Unreachable, conn.unreachable(e)));
                 }
-                Err(e) => tracing::debug!("reading deployment {name}: {e}"),
+                Err(e) => tracing::debug!(
+                    "reading deployment {name}: {}",
+                    crate::cli::error_text::std_error_text(&e)
+                ),
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(CliError::new(

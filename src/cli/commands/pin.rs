@@ -4,11 +4,13 @@ use clap::Args;
 use kube::Api;
 
 use crate::cli::exit::{CliError, CommandResult, ExitStatus};
+use crate::cli::lookup::suggest;
 use crate::cli::output::Printer;
 use crate::cli::store_args::StoreArgs;
 use crate::cli::{GlobalArgs, io_error};
 use crate::engine::api::Release;
 use crate::engine::connect::is_unreachable;
+use crate::engine::reconcile::assemble::pin_status;
 use crate::engine::render::render_ref::short;
 use crate::engine::requests::set_pin;
 use crate::engine::store::ReleaseId;
@@ -63,8 +65,8 @@ pub async fn run_pin(global: &GlobalArgs, args: PinArgs, printer: &mut Printer) 
     if wanted.len() < MIN_PREFIX {
         let Ok(n) = wanted.parse::<usize>() else {
             return Err(CliError::usage(format!(
-                "{wanted:?} is neither a history entry number nor a renderRef prefix (at least {MIN_PREFIX} characters); `convoy history {}` lists both",
-                args.name
+                "{wanted:?} is neither a history entry number nor a renderRef prefix (at least {MIN_PREFIX} characters); {} lists both",
+                history_command(&id)
             )));
         };
         let history = store.history(&id).await.map_err(|e| {
@@ -77,9 +79,9 @@ pub async fn run_pin(global: &GlobalArgs, args: PinArgs, printer: &mut Printer) 
             return Err(CliError::new(
                 ExitStatus::Invalid,
                 anyhow::anyhow!(
-                    "Release {id} has no history entry {n} (it has {}); `convoy history {}` lists them",
+                    "Release {id} has no history entry {n} (it has {}); {} lists them",
                     history.len(),
-                    args.name
+                    history_command(&id)
                 ),
             ));
         };
@@ -92,9 +94,9 @@ pub async fn run_pin(global: &GlobalArgs, args: PinArgs, printer: &mut Printer) 
             return Err(CliError::new(
                 ExitStatus::Invalid,
                 anyhow::anyhow!(
-                    "render {} is not in the render store of Release {id}; `convoy history {}` lists the stored renders",
+                    "render {} is not in the render store of Release {id}; {} lists the stored renders",
                     args.render_ref,
-                    args.name
+                    history_command(&id)
                 ),
             ));
         }
@@ -110,6 +112,11 @@ pub async fn run_pin(global: &GlobalArgs, args: PinArgs, printer: &mut Printer) 
         }
     };
     pin_to(&conn, &id, &args.name, &render_ref, None, printer).await
+}
+
+/// `convoy history NAME -n NS`, as the hints suggest it.
+fn history_command(id: &ReleaseId) -> String {
+    suggest(&format!("history {}", id.name), &id.namespace)
 }
 
 /// The shortest renderRef prefix `convoy pin` takes (a shorter argument is an entry number).
@@ -133,7 +140,8 @@ async fn pin_to(
     };
     printer
         .line(&format!(
-            "Release {id} pinned to {which}; the controller applies it on its next reconcile (or run `convoy sync {name}`)"
+            "Release {id} pinned to {which}; the controller applies it on its next reconcile (or run {})",
+            suggest(&format!("sync {name}"), &id.namespace)
         ))
         .map_err(io_error)?;
     Ok(ExitStatus::Success)
@@ -147,6 +155,14 @@ pub async fn run_unpin(
     let release = super::status::fetch_release(global, &args.name).await?;
     let conn = global.connect().await?;
     let id = ReleaseId::of(&release);
+    // As `kubectl label … key-` of an absent key says "not labeled": nothing to clear is
+    // said as such, and no write (nor sync request) is made for it.
+    if pin_status(&release).is_none() {
+        printer
+            .line(&format!("Release {id} was not pinned; nothing changed"))
+            .map_err(io_error)?;
+        return Ok(ExitStatus::Success);
+    }
     let api: Api<Release> = Api::namespaced(conn.client.clone(), &id.namespace);
     set_pin(&api, &args.name, None)
         .await

@@ -18,7 +18,7 @@ use crate::engine::tenancy::Tenancy;
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
 convoy render web -n apps                                  # a Release on the cluster\n  \
-convoy render -f examples/waves/release.yaml               # from files, no cluster needed\n  \
+convoy render -f examples/waves/release.yaml --source-dir examples/waves   # from files, no cluster needed\n  \
 convoy render -f release.yaml -f sources.yaml --source-dir ./checkout\n  \
 convoy render web -n apps --ref-only")]
 pub struct RenderArgs {
@@ -111,8 +111,8 @@ async fn cluster_info(input: &ReleaseInput, tenancy: &Tenancy) -> Option<Cluster
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(
-                "rendering without the target cluster's version: {:#}",
-                anyhow::Error::new(e)
+                "rendering without the target cluster's version: {}",
+                crate::cli::error_text::std_error_text(&e)
             );
             return None;
         }

@@ -9,13 +9,14 @@ use clap::Args;
 use kube::Api;
 use kube::runtime::watcher;
 
+use crate::cli::classify;
 use crate::cli::exit::{CliError, CommandResult, ExitStatus};
 use crate::cli::lookup;
 use crate::cli::output::Printer;
 use crate::cli::progress::SyncProgress;
 use crate::cli::{GlobalArgs, io_error};
 use crate::engine::api::ConditionStatus;
-use crate::engine::api::{HealthyReason, LifecycleReason, Reason, Release};
+use crate::engine::api::{FailureStage, HealthyReason, LifecycleReason, Reason, Release};
 use crate::engine::reconcile::{ReconcileOutcome, sync_handler};
 use crate::engine::requests::{SyncRequest, request_sync};
 use crate::engine::runtime::Context;
@@ -35,13 +36,13 @@ pub struct SyncArgs {
     #[arg(long)]
     pub force: bool,
     /// Do not ask for confirmation of --force.
-    #[arg(long, short = 'y')]
+    #[arg(long, short = 'y', requires = "force")]
     pub yes: bool,
     /// Only write the /sync request for the daemon; do not reconcile here.
     #[arg(long)]
     pub request: bool,
     /// With --request: wait until the daemon handled the request.
-    #[arg(long)]
+    #[arg(long, requires = "request")]
     pub wait: bool,
     /// How long --wait waits, and how long a sync waits for its hooks and (with a
     /// healthAssessment) health.
@@ -96,7 +97,14 @@ pub async fn run(global: &GlobalArgs, args: SyncArgs, printer: &mut Printer) -> 
         let release =
             wait_for_handling(&watched, &args.name, &request, args.timeout, &progress).await;
         progress.finish();
-        return report_status(&release?, printer);
+        let release = release?;
+        let status = report_status(&release, printer)?;
+        let reason = release
+            .status
+            .as_ref()
+            .and_then(|s| s.condition(crate::engine::api::condition_types::APPLIED))
+            .and_then(|c| c.reason.parse().ok());
+        return Ok(classify::missing_source(&conn.client, &release, reason, status).await);
     }
 
     let release = lookup::release(&conn, &namespace, &args.name).await?;
@@ -118,10 +126,30 @@ pub async fn run(global: &GlobalArgs, args: SyncArgs, printer: &mut Printer) -> 
         Err(e) => Err(e),
     };
     progress.finish();
-    let (result, gave_up) = result?;
+    let Finished {
+        result,
+        gave_up,
+        health,
+    } = result?;
     match result.outcome {
         Some(outcome) => {
-            let status = report_outcome(&namespace, &args.name, &outcome, printer)?;
+            let mut status = report_outcome(&namespace, &args.name, &outcome, printer)?;
+            status = classify::missing_source(&conn.client, &release, Some(outcome.reason), status)
+                .await;
+            // A kind the target does not serve is input naming what is not there.
+            if status == ExitStatus::No && !outcome.unserved_kinds.is_empty() {
+                status = ExitStatus::Invalid;
+            }
+            // The verdict of the health pass made after the last apply (where the sync
+            // waited for health): a render that is not Healthy is not a yes.
+            if let Some(h) = &health {
+                printer
+                    .line(&format!("Healthy={} {}: {}", h.status, h.reason, h.message))
+                    .map_err(io_error)?;
+                if status == ExitStatus::Success && h.status != ConditionStatus::True {
+                    status = ExitStatus::No;
+                }
+            }
             match gave_up {
                 // The state at the deadline is on stdout; why the command stopped goes to stderr.
                 Some(waiting) => Err(CliError::new(
@@ -147,55 +175,107 @@ pub async fn run(global: &GlobalArgs, args: SyncArgs, printer: &mut Printer) -> 
 /// How often a sync that waits for its hooks and health looks again.
 const FINISH_POLL: Duration = Duration::from_secs(1);
 
+/// How a sync that finished what it started ended.
+struct Finished {
+    /// The last reconcile's result.
+    result: crate::engine::reconcile::HandlerResult,
+    /// What it still waited for when `--timeout` passed.
+    gave_up: Option<String>,
+    /// The Healthy condition of the health pass made after the last apply, when the sync
+    /// waited for health: the verdict the exit code follows.
+    health: Option<crate::engine::api::Condition>,
+}
+
 /// Without a daemon nobody else polls hooks or assesses health: a sync held by its hooks or a
 /// wave's health, or whose hooks still run, polls them itself with the health loop's own pass
 /// (same functions, same field managers, so a daemon running meanwhile sees the same values)
 /// and reconciles again, until the render is applied with every hook finished (and Healthy,
 /// where the Release has a healthAssessment), something fails, or `--timeout` passes. At the
 /// deadline it returns the last result with what it still waited for.
+///
+/// Health is judged from the condition a pass made after the last apply returns, never from
+/// the stored one: that may be the pass after an earlier wave's apply (health-loop.txt step 5
+/// assesses the inventory as it is at the pass), which counted only that wave's objects.
 async fn finish_what_it_started(
     ctx: &Context,
     api: &Api<Release>,
     args: &SyncArgs,
     first: crate::engine::reconcile::HandlerResult,
     progress: &SyncProgress,
-) -> Result<(crate::engine::reconcile::HandlerResult, Option<String>), CliError> {
+) -> Result<Finished, CliError> {
     use crate::engine::api::condition_types;
     let deadline = tokio::time::Instant::now() + args.timeout;
     let memory = crate::engine::health::HealthMemory::default();
     let mut result = first;
     let mut waited = false;
     let mut last_note = String::new();
+    let done = |result, health| {
+        Ok(Finished {
+            result,
+            gave_up: None,
+            health,
+        })
+    };
     loop {
         let Some(outcome) = &result.outcome else {
-            return Ok((result, None));
+            return done(result, None);
         };
         let held = matches!(
             outcome.reason,
             Reason::WaitingForHook | Reason::WaitingForWaveHealth
         );
-        let release = api.get(&args.name).await.map_err(|e| {
-            CliError::new(
-                ExitStatus::Unreachable,
-                anyhow::Error::new(e).context("read the Release"),
-            )
-        })?;
+        let release = read_release(api, &args.name).await?;
         let status = release.status.clone().unwrap_or_default();
-        let hooks_running = status
-            .condition(condition_types::LIFECYCLE_SUCCEEDED)
-            .is_some_and(|c| c.reason == LifecycleReason::Running);
+        let hooks_running = outcome.applied_render
+            && status
+                .condition(condition_types::LIFECYCLE_SUCCEEDED)
+                .is_some_and(|c| c.reason == LifecycleReason::Running);
+        // A sync that ran health passes itself (it waited) also waits for the verdict.
+        let judge_health = outcome.applied_render
+            && !hooks_running
+            && waited
+            && release.spec.health_assessment.is_some();
+        if !held && !hooks_running && !judge_health {
+            return done(result, None);
+        }
+        // The health loop's pass over the Release as this reconcile left it: hook states and
+        // object health, written as the health loop writes them.
+        let pass = match crate::engine::health::health_pass(ctx, &memory, &release).await {
+            Ok(pass) => pass,
+            Err(e) => {
+                tracing::warn!("{:#}", anyhow::Error::new(e));
+                None
+            }
+        };
+        let requested_sync = pass.as_ref().is_some_and(|p| p.requested_sync);
         let note = if held {
             outcome.message.clone()
-        } else if outcome.applied_render && hooks_running {
+        } else if hooks_running {
             "waiting for hooks to finish".to_string()
-        } else if outcome.applied_render && waited && release.spec.health_assessment.is_some() {
-            match status.condition(condition_types::HEALTHY) {
-                Some(c) if c.status == ConditionStatus::True => return Ok((result, None)),
-                Some(c) if c.reason == HealthyReason::Degraded => return Ok((result, None)),
+        } else {
+            match pass.and_then(|p| p.condition) {
+                Some(c)
+                    if c.status == ConditionStatus::True || c.reason == HealthyReason::Degraded =>
+                {
+                    if !requested_sync {
+                        return done(result, Some(c));
+                    }
+                    // The pass's edge wrote a /sync (in Manual mode it always does). Left
+                    // pending, it would let the next reconcile apply whatever the source
+                    // holds then, unasked; this one takes it, as the daemon would.
+                    let attempted = render_of(&result);
+                    let again = sync_handler(ctx, &read_release(api, &args.name).await?, 0)
+                        .await
+                        .map_err(|e| CliError::new(ExitStatus::of(&e), e))?;
+                    if render_of(&again) == attempted {
+                        return done(again, Some(c));
+                    }
+                    // The source moved meanwhile: judge the render that now runs.
+                    result = again;
+                    continue;
+                }
                 _ => "waiting for the render to be healthy".to_string(),
             }
-        } else {
-            return Ok((result, None));
         };
         waited = true;
         if note != last_note {
@@ -203,11 +283,11 @@ async fn finish_what_it_started(
             last_note = note;
         }
         if tokio::time::Instant::now() >= deadline {
-            return Ok((result, Some(last_note)));
-        }
-        // The health loop's pass: hook states and object health, written as it writes them.
-        if let Err(e) = crate::engine::health::health_pass(ctx, &memory, &release).await {
-            tracing::warn!("{:#}", anyhow::Error::new(e));
+            return Ok(Finished {
+                result,
+                gave_up: Some(last_note),
+                health: None,
+            });
         }
         tokio::select! {
             _ = tokio::time::sleep(FINISH_POLL) => {}
@@ -215,17 +295,27 @@ async fn finish_what_it_started(
                 return Err(CliError::new(ExitStatus::No, anyhow::anyhow!("interrupted")));
             }
         }
-        let release = api.get(&args.name).await.map_err(|e| {
-            CliError::new(
-                ExitStatus::Unreachable,
-                anyhow::Error::new(e).context("read the Release"),
-            )
-        })?;
+        let release = read_release(api, &args.name).await?;
         progress.following_up();
         result = sync_handler(ctx, &release, 0)
             .await
             .map_err(|e| CliError::new(ExitStatus::of(&e), e))?;
     }
+}
+
+/// The render a reconcile attempted.
+fn render_of(result: &crate::engine::reconcile::HandlerResult) -> Option<String> {
+    result.outcome.as_ref()?.attempt.render_ref.clone()
+}
+
+/// The Release as the API server has it now.
+async fn read_release(api: &Api<Release>, name: &str) -> Result<Release, CliError> {
+    api.get(name).await.map_err(|e| {
+        CliError::new(
+            ExitStatus::Unreachable,
+            anyhow::Error::new(e).context("read the Release"),
+        )
+    })
 }
 
 /// `--force` needs a yes: a prompt on a terminal, `--yes` without one.
@@ -249,11 +339,24 @@ fn confirm_force(name: &str, interactive: bool) -> Result<(), CliError> {
     }
 }
 
-/// The exit status of an outcome (DESIGN.md section 4).
-pub fn exit_for(reason: Option<Reason>, applied_status: ConditionStatus) -> ExitStatus {
+/// The exit status of a reconcile's end (DESIGN.md section 4), from its `Applied` reason and
+/// status and `failure.stage` (status-and-conditions.txt "Where a reconcile can stop").
+pub fn exit_for(
+    reason: Option<Reason>,
+    stage: Option<&str>,
+    applied_status: ConditionStatus,
+) -> ExitStatus {
     match reason {
         Some(Reason::SourceNotReady | Reason::ClusterNotReady) => ExitStatus::Unreachable,
         Some(Reason::Unsupported) => ExitStatus::Invalid,
+        // The source did not render (bad YAML, a chart's `fail`): the input is invalid, as
+        // `convoy render` and `convoy diff` say of the same source. ValuesNotReady stays a
+        // "no": the spec retries it, and its read may have failed on the way.
+        Some(Reason::DeployFailed) if stage == Some(FailureStage::Rendering.as_str()) => {
+            ExitStatus::Invalid
+        }
+        // Applied=True, but with the last healthy render instead of the one asked for.
+        Some(Reason::RolledBack) => ExitStatus::No,
         _ if applied_status == ConditionStatus::True => ExitStatus::Success,
         _ => ExitStatus::No,
     }
@@ -277,7 +380,12 @@ fn report_outcome(
             outcome.reason, outcome.message
         ))
         .map_err(io_error)?;
-    Ok(exit_for(Some(outcome.reason), outcome.applied_status()))
+    let stage = outcome.attempt.failure.as_ref().map(|f| f.stage.as_str());
+    Ok(exit_for(
+        Some(outcome.reason),
+        stage,
+        outcome.applied_status(),
+    ))
 }
 
 fn report_status(release: &Release, printer: &mut Printer) -> CommandResult {
@@ -303,7 +411,12 @@ fn report_status(release: &Release, printer: &mut Printer) -> CommandResult {
             return Ok(ExitStatus::No);
         }
     }
-    Ok(exit_for(applied.reason.parse().ok(), applied.status))
+    let stage = status
+        .last_attempted
+        .as_ref()
+        .and_then(|a| a.failure.as_ref())
+        .map(|f| f.stage.as_str());
+    Ok(exit_for(applied.reason.parse().ok(), stage, applied.status))
 }
 
 /// Watch the Release until a reconcile handled `request` and its render reached a result:
@@ -382,9 +495,12 @@ async fn wait_for_handling(
         })?,
     };
     let waited = crate::engine::duration::human(timeout);
+    let namespace = release.metadata.namespace.clone().unwrap_or_default();
+    let status_command = crate::cli::lookup::suggest(&format!("status {name}"), &namespace);
+    let sync_command = crate::cli::lookup::suggest(&format!("sync {name}"), &namespace);
     let message = if handled(&release) {
         format!(
-            "a reconcile took the request, but after {waited} the Release is still {}: {last_note}; the daemon carries on (`convoy status {name}` follows it)",
+            "a reconcile took the request, but after {waited} the Release is still {}: {last_note}; the daemon carries on ({status_command} follows it)",
             match request_result(&release) {
                 RequestState::Waiting(_) => "on its way",
                 RequestState::Done => "done",
@@ -404,7 +520,7 @@ async fn wait_for_handling(
             })
             .unwrap_or_else(|| "no reconcile has ever written its status".into());
         format!(
-            "no reconcile took the request within {waited} ({lately}): is `convoy daemon` running and does it own this Release's shard? (`convoy sync {name}` without --request reconciles here)"
+            "no reconcile took the request within {waited} ({lately}): is `convoy daemon` running and does it own this Release's shard? ({sync_command} without --request reconciles here)"
         )
     };
     Err(CliError::new(ExitStatus::No, anyhow::anyhow!(message)))
@@ -495,6 +611,40 @@ mod tests {
     fn cond(t: &str, s: &str, reason: &str, message: &str) -> serde_json::Value {
         serde_json::json!({"type": t, "status": s, "reason": reason, "message": message,
             "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    }
+
+    #[test]
+    fn a_rolled_back_render_answers_no_and_a_render_failure_is_invalid_input() {
+        use ConditionStatus::{False, True};
+        // Applied=True, but with the last healthy render: not what was asked for.
+        assert_eq!(
+            exit_for(Some(Reason::RolledBack), None, True),
+            ExitStatus::No
+        );
+        assert_eq!(
+            exit_for(Some(Reason::Applied), None, True),
+            ExitStatus::Success
+        );
+        // Bad YAML, a chart's `fail`: stage Rendering, as `convoy render` says it.
+        let rendering = Some(FailureStage::Rendering.as_str());
+        assert_eq!(
+            exit_for(Some(Reason::DeployFailed), rendering, False),
+            ExitStatus::Invalid
+        );
+        // A server that refused the apply of a render that is fine as input: "no".
+        let syncing = Some(FailureStage::Syncing.as_str());
+        assert_eq!(
+            exit_for(Some(Reason::DeployFailed), syncing, False),
+            ExitStatus::No
+        );
+        assert_eq!(
+            exit_for(
+                Some(Reason::SourceNotReady),
+                Some("SourceResolution"),
+                False
+            ),
+            ExitStatus::Unreachable
+        );
     }
 
     #[test]

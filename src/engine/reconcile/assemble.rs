@@ -53,7 +53,13 @@ pub fn assemble_status(
 }
 
 /// Steps 3 and 4: the attempt goes to `lastAttempted` (and, when it applied a render, to
-/// `lastSuccessful`); in manual mode a handled /sync goes to `lastHandledSyncAt`.
+/// `lastSuccessful`); in manual mode a /sync that applied goes to `lastHandledSyncAt`.
+///
+/// In automatic mode every /sync an attempt saw goes there too, whatever the attempt came to
+/// (a deviation: the spec's step 4 sets it only in manual mode). A request that changes
+/// nothing would otherwise write nothing at all (`status_changed` ignores attempt times), and
+/// `convoy sync --request --wait` could not tell a handled request from a daemon that is not
+/// running. It is written once per request: the next attempt finds it handled.
 fn record_attempt(status: &mut ReleaseStatus, outcome: &ReconcileOutcome, state: &ReconcileState) {
     status.last_attempted = Some(Box::new(outcome.attempt.clone()));
     if outcome.applied_render {
@@ -65,10 +71,11 @@ fn record_attempt(status: &mut ReleaseStatus, outcome: &ReconcileOutcome, state:
         ));
     }
     status.waiting = outcome.waiting.clone().map(Box::new);
-    if state.mode == SyncMode::Manual
-        && outcome.applied_render
-        && let Some(request) = &state.pending_sync
-    {
+    let handled = match state.mode {
+        SyncMode::Manual => outcome.applied_render,
+        SyncMode::Automatic => true,
+    };
+    if handled && let Some(request) = &state.pending_sync {
         status.last_handled_sync_at = Some(request.clone());
     }
 }
@@ -248,5 +255,72 @@ fn rollout_status(
             );
         }
         None => remove_condition(&mut status.conditions, condition_types::ROLLOUT_SUCCEEDED),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::api::Attempt;
+    use crate::engine::reconcile::new_reconcile_state;
+    use crate::engine::status::status_changed;
+
+    fn release(mode: &str) -> Release {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+            "metadata": {"name": "web", "namespace": "apps",
+                "annotations": {"convoy.kumodo.io/sync-requested-at": "2026-01-01T00:00:01Z"}},
+            "spec": {"source": {"kind": "GitRepository", "name": "repo"},
+                "syncPolicy": {"mode": mode}},
+        }))
+        .unwrap()
+    }
+
+    fn assemble(
+        release: &Release,
+        cached: &ReleaseStatus,
+        outcome: &ReconcileOutcome,
+    ) -> ReleaseStatus {
+        let now = Time("2026-01-01T00:00:02Z".parse().unwrap());
+        let state = new_reconcile_state(release, cached, now);
+        assemble_status(release, cached, outcome, &state, None)
+    }
+
+    /// A /sync that changes nothing in automatic mode is recorded, so `convoy sync --request
+    /// --wait` sees it handled; the next attempt finds it handled and writes nothing again.
+    #[test]
+    fn an_automatic_attempt_records_the_request_it_saw_once() {
+        let release = release("Automatic");
+        let unchanged = ReconcileOutcome {
+            applied_render: false,
+            ..ReconcileOutcome::applied(Attempt::default(), "render abc is applied", vec![])
+        };
+        let handled = assemble(&release, &ReleaseStatus::default(), &unchanged);
+        assert_eq!(
+            handled.last_handled_sync_at.as_deref(),
+            Some("2026-01-01T00:00:01Z")
+        );
+        let next = assemble(&release, &handled, &unchanged);
+        assert!(!status_changed(&handled, &next));
+    }
+
+    /// Manual mode keeps the spec's step 4: only a /sync that applied is handled (a failed one
+    /// stays pending and is tried again).
+    #[test]
+    fn a_manual_attempt_records_only_a_request_that_applied() {
+        let release = release("Manual");
+        let failed = ReconcileOutcome {
+            reason: Reason::Unappliable,
+            applied_render: false,
+            ..ReconcileOutcome::applied(Attempt::default(), "rejected", vec![])
+        };
+        let status = assemble(&release, &ReleaseStatus::default(), &failed);
+        assert_eq!(status.last_handled_sync_at, None);
+        let applied = ReconcileOutcome::applied(Attempt::default(), "applied", vec![]);
+        let status = assemble(&release, &ReleaseStatus::default(), &applied);
+        assert_eq!(
+            status.last_handled_sync_at.as_deref(),
+            Some("2026-01-01T00:00:01Z")
+        );
     }
 }

@@ -52,6 +52,10 @@ pub struct ReconcileOutcome {
     /// The source is still being fetched in the background: nothing was attempted, and the
     /// daemon comes back for the Release when the fetch ends (status is not written).
     pub fetching: Option<crate::engine::source::coordinator::FetchWait>,
+    /// The kinds (`Kind in group/version`) of the objects the dry-run gate rejected because the target
+    /// does not serve them: input that names what is not there (the CLI's exit 4, "unknown
+    /// kind"), not a rejection of what was sent.
+    pub unserved_kinds: Vec<String>,
 }
 
 impl ReconcileOutcome {
@@ -77,6 +81,7 @@ impl ReconcileOutcome {
             render_healthy: false,
             notices: Vec::new(),
             stage_seconds: Vec::new(),
+            unserved_kinds: Vec::new(),
             objects_sent: 0,
             inventory_without_hooks: false,
             fetching: None,
@@ -101,6 +106,7 @@ impl ReconcileOutcome {
             render_healthy: false,
             notices: Vec::new(),
             stage_seconds: Vec::new(),
+            unserved_kinds: Vec::new(),
             objects_sent: 0,
             inventory_without_hooks: false,
             fetching: None,
@@ -135,6 +141,7 @@ impl ReconcileOutcome {
             render_healthy: false,
             notices: Vec::new(),
             stage_seconds: Vec::new(),
+            unserved_kinds: Vec::new(),
             objects_sent: 0,
             inventory_without_hooks: false,
             fetching: None,
@@ -168,6 +175,7 @@ impl ReconcileOutcome {
             render_healthy: false,
             notices: Vec::new(),
             stage_seconds: Vec::new(),
+            unserved_kinds: Vec::new(),
             objects_sent: 0,
             inventory_without_hooks: false,
             fetching: None,
@@ -190,6 +198,11 @@ impl ReconcileOutcome {
         if self.rollout.is_none() {
             self.rollout = rollout;
         }
+        self
+    }
+
+    pub fn with_unserved_kinds(mut self, kinds: Vec<String>) -> Self {
+        self.unserved_kinds = kinds;
         self
     }
 

@@ -173,9 +173,11 @@ async fn resolve_pinned_render(
         return Err(pinned(
             Reason::Pinned,
             format!(
-                "the pin annotation {} holds {:?}, which is not a renderRef (64 lowercase hex characters; see convoy history)",
+                "the pin annotation {} holds {:?}, which is not a renderRef (64 lowercase hex characters; see `convoy history {} -n {}`)",
                 crate::engine::api::annotations::PIN,
-                pin.render_ref
+                pin.render_ref,
+                release.metadata.name.as_deref().unwrap_or_default(),
+                release.metadata.namespace.as_deref().unwrap_or_default()
             ),
         ));
     }
@@ -190,7 +192,9 @@ async fn resolve_pinned_render(
         Ok(Some(objects)) => objects,
         Ok(None) => {
             let message = format!(
-                "pinned to render {short_ref}, which is not in the render store (see convoy history)"
+                "pinned to render {short_ref}, which is not in the render store (see `convoy history {} -n {}`)",
+                release.metadata.name.as_deref().unwrap_or_default(),
+                release.metadata.namespace.as_deref().unwrap_or_default()
             );
             return Err(pinned(Reason::Pinned, message));
         }

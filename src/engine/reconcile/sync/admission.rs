@@ -60,16 +60,39 @@ pub(super) async fn dry_run_gate(
         });
         return Ok(());
     }
-    Err(run.failed(
-        Reason::Unappliable,
-        format!(
-            "the dry run rejected {} of {}, nothing was applied: {}",
-            report.rejections.len(),
-            count(plan.for_cluster.objects.len(), "object"),
-            first_of(&report.rejections, 5)
-        ),
-        false,
-    ))
+    // Which of the rejected kinds the target does not serve (discovery's answers, cached
+    // when the objects were prepared).
+    let rejected: std::collections::BTreeSet<(&str, &str)> = report
+        .rejections
+        .iter()
+        .map(|r| (r.key.group.as_str(), r.key.kind.as_str()))
+        .collect();
+    let asked: std::collections::BTreeSet<(&str, &str)> = plan
+        .to_send
+        .iter()
+        .filter(|o| rejected.contains(&(o.group(), o.kind())))
+        .map(|o| (o.api_version(), o.kind()))
+        .collect();
+    let mut unserved = Vec::new();
+    for (api_version, kind) in asked {
+        if let Err(crate::engine::apply::resources::ResolveKindError::Unknown { .. }) =
+            applier.resources().resolve(api_version, kind).await
+        {
+            unserved.push(format!("{kind} in {api_version}"));
+        }
+    }
+    Err(run
+        .failed(
+            Reason::Unappliable,
+            format!(
+                "the dry run rejected {} of {}, nothing was applied: {}",
+                report.rejections.len(),
+                count(plan.for_cluster.objects.len(), "object"),
+                first_of(&report.rejections, 5)
+            ),
+            false,
+        )
+        .with_unserved_kinds(unserved))
 }
 
 /// The tenancy rules on the Release and its objects (hooks included), with scopes from the
