@@ -45,7 +45,7 @@ where
             Some(Err(e)) => {
                 tracing::warn!(
                     "watching Release {namespace}/{name}: {}",
-                    crate::cli::error_text::std_error_text(&e)
+                    crate::engine::error::chain(&e)
                 );
                 continue;
             }

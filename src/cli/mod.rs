@@ -6,7 +6,6 @@
 pub mod classify;
 pub mod commands;
 pub mod complete;
-pub mod error_text;
 pub mod exit;
 pub mod follow;
 pub mod generate;
@@ -153,7 +152,7 @@ pub fn main() -> ExitCode {
             // control sequences meant for the terminal of whoever renders it.
             eprintln!(
                 "error: {}",
-                output::visible(&error_text::error_text(&err.error))
+                output::visible(&crate::engine::error::chain(err.error.as_ref()))
             );
             err.status
         }

@@ -77,18 +77,66 @@ impl Categorized for kube::Error {
     }
 }
 
-/// An error and its causes on one line.
+/// An error and its causes on one line, each cause once, and an answer of the API server in
+/// the server's words.
+///
+/// kube's `Error::Api` displays as `ApiError: {status} ({status:?})`: the server's message,
+/// then a `{:?}` dump of every field of the `Status` (`Status { status: Some(Failure), code:
+/// 400, … }`), and the `Status` follows it as its cause, saying the message a third time.
+/// Condition messages and the CLI's errors carry the message and the reason instead (kubectl:
+/// `Error from server (BadRequest): <message>`); a cause that quotes such an error (a watch's
+/// "failed to perform initial object list: {0}") quotes the server's words too.
 pub fn chain(error: &(dyn Error + 'static)) -> String {
+    fn source<'a>(e: &&'a (dyn Error + 'static)) -> Option<&'a (dyn Error + 'static)> {
+        (*e).source()
+    }
+    let causes: Vec<&(dyn Error + 'static)> = std::iter::successors(Some(error), source).collect();
+    let answers: Vec<(String, String)> = causes
+        .iter()
+        .filter_map(|e| match e.downcast_ref::<kube::Error>() {
+            Some(kube::Error::Api(status)) => Some((e.to_string(), status_text(status))),
+            _ => None,
+        })
+        .collect();
     let mut parts: Vec<String> = Vec::new();
-    let mut current: Option<&(dyn Error + 'static)> = Some(error);
-    while let Some(e) = current {
-        let text = e.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
+    let mut after_api_error = false;
+    for cause in causes {
+        let is_status = cause.downcast_ref::<Box<kube::core::Status>>().is_some()
+            || cause.downcast_ref::<kube::core::Status>().is_some();
+        if after_api_error && is_status {
+            // The Status an API error wraps: said already, as the error.
+            after_api_error = false;
+            continue;
+        }
+        after_api_error = matches!(
+            cause.downcast_ref::<kube::Error>(),
+            Some(kube::Error::Api(_))
+        );
+        let mut text = cause.to_string();
+        for (raw, answer) in &answers {
+            text = text.replace(raw.as_str(), answer);
+        }
+        // A cause an earlier part ends with (an error that prints its source as its last
+        // words) is said once; a shorter text inside another is kept, it may say more.
+        let said = |p: &String| {
+            *p == text || p.ends_with(&format!(": {text}")) || p.ends_with(&format!("({text})"))
+        };
+        if !parts.iter().any(said) {
             parts.push(text);
         }
-        current = e.source();
     }
     parts.join(": ")
+}
+
+/// The server's answer: its message and, when it gives one, the reason (`NotFound`,
+/// `BadRequest`); the HTTP code when it gives neither.
+pub fn status_text(status: &kube::core::Status) -> String {
+    match (status.message.is_empty(), status.reason.is_empty()) {
+        (false, false) => format!("{} ({})", status.message, status.reason),
+        (false, true) => status.message.clone(),
+        (true, false) => format!("{} (HTTP {})", status.reason, status.code),
+        (true, true) => format!("the API server answered HTTP {}", status.code),
+    }
 }
 
 #[cfg(test)]
@@ -119,6 +167,34 @@ mod tests {
             chain(&Outer::Repeats(Inner::Refused)),
             "cannot write: connection refused"
         );
+    }
+
+    fn bad_request() -> kube::Error {
+        kube::Error::Api(Box::new(kube::core::Status {
+            status: Some(kube::core::response::StatusSummary::Failure),
+            code: 400,
+            message: "unable to parse requirement: found '(', expected: identifier".into(),
+            reason: "BadRequest".into(),
+            ..Default::default()
+        }))
+    }
+
+    #[test]
+    fn an_api_error_says_the_servers_message_not_a_debug_dump() {
+        let error = anyhow::Error::new(bad_request()).context("cannot list Releases");
+        assert_eq!(
+            chain(error.as_ref()),
+            "cannot list Releases: unable to parse requirement: found '(', expected: identifier (BadRequest)"
+        );
+        // A cause that quotes one quotes the server's message.
+        let watch = kube::runtime::watcher::Error::InitialListFailed(bad_request());
+        assert_eq!(
+            chain(&watch),
+            "failed to perform initial object list: unable to parse requirement: found '(', expected: identifier (BadRequest)"
+        );
+        // Other errors: their chain as anyhow prints it.
+        let error = anyhow::anyhow!("connection refused").context("cannot reach the API server");
+        assert_eq!(chain(error.as_ref()), format!("{error:#}"));
     }
 
     #[test]

@@ -192,7 +192,7 @@ async fn watch(
         let release = match event {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!("watch: {}", crate::cli::error_text::std_error_text(&e));
+                tracing::warn!("watch: {}", crate::engine::error::chain(&e));
                 continue;
             }
         };

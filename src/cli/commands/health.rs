@@ -91,7 +91,7 @@ pub async fn run(global: &GlobalArgs, args: HealthArgs, printer: &mut Printer) -
                         tracing::warn!(
                             "watching ReleaseInventory {}: {}",
                             args.name,
-                            crate::cli::error_text::std_error_text(&e)
+                            crate::engine::error::chain(&e)
                         );
                         continue;
                     }

@@ -176,7 +176,7 @@ async fn wait_for_daemon(
                 }
                 Err(e) => tracing::debug!(
                     "reading deployment {name}: {}",
-                    crate::cli::error_text::std_error_text(&e)
+                    crate::engine::error::chain(&e)
                 ),
             }
             if tokio::time::Instant::now() >= deadline {

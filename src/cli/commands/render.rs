@@ -112,7 +112,7 @@ async fn cluster_info(input: &ReleaseInput, tenancy: &Tenancy) -> Option<Cluster
         Err(e) => {
             tracing::warn!(
                 "rendering without the target cluster's version: {}",
-                crate::cli::error_text::std_error_text(&e)
+                crate::engine::error::chain(&e)
             );
             return None;
         }
