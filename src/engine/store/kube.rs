@@ -399,7 +399,21 @@ impl RenderStore for KubernetesStore {
 
     fn stored_releases(&self) -> BoxFuture<'_, Result<Vec<super::StoredRelease>, StoreError>> {
         Box::pin(async move {
-            let pieces = self.chunk_metadata(KIND, "every Release".into()).await?;
+            // In pages: at 10,000 Releases the store holds over 100,000 Secrets.
+            let mut pieces = Vec::new();
+            let mut params = ListParams::default().labels(KIND).limit(500);
+            loop {
+                let page = self
+                    .api
+                    .list_metadata(&params)
+                    .await
+                    .map_err(api_err("list", "every Release".into()))?;
+                pieces.extend(page.items);
+                match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                    Some(token) => params = params.continue_token(&token),
+                    None => break,
+                }
+            }
             let mut found: std::collections::BTreeMap<
                 (String, String),
                 Option<std::time::SystemTime>,
