@@ -951,12 +951,11 @@ async fn gc_keeps_max_history_entries_and_every_referenced_render() {
 }
 
 /// A render stored for a sync that failed later (persistRender runs beside the dry-run gate)
-/// is deleted when the next render is stored. runGC lists the store only when something may
-/// be collected: one left by another process (or before a restart) goes at the first history
-/// change after this process starts (it has not listed the Release's renders yet), and later
-/// ones when the history drops an entry.
+/// is collected at the next history change, even the first. runGC lists the store only when
+/// something may be collected: one left by another process (or before a restart) goes when
+/// the history next drops an entry, once this process has listed the Release's renders.
 #[tokio::test]
-async fn a_render_left_by_a_failed_sync_is_deleted_when_the_next_is_stored() {
+async fn a_render_left_by_a_failed_sync_is_collected_at_the_next_history_change() {
     use convoy::engine::render::Object;
     use convoy::engine::store::kube::KubernetesStore;
     // A first render the API server refuses: stored all the same, never recorded.
@@ -992,13 +991,14 @@ async fn a_render_left_by_a_failed_sync_is_deleted_when_the_next_is_stored() {
         f.commit(&[("cm.yaml", &config_map("conf", 0, value))]);
         render_of(&f.sync().await)
     };
+    // The history's first entry: collected then, though nothing else was listed before.
     let r1 = sync_value("r1").await;
     assert_eq!(
         stored().await,
         vec![r1.clone()],
-        "the refused render is deleted when the next one is stored"
+        "the refused render is collected at the next history change"
     );
-    // Left by another process: collected at the first listing...
+    // Left by another process: kept while the history only grows...
     let theirs = "b".repeat(64);
     let objects = vec![Object(json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "conf"}, "data": {"value": "x"}}))];
@@ -1011,14 +1011,12 @@ async fn a_render_left_by_a_failed_sync_is_deleted_when_the_next_is_stored() {
         .to_string();
     assert!(e.ends_with("not the render it is stored as"), "{e}");
     let r2 = sync_value("r2").await;
-    assert_eq!(stored().await, sorted(vec![r1.clone(), r2.clone()]));
-    // ...and later ones when the history drops an entry.
-    store.put_render(&id, &theirs, &objects).await.unwrap();
     let r3 = sync_value("r3").await;
     assert_eq!(
         stored().await,
         sorted(vec![r1, r2.clone(), r3.clone(), theirs])
     );
+    // ...and collected when it drops an entry.
     let r4 = sync_value("r4").await;
     assert_eq!(stored().await, sorted(vec![r2, r3, r4]));
 }
@@ -1105,9 +1103,9 @@ async fn the_store_sweep_deletes_what_a_release_deleted_without_its_finalizer_le
 }
 
 /// A Release whose renders the dry run always refuses, edited in a loop (what a tenant can
-/// do to fill convoy's namespace with render Secrets, outside its own quota): each new
-/// render replaces the refused one before it in the store, while the applied and healthy
-/// renders stay.
+/// do to fill convoy's namespace with render Secrets, outside its own quota): the store keeps
+/// the applied render and the last two refused ones (the one being stored, and lastAttempted
+/// before it), not every one.
 #[tokio::test]
 async fn refused_renders_do_not_pile_up_in_the_store() {
     use convoy::engine::store::kube::KubernetesStore;
@@ -1121,7 +1119,7 @@ async fn refused_renders_do_not_pile_up_in_the_store() {
     f.ctx.store = Some(store.clone());
     let applied = render_of(&f.sync().await);
     let id = ReleaseId::of(&f.release().await);
-    let mut last = String::new();
+    let mut refused_renders = Vec::new();
     for n in 0..5 {
         f.commit(&[(
             "cm.yaml",
@@ -1134,15 +1132,16 @@ async fn refused_renders_do_not_pile_up_in_the_store() {
             refused.outcome.as_ref().unwrap().reason,
             Reason::Unappliable
         );
-        last = render_of(&refused);
+        refused_renders.push(render_of(&refused));
     }
     let mut stored = store.list_renders(&id).await.unwrap();
     stored.sort();
-    let mut expected = vec![applied, last];
+    let mut expected = vec![applied];
+    expected.extend(refused_renders[3..].iter().cloned());
     expected.sort();
     assert_eq!(
         stored, expected,
-        "the applied render and the last refused one"
+        "the applied render and the last two refused ones"
     );
 }
 

@@ -35,11 +35,16 @@ pub(super) async fn persist_render(
 }
 
 /// Before a new render is stored: delete the renders this process stored for the Release
-/// that no history records (their syncs stopped after persistRender) and that nothing refers
-/// to. runGC collects them too, but only after a render is applied, so a Release whose
-/// renders are all refused (the dry run rejects them) kept every one: a tenant editing such
-/// a Release in a loop filled convoy's namespace, outside its own quota, with renders of up
-/// to 45 MiB each (found by an attack). Now such a Release keeps one.
+/// that no history records (their syncs stopped after persistRender) and that the status
+/// does not refer to (step 9 keeps lastSuccessful, lastAttempted, the pin and lastHealthy).
+/// runGC collects them too, but only after a render is applied, so a Release whose renders
+/// are all refused (the dry run rejects them) kept every one: a tenant editing such a
+/// Release in a loop filled convoy's namespace, outside its own quota, with renders of up to
+/// 45 MiB each (found by an attack). Now such a Release keeps its last two.
+///
+/// A replica that does not own the Release's shard leaves them (another may be using them),
+/// and a render the history records after all (another replica recorded it while this one
+/// held the shard no more) is left to runGC.
 async fn collect_unrecorded(
     ctx: &Context,
     store: &std::sync::Arc<dyn crate::engine::store::RenderStore>,
@@ -47,13 +52,31 @@ async fn collect_unrecorded(
     id: &ReleaseId,
     render_ref: &str,
 ) {
+    if !ctx.shard.owns(release) {
+        return;
+    }
     let status = release.status.clone().unwrap_or_default();
     let pin = assemble::pin_status(release).map(|p| p.render_ref);
     let mut keep: Vec<&str> = vec![render_ref];
     keep.extend(status.applied_render());
+    keep.extend(status.attempted_render());
     keep.extend(status.last_healthy.as_ref().map(|h| h.render_ref.as_str()));
     keep.extend(pin.as_deref());
-    for old in ctx.known_stored.take_unrecorded(release, &keep) {
+    let candidates = ctx.known_stored.take_unrecorded(release, &keep);
+    if candidates.is_empty() {
+        return;
+    }
+    let recorded: Vec<String> = match store.history(id).await {
+        Ok(history) => history.into_iter().map(|h| h.render_ref).collect(),
+        Err(e) => {
+            for old in &candidates {
+                ctx.known_stored.stored(release, old);
+            }
+            tracing::warn!(release = %id, "cannot read the render history, renders no history records stay: {}", crate::engine::error::chain(&e));
+            return;
+        }
+    };
+    for old in candidates.into_iter().filter(|r| !recorded.contains(r)) {
         if let Err(e) = store.delete_render(id, &old).await {
             ctx.known_stored.stored(release, &old);
             tracing::warn!(release = %id, render = %old, "cannot delete a render no history records: {}", crate::engine::error::chain(&e));
