@@ -5,10 +5,11 @@
 //! every version of a Cluster's kubeconfig Secret, is a new connection with two clients and
 //! their tasks (about 130 KB). Kept for ever, or for an hour of idleness, a tenant patching
 //! names in a loop filled the daemon's memory (an attack: 900 names, +120 MB) and took every
-//! other tenant's drift and health down with it. Now a namespace holds at most
-//! [`SERVICE_ACCOUNTS`] ServiceAccounts' identities and a Cluster [`CLUSTER_VERSIONS`]
-//! versions of its credentials, the least recently used going first, so one tenant's churn
-//! evicts only its own; what is evicted is made again on its next use.
+//! other tenant's drift and health down with it. Now a namespace holds
+//! [`SERVICE_ACCOUNTS`] ServiceAccounts' identities, more only while each is used within
+//! [`RECENT`] and never more than [`SERVICE_ACCOUNTS_IN_USE`], and a Cluster
+//! [`CLUSTER_VERSIONS`] versions of its credentials, the least recently used going first, so
+//! one tenant's churn evicts only its own; what is evicted is made again on its next use.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -16,9 +17,17 @@ use std::time::{Duration, Instant};
 
 use crate::engine::locks::lock;
 
-/// ServiceAccounts of one namespace whose identities are held at once: a namespace's
-/// Releases name a few.
+/// ServiceAccounts of one namespace whose identities are held at once, beyond which those
+/// unused for [`RECENT`] go: a namespace's Releases name a few.
 pub const SERVICE_ACCOUNTS: usize = 32;
+
+/// ServiceAccounts of one namespace held however recently each was used: a namespace whose
+/// loops use more than [`SERVICE_ACCOUNTS`] in turn keeps them (evicting one in use would
+/// build its applier and watches again at every pass), up to this many.
+pub const SERVICE_ACCOUNTS_IN_USE: usize = 4 * SERVICE_ACCOUNTS;
+
+/// How recently an identity must have been used to stay past its group's room.
+pub const RECENT: Duration = Duration::from_secs(300);
 
 /// Versions of one Cluster's credentials held at once: the current one, and the one before
 /// while passes that read it finish.
@@ -37,16 +46,22 @@ pub enum Holder {
 }
 
 impl Holder {
-    /// The group an identity counts in, and how many the group may hold.
-    fn group(&self) -> Option<(String, usize)> {
+    /// The group an identity counts in, how many it holds (more only while used within
+    /// [`RECENT`]), and the most it holds.
+    fn group(&self) -> Option<(String, usize, usize)> {
         match self {
             Holder::Convoy => None,
-            Holder::ServiceAccount { namespace } => {
-                Some((format!("sa {namespace}"), SERVICE_ACCOUNTS))
-            }
-            Holder::Cluster { namespace, name } => {
-                Some((format!("cluster {namespace}/{name}"), CLUSTER_VERSIONS))
-            }
+            Holder::ServiceAccount { namespace } => Some((
+                format!("sa {namespace}"),
+                SERVICE_ACCOUNTS,
+                SERVICE_ACCOUNTS_IN_USE,
+            )),
+            // An older version of a Cluster's credentials is not used again.
+            Holder::Cluster { namespace, name } => Some((
+                format!("cluster {namespace}/{name}"),
+                CLUSTER_VERSIONS,
+                CLUSTER_VERSIONS,
+            )),
         }
     }
 }
@@ -80,7 +95,7 @@ impl<V: Clone> TenantCache<V> {
     }
 
     /// The value at `key`, or the one `make` makes (held for `holder`); a failure holds
-    /// nothing.
+    /// nothing. Two callers making one at once both get the first one held.
     pub fn get_or_try_insert<E>(
         &self,
         key: &str,
@@ -91,8 +106,7 @@ impl<V: Clone> TenantCache<V> {
             return Ok(value);
         }
         let value = make()?;
-        self.insert(key.to_string(), holder, value.clone());
-        Ok(value)
+        Ok(self.put(key.to_string(), holder, value, false))
     }
 
     /// The value at `key`, or the one `make` makes (held for `holder`).
@@ -101,37 +115,56 @@ impl<V: Clone> TenantCache<V> {
             return value;
         }
         let value = make();
-        self.insert(key.to_string(), holder, value.clone());
-        value
+        self.put(key.to_string(), holder, value, false)
     }
 
-    /// Hold `value` at `key` for `holder`: entries idle past the window go, then the
-    /// holder's group's least recently used ones until it has room.
+    /// Hold `value` at `key` for `holder`, in place of what is held there.
     pub fn insert(&self, key: String, holder: &Holder, value: V) {
+        self.put(key, holder, value, true);
+    }
+
+    /// Hold `value` at `key` for `holder` (with `replace` false, a value held there already
+    /// is kept and returned), after making room: entries idle past the window go; past its
+    /// group's room, the group's entries unused for [`RECENT`], least recently used first;
+    /// past its most, its least recently used whatever their age.
+    fn put(&self, key: String, holder: &Holder, value: V, replace: bool) -> V {
         let mut entries = lock(&self.entries);
         entries.retain(|_, e| e.used.elapsed() < self.idle);
+        if let Some(held) = entries.get_mut(&key) {
+            held.used = Instant::now();
+            if !replace {
+                return held.value.clone();
+            }
+            held.value = value.clone();
+            return value;
+        }
         let group = holder.group();
-        if let Some((name, room)) = &group {
+        if let Some((name, room, most)) = &group {
             let mut own: Vec<(Instant, String)> = entries
                 .iter()
-                .filter(|(k, e)| e.group.as_ref() == Some(name) && **k != key)
+                .filter(|(_, e)| e.group.as_ref() == Some(name))
                 .map(|(k, e)| (e.used, k.clone()))
                 .collect();
-            if own.len() >= *room {
-                own.sort();
-                for (_, old) in own.iter().take(own.len() + 1 - room) {
-                    entries.remove(old);
+            own.sort();
+            let mut held = own.len();
+            for (used, old) in &own {
+                let stale = used.elapsed() >= RECENT;
+                if held < *room || (held < *most && !stale) {
+                    break;
                 }
+                entries.remove(old);
+                held -= 1;
             }
         }
         entries.insert(
             key,
             Entry {
-                group: group.map(|(name, _)| name),
+                group: group.map(|(name, _, _)| name),
                 used: Instant::now(),
-                value,
+                value: value.clone(),
             },
         );
+        value
     }
 
     /// How many values are held (for tests and metrics).
@@ -164,14 +197,17 @@ mod tests {
             name: "prod".into(),
         };
         cache.insert("prod@1".into(), &prod, 0);
-        for n in 0..SERVICE_ACCOUNTS {
+        for n in 0..SERVICE_ACCOUNTS_IN_USE {
             cache.insert(format!("a/sa-{n}"), &sa("team-a"), n);
         }
+        // All used within RECENT: past the room, up to the most, they stay (a namespace
+        // whose loops use them in turn would otherwise build each again at every pass).
+        assert_eq!(cache.len(), SERVICE_ACCOUNTS_IN_USE + 3);
         // sa-0 used again: sa-1 is now the least recently used of team-a's.
         assert_eq!(cache.get("a/sa-0"), Some(0));
-        for n in SERVICE_ACCOUNTS..900 {
+        for n in SERVICE_ACCOUNTS_IN_USE..900 {
             cache.insert(format!("a/sa-{n}"), &sa("team-a"), n);
-            if n == SERVICE_ACCOUNTS {
+            if n == SERVICE_ACCOUNTS_IN_USE {
                 assert_eq!(cache.get("a/sa-1"), None);
                 assert_eq!(cache.get("a/sa-0"), Some(0));
             }
@@ -182,13 +218,18 @@ mod tests {
         }
         assert_eq!(
             cache.len(),
-            SERVICE_ACCOUNTS + CLUSTER_VERSIONS + 2,
+            SERVICE_ACCOUNTS_IN_USE + CLUSTER_VERSIONS + 2,
             "team-a's ServiceAccounts and prod's versions, team-b's and convoy's own"
         );
         assert_eq!(cache.get("prod@98"), Some(98));
         assert_eq!(cache.get("b/sa"), Some(0));
         assert_eq!(cache.get("own"), Some(0));
         assert_eq!(cache.get("a/sa-899"), Some(899));
+        // Two callers making one at once both get the first one held.
+        assert_eq!(
+            cache.get_or_insert_with("a/sa-899", &sa("team-a"), || 7),
+            899
+        );
     }
 
     #[test]
