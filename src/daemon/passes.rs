@@ -878,10 +878,14 @@ async fn helm_index(
     )
     .await
     .map_err(SourcePassError::Resolve)?;
-    crate::engine::source::helm_repo::index_digest(&registry.spec.url, credentials.as_ref())
-        .await
-        .map(|d| Some((format!("index@{d}"), d)))
-        .map_err(SourcePassError::Fetch)
+    crate::engine::source::helm_repo::index_digest(
+        &registry.spec.url,
+        credentials.as_ref(),
+        shared.ctx.coordinator.allowed_urls(),
+    )
+    .await
+    .map(|d| Some((format!("index@{d}"), d)))
+    .map_err(SourcePassError::Fetch)
 }
 
 /// The OCIRegistry controller: whether the registry answers.
@@ -904,9 +908,10 @@ pub async fn oci(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult
         Ok(()) => format!("cannot fetch {url}: the registry did not answer"),
         Err(e) => e.to_string(),
     };
+    let allowed = shared.ctx.coordinator.allowed_urls().clone();
     let check = async move {
         too_long.map_err(|e| e.to_string())?;
-        crate::engine::source::oci::ping(&url, insecure)
+        crate::engine::source::oci::ping(&url, insecure, &allowed)
             .await
             .map(|()| None)
             .map_err(|e| chain(&e))

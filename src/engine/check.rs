@@ -165,6 +165,7 @@ async fn rbac(conn: &Connection, namespace: &str) -> Vec<Finding> {
         namespace: namespace.to_string(),
         image: String::new(),
         cluster_admin: false,
+        allowed_source_urls: Vec::new(),
     });
     let mut findings = Vec::new();
     for account in DEPLOYMENTS {
@@ -570,6 +571,7 @@ mod tests {
             namespace: "convoy-system".into(),
             image: String::new(),
             cluster_admin: false,
+            allowed_source_urls: Vec::new(),
         });
         let grants = grants_of(&manifests, "convoy-system", "convoy-observer");
         let shown: Vec<String> = grants.iter().map(|g| g.to_string()).collect();

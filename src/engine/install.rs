@@ -141,6 +141,8 @@ pub struct InstallOptions {
     /// kind in every namespace, and let Releases without a ServiceAccount act as convoy. Off
     /// by default: Releases then act as [`TENANT_SERVICE_ACCOUNT`] of their namespace.
     pub cluster_admin: bool,
+    /// The URL prefixes the daemons fetch sources from (`--allow-source-url`; none: any).
+    pub allowed_source_urls: Vec<String>,
 }
 
 /// The ServiceAccount a locked-down daemon impersonates for Releases that name none, created
@@ -329,6 +331,10 @@ pub fn install_manifests(options: &InstallOptions) -> Vec<serde_json::Value> {
             args.push(json!(format!(
                 "--default-service-account={TENANT_SERVICE_ACCOUNT}"
             )));
+        }
+        // Both fetch: the observer renders what it compares.
+        for prefix in &options.allowed_source_urls {
+            args.push(json!(format!("--allow-source-url={prefix}")));
         }
         objects.push(json!({
             "apiVersion": "apps/v1", "kind": "Deployment",

@@ -127,6 +127,21 @@ fn a_cache_retention_shorter_than_a_render_is_a_usage_error() {
     insta::assert_snapshot!(stderr, @"error: --cache-retention 5m is shorter than --fetch-timeout 10m: a fetch writes into the cache for up to that long; give --cache-retention at least 10m");
 }
 
+/// A source URL prefix that would allow more than it says (no trailing slash: `team-a`
+/// would allow `team-ab`) is refused with the rule before the daemon starts.
+#[test]
+fn a_source_url_prefix_that_allows_more_than_it_says_is_a_usage_error() {
+    let (code, stdout, stderr) =
+        convoy(&["daemon", "--allow-source-url", "https://github.com/team-a"]);
+    assert_eq!(code, 2);
+    assert_eq!(stdout, "");
+    insta::assert_snapshot!(stderr, @r#"
+    error: invalid value 'https://github.com/team-a' for '--allow-source-url <PREFIX>': source URL prefix "https://github.com/team-a" must end in / (it names a directory, or a whole server as scheme://host/)
+
+    For more information, try '--help'.
+    "#);
+}
+
 #[test]
 fn a_full_install_dry_run_holds_rbac_rules_and_the_daemon() {
     let (code, stdout, stderr) = convoy(&["install", "--dry-run"]);
@@ -155,4 +170,28 @@ fn a_full_install_dry_run_holds_rbac_rules_and_the_daemon() {
         stdout.contains("- --role"),
         "the Deployments run convoy daemon --role"
     );
+}
+
+/// `convoy install --allow-source-url` restricts both daemons (the observer fetches what it
+/// renders too).
+#[test]
+fn an_install_restricted_to_source_url_prefixes_passes_them_to_both_daemons() {
+    let (code, stdout, stderr) = convoy(&[
+        "install",
+        "--dry-run",
+        "--allow-source-url",
+        "https://github.com/team-a/",
+        "--allow-source-url",
+        "oci://ghcr.io/team-a/",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    for prefix in ["https://github.com/team-a/", "oci://ghcr.io/team-a/"] {
+        assert_eq!(
+            stdout
+                .matches(&format!("- --allow-source-url={prefix}\n"))
+                .count(),
+            2,
+            "{prefix} in the controller's and the observer's args:\n{stdout}"
+        );
+    }
 }

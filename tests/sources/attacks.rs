@@ -136,6 +136,121 @@ async fn a_daemon_refuses_file_urls_unless_allowed() {
     );
 }
 
+/// A daemon allowing sources only under some URL prefixes (`--allow-source-url`) sends
+/// nothing elsewhere: not to a URL a tenant names, not by climbing out of a prefix, not to the
+/// chart URL the index of an allowed chart repository (which a tenant may push to) names.
+/// The server outside never sees a connection; a source under a prefix is fetched.
+#[tokio::test]
+async fn a_daemon_restricted_to_url_prefixes_sends_nothing_elsewhere() {
+    let (outside, connections) = crate::support::servers::silent_server();
+    let repo = GitRepo::new();
+    let sha = repo.commit(&[("a.yaml", "v: 1\n")], "first");
+    let git_server = http_server(repo.base(), None, true);
+    let charts = tempfile::tempdir().unwrap();
+    std::fs::create_dir(charts.path().join("team-a")).unwrap();
+    std::fs::write(
+        charts.path().join("team-a/index.yaml"),
+        format!(
+            "apiVersion: v1\nentries:\n  greeter:\n  - name: greeter\n    version: 1.0.0\n    urls: [http://127.0.0.1:{outside}/greeter-1.0.0.tgz]\n"
+        ),
+    )
+    .unwrap();
+    let chart_server = http_server(charts.path(), None, false);
+    let allowed = convoy::engine::source::allowed_urls::AllowedUrls::new(&[
+        format!("http://127.0.0.1:{}/", git_server.port),
+        format!("http://127.0.0.1:{}/team-a/", chart_server.port),
+    ])
+    .unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let daemon = Coordinator::with_policy(
+        Cache::new(cache.path()),
+        SourcePolicy {
+            allow_file_urls: false,
+            allowed_urls: allowed,
+            // A request that went out would hang on the silent server: fail soon instead.
+            fetch_timeout: std::time::Duration::from_secs(10),
+            ..Default::default()
+        },
+    );
+
+    let fetched = daemon
+        .ensure(
+            crate::SCOPE,
+            &git(
+                &format!("http://127.0.0.1:{}/repo.git", git_server.port),
+                main_branch(),
+            ),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(fetched.revision, format!("main@sha1:{sha}"));
+
+    let not_under = "is not under a URL prefix convoy daemon allows sources from (--allow-source-url); ask its operator to allow it, or use a source under an allowed prefix";
+    let helm = |url: String| SourceRequest::Helm {
+        url,
+        chart: "greeter".into(),
+        version: None,
+    };
+    let cases = [
+        (
+            git(
+                &format!("http://127.0.0.1:{outside}/repo.git"),
+                main_branch(),
+            ),
+            format!("Git URL \"http://127.0.0.1:{outside}/repo.git\" {not_under}"),
+        ),
+        (
+            git(&format!("git@127.0.0.1:{outside}/repo.git"), main_branch()),
+            format!("Git URL \"git@127.0.0.1:{outside}/repo.git\" {not_under}"),
+        ),
+        (
+            git(
+                &format!("http://127.0.0.1:{}/team-a/../repo.git", chart_server.port),
+                main_branch(),
+            ),
+            format!(
+                "Git URL \"http://127.0.0.1:{}/team-a/../repo.git\" has a . or .. segment in its path, which convoy daemon does not read when it restricts source URLs (--allow-source-url)",
+                chart_server.port
+            ),
+        ),
+        (
+            helm(format!("http://127.0.0.1:{outside}")),
+            format!(
+                "the Helm repository index \"http://127.0.0.1:{outside}/index.yaml\" {not_under}"
+            ),
+        ),
+        (
+            helm(format!("http://127.0.0.1:{}/team-a", chart_server.port)),
+            format!(
+                "the download URL of chart greeter 1.0.0 \"http://127.0.0.1:{outside}/greeter-1.0.0.tgz\" {not_under}"
+            ),
+        ),
+        (
+            SourceRequest::Oci {
+                url: format!("oci://127.0.0.1:{outside}/charts/greeter"),
+                tag: Some("1.0.0".into()),
+                digest: None,
+                insecure: true,
+            },
+            format!("OCI repository URL \"oci://127.0.0.1:{outside}/charts/greeter\" {not_under}"),
+        ),
+    ];
+    for (request, expected) in cases {
+        let err = daemon
+            .ensure(crate::SCOPE, &request, None)
+            .await
+            .unwrap_err();
+        assert!(err.is_unsupported(), "{request:?}: {}", message(err));
+        assert_eq!(message(err), expected, "{request:?}");
+    }
+    assert_eq!(
+        connections.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the server outside every prefix was never connected to"
+    );
+}
+
 /// Refs and URLs that git would read as options or transports never reach git.
 #[tokio::test]
 async fn a_ref_or_url_that_git_would_read_as_an_option_is_refused_before_git_runs() {

@@ -11,6 +11,7 @@ use crate::cli::exit::{CliError, CommandResult, ExitStatus};
 use crate::daemon::{DaemonConfig, Role, run};
 use crate::engine::connect::{KubeconfigSource, load_config};
 use crate::engine::source::Cache;
+use crate::engine::source::allowed_urls::AllowedUrls;
 
 /// Which loops to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -78,6 +79,13 @@ pub struct DaemonArgs {
     /// convoy's own cache).
     #[arg(long)]
     pub allow_file_urls: bool,
+    /// Fetch sources only from URLs under this prefix (repeatable; e.g.
+    /// https://github.com/my-org/, oci://ghcr.io/my-org/, git@github.com:my-org/ is
+    /// ssh://github.com/my-org/): source objects' URLs and the chart URLs a Helm repository's
+    /// index names. The servers under a prefix are trusted with their redirects and token
+    /// endpoints; kustomize remote bases are refused. Default: any URL.
+    #[arg(long, value_name = "PREFIX", value_parser = parse_source_prefix)]
+    pub allow_source_url: Vec<String>,
     /// The deadline of one source fetch (git, a chart repository, an OCI registry).
     #[arg(long, default_value = "2m", value_parser = crate::engine::duration::parse_duration)]
     pub fetch_timeout: Duration,
@@ -90,6 +98,12 @@ pub struct DaemonArgs {
     pub shutdown_grace: Duration,
     #[command(flatten)]
     pub tenancy: crate::cli::tenancy_args::TenancyArgs,
+}
+
+pub(crate) fn parse_source_prefix(prefix: &str) -> Result<String, String> {
+    AllowedUrls::new(&[prefix.to_string()])
+        .map(|_| prefix.to_string())
+        .map_err(|e| e.0)
 }
 
 pub async fn run_daemon(global: &GlobalArgs, args: DaemonArgs) -> CommandResult {
@@ -145,6 +159,8 @@ pub async fn run_daemon(global: &GlobalArgs, args: DaemonArgs) -> CommandResult 
         tenancy: args.tenancy.tenancy(),
         sources: crate::engine::source::SourcePolicy {
             allow_file_urls: args.allow_file_urls,
+            allowed_urls: AllowedUrls::new(&args.allow_source_url)
+                .map_err(|e| CliError::usage(e.0))?,
             fetch_timeout: args.fetch_timeout,
             detached: Some(crate::engine::source::Detached::DAEMON),
         },

@@ -63,6 +63,11 @@ pub struct InstallArgs {
     /// without them. Without it, such an install is refused and nothing is applied.
     #[arg(long = "move", conflicts_with_all = ["dry_run", "crds_only", "tenant"])]
     pub move_install: bool,
+    /// Have the daemon fetch sources only from URLs under this prefix (repeatable; see
+    /// `convoy daemon --allow-source-url`).
+    #[arg(long, value_name = "PREFIX", conflicts_with_all = ["crds_only", "tenant"],
+          value_parser = crate::cli::commands::daemon::parse_source_prefix)]
+    pub allow_source_url: Vec<String>,
 }
 
 pub async fn run(global: &GlobalArgs, args: InstallArgs, printer: &mut Printer) -> CommandResult {
@@ -74,6 +79,7 @@ pub async fn run(global: &GlobalArgs, args: InstallArgs, printer: &mut Printer) 
             .unwrap_or_else(|| "convoy-system".to_string()),
         image: args.image.clone(),
         cluster_admin: args.cluster_admin,
+        allowed_source_urls: args.allow_source_url.clone(),
     };
     if let Some(tenant) = &args.tenant {
         let objects = tenant_manifests(tenant);

@@ -46,6 +46,22 @@ pub struct RenderContext<'a> {
     pub caller: &'static str,
 }
 
+/// Whether kustomize may fetch remote bases: when the Release asks, and the daemon does not
+/// restrict source URLs. kustomize fetches a remote base, and the remote bases that one names,
+/// itself: convoy sees only the first, so under an allow-list it lets kustomize fetch none
+/// (as Flux's `--no-remote-bases`), rather than check a part of what is fetched.
+fn remote_bases_allowed(
+    asked: bool,
+    allowed: &crate::engine::source::allowed_urls::AllowedUrls,
+) -> Result<bool, RenderError> {
+    if asked && allowed.is_restricted() {
+        return Err(RenderError::Unsupported(
+            "content.kustomize.allowRemoteBases: convoy daemon restricts source URLs (--allow-source-url), and kustomize fetches remote bases, and theirs, where convoy cannot check them; vendor the bases into the source".into(),
+        ));
+    }
+    Ok(asked)
+}
+
 /// The default deadline of a render.
 pub const DEFAULT_RENDER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
@@ -252,10 +268,13 @@ async fn render_content_now(
                 .map_err(RenderError::Manifests)?
         }
         ContentType::Kustomize => {
-            let allow_remote = content
-                .kustomize
-                .as_ref()
-                .is_some_and(|k| k.allow_remote_bases);
+            let allow_remote = remote_bases_allowed(
+                content
+                    .kustomize
+                    .as_ref()
+                    .is_some_and(|k| k.allow_remote_bases),
+                ctx.coordinator.allowed_urls(),
+            )?;
             kustomize::build(&fetched.artifact.path, &root, allow_remote).await?
         }
         ContentType::Helm => {
@@ -406,7 +425,19 @@ fn validate(objects: &[Object]) -> Result<(), RenderError> {
 
 #[cfg(test)]
 mod tests {
-    use super::request_time;
+    use super::{remote_bases_allowed, request_time};
+    use crate::engine::source::allowed_urls::AllowedUrls;
+
+    /// Under an allow-list, a Release asking for remote bases is refused (kustomize would
+    /// fetch them, and theirs, unchecked); without one, it gets what it asks.
+    #[test]
+    fn remote_bases_are_refused_where_source_urls_are_restricted() {
+        let restricted = AllowedUrls::new(&["https://github.com/team-a/".into()]).unwrap();
+        let err = remote_bases_allowed(true, &restricted).unwrap_err();
+        assert!(err.to_string().contains("--allow-source-url"), "{err}");
+        assert!(!remote_bases_allowed(false, &restricted).unwrap());
+        assert!(remote_bases_allowed(true, &AllowedUrls::default()).unwrap());
+    }
     use std::time::{Duration, SystemTime};
 
     fn at(value: &str) -> Duration {

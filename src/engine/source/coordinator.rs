@@ -317,6 +317,11 @@ impl Coordinator {
         self.policy.fetch_timeout
     }
 
+    /// The URL prefixes sources may name, for reads that go round the coordinator.
+    pub fn allowed_urls(&self) -> &super::allowed_urls::AllowedUrls {
+        &self.policy.allowed_urls
+    }
+
     pub fn with_policy(cache: Cache, policy: SourcePolicy) -> Self {
         let limits = policy.detached.map(|d| Limits {
             total: Arc::new(Semaphore::new(d.total.max(1))),
@@ -734,8 +739,16 @@ impl Job {
                     chart,
                     version,
                 } => {
-                    helm_repo::fetch(cache, scope, url, chart, version.as_deref(), credentials)
-                        .await
+                    helm_repo::fetch(
+                        cache,
+                        scope,
+                        url,
+                        chart,
+                        version.as_deref(),
+                        credentials,
+                        &self.policy.allowed_urls,
+                    )
+                    .await
                 }
                 SourceRequest::Oci {
                     url,
@@ -746,11 +759,14 @@ impl Job {
                     oci::fetch(
                         cache,
                         scope,
-                        url,
-                        tag.as_deref(),
-                        digest.as_deref(),
-                        *insecure,
+                        oci::Pull {
+                            url,
+                            tag: tag.as_deref(),
+                            digest: digest.as_deref(),
+                            insecure: *insecure,
+                        },
                         credentials,
+                        &self.policy.allowed_urls,
                     )
                     .await
                 }

@@ -167,8 +167,8 @@ fn error_lines(stderr: &str) -> Vec<&str> {
 }
 
 /// Whether convoy may fetch `url`: a scheme it supports (`file://` only where the policy
-/// allows it, and never into convoy's own cache), and nothing git could read as an option or
-/// a transport helper.
+/// allows it, and never into convoy's own cache; any other under a prefix the policy allows),
+/// and nothing git could read as an option or a transport helper.
 pub fn check_url(url: &str, cache: &Cache, policy: &SourcePolicy) -> Result<(), SourceError> {
     let refuse = |why: String| Err(SourceError::Unsupported(format!("Git URL {url:?} {why}")));
     if url.chars().any(|c| c.is_control() || c.is_whitespace()) {
@@ -195,7 +195,13 @@ pub fn check_url(url: &str, cache: &Cache, policy: &SourcePolicy) -> Result<(), 
     if host.starts_with('-') {
         return refuse("names a host that starts with '-'".into());
     }
-    if scheme == Some("file://") {
+    if scheme != Some("file://") {
+        // (file:// URLs have a flag of their own, checked below.)
+        policy
+            .allowed_urls
+            .check("Git URL", url)
+            .map_err(SourceError::Unsupported)?;
+    } else {
         if !policy.allow_file_urls {
             return refuse(
                 "is a local path, which convoy daemon does not fetch unless started with --allow-file-urls"

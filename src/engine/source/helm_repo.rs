@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use super::allowed_urls::AllowedUrls;
 use super::archive;
 use super::cache::{Cache, UntilGivenUp};
 use super::{Artifact, Credentials, SourceError};
@@ -40,6 +41,9 @@ fn parse_index(text: &str) -> Result<Index, serde_saphyr::Error> {
 /// for `scope` (the source object asking; see [`Cache`]). Credentials go only to the
 /// repository's own origin: a chart URL in the index that names another host is fetched
 /// without them, as Helm does unless told `--pass-credentials`.
+///
+/// Under an allow-list (`allowed`), the index's URL and the chart's download URL (the
+/// repository's content names it) must both be allowed before either is fetched.
 pub async fn fetch(
     cache: &Cache,
     scope: &str,
@@ -47,11 +51,12 @@ pub async fn fetch(
     chart: &str,
     version: Option<&str>,
     credentials: Option<&Credentials>,
+    allowed: &AllowedUrls,
 ) -> Result<Artifact, SourceError> {
     let base = url.trim_end_matches('/');
     let client = crate::engine::http::client()
         .map_err(|e| SourceError::not_ready(url, crate::engine::error::chain(&e)))?;
-    let index_url = format!("{base}/index.yaml");
+    let index_url = index_url(url, allowed)?;
     let body = get(&client, &index_url, credentials).await?;
     let text = String::from_utf8_lossy(&body);
     let index = parse_index(&text).map_err(|e| {
@@ -99,6 +104,12 @@ pub async fn fetch(
     } else {
         format!("{base}/{}", chart_url.trim_start_matches("./"))
     };
+    allowed
+        .check(
+            &format!("the download URL of chart {chart} {chosen}"),
+            &chart_url,
+        )
+        .map_err(SourceError::Unsupported)?;
     let chart_credentials = credentials.filter(|_| same_origin(&chart_url, base));
     let archive_bytes = get(&client, &chart_url, chart_credentials).await?;
     if let Some(expected) = &entry.digest {
@@ -129,6 +140,16 @@ pub async fn fetch(
         digest,
         url: url.to_string(),
     })
+}
+
+/// The index of the repository at `url`, if `allowed` lets convoy fetch it (checked as the
+/// address requested: `url` may end in a `?` that makes `/index.yaml` a query).
+fn index_url(url: &str, allowed: &AllowedUrls) -> Result<String, SourceError> {
+    let index = format!("{}/index.yaml", url.trim_end_matches('/'));
+    allowed
+        .check("the Helm repository index", &index)
+        .map_err(SourceError::Unsupported)?;
+    Ok(index)
 }
 
 /// Whether two URLs share scheme, host and port.
@@ -338,15 +359,11 @@ impl Conjunction {
 pub async fn index_digest(
     url: &str,
     credentials: Option<&Credentials>,
+    allowed: &AllowedUrls,
 ) -> Result<String, SourceError> {
     let client = crate::engine::http::client()
         .map_err(|e| SourceError::not_ready(url, crate::engine::error::chain(&e)))?;
-    let body = get(
-        &client,
-        &format!("{}/index.yaml", url.trim_end_matches('/')),
-        credentials,
-    )
-    .await?;
+    let body = get(&client, &index_url(url, allowed)?, credentials).await?;
     Ok(format!("sha256:{}", hex::encode(Sha256::digest(&body))))
 }
 

@@ -4,6 +4,7 @@
 //! fetches the source. An error is transient. A result that is not ready stops the reconcile
 //! with reason Unsupported"); DESIGN.md sections 1 and 3.
 
+pub mod allowed_urls;
 pub mod archive;
 pub mod cache;
 pub mod coordinator;
@@ -127,6 +128,8 @@ impl Credentials {
 pub struct SourcePolicy {
     /// `file://` Git URLs (never into convoy's own cache, whatever this says).
     pub allow_file_urls: bool,
+    /// The URL prefixes sources may name (`--allow-source-url`; none: any).
+    pub allowed_urls: allowed_urls::AllowedUrls,
     /// The deadline of one fetch (git, HTTP, OCI), unpacking included; a fetch past it is
     /// stopped (its git process killed) and fails naming the deadline.
     pub fetch_timeout: std::time::Duration,
@@ -167,6 +170,7 @@ impl Default for SourcePolicy {
     fn default() -> Self {
         Self {
             allow_file_urls: true,
+            allowed_urls: allowed_urls::AllowedUrls::default(),
             fetch_timeout: DEFAULT_FETCH_TIMEOUT,
             detached: None,
         }

@@ -4,6 +4,7 @@
 use oci_client::Reference;
 use oci_client::secrets::RegistryAuth;
 
+use super::allowed_urls::AllowedUrls;
 use super::archive;
 use super::cache::{Cache, UntilGivenUp};
 use super::registry_token;
@@ -21,17 +22,34 @@ const TAR_LAYERS: &[&str] = &["application/vnd.oci.image.layer.v1.tar"];
 /// Layers convoy accepts and ignores (Helm provenance).
 const IGNORED_LAYERS: &[&str] = &["application/vnd.cncf.helm.chart.provenance.v1.prov"];
 
-/// Pull the artifact `tag` or `digest` of the repository at `url` (`oci://host/repo`), for
-/// `scope` (the source object asking; see [`Cache`]).
+/// What to pull: the artifact `tag` or `digest` of the repository at `url`
+/// (`oci://host/repo`), over plain HTTP if `insecure`.
+#[derive(Debug, Clone, Copy)]
+pub struct Pull<'a> {
+    pub url: &'a str,
+    pub tag: Option<&'a str>,
+    pub digest: Option<&'a str>,
+    pub insecure: bool,
+}
+
+/// Pull `pull` for `scope` (the source object asking; see [`Cache`]), if `allowed` lets
+/// convoy fetch its URL.
 pub async fn fetch(
     cache: &Cache,
     scope: &str,
-    url: &str,
-    tag: Option<&str>,
-    digest: Option<&str>,
-    insecure: bool,
+    pull: Pull<'_>,
     credentials: Option<&Credentials>,
+    allowed: &AllowedUrls,
 ) -> Result<Artifact, SourceError> {
+    let Pull {
+        url,
+        tag,
+        digest,
+        insecure,
+    } = pull;
+    allowed
+        .check("OCI repository URL", url)
+        .map_err(SourceError::Unsupported)?;
     let reference = reference(url, tag, digest)?;
     // A digest in another algorithm could not be checked against what is sent.
     if let Some(asked) = digest
@@ -558,7 +576,10 @@ pub fn reference(
 
 /// Whether the registry of `url` answers its API root (`/v2/`; 200 or 401 both mean it is
 /// there).
-pub async fn ping(url: &str, insecure: bool) -> Result<(), SourceError> {
+pub async fn ping(url: &str, insecure: bool, allowed: &AllowedUrls) -> Result<(), SourceError> {
+    allowed
+        .check("OCI repository URL", url)
+        .map_err(SourceError::Unsupported)?;
     let reference = reference(url, Some("latest"), None)?;
     let scheme = if insecure { "http" } else { "https" };
     let client = crate::engine::http::client()

@@ -1,0 +1,253 @@
+//! Where a daemon's sources may come from: the URL prefixes the operator allows
+//! (`convoy daemon --allow-source-url`, Argo CD's `sourceRepos` as a daemon flag).
+//!
+//! A tenant names a source's URL, and whoever can push to a chart repository writes the chart
+//! URLs of its index: without a list, either can have the daemon — inside the cluster, with
+//! its network reach — send requests to any service (a metadata endpoint, another team's
+//! internal API). With a list, every URL convoy takes from a Release, a source object or a
+//! source's content must be under an allowed prefix before a request is made. A server under
+//! a prefix is trusted with its own answers (its redirects, a registry's token endpoint, the
+//! storage its blobs redirect to): the operator chose it, and tenants write none of them.
+//!
+//! A prefix is matched by scheme, host, port and path, after the URL is parsed as the fetchers
+//! read it. What two parsers could read differently is refused rather than interpreted: dot
+//! segments (curl removes them, so `/team-a/../team-b` would pass as text and fetch
+//! team-b), percent-encoded dots, slashes and backslashes, and a `%` in the host.
+
+use crate::engine::error::Invalid;
+
+/// The allowed prefixes; none allows every URL (the CLI, a daemon without the flag).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AllowedUrls {
+    prefixes: Vec<Place>,
+}
+
+/// A URL reduced to what decides where a request goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Place {
+    scheme: String,
+    host: String,
+    port: Option<u16>,
+    path: String,
+}
+
+/// The schemes a source URL may have (`file://` has its own flag, `--allow-file-urls`).
+const SCHEMES: [&str; 5] = ["https", "http", "ssh", "git", "oci"];
+
+impl AllowedUrls {
+    /// Allow URLs under `prefixes`, each `scheme://host[:port]/path/` (ending in `/`: a
+    /// directory, so `.../team-a/` does not allow `.../team-ab/`).
+    pub fn new(prefixes: &[String]) -> Result<Self, Invalid> {
+        let prefixes = prefixes
+            .iter()
+            .map(|p| {
+                parse_prefix(p).map_err(|why| Invalid(format!("source URL prefix {p:?} {why}")))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self { prefixes })
+    }
+
+    /// Whether only some URLs are allowed.
+    pub fn is_restricted(&self) -> bool {
+        !self.prefixes.is_empty()
+    }
+
+    /// `Ok` if `url` (`what`, e.g. "Git URL", "chart URL") may be fetched; otherwise why not,
+    /// naming the flag. The allowed prefixes are the operator's and are not listed to tenants.
+    pub fn check(&self, what: &str, url: &str) -> Result<(), String> {
+        if !self.is_restricted() {
+            return Ok(());
+        }
+        let refused = |why: &str| format!("{what} {url:?} {why}");
+        let place = parse(url).map_err(|why| {
+            refused(&format!(
+                "{why}, which convoy daemon does not read when it restricts source URLs (--allow-source-url)"
+            ))
+        })?;
+        if self.prefixes.iter().any(|p| p.contains(&place)) {
+            Ok(())
+        } else {
+            Err(refused(
+                "is not under a URL prefix convoy daemon allows sources from (--allow-source-url); ask its operator to allow it, or use a source under an allowed prefix",
+            ))
+        }
+    }
+}
+
+impl Place {
+    fn contains(&self, other: &Place) -> bool {
+        self.scheme == other.scheme
+            && self.host == other.host
+            && self.port == other.port
+            && other.path.starts_with(&self.path)
+    }
+}
+
+fn parse_prefix(prefix: &str) -> Result<Place, String> {
+    let place = parse(prefix)?;
+    if !prefix.ends_with('/') || !place.path.ends_with('/') {
+        return Err(
+            "must end in / (it names a directory, or a whole server as scheme://host/)".into(),
+        );
+    }
+    let rest = prefix.split_once("://").map_or(prefix, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or_default();
+    if authority.contains('@') {
+        return Err("must not name a user (a prefix names a place, not a login)".into());
+    }
+    if prefix.contains(['?', '#']) {
+        return Err("must not have a query or a fragment".into());
+    }
+    Ok(place)
+}
+
+/// Scheme, host (lower case), port (the scheme's default for http and https) and path of
+/// `url`; `user@host:path` (scp-like Git) reads as `ssh://user@host/path`.
+fn parse(url: &str) -> Result<Place, String> {
+    if url.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err("contains a space or a control character".into());
+    }
+    if url.contains('\\') {
+        return Err("contains a backslash".into());
+    }
+    let owned;
+    let url = if url.contains("://") {
+        url
+    } else {
+        let (login, path) = url
+            .split_once(':')
+            .filter(|(login, _)| login.contains('@'))
+            .ok_or("has no scheme")?;
+        owned = format!("ssh://{login}/{}", path.trim_start_matches('/'));
+        &owned
+    };
+    let (scheme, rest) = url.split_once("://").ok_or("has no scheme")?;
+    let scheme = scheme.to_ascii_lowercase();
+    if !SCHEMES.contains(&scheme.as_str()) {
+        return Err(format!(
+            "has scheme {scheme:?}, not one of {}",
+            SCHEMES.join(", ")
+        ));
+    }
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    if authority.contains('%') {
+        return Err("has a percent-encoded host".into());
+    }
+    let path = tail.split(['?', '#']).next().unwrap_or_default();
+    let lower = path.to_ascii_lowercase();
+    if ["%2e", "%2f", "%5c"].iter().any(|e| lower.contains(e)) {
+        return Err("has a percent-encoded dot, slash or backslash in its path".into());
+    }
+    if path.split('/').any(|s| s == "." || s == "..") {
+        return Err("has a . or .. segment in its path".into());
+    }
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("does not parse as a URL ({e})"))?;
+    let host = parsed
+        .host_str()
+        .filter(|h| !h.is_empty())
+        .ok_or("names no host")?
+        .to_ascii_lowercase();
+    Ok(Place {
+        scheme,
+        host,
+        port: parsed.port_or_known_default(),
+        path: if path.is_empty() {
+            "/".into()
+        } else {
+            path.into()
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allowed(prefixes: &[&str]) -> AllowedUrls {
+        AllowedUrls::new(&prefixes.iter().map(|p| p.to_string()).collect::<Vec<_>>()).unwrap()
+    }
+
+    #[test]
+    fn no_prefix_allows_everything() {
+        let any = AllowedUrls::default();
+        assert!(!any.is_restricted());
+        assert_eq!(any.check("Git URL", "http://169.254.169.254/"), Ok(()));
+    }
+
+    #[test]
+    fn urls_under_a_prefix_are_allowed() {
+        let list = allowed(&[
+            "https://github.com/team-a/",
+            "oci://ghcr.io/team-a/",
+            "ssh://github.com/team-a/",
+            "http://charts.internal:8080/",
+        ]);
+        for url in [
+            "https://github.com/team-a/app.git",
+            "https://GitHub.com:443/team-a/app",
+            "https://user:token@github.com/team-a/app.git",
+            "oci://ghcr.io/team-a/charts/app",
+            "ssh://git@github.com/team-a/app.git",
+            "git@github.com:team-a/app.git",
+            "http://charts.internal:8080/index.yaml",
+            "http://charts.internal:8080/?x/index.yaml",
+        ] {
+            assert_eq!(list.check("URL", url), Ok(()), "{url}");
+        }
+    }
+
+    #[test]
+    fn urls_elsewhere_or_read_two_ways_are_refused() {
+        let list = allowed(&["https://github.com/team-a/", "http://charts.internal:8080/"]);
+        for (url, why) in [
+            ("https://github.com/team-ab/app.git", "is not under"),
+            ("https://github.com/team-a", "is not under"),
+            ("http://github.com/team-a/app", "is not under"),
+            ("https://github.com:8443/team-a/app", "is not under"),
+            ("https://github.com.evil.example/team-a/x", "is not under"),
+            ("https://github.com@169.254.169.254/team-a/", "is not under"),
+            ("http://charts.internal/index.yaml", "is not under"),
+            (
+                "https://github.com/team-a/../team-b/app",
+                "has a . or .. segment",
+            ),
+            (
+                "https://github.com/team-a/%2e%2e/team-b/app",
+                "percent-encoded dot",
+            ),
+            (
+                "https://github.com/team-a/..%2Fteam-b",
+                "percent-encoded dot",
+            ),
+            ("https://github.com\\@evil.example/team-a/", "backslash"),
+            (
+                "https://github.com%40evil.example/team-a/",
+                "percent-encoded host",
+            ),
+            ("file:///team-a/x", "has scheme \"file\""),
+            ("ext::sh -c id", "space"),
+            ("github.com/team-a/app", "has no scheme"),
+        ] {
+            let err = list.check("Git URL", url).unwrap_err();
+            assert!(err.contains(why), "{url}: {err}");
+            assert!(err.contains("--allow-source-url"), "{url}: {err}");
+        }
+    }
+
+    #[test]
+    fn prefixes_that_would_allow_more_than_they_say_are_refused() {
+        for (prefix, why) in [
+            ("https://github.com/team-a", "must end in /"),
+            ("https://github.com", "must end in /"),
+            ("https://git@github.com/team-a/", "must not name a user"),
+            ("https://github.com/team-a/?x/", "must not have a query"),
+            ("https://github.com/team-a/../", ". or .."),
+            ("ftp://mirror.example/", "not one of"),
+        ] {
+            let err = AllowedUrls::new(&[prefix.to_string()]).unwrap_err().0;
+            assert!(err.contains(why), "{prefix}: {err}");
+        }
+        assert!(AllowedUrls::new(&["https://github.com/".to_string()]).is_ok());
+    }
+}
