@@ -145,7 +145,10 @@ async fn a_daemon_restricted_to_url_prefixes_sends_nothing_elsewhere() {
     let (outside, connections) = crate::support::servers::silent_server();
     let repo = GitRepo::new();
     let sha = repo.commit(&[("a.yaml", "v: 1\n")], "first");
-    let git_server = http_server(repo.base(), None, true);
+    let elsewhere = format!("http://127.0.0.1:{outside}/");
+    // Each server redirects what is asked under /moved/ to the server outside.
+    let git_server =
+        crate::support::servers::redirecting_server(repo.base(), true, "/moved/", &elsewhere);
     let charts = tempfile::tempdir().unwrap();
     std::fs::create_dir(charts.path().join("team-a")).unwrap();
     std::fs::write(
@@ -155,7 +158,12 @@ async fn a_daemon_restricted_to_url_prefixes_sends_nothing_elsewhere() {
         ),
     )
     .unwrap();
-    let chart_server = http_server(charts.path(), None, false);
+    let chart_server = crate::support::servers::redirecting_server(
+        charts.path(),
+        false,
+        "/team-a/moved/",
+        &elsewhere,
+    );
     let allowed = convoy::engine::source::allowed_urls::AllowedUrls::new(&[
         format!("http://127.0.0.1:{}/", git_server.port),
         format!("http://127.0.0.1:{}/team-a/", chart_server.port),
@@ -173,15 +181,14 @@ async fn a_daemon_restricted_to_url_prefixes_sends_nothing_elsewhere() {
         },
     );
 
-    let fetched = daemon
-        .ensure(
-            crate::SCOPE,
-            &git(
-                &format!("http://127.0.0.1:{}/repo.git", git_server.port),
-                main_branch(),
-            ),
-            None,
+    let on_git_server = |path: &str| {
+        git(
+            &format!("http://127.0.0.1:{}/{path}", git_server.port),
+            main_branch(),
         )
+    };
+    let fetched = daemon
+        .ensure(crate::SCOPE, &on_git_server("repo.git"), None)
         .await
         .unwrap();
     assert_eq!(fetched.revision, format!("main@sha1:{sha}"));
@@ -244,6 +251,35 @@ async fn a_daemon_restricted_to_url_prefixes_sends_nothing_elsewhere() {
         assert!(err.is_unsupported(), "{request:?}: {}", message(err));
         assert_eq!(message(err), expected, "{request:?}");
     }
+    // A server under a prefix that redirects elsewhere (static hosting redirects where its
+    // owner says): git follows no redirect, the chart repository's is refused.
+    let err = daemon
+        .ensure(crate::SCOPE, &on_git_server("moved/repo.git"), None)
+        .await
+        .unwrap_err();
+    let text = message(err);
+    assert!(
+        text.ends_with("The requested URL returned error: 302"),
+        "{text}"
+    );
+    let err = daemon
+        .ensure(
+            crate::SCOPE,
+            &helm(format!(
+                "http://127.0.0.1:{}/team-a/moved",
+                chart_server.port
+            )),
+            None,
+        )
+        .await
+        .unwrap_err();
+    let text = message(err);
+    assert!(
+        text.contains(&format!(
+            "the redirect to \"http://127.0.0.1:{outside}/index.yaml\" {not_under}"
+        )),
+        "{text}"
+    );
     assert_eq!(
         connections.load(std::sync::atomic::Ordering::SeqCst),
         0,

@@ -3,7 +3,8 @@
 
 Serves static files from --root (a Helm chart repository) and, with --git, Git repositories
 under --root through `git http-backend` (smart HTTP). --auth user:pass requires HTTP basic
-auth. --cert and --key serve HTTPS instead. Prints the port on the first line of stdout, then serves until killed.
+auth. --cert and --key serve HTTPS instead. --redirect PATH=URL answers a request for a path
+under PATH with a redirect to URL followed by the rest of the path. Prints the port on the first line of stdout, then serves until killed.
 """
 import argparse
 import base64
@@ -21,6 +22,7 @@ def main():
     parser.add_argument("--git", action="store_true")
     parser.add_argument("--cert")
     parser.add_argument("--key")
+    parser.add_argument("--redirect")
     args = parser.parse_args()
     root = os.path.abspath(args.root)
     expected = None
@@ -46,6 +48,14 @@ def main():
         def do_GET(self):
             if not self.authorized():
                 return
+            if args.redirect:
+                under, _, to = args.redirect.partition("=")
+                if self.path.startswith(under):
+                    self.send_response(302)
+                    self.send_header("Location", to + self.path[len(under):])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
             if args.git:
                 return self.git()
             return super().do_GET()

@@ -103,6 +103,17 @@ pub fn http_server(root: &Path, auth: Option<&str>, git: bool) -> Server {
     start_python_server(cmd)
 }
 
+/// As [`http_server`] without auth, except that a request for a path under `under` is
+/// redirected to `to` followed by the rest of the path.
+pub fn redirecting_server(root: &Path, git: bool, under: &str, to: &str) -> Server {
+    let mut cmd = python_server(root);
+    cmd.arg("--redirect").arg(format!("{under}={to}"));
+    if git {
+        cmd.arg("--git");
+    }
+    start_python_server(cmd)
+}
+
 /// The static files under `root` over HTTPS on 127.0.0.1, with a certificate for that address
 /// made for the server; returns it and the certificate's file (a client's trusted root).
 pub fn https_server(root: &Path, dir: &Path) -> (Server, PathBuf) {

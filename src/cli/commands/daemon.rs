@@ -81,9 +81,9 @@ pub struct DaemonArgs {
     pub allow_file_urls: bool,
     /// Fetch sources only from URLs under this prefix (repeatable; e.g.
     /// https://github.com/my-org/, oci://ghcr.io/my-org/, git@github.com:my-org/ is
-    /// ssh://github.com/my-org/): source objects' URLs and the chart URLs a Helm repository's
-    /// index names. The servers under a prefix are trusted with their redirects and token
-    /// endpoints; kustomize remote bases are refused. Default: any URL.
+    /// ssh://github.com/my-org/): source objects' URLs, the chart URLs a Helm repository's
+    /// index names and its redirects (git follows none). A registry is trusted with its token
+    /// endpoint and blob storage; kustomize remote bases are refused. Default: any URL.
     #[arg(long, value_name = "PREFIX", value_parser = parse_source_prefix)]
     pub allow_source_url: Vec<String>,
     /// The deadline of one source fetch (git, a chart repository, an OCI registry).

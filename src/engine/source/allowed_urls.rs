@@ -5,14 +5,17 @@
 //! URLs of its index: without a list, either can have the daemon — inside the cluster, with
 //! its network reach — send requests to any service (a metadata endpoint, another team's
 //! internal API). With a list, every URL convoy takes from a Release, a source object or a
-//! source's content must be under an allowed prefix before a request is made. A server under
-//! a prefix is trusted with its own answers (its redirects, a registry's token endpoint, the
-//! storage its blobs redirect to): the operator chose it, and tenants write none of them.
+//! source's content must be under an allowed prefix before a request is made, and so must a
+//! chart repository's redirects (static hosting redirects where its owner says); git follows
+//! none. An OCI registry under a prefix is trusted with its token endpoint and the storage its
+//! blobs redirect to: registries send them, tenants do not write them.
 //!
 //! A prefix is matched by scheme, host, port and path, after the URL is parsed as the fetchers
-//! read it. What two parsers could read differently is refused rather than interpreted: dot
-//! segments (curl removes them, so `/team-a/../team-b` would pass as text and fetch
-//! team-b), percent-encoded dots, slashes and backslashes, and a `%` in the host.
+//! read it. What a fetcher could read otherwise is refused rather than interpreted: dot
+//! segments (curl removes them, so `/team-a/../team-b` would pass as text and fetch team-b;
+//! `..;` is `..` to servlet containers), percent-encoded dots, slashes and backslashes, a `%`
+//! in the host, and in ssh and git URLs anything git parses its own way (see
+//! `git_transport_trouble`; found by an attack).
 
 use crate::engine::error::Invalid;
 
@@ -90,10 +93,13 @@ fn parse_prefix(prefix: &str) -> Result<Place, String> {
             "must end in / (it names a directory, or a whole server as scheme://host/)".into(),
         );
     }
-    let rest = prefix.split_once("://").map_or(prefix, |(_, r)| r);
-    let authority = rest.split('/').next().unwrap_or_default();
-    if authority.contains('@') {
-        return Err("must not name a user (a prefix names a place, not a login)".into());
+    // (A scp-like prefix, `git@host:org/`, names its login as every such URL does; the
+    // login is not matched.)
+    if let Some((_, rest)) = prefix.split_once("://") {
+        let authority = rest.split('/').next().unwrap_or_default();
+        if authority.contains('@') {
+            return Err("must not name a user (a prefix names a place, not a login)".into());
+        }
     }
     if prefix.contains(['?', '#']) {
         return Err("must not have a query or a fragment".into());
@@ -101,7 +107,33 @@ fn parse_prefix(prefix: &str) -> Result<Place, String> {
     Ok(place)
 }
 
-/// Scheme, host (lower case), port (the scheme's default for http and https) and path of
+/// The port a scheme's URL without one connects to.
+fn default_port(scheme: &str) -> Option<u16> {
+    match scheme {
+        "https" | "oci" => Some(443),
+        "http" => Some(80),
+        "ssh" => Some(22),
+        "git" => Some(9418),
+        _ => None,
+    }
+}
+
+/// What git reads differently from a URL parser in an ssh or git URL: git decodes `%` escapes
+/// in the whole URL, takes a `@[host]` anywhere in it (the path included) as the host, and
+/// ends the host only at `/` (so `?`, `#` and `;` are part of it to ssh). None of them is in
+/// a repository path a Git host gives out.
+fn git_transport_trouble(rest: &str) -> Option<&'static str> {
+    if rest.contains(['%', '?', '#', ';', '[', ']']) {
+        return Some("has a %, ?, #, ;, [ or ] (git and ssh read them otherwise than a URL does)");
+    }
+    let path = rest.split_once('/').map_or("", |(_, p)| p);
+    if path.contains('@') {
+        return Some("has an @ in its path (git reads what follows as the host)");
+    }
+    None
+}
+
+/// Scheme, host (lower case), port (the scheme's default when none is named) and path of
 /// `url`; `user@host:path` (scp-like Git) reads as `ssh://user@host/path`.
 fn parse(url: &str) -> Result<Place, String> {
     if url.chars().any(|c| c.is_control() || c.is_whitespace()) {
@@ -129,6 +161,11 @@ fn parse(url: &str) -> Result<Place, String> {
             SCHEMES.join(", ")
         ));
     }
+    if matches!(scheme.as_str(), "ssh" | "git")
+        && let Some(why) = git_transport_trouble(rest)
+    {
+        return Err(why.into());
+    }
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
     if authority.contains('%') {
@@ -139,7 +176,12 @@ fn parse(url: &str) -> Result<Place, String> {
     if ["%2e", "%2f", "%5c"].iter().any(|e| lower.contains(e)) {
         return Err("has a percent-encoded dot, slash or backslash in its path".into());
     }
-    if path.split('/').any(|s| s == "." || s == "..") {
+    // `..;` is `..` to servlet containers (Artifactory, Nexus, Bitbucket Server).
+    let dots = |segment: &str| {
+        let name = segment.split(';').next().unwrap_or_default();
+        name == "." || name == ".."
+    };
+    if path.split('/').any(dots) {
         return Err("has a . or .. segment in its path".into());
     }
     let parsed = reqwest::Url::parse(url).map_err(|e| format!("does not parse as a URL ({e})"))?;
@@ -148,10 +190,11 @@ fn parse(url: &str) -> Result<Place, String> {
         .filter(|h| !h.is_empty())
         .ok_or("names no host")?
         .to_ascii_lowercase();
+    let port = parsed.port().or(default_port(&scheme));
     Ok(Place {
         scheme,
         host,
-        port: parsed.port_or_known_default(),
+        port,
         path: if path.is_empty() {
             "/".into()
         } else {
@@ -192,6 +235,8 @@ mod tests {
             "git@github.com:team-a/app.git",
             "http://charts.internal:8080/index.yaml",
             "http://charts.internal:8080/?x/index.yaml",
+            "ssh://git@github.com:22/team-a/app.git",
+            "oci://ghcr.io:443/team-a/app",
         ] {
             assert_eq!(list.check("URL", url), Ok(()), "{url}");
         }
@@ -199,7 +244,13 @@ mod tests {
 
     #[test]
     fn urls_elsewhere_or_read_two_ways_are_refused() {
-        let list = allowed(&["https://github.com/team-a/", "http://charts.internal:8080/"]);
+        let list = allowed(&[
+            "https://github.com/team-a/",
+            "http://charts.internal:8080/",
+            "ssh://github.com/team-a/",
+            "git://github.com/team-a/",
+            "ssh://github.com/",
+        ]);
         for (url, why) in [
             ("https://github.com/team-ab/app.git", "is not under"),
             ("https://github.com/team-a", "is not under"),
@@ -228,6 +279,40 @@ mod tests {
             ("file:///team-a/x", "has scheme \"file\""),
             ("ext::sh -c id", "space"),
             ("github.com/team-a/app", "has no scheme"),
+            (
+                "https://github.com/team-a/..;/team-b/x",
+                "has a . or .. segment",
+            ),
+            // git takes `@[host]:port` anywhere in an ssh URL as the host, decodes `%` first,
+            // and ends the host only at `/` (found by an attack).
+            (
+                "ssh://github.com/team-a/@[127.0.0.1]:2222/x",
+                "has a %, ?, #, ;, [ or ]",
+            ),
+            (
+                "ssh://github.com/team-a/%40%5B127.0.0.1%5D:2222/x",
+                "has a %, ?, #, ;, [ or ]",
+            ),
+            (
+                "git@github.com:team-a/@[169.254.169.254]:x",
+                "has a %, ?, #, ;, [ or ]",
+            ),
+            (
+                "ssh://github.com/team-a/x@127.0.0.1/y",
+                "has an @ in its path",
+            ),
+            (
+                "ssh://github.com#@127.0.0.1:2224/team-a/x",
+                "has a %, ?, #, ;, [ or ]",
+            ),
+            (
+                "ssh://git@github.com/team-a/x?/../../team-b/y",
+                "has a %, ?, #, ;, [ or ]",
+            ),
+            (
+                "git://github.com/team-a/x;@127.0.0.1/",
+                "has a %, ?, #, ;, [ or ]",
+            ),
         ] {
             let err = list.check("Git URL", url).unwrap_err();
             assert!(err.contains(why), "{url}: {err}");
@@ -249,5 +334,22 @@ mod tests {
             assert!(err.contains(why), "{prefix}: {err}");
         }
         assert!(AllowedUrls::new(&["https://github.com/".to_string()]).is_ok());
+    }
+
+    /// The scp-like form the flag's help shows is a prefix too, matching both forms of URL
+    /// (the login is not matched).
+    #[test]
+    fn a_scp_like_prefix_allows_what_its_ssh_form_does() {
+        let list = allowed(&["git@github.com:team-a/"]);
+        for url in [
+            "git@github.com:team-a/app.git",
+            "ssh://git@github.com/team-a/app.git",
+        ] {
+            assert_eq!(list.check("Git URL", url), Ok(()), "{url}");
+        }
+        assert!(
+            list.check("Git URL", "git@github.com:team-b/app.git")
+                .is_err()
+        );
     }
 }

@@ -50,7 +50,12 @@ pub async fn fetch(
     }
 
     let mirror = cache.use_git_mirror(scope, url);
-    let auth = GitAuth::new(credentials, cache, url.starts_with("file://"))?;
+    let auth = GitAuth::new(
+        credentials,
+        cache,
+        url.starts_with("file://"),
+        !policy.allowed_urls.is_restricted(),
+    )?;
     let runner = Runner {
         git: &git,
         mirror: &mirror,
@@ -305,6 +310,7 @@ impl GitAuth {
         credentials: Option<&Credentials>,
         cache: &Cache,
         file_transport: bool,
+        follow_redirects: bool,
     ) -> Result<Self, SourceError> {
         let dir = cache.staging()?;
         let home = dir.path().join("home");
@@ -339,6 +345,11 @@ impl GitAuth {
         }
         if file_transport {
             config.push(("protocol.file.allow".into(), "always".into()));
+        }
+        if !follow_redirects {
+            // Under an allow-list a redirect could lead anywhere (git follows the first
+            // request's by default); the URL named is the one fetched.
+            config.push(("http.followRedirects".into(), "false".into()));
         }
         if let Some(c) = credentials {
             if let Some(token) = &c.bearer_token {

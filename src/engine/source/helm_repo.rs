@@ -54,7 +54,7 @@ pub async fn fetch(
     allowed: &AllowedUrls,
 ) -> Result<Artifact, SourceError> {
     let base = url.trim_end_matches('/');
-    let client = crate::engine::http::client()
+    let client = crate::engine::http::client_within(allowed)
         .map_err(|e| SourceError::not_ready(url, crate::engine::error::chain(&e)))?;
     let index_url = index_url(url, allowed)?;
     let body = get(&client, &index_url, credentials).await?;
@@ -361,7 +361,7 @@ pub async fn index_digest(
     credentials: Option<&Credentials>,
     allowed: &AllowedUrls,
 ) -> Result<String, SourceError> {
-    let client = crate::engine::http::client()
+    let client = crate::engine::http::client_within(allowed)
         .map_err(|e| SourceError::not_ready(url, crate::engine::error::chain(&e)))?;
     let body = get(&client, &index_url(url, allowed)?, credentials).await?;
     Ok(format!("sha256:{}", hex::encode(Sha256::digest(&body))))
