@@ -134,6 +134,9 @@ pub struct Context {
     pub progress: Option<Arc<dyn Progress>>,
     /// Where renders and history are kept; `None` disables pins, rollbacks and history.
     pub store: Option<Arc<dyn RenderStore>>,
+    /// The most bytes a Release's history may hold in the store
+    /// ([`crate::engine::store::STORE_BUDGET_BYTES`]).
+    pub store_budget: u64,
     /// The releaseByCluster index for cluster waves.
     pub releases: Option<Arc<dyn ReleaseIndex>>,
     /// As whom a Release acts and what it may reach (see `engine::tenancy`).
@@ -184,6 +187,7 @@ impl Context {
             concurrency: crate::engine::apply::DEFAULT_CONCURRENCY,
             progress: None,
             store: None,
+            store_budget: crate::engine::store::STORE_BUDGET_BYTES,
             releases: None,
             tenancy: Arc::default(),
             render_timeout: crate::engine::render::DEFAULT_RENDER_TIMEOUT,

@@ -1145,6 +1145,62 @@ async fn refused_renders_do_not_pile_up_in_the_store() {
     );
 }
 
+/// A Release of large renders keeps only the newest history that fits the store's budget
+/// per Release, whatever its maxHistory: 100 renders of 44 MiB were 4.4 GiB of Secrets in
+/// convoy's namespace, past etcd's default quota, from one tenant's Release (found by an
+/// attack). Each entry records what its render takes in the store.
+#[tokio::test]
+async fn the_history_keeps_what_fits_the_store_budget() {
+    use convoy::engine::store::kube::KubernetesStore;
+    use sha2::{Digest, Sha256};
+    // A ConfigMap of 8 KiB of hex that gzip cannot shrink much, different at each commit.
+    let blob = |n: u8| {
+        let mut seed = Sha256::digest([n]).to_vec();
+        let mut data = String::new();
+        for _ in 0..128 {
+            seed = Sha256::digest(&seed).to_vec();
+            data.push_str(&hex::encode(&seed));
+        }
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: conf\ndata:\n  blob: {data}\n")
+    };
+    let mut f = Fixture::new(
+        "gc-budget",
+        &[("cm.yaml", &blob(0))],
+        json!({"retentionPolicy": {"maxHistory": 10}}),
+    )
+    .await;
+    let store = std::sync::Arc::new(KubernetesStore::new(f.env.client.clone(), &f.env.namespace));
+    f.ctx.store = Some(store.clone());
+    let mut renders = vec![render_of(&f.sync().await)];
+    let id = ReleaseId::of(&f.release().await);
+    let one = store.render_bytes(&id, &renders[0]).await.unwrap().unwrap();
+    assert!(one > 4096, "the render is stored whole: {one} bytes");
+    // Two renders fit, a third does not.
+    f.ctx.store_budget = one * 5 / 2;
+    for n in 1..4 {
+        f.commit(&[("cm.yaml", &blob(n))]);
+        renders.push(render_of(&f.sync().await));
+    }
+    let history = store.history(&id).await.unwrap();
+    let kept: Vec<&str> = history.iter().map(|h| h.render_ref.as_str()).collect();
+    assert_eq!(kept, [&renders[2], &renders[3]], "the newest two");
+    for entry in &history {
+        assert_eq!(
+            entry.stored_bytes,
+            store.render_bytes(&id, &entry.render_ref).await.unwrap(),
+            "the entry says what its render takes"
+        );
+    }
+    let mut stored = store.list_renders(&id).await.unwrap();
+    stored.sort();
+    let status = f.release().await.status.unwrap_or_default();
+    let mut expected: Vec<String> = renders[2..].to_vec();
+    expected.extend(status.last_healthy.map(|h| h.render_ref));
+    expected.sort();
+    expected.dedup();
+    assert_eq!(stored, expected, "what the history and the status refer to");
+}
+
 #[tokio::test]
 async fn the_kubernetes_store_round_trips_a_render_larger_than_one_mebibyte() {
     use convoy::engine::render::Object;

@@ -499,7 +499,7 @@ async fn record_rollout_outcome(
         let recorded = history.iter().any(|h| h.render_ref == after.render_ref);
         let updated = if recorded {
             with_outcome(history, &after.render_ref, outcome)
-        } else if store.has_render(&id, &after.render_ref).await? {
+        } else if let Some(bytes) = store.render_bytes(&id, &after.render_ref).await? {
             let source_revision = attempted
                 .filter(|a| a.render_ref.as_deref() == Some(after.render_ref.as_str()))
                 .and_then(|a| a.resolved_source.as_ref())
@@ -509,6 +509,7 @@ async fn record_rollout_outcome(
                 recorded_at: after.finished_at.clone().unwrap_or_else(|| now.clone()),
                 source_revision,
                 outcome: Some(outcome),
+                stored_bytes: Some(bytes),
             };
             with_entry(history, entry)
         } else {

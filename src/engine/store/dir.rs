@@ -106,12 +106,17 @@ impl RenderStore for DirStore {
         })
     }
 
-    fn has_render<'a>(
+    fn render_bytes<'a>(
         &'a self,
         id: &'a ReleaseId,
         render_ref: &'a str,
-    ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async move { Ok(self.render_path(id, render_ref).is_file()) })
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        Box::pin(async move {
+            Ok(std::fs::metadata(self.render_path(id, render_ref))
+                .ok()
+                .filter(|m| m.is_file())
+                .map(|m| m.len()))
+        })
     }
 
     fn list_renders<'a>(
@@ -280,6 +285,7 @@ mod tests {
                 "2026-01-01T00:00:00Z".parse().unwrap(),
             ),
             source_revision: Some("main@sha1:1".into()),
+            stored_bytes: Some(120),
         }];
         store.put_history(&id, &h).await.unwrap();
         assert_eq!(store.history(&id).await.unwrap(), h);

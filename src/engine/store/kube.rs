@@ -23,6 +23,8 @@ const REF_LABEL: &str = "convoy.kumodo.io/render-ref";
 const REF_ANNOTATION: &str = "convoy.kumodo.io/render-ref";
 const CHUNK_ANNOTATION: &str = "convoy.kumodo.io/chunk";
 const RELEASE_ANNOTATION: &str = "convoy.kumodo.io/release";
+/// The gzip'd bytes of the whole render (on every chunk).
+const BYTES_ANNOTATION: &str = "convoy.kumodo.io/bytes";
 
 /// A store in the Secrets of one namespace.
 #[derive(Clone)]
@@ -237,6 +239,7 @@ impl RenderStore for KubernetesStore {
                         "annotations": {
                             REF_ANNOTATION: render_ref,
                             CHUNK_ANNOTATION: format!("{i}/{n}"),
+                            BYTES_ANNOTATION: bytes.len().to_string(),
                             RELEASE_ANNOTATION: format!("{}/{}", id.namespace, id.name),
                         },
                     },
@@ -271,17 +274,24 @@ impl RenderStore for KubernetesStore {
         })
     }
 
-    fn has_render<'a>(
+    fn render_bytes<'a>(
         &'a self,
         id: &'a ReleaseId,
         render_ref: &'a str,
-    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
         Box::pin(async move {
             // A render missing a chunk, or whose count is corrupt, is not stored:
             // persistRender writes it again over what is there.
             match self.render_chunk_metadata(id, render_ref).await {
-                Ok(chunks) => Ok(!chunks.is_empty()),
-                Err(StoreError::Corrupt { .. }) => Ok(false),
+                Ok(chunks) => Ok(chunks.first().map(|first| {
+                    // Written before the size was: each chunk counts as full.
+                    first
+                        .annotations()
+                        .get(BYTES_ANNOTATION)
+                        .and_then(|b| b.parse().ok())
+                        .unwrap_or((chunks.len() * CHUNK_BYTES) as u64)
+                })),
+                Err(StoreError::Corrupt { .. }) => Ok(None),
                 Err(e) => Err(e),
             }
         })

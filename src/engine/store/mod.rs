@@ -78,6 +78,10 @@ pub struct HistoryEntry {
     /// How the render's rollout ended, once it has (absent: applied, no rollout result yet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<HistoryOutcome>,
+    /// What the render takes in the store (gzip'd bytes), for the store's budget per
+    /// Release; absent in entries written before convoy recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored_bytes: Option<u64>,
 }
 
 /// The end of a recorded render's rollout.
@@ -136,12 +140,21 @@ pub trait RenderStore: Send + Sync {
         id: &'a ReleaseId,
         render_ref: &'a str,
     ) -> BoxFuture<'a, Result<Option<Vec<Object>>, StoreError>>;
+    /// How many bytes a render takes in the store (gzip'd), or `None` when it is not stored
+    /// (or is damaged: persistRender writes it again).
+    fn render_bytes<'a>(
+        &'a self,
+        id: &'a ReleaseId,
+        render_ref: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>>;
     /// Whether a render is stored.
     fn has_render<'a>(
         &'a self,
         id: &'a ReleaseId,
         render_ref: &'a str,
-    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move { Ok(self.render_bytes(id, render_ref).await?.is_some()) })
+    }
     /// Every stored render of a Release.
     fn list_renders<'a>(
         &'a self,
@@ -291,6 +304,28 @@ pub fn with_entry(
     Some(history)
 }
 
+/// The most a Release's history may hold in the store (gzip'd renders), beside the renders
+/// its status refers to: `maxHistory` bounds the count, this the bytes. A render may take up
+/// to 44 MiB, so 100 entries of them were 4.4 GiB of Secrets in convoy's namespace — beyond
+/// etcd's default quota (2 GiB), from one tenant's Release (found by an attack).
+pub const STORE_BUDGET_BYTES: u64 = 64 << 20;
+
+/// How many of the newest entries of `history` runGC keeps: at most `max_history`, and no
+/// more than fit in `budget` bytes (the newest is kept whatever its size; an entry that does
+/// not say its size counts as nothing).
+pub fn entries_within(history: &[HistoryEntry], max_history: usize, budget: u64) -> usize {
+    let mut total: u64 = 0;
+    let mut kept = 0;
+    for entry in history.iter().rev().take(max_history.max(1)) {
+        total = total.saturating_add(entry.stored_bytes.unwrap_or(0));
+        if kept > 0 && total > budget {
+            break;
+        }
+        kept += 1;
+    }
+    kept
+}
+
 /// What `runGC` keeps and deletes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GcPlan {
@@ -351,7 +386,33 @@ mod tests {
             render_ref: r.into(),
             recorded_at: Time("2026-01-01T00:00:00Z".parse().unwrap()),
             source_revision: None,
+            stored_bytes: None,
         }
+    }
+
+    fn sized(bytes: &[Option<u64>]) -> Vec<HistoryEntry> {
+        bytes
+            .iter()
+            .enumerate()
+            .map(|(i, b)| HistoryEntry {
+                stored_bytes: *b,
+                ..entry(&format!("r{i}"))
+            })
+            .collect()
+    }
+
+    /// The history keeps its newest entries while they fit in the budget and maxHistory;
+    /// the newest stays even when it alone is larger; unsized entries cost nothing.
+    #[test]
+    fn the_history_keeps_the_newest_entries_that_fit_the_budget() {
+        let history = sized(&[Some(40), Some(30), Some(20), Some(10)]);
+        assert_eq!(entries_within(&history, 10, 100), 4);
+        assert_eq!(entries_within(&history, 10, 59), 2);
+        assert_eq!(entries_within(&history, 10, 60), 3);
+        assert_eq!(entries_within(&history, 2, 1000), 2);
+        assert_eq!(entries_within(&sized(&[Some(10), Some(500)]), 10, 100), 1);
+        assert_eq!(entries_within(&sized(&[None, None, Some(100)]), 10, 100), 3);
+        assert_eq!(entries_within(&[], 10, 100), 0);
     }
 
     #[test]

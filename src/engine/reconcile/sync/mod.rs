@@ -134,7 +134,14 @@ pub async fn stage_sync(
             .with_waves(outcome.waves.unwrap_or_default());
     }
     // Steps 8 and 9 only log their errors.
-    let recorded = store_steps::record_history(ctx, release, &render.attempt, &state.now).await;
+    let recorded = store_steps::record_history(
+        ctx,
+        release,
+        &render.attempt,
+        &render.rendered.objects,
+        &state.now,
+    )
+    .await;
     store_steps::run_gc(ctx, release, status, &render.attempt, recorded).await;
     outcome
 }

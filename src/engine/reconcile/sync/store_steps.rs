@@ -10,7 +10,9 @@ use crate::engine::api::{Attempt, Release, ReleaseStatus};
 use crate::engine::reconcile::assemble;
 use crate::engine::render::Object;
 use crate::engine::runtime::Context;
-use crate::engine::store::{HistoryEntry, ReleaseId, StoreError, plan_gc, with_entry};
+use crate::engine::store::{
+    HistoryEntry, ReleaseId, StoreError, entries_within, plan_gc, with_entry,
+};
 
 /// stageSync step 2, `persistRender`: store the render unless it is there already.
 pub(super) async fn persist_render(
@@ -92,6 +94,7 @@ pub(super) async fn record_history(
     ctx: &Context,
     release: &Release,
     attempt: &Attempt,
+    objects: &[Object],
     now: &Time,
 ) -> Option<(Vec<HistoryEntry>, bool)> {
     let (Some(store), Some(render_ref)) = (&ctx.store, attempt.render_ref.as_ref()) else {
@@ -103,6 +106,9 @@ pub(super) async fn record_history(
     let id = ReleaseId::of(release);
     let result = async {
         let history = store.history(&id).await?;
+        if history.iter().any(|h| &h.render_ref == render_ref) {
+            return Ok((history, false));
+        }
         let entry = HistoryEntry {
             render_ref: render_ref.clone(),
             recorded_at: now.clone(),
@@ -113,6 +119,8 @@ pub(super) async fn record_history(
                 .and_then(|s| s.revision.clone())
                 .filter(|_| assemble::pin_status(release).is_none()),
             outcome: None,
+            // As persistRender stored it (the same encoding gives the same bytes).
+            stored_bytes: Some(crate::engine::store::encode(objects).len() as u64),
         };
         match with_entry(history.clone(), entry) {
             Some(updated) => {
@@ -158,11 +166,15 @@ pub(super) async fn run_gc(
         return;
     };
     let id = ReleaseId::of(release);
-    let max = assemble::resolved_retention_status(release)
+    let max_history = assemble::resolved_retention_status(release)
         .max_history
         .unwrap_or(assemble::DEFAULT_MAX_HISTORY)
         // The CRD refuses more; a Release written before it said so is held to it too.
         .clamp(1, crate::engine::api::MAX_HISTORY) as usize;
+    let max = match &recorded {
+        Some((history, _)) => entries_within(history, max_history, ctx.store_budget),
+        None => max_history,
+    };
     let history = match recorded {
         Some((history, changed))
             if history.len() > max
