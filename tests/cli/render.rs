@@ -442,6 +442,25 @@ fn a_helm_release_name_that_is_a_flag_is_refused() {
     }
 }
 
+/// `convoy render` of a Release whose kustomize content is `app` of the directory `source`.
+fn render_kustomization_in(source: &std::path::Path) -> (i32, String, String) {
+    let file = release_file(
+        source,
+        "file:///nowhere",
+        "    path: app\n  content: {type: kustomize}\n",
+    );
+    convoy_in_repo(
+        &[
+            "render",
+            "-f",
+            &file,
+            "--source-dir",
+            source.to_str().unwrap(),
+        ],
+        None,
+    )
+}
+
 /// kustomize never reads outside the source: a base that climbs out of it, or a generator
 /// file outside it, is refused naming the kustomization file and the entry; a remote base is
 /// refused unless the Release opts in.
@@ -486,21 +505,7 @@ fn kustomize_reads_nothing_outside_the_source_and_fetches_nothing() {
     ];
     for (kustomization, expected) in cases {
         std::fs::write(app.join("kustomization.yaml"), &kustomization).unwrap();
-        let file = release_file(
-            source.path(),
-            "file:///nowhere",
-            "    path: app\n  content: {type: kustomize}\n",
-        );
-        let (code, stdout, stderr) = convoy_in_repo(
-            &[
-                "render",
-                "-f",
-                &file,
-                "--source-dir",
-                source.path().to_str().unwrap(),
-            ],
-            None,
-        );
+        let (code, stdout, stderr) = render_kustomization_in(source.path());
         assert_eq!(code, 4, "{kustomization}: {stderr}");
         assert!(!stdout.contains("stolen"));
         assert_eq!(
@@ -511,6 +516,55 @@ fn kustomize_reads_nothing_outside_the_source_and_fetches_nothing() {
             "{kustomization}"
         );
     }
+}
+
+/// kustomize reads field names whatever their case, and loads what a generator config in a
+/// file names (a URL with a GET): neither gets past the check to the network (found by an
+/// attack: any address's answer ended up in a ConfigMap the daemon applied).
+#[test]
+fn kustomize_fetches_nothing_through_a_field_in_capitals_or_a_generator_config_file() {
+    let (port, connections) =
+        crate::support::servers::stalling_server(std::time::Duration::from_millis(100));
+    let url = format!("http://127.0.0.1:{port}/s");
+    let cases = [
+        (
+            format!("configMapGenerator:\n- name: x\n  Files: [k={url}]\n"),
+            None,
+            "app/kustomization.yaml: key \"Files\" is read by kustomize as \"files\" (it matches field names whatever their case); write files".to_string(),
+        ),
+        (
+            "generators: [gen.yaml]\n".to_string(),
+            Some(format!(
+                "apiVersion: builtin\nkind: ConfigMapGenerator\nmetadata: {{name: x}}\nfiles: [k={url}]\n"
+            )),
+            format!(
+                "app/gen.yaml: generators entry {url:?} is a remote reference, which convoy does not fetch (set content.kustomize.allowRemoteBases: true to let kustomize fetch it)"
+            ),
+        ),
+    ];
+    for (kustomization, config, expected) in cases {
+        let source = tempfile::tempdir().unwrap();
+        let app = source.path().join("app");
+        std::fs::create_dir(&app).unwrap();
+        std::fs::write(app.join("kustomization.yaml"), &kustomization).unwrap();
+        if let Some(config) = config {
+            std::fs::write(app.join("gen.yaml"), config).unwrap();
+        }
+        let (code, _, stderr) = render_kustomization_in(source.path());
+        assert_eq!(code, 4, "{kustomization}: {stderr}");
+        assert_eq!(
+            stderr.trim_end(),
+            format!(
+                "error: render Release apps/web (step Rendering, reason DeployFailed): {expected}"
+            ),
+            "{kustomization}"
+        );
+    }
+    assert_eq!(
+        connections.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "kustomize sent nothing"
+    );
 }
 
 /// generateName is for hooks: an ordinary object without a name is refused, naming the file

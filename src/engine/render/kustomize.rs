@@ -177,6 +177,7 @@ impl Checker<'_> {
                 file.display()
             )))
         })?;
+        check_spelling(&file, &kustomization)?;
         self.kustomization(dir, &file, &kustomization)
     }
 
@@ -245,9 +246,13 @@ impl Checker<'_> {
                             &format!("is YAML convoy cannot read (line {line} of the entry), so its paths cannot be checked"),
                         )
                     })?;
+                    check_spelling(&f, &inline)?;
                     self.inline_config(dir, &s, &inline)?;
                 } else {
                     self.reference(dir, &s, entry, field != "patchesStrategicMerge")?;
+                    if field != "patchesStrategicMerge" {
+                        self.config_file(dir, &s, entry)?;
+                    }
                 }
             }
         }
@@ -310,16 +315,58 @@ impl Checker<'_> {
         };
         for item in items {
             self.generator(dir, site, item)?;
-            let paths = item["path"].as_str().into_iter().chain(
-                item["replacements"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|r| r["path"].as_str()),
-            );
+            let paths = item["path"]
+                .as_str()
+                .into_iter()
+                .chain(strings(&item["paths"]))
+                .chain(
+                    item["replacements"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|r| r["path"].as_str()),
+                );
             for path in paths {
                 self.reference(dir, site, path, false)?;
             }
+        }
+        Ok(())
+    }
+
+    /// A generator, transformer or validator config in a file of the source (`entry`,
+    /// already checked to stay inside it): each of its documents is read as an inline one
+    /// is. kustomize loads the files such a config names — a URL with a GET — so unread, a
+    /// `ConfigMapGenerator` config's `files: [k=http://…]` put any address's answer in a
+    /// ConfigMap (found by an attack). A directory is a kustomization, checked as one.
+    fn config_file(&mut self, dir: &Path, site: &Site, entry: &str) -> Result<(), RenderError> {
+        if is_remote(entry) {
+            return Ok(());
+        }
+        let Ok(resolved) = resolve_on_disk(self.root, &dir.join(entry)) else {
+            return Ok(());
+        };
+        let on_disk = self.root.join(&resolved);
+        if !on_disk.is_file() {
+            return Ok(());
+        }
+        let text = std::fs::read_to_string(&on_disk).map_err(|e| {
+            RenderError::Invalid(Invalid(format!("cannot read {}: {e}", resolved.display())))
+        })?;
+        let configs = bounded_yaml::from_multiple(&text, Default::default()).map_err(|e| {
+            let line = e.location().map(|l| l.line()).unwrap_or(0);
+            self.refuse(
+                site,
+                entry,
+                &format!("is YAML convoy cannot read (line {line}), so the paths it names cannot be checked"),
+            )
+        })?;
+        let in_file = Site {
+            file: &resolved,
+            field: site.field,
+        };
+        for config in &configs {
+            check_spelling(&resolved, config)?;
+            self.inline_config(dir, &in_file, config)?;
         }
         Ok(())
     }
@@ -420,6 +467,73 @@ fn is_inline(entry: &str) -> bool {
     entry.contains('\n') || entry.trim_start().starts_with('{')
 }
 
+/// The fields the checker reads by name, at whatever depth.
+const READ_FIELDS: [&str; 25] = [
+    "resources",
+    "bases",
+    "components",
+    "crds",
+    "configurations",
+    "patchesStrategicMerge",
+    "generators",
+    "transformers",
+    "validators",
+    "patches",
+    "patchesJson6902",
+    "replacements",
+    "openapi",
+    "path",
+    "paths",
+    "configMapGenerator",
+    "secretGenerator",
+    "files",
+    "envs",
+    "env",
+    "helmCharts",
+    "helmGlobals",
+    "helmChartInflationGenerator",
+    "items",
+    "kind",
+];
+
+/// A name as Go's `encoding/json` compares it when no field has it exactly: kustomize decodes
+/// a kustomization with it, and it takes a key equal to a field's name under Unicode simple
+/// case folding as that field (`Resources`, `reſources` with a long s, a Kelvin sign for k).
+fn go_fold(name: &str) -> String {
+    name.chars()
+        .flat_map(char::to_lowercase)
+        .map(|c| if c == 'ſ' { 's' } else { c })
+        .collect()
+}
+
+/// Refuse a key that kustomize would read as one of [`READ_FIELDS`] but the checker, which
+/// reads them by their exact names, would not: with `Resources:` or `Files:` the paths and
+/// URLs under it went unchecked, and kustomize fetched them (found by an attack).
+fn check_spelling(file: &Path, document: &Value) -> Result<(), RenderError> {
+    let mut to_visit = vec![document];
+    while let Some(value) = to_visit.pop() {
+        match value {
+            Value::Object(map) => {
+                for (key, inner) in map {
+                    if !READ_FIELDS.contains(&key.as_str()) {
+                        let folded = go_fold(key);
+                        if let Some(field) = READ_FIELDS.iter().find(|f| go_fold(f) == folded) {
+                            return Err(RenderError::Invalid(Invalid(format!(
+                                "{}: key {key:?} is read by kustomize as {field:?} (it matches field names whatever their case); write {field}",
+                                file.display()
+                            ))));
+                        }
+                    }
+                    to_visit.push(inner);
+                }
+            }
+            Value::Array(items) => to_visit.extend(items),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// What kustomize would fetch from the network (or another place by URL).
 fn is_remote(entry: &str) -> bool {
     entry.contains("://") || entry.starts_with("git::") || entry.starts_with("git@")
@@ -441,6 +555,84 @@ mod tests {
 
     fn check(dir: &tempfile::TempDir, start: &str, remote: bool) -> Result<(), String> {
         check_kustomization(dir.path(), &dir.path().join(start), remote).map_err(|e| e.to_string())
+    }
+
+    /// kustomize reads field names whatever their case (Go's encoding/json folds them), so a
+    /// field written in other letters is refused rather than left unchecked (found by an
+    /// attack: `Files: [k=http://169.254.169.254/…]` put that answer in a ConfigMap).
+    #[test]
+    fn a_field_kustomize_reads_in_other_letters_is_refused() {
+        for (text, key, field) in [
+            (
+                "Resources: [http://127.0.0.1:1/x]\n",
+                "Resources",
+                "resources",
+            ),
+            (
+                "re\u{17f}ources: [http://127.0.0.1:1/x]\n",
+                "re\u{17f}ources",
+                "resources",
+            ),
+            (
+                "configMapGenerator:\n- name: x\n  Files: [k=http://127.0.0.1:1/s]\n",
+                "Files",
+                "files",
+            ),
+            ("patches:\n- PATH: http://127.0.0.1:1/p\n", "PATH", "path"),
+            (
+                "openAPI: {path: http://127.0.0.1:1/o}\n",
+                "openAPI",
+                "openapi",
+            ),
+        ] {
+            let dir = tree(&[("k/kustomization.yaml", text)]);
+            let err = check(&dir, "k", false).unwrap_err();
+            assert_eq!(
+                err,
+                format!(
+                    "k/kustomization.yaml: key {key:?} is read by kustomize as {field:?} (it matches field names whatever their case); write {field}"
+                )
+            );
+        }
+    }
+
+    /// A generator or transformer config in a file is read like an inline one: its files
+    /// stay inside the source (found by an attack: kustomize fetched a URL such a file named).
+    #[test]
+    fn generator_and_transformer_config_files_are_read() {
+        for (config, why) in [
+            (
+                "apiVersion: builtin\nkind: ConfigMapGenerator\nmetadata: {name: x}\nfiles: [k=http://127.0.0.1:1/s]\n",
+                "is a remote reference",
+            ),
+            (
+                "apiVersion: builtin\nkind: PatchStrategicMergeTransformer\nmetadata: {name: x}\npaths: [../../etc/passwd]\n",
+                "outside",
+            ),
+            (
+                "kind: ConfigMapGenerator\n---\napiVersion: builtin\nkind: ConfigMapGenerator\nmetadata: {name: y}\nEnvs: [/etc/passwd]\n",
+                "is read by kustomize as \"envs\"",
+            ),
+        ] {
+            let dir = tree(&[
+                (
+                    "k/kustomization.yaml",
+                    "generators: [gen.yaml]\ntransformers: [gen.yaml]\n",
+                ),
+                ("k/gen.yaml", config),
+            ]);
+            let err = check(&dir, "k", false).unwrap_err();
+            assert!(err.contains(why), "{config}: {err}");
+        }
+        let dir = tree(&[
+            ("k/kustomization.yaml", "generators: [gen.yaml]\n"),
+            (
+                "k/gen.yaml",
+                "apiVersion: builtin\nkind: ConfigMapGenerator\nmetadata: {name: x}\nfiles: [k=f.txt]\n",
+            ),
+            ("k/f.txt", "x"),
+        ]);
+        check(&dir, "k", false).unwrap();
     }
 
     #[test]
