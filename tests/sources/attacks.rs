@@ -259,7 +259,7 @@ async fn a_daemon_restricted_to_url_prefixes_sends_nothing_elsewhere() {
         .unwrap_err();
     let text = message(err);
     assert!(
-        text.ends_with("The requested URL returned error: 302"),
+        text.ends_with("The requested URL returned error: 302 (a redirect: convoy daemon follows none while it restricts source URLs with --allow-source-url; name the URL it leads to)"),
         "{text}"
     );
     let err = daemon

@@ -168,6 +168,12 @@ fn parse(url: &str) -> Result<Place, String> {
     }
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
+    // `https:///host/path` has no host to a URL parser's eye here, but the url crate (and
+    // curl) skip the slashes and read `host` as one: the path checked would not be the one
+    // requested.
+    if authority.is_empty() {
+        return Err("names no host after its scheme".into());
+    }
     if authority.contains('%') {
         return Err("has a percent-encoded host".into());
     }
@@ -279,6 +285,7 @@ mod tests {
             ("file:///team-a/x", "has scheme \"file\""),
             ("ext::sh -c id", "space"),
             ("github.com/team-a/app", "has no scheme"),
+            ("https:///github.com/team-a/x", "names no host"),
             (
                 "https://github.com/team-a/..;/team-b/x",
                 "has a . or .. segment",

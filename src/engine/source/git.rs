@@ -61,6 +61,7 @@ pub async fn fetch(
         mirror: &mirror,
         url,
         auth: &auth,
+        no_redirects: policy.allowed_urls.is_restricted(),
     };
     if !mirror.join("HEAD").is_file() {
         std::fs::create_dir_all(&mirror).map_err(|e| {
@@ -429,6 +430,8 @@ struct Runner<'a> {
     mirror: &'a Path,
     url: &'a str,
     auth: &'a GitAuth,
+    /// git follows no redirect (the daemon restricts source URLs).
+    no_redirects: bool,
 }
 
 impl Runner<'_> {
@@ -449,7 +452,20 @@ impl Runner<'_> {
         args.push("--");
         args.push(self.url);
         args.extend_from_slice(refspecs);
-        self.run(&args).await.map(|_| ())
+        self.run(&args).await.map(|_| ()).map_err(|e| match e {
+            // A server that moved the repository (GitLab without `.git`, a renamed one).
+            SourceError::NotReady { url, message }
+                if self.no_redirects && message.contains("returned error: 30") =>
+            {
+                SourceError::NotReady {
+                    url,
+                    message: format!(
+                        "{message} (a redirect: convoy daemon follows none while it restricts source URLs with --allow-source-url; name the URL it leads to)"
+                    ),
+                }
+            }
+            e => e,
+        })
     }
 
     async fn rev_parse(&self, rev: &str) -> Result<String, SourceError> {
