@@ -128,9 +128,22 @@ pub fn chain(error: &(dyn Error + 'static)) -> String {
     parts.join(": ")
 }
 
+/// What kube makes the reason of an error answer that is not a Kubernetes `Status`, whose
+/// whole body it then puts in the message.
+const NOT_A_STATUS: &str = "Failed to parse error data";
+
 /// The server's answer: its message and, when it gives one, the reason (`NotFound`,
-/// `BadRequest`); the HTTP code when it gives neither.
+/// `BadRequest`); the HTTP code when it gives neither. An answer that is not a Kubernetes
+/// `Status` is not quoted: a tenant's Cluster may name any server the daemon can reach (a
+/// metadata endpoint, another team's service), and its error page would be written into the
+/// Release's status (found by an attack).
 pub fn status_text(status: &kube::core::Status) -> String {
+    if status.reason == NOT_A_STATUS {
+        return format!(
+            "the server answered HTTP {} with a body that is not a Kubernetes Status (not shown; is it an API server?)",
+            status.code
+        );
+    }
     match (status.message.is_empty(), status.reason.is_empty()) {
         (false, false) => format!("{} ({})", status.message, status.reason),
         (false, true) => status.message.clone(),
@@ -177,6 +190,22 @@ mod tests {
             reason: "BadRequest".into(),
             ..Default::default()
         }))
+    }
+
+    /// An error page that is not a Kubernetes Status (a tenant's Cluster naming another
+    /// service) is reported by its HTTP code, never its text.
+    #[test]
+    fn an_answer_that_is_not_a_status_is_not_quoted() {
+        let page = kube::Error::Api(
+            kube::core::Status::failure("db_password=team-b-s3cr3t", NOT_A_STATUS)
+                .with_code(500)
+                .boxed(),
+        );
+        let error = anyhow::Error::new(page).context("cannot reach Cluster team-a/prod");
+        assert_eq!(
+            chain(error.as_ref()),
+            "cannot reach Cluster team-a/prod: the server answered HTTP 500 with a body that is not a Kubernetes Status (not shown; is it an API server?)"
+        );
     }
 
     #[test]
