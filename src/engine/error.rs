@@ -138,7 +138,9 @@ const NOT_A_STATUS: &str = "Failed to parse error data";
 /// metadata endpoint, another team's service), and its error page would be written into the
 /// Release's status (found by an attack).
 pub fn status_text(status: &kube::core::Status) -> String {
-    if status.reason == NOT_A_STATUS {
+    // (Any JSON object reads as a Status, every field being optional; an API server's says
+    // `status: Failure`.)
+    if status.reason == NOT_A_STATUS || status.status.is_none() {
         return format!(
             "the server answered HTTP {} with a body that is not a Kubernetes Status (not shown; is it an API server?)",
             status.code
@@ -205,6 +207,13 @@ mod tests {
         assert_eq!(
             chain(error.as_ref()),
             "cannot reach Cluster team-a/prod: the server answered HTTP 500 with a body that is not a Kubernetes Status (not shown; is it an API server?)"
+        );
+        // A JSON answer with a message, as many services give: not an API server's Status.
+        let json: kube::core::Status =
+            serde_json::from_str(r#"{"message": "token=team-b-s3cr3t", "code": 403}"#).unwrap();
+        assert_eq!(
+            status_text(&json),
+            "the server answered HTTP 403 with a body that is not a Kubernetes Status (not shown; is it an API server?)"
         );
     }
 
