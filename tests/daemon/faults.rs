@@ -676,20 +676,25 @@ async fn web_holds(f: &Fixture, value: &str) -> Option<()> {
 /// holds what it holds; none of the tarpit's Releases has been attempted meanwhile (nothing
 /// of theirs has ended: the commit did not wait for them).
 async fn a_commit_goes_past(f: &Fixture, tarpit: &str) {
-    f.commit(&[("cm.yaml", &objects("web", 1, "2"))]);
-    f.annotate(json!({"convoy.kumodo.io/sync-requested-at": jiff::Timestamp::now().to_string()}))
-        .await;
-    eventually(
-        "the other namespace's commit applied while the tarpit holds on",
-        Duration::from_secs(60),
-        || web_holds(f, "2"),
-    )
-    .await;
+    a_commit_is_applied(f).await;
     let releases: Api<Release> = Api::namespaced(f.env.client.clone(), tarpit);
     for release in releases.list(&ListParams::default()).await.unwrap() {
         let attempted = release.status.and_then(|s| s.last_attempted);
         assert!(attempted.is_none(), "{attempted:?}");
     }
+}
+
+/// A commit to the fixture's repository, asked to sync now, is applied within a minute.
+async fn a_commit_is_applied(f: &Fixture) {
+    f.commit(&[("cm.yaml", &objects("web", 1, "2"))]);
+    f.annotate(json!({"convoy.kumodo.io/sync-requested-at": jiff::Timestamp::now().to_string()}))
+        .await;
+    eventually(
+        "the fixture's commit applied (another namespace's Releases held on)",
+        Duration::from_secs(60),
+        || web_holds(f, "2"),
+    )
+    .await;
 }
 
 /// `count` Releases in `tarpit` (`spec_extra` merged in) on the fixture's repository, deployed
@@ -761,6 +766,60 @@ async fn a_tenants_sources_that_never_answer_do_not_hold_up_another_tenants_sync
         accepted.load(Ordering::SeqCst) <= 2,
         "a namespace's sources take two fetches at most at once"
     );
+}
+
+/// `convoy daemon --allow-source-url`: a tenant's Release naming a Git URL outside the
+/// operator's prefixes stops with reason Unsupported, naming the flag, and the
+/// daemon sends that server nothing; the fixture's own Release (file://, its own flag) goes on.
+#[tokio::test]
+async fn a_source_url_outside_the_allowed_prefixes_is_refused_without_a_request() {
+    let (port, accepted) = crate::support::servers::silent_server();
+    let f = Fixture::new(
+        "source-allow-list",
+        &[("cm.yaml", &objects("web", 1, "1"))],
+        json!({}),
+    )
+    .await;
+    let allowed = format!("http://127.0.0.1:{port}/team-a/");
+    let (_daemon, tarpit) = beside_a_tarpit(&f, &["--allow-source-url", &allowed]).await;
+    let url = format!("http://127.0.0.1:{port}/team-b/repo.git");
+    f.kubectl_apply(&json!({
+        "apiVersion": "source.convoy.kumodo.io/v1alpha1", "kind": "GitRepository",
+        "metadata": {"name": "elsewhere", "namespace": tarpit},
+        "spec": {"url": url, "ref": {"branch": "main"}},
+    }))
+    .await;
+    f.kubectl_apply(&json!({
+        "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+        "metadata": {"name": "elsewhere", "namespace": tarpit},
+        "spec": {"source": {"kind": "GitRepository", "name": "elsewhere"}, "targetNamespace": tarpit},
+    }))
+    .await;
+    let releases: Api<Release> = Api::namespaced(f.env.client.clone(), &tarpit);
+    let (status, reason, message) = eventually(
+        "the Release outside the prefixes refused",
+        Duration::from_secs(60),
+        || async {
+            let c = releases
+                .get("elsewhere")
+                .await
+                .ok()?
+                .status?
+                .condition("Applied")?
+                .clone();
+            Some((c.status, c.reason, c.message))
+        },
+    )
+    .await;
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "Unsupported"));
+    assert!(
+        message.contains(&format!(
+            "Git URL \"{url}\" is not under a URL prefix convoy daemon allows sources from (--allow-source-url)"
+        )),
+        "{message}"
+    );
+    a_commit_is_applied(&f).await;
+    assert_eq!(accepted.load(Ordering::SeqCst), 0, "nothing was sent there");
 }
 
 /// A tenant's Releases whose Cluster never answers hold up no other namespace: each pass
