@@ -153,11 +153,32 @@ impl Checker<'_> {
         if !self.seen.insert(dir.to_path_buf()) {
             return Ok(());
         }
-        let Some(file) = KUSTOMIZATION_FILES
+        // kustomize takes the one that loads; with a link leading out of the directory (it
+        // refuses that one) beside another, the checker read the link's target and kustomize
+        // the other (found by an attack).
+        let present: Vec<PathBuf> = KUSTOMIZATION_FILES
             .iter()
             .map(|name| dir.join(name))
-            .find(|f| self.root.join(f).is_file())
-        else {
+            .filter(|f| std::fs::symlink_metadata(self.root.join(f)).is_ok())
+            .collect();
+        if present.len() > 1 {
+            return Err(RenderError::Invalid(Invalid(format!(
+                "{} holds {}: kustomize reads one; keep one",
+                if dir.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    dir
+                }
+                .display(),
+                present
+                    .iter()
+                    .filter_map(|f| f.file_name())
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            ))));
+        }
+        let Some(file) = present.into_iter().find(|f| self.root.join(f).is_file()) else {
             return match from {
                 // The top directory: kustomize says what is missing.
                 None => Ok(()),
@@ -171,6 +192,7 @@ impl Checker<'_> {
         let text = std::fs::read_to_string(self.root.join(&file)).map_err(|e| {
             RenderError::Invalid(Invalid(format!("cannot read {}: {e}", file.display())))
         })?;
+        check_text(&file, &text)?;
         let kustomization = bounded_yaml::from_str(&text, Default::default()).map_err(|e| {
             RenderError::Invalid(Invalid(format!(
                 "{} is not valid YAML: {e}",
@@ -194,7 +216,7 @@ impl Checker<'_> {
         }
         // References that may be kustomizations (directories) or files.
         for field in ["resources", "bases", "components"] {
-            for entry in strings(&k[field]) {
+            for entry in strings_only(&k[field], file, field)? {
                 let (f, fd) = site(field);
                 self.reference(
                     dir,
@@ -209,7 +231,7 @@ impl Checker<'_> {
         }
         // Plain files.
         for field in ["crds", "configurations"] {
-            for entry in strings(&k[field]) {
+            for entry in strings_only(&k[field], file, field)? {
                 let (f, fd) = site(field);
                 self.reference(
                     dir,
@@ -229,13 +251,14 @@ impl Checker<'_> {
             "transformers",
             "validators",
         ] {
-            for entry in strings(&k[field]) {
+            for entry in strings_only(&k[field], file, field)? {
                 let (f, fd) = site(field);
                 let s = Site {
                     file: &f,
                     field: fd,
                 };
                 if is_inline(entry) {
+                    check_text(&f, entry)?;
                     // Unread, its paths would go unchecked while kustomize's own reader
                     // might still make sense of it: refused.
                     let inline = bounded_yaml::from_str(entry, Default::default()).map_err(|e| {
@@ -247,9 +270,26 @@ impl Checker<'_> {
                         )
                     })?;
                     check_spelling(&f, &inline)?;
+                    if !inline.is_object() {
+                        // kustomize would not read it as a config, but as a file's name.
+                        return Err(self.refuse(
+                            &s,
+                            "(inline)",
+                            "is not a mapping: an inline config is one object",
+                        ));
+                    }
                     self.inline_config(dir, &s, &inline)?;
                 } else {
-                    self.reference(dir, &s, entry, field != "patchesStrategicMerge")?;
+                    if !is_plain_path(entry) {
+                        // kustomize first tries an entry as inline YAML: `&a {kind: …}` or
+                        // `!!map …` is a config to it and a file's name to a path check.
+                        return Err(self.refuse(
+                            &s,
+                            entry,
+                            "is neither a plain path (letters, digits and . _ / - + = @ ~) nor inline YAML on lines of its own",
+                        ));
+                    }
+                    self.reference(dir, &s, entry, false)?;
                     if field != "patchesStrategicMerge" {
                         self.config_file(dir, &s, entry)?;
                     }
@@ -309,16 +349,25 @@ impl Checker<'_> {
         site: &Site,
         config: &Value,
     ) -> Result<(), RenderError> {
-        let items = match config["items"].as_array() {
-            Some(items) if config["kind"].as_str() == Some("List") => items.iter().collect(),
-            _ => vec![config],
-        };
+        let mut items = Vec::new();
+        unwrap_lists(config, 0, &mut items).map_err(|why| self.refuse(site, "(config)", why))?;
         for item in items {
+            let kind = item["kind"].as_str().unwrap_or_default();
+            if !CONFIG_KINDS.contains(&kind) {
+                return Err(self.refuse(
+                    site,
+                    kind,
+                    &format!(
+                        "is not a config kind convoy checks (kustomize's builtin {}); other kinds may read files or the network",
+                        CONFIG_KINDS.join(", ")
+                    ),
+                ));
+            }
             self.generator(dir, site, item)?;
             let paths = item["path"]
                 .as_str()
                 .into_iter()
-                .chain(strings(&item["paths"]))
+                .chain(strings_only(&item["paths"], site.file, "paths")?)
                 .chain(
                     item["replacements"]
                         .as_array()
@@ -346,12 +395,22 @@ impl Checker<'_> {
             return Ok(());
         };
         let on_disk = self.root.join(&resolved);
+        if on_disk.is_dir() {
+            // kustomize builds it and takes what it renders as configs: its resources'
+            // paths would go unread (found by an attack).
+            return Err(self.refuse(
+                site,
+                entry,
+                "is a directory: kustomize would take what it builds as configs, which convoy does not check; name config files",
+            ));
+        }
         if !on_disk.is_file() {
             return Ok(());
         }
         let text = std::fs::read_to_string(&on_disk).map_err(|e| {
             RenderError::Invalid(Invalid(format!("cannot read {}: {e}", resolved.display())))
         })?;
+        check_text(&resolved, &text)?;
         let configs = bounded_yaml::from_multiple(&text, Default::default()).map_err(|e| {
             let line = e.location().map(|l| l.line()).unwrap_or(0);
             self.refuse(
@@ -373,12 +432,15 @@ impl Checker<'_> {
 
     /// The files a generator (or a builtin generator's inline config) reads.
     fn generator(&mut self, dir: &Path, site: &Site, item: &Value) -> Result<(), RenderError> {
-        for file in strings(&item["files"]) {
+        for file in strings_only(&item["files"], site.file, "files")? {
             // `key=path` or `path`.
             let path = file.split_once('=').map_or(file, |(_, p)| p);
             self.reference(dir, site, path, false)?;
         }
-        for env in strings(&item["envs"]).chain(item["env"].as_str()) {
+        for env in strings_only(&item["envs"], site.file, "envs")?
+            .into_iter()
+            .chain(item["env"].as_str())
+        {
             self.reference(dir, site, env, false)?;
         }
         Ok(())
@@ -454,17 +516,112 @@ impl Checker<'_> {
     }
 }
 
-/// The string items of a YAML list (or nothing).
-fn strings(value: &Value) -> impl Iterator<Item = &str> {
-    value
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-}
-
 fn is_inline(entry: &str) -> bool {
     entry.contains('\n') || entry.trim_start().starts_with('{')
+}
+
+/// The builtin generator, transformer and validator configs convoy lets kustomize run: those
+/// that read no file, and those whose files it checks (`files`, `envs`, `env`, `path`,
+/// `paths`, `replacements[].path`). Others read what the checker does not see
+/// (`ValueAddTransformer.targetFilePath` fetched a URL; found by an attack) or run helm.
+const CONFIG_KINDS: [&str; 17] = [
+    "ConfigMapGenerator",
+    "SecretGenerator",
+    "PatchTransformer",
+    "PatchJson6902Transformer",
+    "PatchStrategicMergeTransformer",
+    "ReplacementTransformer",
+    "AnnotationsTransformer",
+    "LabelTransformer",
+    "NamespaceTransformer",
+    "PrefixTransformer",
+    "SuffixTransformer",
+    "PrefixSuffixTransformer",
+    "ImageTagTransformer",
+    "ReplicaCountTransformer",
+    "HashTransformer",
+    "IAMPolicyGenerator",
+    "SortOrderTransformer",
+];
+
+/// How deep lists of configs may nest.
+const MOST_LIST_DEPTH: usize = 16;
+
+/// The configs `config` holds: kustomize reads any kind ending in `List` with `items` as a
+/// list, its items lists again (only `kind: List` one level deep was unwrapped, so a
+/// `ConfigMapList` or a List in a List went unread; found by an attack).
+fn unwrap_lists<'v>(
+    config: &'v Value,
+    depth: usize,
+    into: &mut Vec<&'v Value>,
+) -> Result<(), &'static str> {
+    let is_list = config["kind"].as_str().is_some_and(|k| k.ends_with("List"));
+    match config["items"].as_array() {
+        Some(items) if is_list => {
+            if depth >= MOST_LIST_DEPTH {
+                return Err("nests lists of configs too deep");
+            }
+            for item in items {
+                unwrap_lists(item, depth + 1, into)?;
+            }
+            Ok(())
+        }
+        _ => {
+            into.push(config);
+            Ok(())
+        }
+    }
+}
+
+/// Text both YAML readers read alike: YAML 1.2 (serde-saphyr) ends a line only at `\n` and
+/// `\r`, go-yaml (kustomize) at U+0085, U+2028 and U+2029 too, so a key after one inside a
+/// comment was kustomize's alone; and go-yaml lets a merge key (`<<`) override a key written
+/// before it where serde-saphyr keeps that key (found by an attack).
+fn check_text(file: &Path, text: &str) -> Result<(), RenderError> {
+    let refuse = |what: &str| {
+        Err(RenderError::Invalid(Invalid(format!(
+            "{}: {what}, which YAML readers read differently; write it without",
+            file.display()
+        ))))
+    };
+    if text.contains(['\u{85}', '\u{2028}', '\u{2029}']) {
+        return refuse("holds a Unicode line or paragraph separator (U+0085, U+2028 or U+2029)");
+    }
+    if text.contains("<<") {
+        return refuse("holds `<<` (a merge key)");
+    }
+    Ok(())
+}
+
+/// A path entry kustomize cannot take for inline YAML.
+fn is_plain_path(entry: &str) -> bool {
+    !entry.is_empty()
+        && entry
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._/-+=@~".contains(c))
+}
+
+/// The entries of a list of paths, every one a string: a value of another type was skipped,
+/// and another YAML reader may read it as a string.
+fn strings_only<'v>(
+    value: &'v Value,
+    file: &Path,
+    field: &str,
+) -> Result<Vec<&'v str>, RenderError> {
+    let Some(items) = value.as_array() else {
+        return Ok(Vec::new());
+    };
+    items
+        .iter()
+        .map(|item| {
+            item.as_str().ok_or_else(|| {
+                RenderError::Invalid(Invalid(format!(
+                    "{}: {field} entry {item} is not a string (quote it)",
+                    file.display()
+                )))
+            })
+        })
+        .collect()
 }
 
 /// The fields the checker reads by name, at whatever depth.
@@ -631,6 +788,81 @@ mod tests {
                 "apiVersion: builtin\nkind: ConfigMapGenerator\nmetadata: {name: x}\nfiles: [k=f.txt]\n",
             ),
             ("k/f.txt", "x"),
+        ]);
+        check(&dir, "k", false).unwrap();
+    }
+
+    /// What convoy's YAML reader and kustomize's would read differently, or what kustomize
+    /// reads that the checker would not, is refused (each found by an attack that had
+    /// kustomize GET a URL or build a base outside the source).
+    #[test]
+    fn what_kustomize_would_read_otherwise_is_refused() {
+        let gen_cm = "apiVersion: builtin\nkind: ConfigMapGenerator\nmetadata: {name: x}\n";
+        for (files, why) in [
+            (
+                vec![("k/kustomization.yaml", "resources: [a.yaml]\n<<: {resources: [http://h/x]}\n".to_string())],
+                "k/kustomization.yaml: holds `<<` (a merge key)",
+            ),
+            (
+                vec![("k/kustomization.yaml", "resources: [a.yaml]\n# c\u{2028}resources: [../../x]\n".to_string())],
+                "holds a Unicode line or paragraph separator",
+            ),
+            (
+                vec![
+                    ("k/kustomization.yaml", "generators: [sub]\n".to_string()),
+                    ("k/sub/kustomization.yaml", "resources: [g.yaml]\n".to_string()),
+                ],
+                "generators entry \"sub\" is a directory",
+            ),
+            (
+                vec![("k/kustomization.yaml", "generators: ['&a {kind: ConfigMapGenerator}']\n".to_string())],
+                "is neither a plain path",
+            ),
+            (
+                vec![("k/kustomization.yaml", "generators: [\"g\\n\"]\n".to_string())],
+                "is not a mapping",
+            ),
+            (
+                vec![
+                    ("k/kustomization.yaml", "generators: [g.yaml]\n".to_string()),
+                    (
+                        "k/g.yaml",
+                        "kind: ConfigMapList\nitems:\n- kind: List\n  items:\n  - kind: ConfigMapGenerator\n    files: [k=http://h/s]\n".to_string(),
+                    ),
+                ],
+                "k/g.yaml: generators entry \"http://h/s\" is a remote reference",
+            ),
+            (
+                vec![
+                    ("k/kustomization.yaml", "transformers: [t.yaml]\n".to_string()),
+                    ("k/t.yaml", "apiVersion: builtin\nkind: ValueAddTransformer\nmetadata: {name: v}\ntargetFilePath: http://h/t\n".to_string()),
+                ],
+                "transformers entry \"ValueAddTransformer\" is not a config kind convoy checks",
+            ),
+            (
+                vec![
+                    ("k/kustomization.yaml", "resources: []\n".to_string()),
+                    ("k/kustomization.yml", "resources: [http://h/r]\n".to_string()),
+                ],
+                "k holds kustomization.yaml and kustomization.yml: kustomize reads one; keep one",
+            ),
+            (
+                vec![("k/kustomization.yaml", "resources: [a.yaml, 0777]\n".to_string())],
+                "resources entry 777",
+            ),
+        ] {
+            let files: Vec<(&str, &str)> = files.iter().map(|(p, t)| (*p, t.as_str())).collect();
+            let dir = tree(&files);
+            let err = check(&dir, "k", false).unwrap_err();
+            assert!(err.contains(why), "{files:?}: {err}");
+        }
+        // A config file of a kind convoy checks, with its files inside the source, passes.
+        let dir = tree(&[
+            ("k/kustomization.yaml", "generators: [g.yaml]\n"),
+            (
+                "k/g.yaml",
+                &format!("kind: List\nitems:\n- {}\n", gen_cm.replace('\n', "\n  ")),
+            ),
         ]);
         check(&dir, "k", false).unwrap();
     }
