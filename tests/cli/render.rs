@@ -567,6 +567,65 @@ fn kustomize_fetches_nothing_through_a_field_in_capitals_or_a_generator_config_f
     );
 }
 
+/// kustomize runs behind a proxy that does not exist unless remote bases are allowed, so a
+/// URL the checker failed to see (an attack found eight ways) reaches no server beyond
+/// loopback. kustomize is run here on a kustomization the checker refuses, to test the fence
+/// alone; with remote bases allowed the same run connects, so the fence is what held it.
+#[test]
+fn kustomize_reaches_no_server_unless_remote_bases_are_allowed() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            counter.fetch_add(1, Ordering::SeqCst);
+            drop(stream);
+        }
+    });
+    // This machine's address toward the network (connecting a UDP socket sends nothing).
+    let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    probe.connect("192.0.2.1:9").unwrap();
+    let ip = probe.local_addr().unwrap().ip();
+    assert!(
+        !ip.is_loopback(),
+        "the test needs a non-loopback address, not {ip}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("kustomization.yaml"),
+        format!("resources: [\"http://{ip}:{port}/r.yaml\"]\n"),
+    )
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let kustomize = crate::support::testenv_bin().join("kustomize");
+    let run = |allow_remote| {
+        convoy::engine::render::kustomize::command(
+            &kustomize,
+            dir.path(),
+            home.path(),
+            allow_remote,
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap()
+    };
+    assert!(!run(false).success());
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        0,
+        "nothing reached the server"
+    );
+    run(true);
+    crate::support::eventually_sync(
+        "kustomize with remote bases allowed to connect",
+        std::time::Duration::from_secs(10),
+        || (accepted.load(Ordering::SeqCst) > 0).then_some(()),
+    );
+}
+
 /// generateName is for hooks: an ordinary object without a name is refused, naming the file
 /// and the rule.
 #[test]

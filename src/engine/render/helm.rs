@@ -315,6 +315,12 @@ pub async fn template(
                 cmd.env(var, value);
             }
         }
+    } else {
+        // Nowhere to go: the schema check refuses every reference out, and this holds
+        // should helm read one the check does not see.
+        for var in super::no_network::PROXY_VARS {
+            cmd.env(var, super::no_network::NOWHERE);
+        }
     }
     for (var, sub) in [
         ("HOME", "home"),

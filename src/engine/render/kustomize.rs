@@ -43,23 +43,7 @@ pub async fn build(
     let kustomize = Tool::Kustomize.locate()?;
     let home = tempfile::tempdir()
         .map_err(|e| RenderError::Tool(format!("cannot create a temporary directory: {e}")))?;
-    let mut cmd = Command::new(&kustomize);
-    cmd.arg("build")
-        .arg("--load-restrictor=LoadRestrictionsRootOnly")
-        .arg("--")
-        .arg(dir)
-        .env_clear()
-        .env("HOME", home.path())
-        .env("XDG_CONFIG_HOME", home.path())
-        .env("KUBECONFIG", home.path().join("no-kubeconfig"))
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .envs(remote_git_env(allow_remote));
-    if let Some(path) = std::env::var_os("PATH") {
-        cmd.env("PATH", path);
-    }
-    let mut child = cmd
+    let mut child = Command::from(command(&kustomize, dir, home.path(), allow_remote))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -94,6 +78,41 @@ pub async fn build(
     .await
     .map_err(|e| RenderError::Tool(format!("parsing the kustomize output failed: {e}")))?
     .map_err(RenderError::Manifests)
+}
+
+/// `kustomize build dir` in an environment of convoy's making: no configuration of the
+/// machine's, the root-only load restrictor, and — unless remote bases are allowed — no way
+/// out to the network. The checker refuses every URL it sees, but it reads YAML with another
+/// parser than kustomize's, and an attack found eight ways to make them disagree; so kustomize
+/// also runs behind [`super::no_network`]'s proxy. `home` is an empty directory.
+pub fn command(
+    kustomize: &Path,
+    dir: &Path,
+    home: &Path,
+    allow_remote: bool,
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(kustomize);
+    cmd.arg("build")
+        .arg("--load-restrictor=LoadRestrictionsRootOnly")
+        .arg("--")
+        .arg(dir)
+        .env_clear()
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home)
+        .env("KUBECONFIG", home.join("no-kubeconfig"))
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .envs(remote_git_env(allow_remote));
+    if !allow_remote {
+        for name in super::no_network::PROXY_VARS {
+            cmd.env(name, super::no_network::NOWHERE);
+        }
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        cmd.env("PATH", path);
+    }
+    cmd
 }
 
 /// The transports the git kustomize runs for a remote base may use: none unless remote bases

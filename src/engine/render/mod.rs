@@ -11,6 +11,7 @@ pub mod helm_schema;
 pub mod kustomize;
 pub mod manifests;
 pub mod mutations;
+pub mod no_network;
 pub mod object;
 pub mod order;
 pub mod plain_yaml;
