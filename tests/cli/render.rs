@@ -567,24 +567,24 @@ fn kustomize_fetches_nothing_through_a_field_in_capitals_or_a_generator_config_f
     );
 }
 
-/// kustomize runs behind a proxy that does not exist unless remote bases are allowed, so a
-/// URL the checker failed to see (an attack found eight ways) reaches no server beyond
-/// loopback. kustomize is run here on a kustomization the checker refuses, to test the fence
-/// alone; with remote bases allowed the same run connects, so the fence is what held it.
-#[test]
-fn kustomize_reaches_no_server_unless_remote_bases_are_allowed() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+/// A server on this machine's address toward the network (not loopback, which Go never
+/// proxies) that closes each connection: its address, port and how many it accepted.
+fn server_on_this_machine() -> (
+    std::net::IpAddr,
+    u16,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
     let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = accepted.clone();
     std::thread::spawn(move || {
         for stream in listener.incoming() {
-            counter.fetch_add(1, Ordering::SeqCst);
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             drop(stream);
         }
     });
-    // This machine's address toward the network (connecting a UDP socket sends nothing).
+    // Connecting a UDP socket sends nothing; it picks the address.
     let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
     probe.connect("192.0.2.1:9").unwrap();
     let ip = probe.local_addr().unwrap().ip();
@@ -592,6 +592,86 @@ fn kustomize_reaches_no_server_unless_remote_bases_are_allowed() {
         !ip.is_loopback(),
         "the test needs a non-loopback address, not {ip}"
     );
+    (ip, port, accepted)
+}
+
+/// `tool(false)` (fenced) fails and reaches nothing; `tool(true)` (the network allowed)
+/// connects, so the fence is what held the first.
+fn assert_fenced(
+    accepted: &std::sync::atomic::AtomicUsize,
+    tool: impl Fn(bool) -> std::process::Command,
+) {
+    use std::sync::atomic::Ordering;
+    let run = |network| {
+        tool(network)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap()
+    };
+    assert!(!run(false).success());
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        0,
+        "nothing reached the server"
+    );
+    run(true);
+    crate::support::eventually_sync(
+        "the tool allowed the network to connect",
+        std::time::Duration::from_secs(10),
+        || (accepted.load(Ordering::SeqCst) > 0).then_some(()),
+    );
+}
+
+/// helm runs behind the same dead proxy unless the operator lets values schemas be fetched:
+/// a schema reference the check failed to see reaches no server. helm is run here on a chart
+/// the check refuses, to test the fence alone; allowed the network, the same run connects.
+#[test]
+fn helm_reaches_no_server_unless_values_schemas_may_be_fetched() {
+    let (ip, port, accepted) = server_on_this_machine();
+    let chart = tempfile::tempdir().unwrap();
+    std::fs::create_dir(chart.path().join("templates")).unwrap();
+    std::fs::write(
+        chart.path().join("Chart.yaml"),
+        "apiVersion: v2\nname: c\nversion: 0.1.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        chart.path().join("templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        chart.path().join("values.schema.json"),
+        format!("{{\"$ref\": \"http://{ip}:{port}/s.json\"}}"),
+    )
+    .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let values = scratch.path().join("values.json");
+    std::fs::write(&values, "{}").unwrap();
+    let helm = crate::support::testenv_bin().join("helm");
+    let run = |network| {
+        convoy::engine::render::helm::command(&convoy::engine::render::helm::Template {
+            helm: &helm,
+            chart: chart.path(),
+            release_name: "c",
+            namespace: "default",
+            values_file: &values,
+            cluster: None,
+            network,
+            scratch: scratch.path(),
+        })
+    };
+    assert_fenced(&accepted, run);
+}
+
+/// kustomize runs behind a proxy that does not exist unless remote bases are allowed, so a
+/// URL the checker failed to see (an attack found eight ways) reaches no server beyond
+/// loopback. kustomize is run here on a kustomization the checker refuses, to test the fence
+/// alone; with remote bases allowed the same run connects, so the fence is what held it.
+#[test]
+fn kustomize_reaches_no_server_unless_remote_bases_are_allowed() {
+    let (ip, port, accepted) = server_on_this_machine();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("kustomization.yaml"),
@@ -607,23 +687,8 @@ fn kustomize_reaches_no_server_unless_remote_bases_are_allowed() {
             home.path(),
             allow_remote,
         )
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap()
     };
-    assert!(!run(false).success());
-    assert_eq!(
-        accepted.load(Ordering::SeqCst),
-        0,
-        "nothing reached the server"
-    );
-    run(true);
-    crate::support::eventually_sync(
-        "kustomize with remote bases allowed to connect",
-        std::time::Duration::from_secs(10),
-        || (accepted.load(Ordering::SeqCst) > 0).then_some(()),
-    );
+    assert_fenced(&accepted, run);
 }
 
 /// generateName is for hooks: an ordinary object without a name is refused, naming the file

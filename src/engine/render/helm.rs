@@ -253,6 +253,77 @@ const NETWORK_VARS: [&str; 6] = [
     "SSL_CERT_DIR",
 ];
 
+/// One `helm template` run: what [`command`] needs.
+pub struct Template<'a> {
+    pub helm: &'a Path,
+    pub chart: &'a Path,
+    pub release_name: &'a str,
+    pub namespace: &'a str,
+    pub values_file: &'a Path,
+    pub cluster: Option<&'a ClusterInfo>,
+    /// Whether helm may reach the network (values schemas the operator allows); otherwise it
+    /// runs behind [`super::no_network`]'s proxy.
+    pub network: bool,
+    /// An empty directory of helm's own (home, caches, configuration).
+    pub scratch: &'a Path,
+}
+
+/// `helm template` as convoy runs it.
+pub fn command(t: &Template) -> std::process::Command {
+    let mut cmd = std::process::Command::new(t.helm);
+    cmd.arg("template")
+        .arg(format!("--namespace={}", t.namespace))
+        .arg("--values")
+        .arg(t.values_file)
+        .arg("--include-crds")
+        .arg("--skip-tests");
+    if let Some(info) = t.cluster {
+        if let Some(version) = &info.kube_version {
+            cmd.arg(format!("--kube-version={version}"));
+        }
+        if !info.api_versions.is_empty() {
+            cmd.arg(format!("--api-versions={}", info.api_versions.join(",")));
+        }
+    }
+    // Positional arguments after `--`: nothing a Release says can be read as a flag.
+    cmd.arg("--").arg(t.release_name).arg(t.chart);
+    // Nothing of the machine's or user's helm and Kubernetes configuration: no kubeconfig
+    // (so a chart's `lookup` and any cluster flag have nothing to reach), no repositories or
+    // plugins, a HOME of helm's own.
+    cmd.env_clear();
+    if let Some(path) = std::env::var_os("PATH") {
+        cmd.env("PATH", path);
+    }
+    if t.network {
+        // Where the operator allows schemas from the network, helm reaches them as convoy
+        // would: through its proxy, trusting its certificate authorities.
+        for var in NETWORK_VARS {
+            if let Some(value) = std::env::var_os(var) {
+                cmd.env(var, value);
+            }
+        }
+    } else {
+        // Nowhere to go: the schema check refuses every reference out, and this holds
+        // should helm read one the check does not see.
+        for var in super::no_network::PROXY_VARS {
+            cmd.env(var, super::no_network::NOWHERE);
+        }
+    }
+    for (var, sub) in [
+        ("HOME", "home"),
+        ("TMPDIR", "tmp"),
+        ("HELM_CONFIG_HOME", "config"),
+        ("HELM_CACHE_HOME", "cache"),
+        ("HELM_DATA_HOME", "data"),
+        ("HELM_PLUGINS", "plugins"),
+        ("KUBECONFIG", "no-kubeconfig"),
+    ] {
+        cmd.env(var, t.scratch.join(sub));
+    }
+    let _ = std::fs::create_dir(t.scratch.join("tmp"));
+    cmd
+}
+
 /// Run `helm template` and parse what it prints.
 pub async fn template(
     chart: &Path,
@@ -283,57 +354,16 @@ pub async fn template(
         &serde_json::to_vec(values).unwrap_or_default(),
     )
     .map_err(|e| RenderError::Tool(format!("cannot write the values file: {e}")))?;
-    let mut cmd = Command::new(&helm);
-    cmd.arg("template")
-        .arg(format!("--namespace={namespace}"))
-        .arg("--values")
-        .arg(&values_file)
-        .arg("--include-crds")
-        .arg("--skip-tests");
-    if let Some(info) = cluster {
-        if let Some(version) = &info.kube_version {
-            cmd.arg(format!("--kube-version={version}"));
-        }
-        if !info.api_versions.is_empty() {
-            cmd.arg(format!("--api-versions={}", info.api_versions.join(",")));
-        }
-    }
-    // Positional arguments after `--`: nothing a Release says can be read as a flag.
-    cmd.arg("--").arg(release_name).arg(chart);
-    // Nothing of the machine's or user's helm and Kubernetes configuration: no kubeconfig
-    // (so a chart's `lookup` and any cluster flag have nothing to reach), no repositories or
-    // plugins, a HOME of helm's own.
-    cmd.env_clear();
-    if let Some(path) = std::env::var_os("PATH") {
-        cmd.env("PATH", path);
-    }
-    // Where the operator allows schemas from the network, helm reaches them as convoy would:
-    // through its proxy, trusting its certificate authorities.
-    if !schema_refs.is_empty() {
-        for var in NETWORK_VARS {
-            if let Some(value) = std::env::var_os(var) {
-                cmd.env(var, value);
-            }
-        }
-    } else {
-        // Nowhere to go: the schema check refuses every reference out, and this holds
-        // should helm read one the check does not see.
-        for var in super::no_network::PROXY_VARS {
-            cmd.env(var, super::no_network::NOWHERE);
-        }
-    }
-    for (var, sub) in [
-        ("HOME", "home"),
-        ("TMPDIR", "tmp"),
-        ("HELM_CONFIG_HOME", "config"),
-        ("HELM_CACHE_HOME", "cache"),
-        ("HELM_DATA_HOME", "data"),
-        ("HELM_PLUGINS", "plugins"),
-        ("KUBECONFIG", "no-kubeconfig"),
-    ] {
-        cmd.env(var, scratch.path().join(sub));
-    }
-    let _ = std::fs::create_dir(scratch.path().join("tmp"));
+    let mut cmd = Command::from(command(&Template {
+        helm: &helm,
+        chart,
+        release_name,
+        namespace,
+        values_file: &values_file,
+        cluster,
+        network: !schema_refs.is_empty(),
+        scratch: scratch.path(),
+    }));
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
