@@ -410,7 +410,9 @@ impl Checker<'_> {
         if is_remote(entry) {
             return Ok(());
         }
-        let Ok(resolved) = resolve_on_disk(self.root, &dir.join(entry)) else {
+        let Some(resolved) = lexically_clean(&dir.join(entry))
+            .and_then(|lexical| resolve_on_disk(self.root, &lexical).ok())
+        else {
             return Ok(());
         };
         let on_disk = self.root.join(&resolved);
@@ -499,7 +501,12 @@ impl Checker<'_> {
                 "is an absolute path; paths must stay inside the source",
             ));
         }
-        let resolved = resolve_on_disk(self.root, &dir.join(entry))
+        // kustomize joins and cleans the text first (Go's filepath.Join: `link/..` is gone
+        // before any link is followed), then follows links; following `link/../x` on disk
+        // instead checked another place than kustomize loaded (found by an attack).
+        let lexical = lexically_clean(&dir.join(entry))
+            .ok_or_else(|| self.refuse(site, entry, "leads outside the source"))?;
+        let resolved = resolve_on_disk(self.root, &lexical)
             .map_err(|why| self.refuse(site, entry, outside_or(why)))?;
         let on_disk = self.root.join(&resolved);
         if !on_disk.exists() {
@@ -533,6 +540,26 @@ impl Checker<'_> {
             site.field
         )))
     }
+}
+
+/// `path` with `.` and `dir/..` removed as text (Go's `filepath.Clean`), or `None` when a
+/// `..` climbs above its start.
+fn lexically_clean(path: &Path) -> Option<PathBuf> {
+    use std::path::Component;
+    let mut clean = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !clean.pop() {
+                    return None;
+                }
+            }
+            Component::Normal(part) => clean.push(part),
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(clean)
 }
 
 fn is_inline(entry: &str) -> bool {
@@ -608,6 +635,24 @@ fn check_text(file: &Path, text: &str) -> Result<(), RenderError> {
     }
     if text.contains("<<") {
         return refuse("holds `<<` (a merge key)");
+    }
+    // A tag (`!!merge`, `!binary`, `!null`, `!`) is read by one reader and not the other:
+    // serde-saphyr decodes local `!binary` and nulls `!null`, go-yaml merges a `!!merge` or
+    // `!` key written as `"\x3c\x3c"` (found by an attack). A `!` inside a word is text.
+    let mut previous = '\n';
+    for c in text.chars() {
+        if c == '!' && (previous.is_whitespace() || "[{,:?-\"'".contains(previous)) {
+            return refuse("holds a YAML tag (`!` starting a value)");
+        }
+        previous = c;
+    }
+    // kyaml splits a config file at every line starting with `---` (`---#` too), serde-saphyr
+    // only at a document marker; `...` ends a document to one of them.
+    for line in text.lines() {
+        let marker = line.starts_with("---") || line.starts_with("...");
+        if marker && !line[3..].trim().is_empty() {
+            return refuse("has a line starting with --- or ... and more after it");
+        }
     }
     Ok(())
 }
@@ -691,6 +736,12 @@ fn check_spelling(file: &Path, document: &Value) -> Result<(), RenderError> {
         match value {
             Value::Object(map) => {
                 for (key, inner) in map {
+                    if key == "<<" {
+                        return Err(RenderError::Invalid(Invalid(format!(
+                            "{}: holds a \"<<\" key, which go-yaml takes for a merge key; write the keys out",
+                            file.display()
+                        ))));
+                    }
                     if !READ_FIELDS.contains(&key.as_str()) {
                         let folded = go_fold(key);
                         if let Some(field) = READ_FIELDS.iter().find(|f| go_fold(f) == folded) {
@@ -869,6 +920,27 @@ mod tests {
                 vec![("k/kustomization.yaml", "resources: [a.yaml, 0777]\n".to_string())],
                 "resources entry 777",
             ),
+            // A second round: tags each reader reads its own way, a quoted merge key, kyaml's
+            // document split at `---#`.
+            (
+                vec![("k/kustomization.yaml", "resources: [!binary b2s=]\n".to_string())],
+                "holds a YAML tag",
+            ),
+            (
+                vec![("k/kustomization.yaml", "patches: [{path: !null http://h/p}]\n".to_string())],
+                "holds a YAML tag",
+            ),
+            (
+                vec![("k/kustomization.yaml", "resources: [a.yaml]\n\"\\x3c\\x3c\": {resources: [../x]}\n".to_string())],
+                "holds a \"<<\" key",
+            ),
+            (
+                vec![
+                    ("k/kustomization.yaml", "generators: [g.yaml]\n".to_string()),
+                    ("k/g.yaml", "kind: ConfigMapGenerator\nx: \"\n---#\nkind: ConfigMapGenerator\n\"\n".to_string()),
+                ],
+                "has a line starting with --- or ... and more after it",
+            ),
         ] {
             let files: Vec<(&str, &str)> = files.iter().map(|(p, t)| (*p, t.as_str())).collect();
             let dir = tree(&files);
@@ -884,6 +956,29 @@ mod tests {
             ),
         ]);
         check(&dir, "k", false).unwrap();
+    }
+
+    /// kustomize cleans `link/..` as text before it follows a link; so does the check now
+    /// (found by an attack: the check followed the link and read a decoy inside, kustomize
+    /// loaded a base outside).
+    #[test]
+    fn a_dot_dot_after_a_link_is_read_as_kustomize_reads_it() {
+        let dir = tree(&[
+            ("src/a/b/c/.keep", ""),
+            ("src/a/outside/kustomization.yaml", "resources: []\n"),
+            (
+                "src/kustomization.yaml",
+                "resources: [link/../../outside]\n",
+            ),
+        ]);
+        std::os::unix::fs::symlink("a/b/c", dir.path().join("src/link")).unwrap();
+        let err = check_kustomization(&dir.path().join("src"), &dir.path().join("src"), false)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "kustomization.yaml: resources entry \"link/../../outside\" leads outside the source"
+        );
     }
 
     #[test]
