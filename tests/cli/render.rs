@@ -691,6 +691,80 @@ fn kustomize_reaches_no_server_unless_remote_bases_are_allowed() {
     assert_fenced(&accepted, run);
 }
 
+/// kustomize builds the staged tree (the files convoy checked, kustomizations and configs as
+/// the JSON it read) into what it builds from the source itself: bases, components, patches
+/// by path and inline, generator files and envs, a generator config in a file and inline,
+/// replacements, a link to a base, and a file reached through `link/..`.
+#[test]
+fn kustomize_builds_the_staged_tree_as_it_builds_the_source() {
+    let source = tempfile::tempdir().unwrap();
+    let files = [
+        (
+            "base/kustomization.yaml",
+            "resources: [deploy.yaml]\ncommonLabels: {tier: web, enabled: \"yes\"}\n",
+        ),
+        (
+            "base/deploy.yaml",
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: web, image: nginx:1.27}]}\n",
+        ),
+        (
+            "comp/kustomization.yaml",
+            "apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\npatches:\n- patch: |-\n    apiVersion: apps/v1\n    kind: Deployment\n    metadata: {name: web}\n    spec: {replicas: 3}\n",
+        ),
+        (
+            "app/extra.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: extra}\ndata: {a: \"1\"}\n",
+        ),
+        (
+            "app/kustomization.yaml",
+            "# an overlay\nnamespace: shop\nresources:\n- ../linked-base\n- sub/../extra.yaml\ncomponents: [../comp]\npatches:\n- path: p.yaml\n  target: {kind: Deployment}\nconfigMapGenerator:\n- name: settings\n  files: [conf=settings.conf]\n  envs: [vars.env]\n  literals: [\"mode=prod!\", 'quote=\"x\"']\ngenerators:\n- gen.yaml\n- |-\n  apiVersion: builtin\n  kind: SecretGenerator\n  metadata: {name: inline-secret}\n  literals: [token=t0ps3cret]\nreplacements:\n- source: {kind: ConfigMap, name: extra, fieldPath: data.a}\n  targets:\n  - select: {kind: Deployment}\n    fieldPaths: [metadata.annotations.extra]\n    options: {create: true}\nimages:\n- name: nginx\n  newTag: \"1.28\"\n",
+        ),
+        ("app/sub/.keep", ""),
+        (
+            "app/p.yaml",
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {template: {spec: {containers: [{name: web, env: [{name: A, value: b}]}]}}}\n",
+        ),
+        ("app/settings.conf", "key = value\n"),
+        ("app/vars.env", "X=1\nY=two words\n"),
+        (
+            "app/gen.yaml",
+            "apiVersion: builtin\nkind: ConfigMapGenerator\nmetadata: {name: from-file}\nliterals: [k=v]\n---\napiVersion: builtin\nkind: ConfigMapGenerator\nmetadata: {name: second}\nfiles: [settings.conf]\n",
+        ),
+    ];
+    for (path, text) in files {
+        let p = source.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    std::os::unix::fs::symlink("base", source.path().join("linked-base")).unwrap();
+    let app = source.path().join("app");
+    let kustomize = crate::support::testenv_bin().join("kustomize");
+    let home = tempfile::tempdir().unwrap();
+    let direct = convoy::engine::render::kustomize::command(&kustomize, &app, home.path(), false)
+        .output()
+        .unwrap();
+    assert!(
+        direct.status.success(),
+        "{}",
+        String::from_utf8_lossy(&direct.stderr)
+    );
+    let direct = convoy::engine::render::manifests::parse_documents(
+        &String::from_utf8_lossy(&direct.stdout),
+        "kustomize",
+    )
+    .unwrap();
+    let staged = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(convoy::engine::render::kustomize::build(
+            source.path(),
+            &app,
+            false,
+        ))
+        .unwrap();
+    assert_eq!(staged.len(), 6, "{staged:#?}");
+    assert_eq!(staged, direct);
+}
+
 /// generateName is for hooks: an ordinary object without a name is refused, naming the file
 /// and the rule.
 #[test]

@@ -37,13 +37,22 @@ pub async fn build(
     allow_remote: bool,
 ) -> Result<Vec<Object>, RenderError> {
     let (root_owned, dir_owned) = (root.to_path_buf(), dir.to_path_buf());
-    tokio::task::spawn_blocking(move || check_kustomization(&root_owned, &dir_owned, allow_remote))
-        .await
-        .map_err(|e| RenderError::Tool(format!("checking the kustomization failed: {e}")))??;
     let kustomize = Tool::Kustomize.locate()?;
     let home = tempfile::tempdir()
         .map_err(|e| RenderError::Tool(format!("cannot create a temporary directory: {e}")))?;
-    let mut child = Command::from(command(&kustomize, dir, home.path(), allow_remote))
+    let tree = tempfile::tempdir()
+        .map_err(|e| RenderError::Tool(format!("cannot create a temporary directory: {e}")))?;
+    let staging = tree.path().to_path_buf();
+    let start = tokio::task::spawn_blocking(move || {
+        let staged = check_kustomization(&root_owned, &dir_owned, allow_remote)?;
+        staged
+            .write(&root_owned, &staging)
+            .map_err(|e| RenderError::Tool(format!("cannot stage the kustomization's files: {e}")))
+    })
+    .await
+    .map_err(|e| RenderError::Tool(format!("checking the kustomization failed: {e}")))??;
+    let root = tree.path();
+    let mut child = Command::from(command(&kustomize, &start, home.path(), allow_remote))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -133,7 +142,14 @@ fn remote_git_env(allow_remote: bool) -> Vec<(String, String)> {
 /// Read the kustomization in `dir` and every one it loads, and check that every path they
 /// name stays inside `root` (on disk, links followed) and that nothing is fetched from the
 /// network unless `allow_remote`.
-pub fn check_kustomization(root: &Path, dir: &Path, allow_remote: bool) -> Result<(), RenderError> {
+///
+/// Returns what kustomize may read, as convoy read it ([`Staged`]): kustomize then runs on
+/// that alone.
+pub fn check_kustomization(
+    root: &Path,
+    dir: &Path,
+    allow_remote: bool,
+) -> Result<Staged, RenderError> {
     let start = dir
         .strip_prefix(root)
         .map(Path::to_path_buf)
@@ -143,8 +159,68 @@ pub fn check_kustomization(root: &Path, dir: &Path, allow_remote: bool) -> Resul
         allow_remote,
         seen: BTreeSet::new(),
         depth: 0,
+        staged: Staged {
+            start: start.clone(),
+            ..Default::default()
+        },
     };
-    checker.directory(&start, None)
+    checker.directory(&start, None)?;
+    Ok(checker.staged)
+}
+
+/// The tree kustomize builds: every file it may read, at the path it opens (relative to the
+/// source, as text: no links), and nothing else. The kustomizations and configs are written
+/// as the JSON convoy read them, so kustomize's YAML reader parses what convoy checked, not
+/// the text: two attack rounds found fifteen ways the two readers disagreed (merge keys,
+/// tags, line separators, document splits…), each of which had kustomize fetch a URL or
+/// build a base outside the source.
+#[derive(Debug, Default)]
+pub struct Staged {
+    /// The top kustomization's directory.
+    start: PathBuf,
+    /// Files kustomize reads as they are (manifests, patches, generator files): where it
+    /// opens each → where its bytes are in the source (links followed).
+    copies: std::collections::BTreeMap<PathBuf, PathBuf>,
+    /// Files kustomize parses (kustomizations, config files): where → the text to write.
+    documents: std::collections::BTreeMap<PathBuf, String>,
+}
+
+impl Staged {
+    /// Write the tree under `into` (an empty directory); returns the directory to build.
+    pub fn write(&self, root: &Path, into: &Path) -> std::io::Result<PathBuf> {
+        let place = |relative: &Path| -> std::io::Result<PathBuf> {
+            let path = into.join(relative);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            Ok(path)
+        };
+        for (at, from) in &self.copies {
+            let path = place(at)?;
+            // A link where the cache and the staging share a filesystem, else a copy.
+            if std::fs::hard_link(root.join(from), &path).is_err() {
+                std::fs::copy(root.join(from), &path)?;
+            }
+        }
+        for (at, text) in &self.documents {
+            let path = place(at)?;
+            let _ = std::fs::remove_file(&path);
+            std::fs::write(&path, text)?;
+        }
+        let start = into.join(&self.start);
+        std::fs::create_dir_all(&start)?;
+        Ok(start)
+    }
+}
+
+/// `value` as one line of JSON that YAML readers read alike (JSON is YAML; the line
+/// separators go-yaml breaks lines at are escaped).
+fn canonical(value: &Value) -> String {
+    serde_json::to_string(value)
+        .unwrap_or_default()
+        .replace('\u{85}', "\\u0085")
+        .replace('\u{2028}', "\\u2028")
+        .replace('\u{2029}', "\\u2029")
 }
 
 struct Checker<'a> {
@@ -153,6 +229,7 @@ struct Checker<'a> {
     seen: BTreeSet<PathBuf>,
     /// How many kustomizations the one being read is a base of.
     depth: usize,
+    staged: Staged,
 }
 
 /// How deep bases may nest. Overlays of overlays are a few levels deep; the check follows a
@@ -167,7 +244,8 @@ struct Site<'a> {
 }
 
 impl Checker<'_> {
-    /// A kustomization directory (`dir` relative to the root, already resolved).
+    /// A kustomization directory (`dir` relative to the root, as text: where kustomize,
+    /// building the staged tree, finds it).
     fn directory(&mut self, dir: &Path, from: Option<&Site>) -> Result<(), RenderError> {
         if !self.seen.insert(dir.to_path_buf()) {
             return Ok(());
@@ -208,7 +286,10 @@ impl Checker<'_> {
                 )),
             };
         };
-        let text = std::fs::read_to_string(self.root.join(&file)).map_err(|e| {
+        let resolved = resolve_on_disk(self.root, &file).map_err(|why| {
+            RenderError::Invalid(Invalid(format!("{} {}", file.display(), outside_or(why))))
+        })?;
+        let text = std::fs::read_to_string(self.root.join(&resolved)).map_err(|e| {
             RenderError::Invalid(Invalid(format!("cannot read {}: {e}", file.display())))
         })?;
         check_text(&file, &text)?;
@@ -219,10 +300,24 @@ impl Checker<'_> {
             )))
         })?;
         check_spelling(&file, &kustomization)?;
-        self.kustomization(dir, &file, &kustomization)
+        let inline = self.kustomization(dir, &file, &kustomization)?;
+        let mut written = kustomization;
+        for (field, i, config) in inline {
+            written[field][i] = Value::String(config);
+        }
+        self.staged.documents.insert(file, canonical(&written));
+        Ok(())
     }
 
-    fn kustomization(&mut self, dir: &Path, file: &Path, k: &Value) -> Result<(), RenderError> {
+    /// Check a kustomization; returns its inline configs as they are to be written (field,
+    /// index, canonical text).
+    fn kustomization(
+        &mut self,
+        dir: &Path,
+        file: &Path,
+        k: &Value,
+    ) -> Result<Vec<(&'static str, usize, String)>, RenderError> {
+        let mut inline_configs = Vec::new();
         let site = |field: &'static str| (file.to_path_buf(), field);
         for field in ["helmCharts", "helmGlobals", "helmChartInflationGenerator"] {
             if !k[field].is_null() {
@@ -270,7 +365,10 @@ impl Checker<'_> {
             "transformers",
             "validators",
         ] {
-            for entry in strings_only(&k[field], file, field)? {
+            for (i, entry) in strings_only(&k[field], file, field)?
+                .into_iter()
+                .enumerate()
+            {
                 let (f, fd) = site(field);
                 let s = Site {
                     file: &f,
@@ -298,6 +396,7 @@ impl Checker<'_> {
                         ));
                     }
                     self.inline_config(dir, &s, &inline)?;
+                    inline_configs.push((field, i, canonical(&inline)));
                 } else {
                     if !is_plain_path(entry) {
                         // kustomize first tries an entry as inline YAML: `&a {kind: …}` or
@@ -356,7 +455,7 @@ impl Checker<'_> {
                 )?;
             }
         }
-        Ok(())
+        Ok(inline_configs)
     }
 
     /// The files an inline generator or transformer config reads: a builtin generator's
@@ -410,9 +509,10 @@ impl Checker<'_> {
         if is_remote(entry) {
             return Ok(());
         }
-        let Some(resolved) = lexically_clean(&dir.join(entry))
-            .and_then(|lexical| resolve_on_disk(self.root, &lexical).ok())
-        else {
+        let Some((lexical, resolved)) = lexically_clean(&dir.join(entry)).and_then(|lexical| {
+            let resolved = resolve_on_disk(self.root, &lexical).ok()?;
+            Some((lexical, resolved))
+        }) else {
             return Ok(());
         };
         let on_disk = self.root.join(&resolved);
@@ -448,6 +548,10 @@ impl Checker<'_> {
             check_spelling(&resolved, config)?;
             self.inline_config(dir, &in_file, config)?;
         }
+        let documents: Vec<String> = configs.iter().map(canonical).collect();
+        self.staged
+            .documents
+            .insert(lexical, documents.join("\n---\n"));
         Ok(())
     }
 
@@ -517,7 +621,14 @@ impl Checker<'_> {
                 Err(self.refuse(site, entry, "does not exist in the source"))
             };
         }
-        if may_be_kustomization && on_disk.is_dir() {
+        if on_disk.is_dir() {
+            if !may_be_kustomization {
+                return Err(self.refuse(
+                    site,
+                    entry,
+                    "is a directory where kustomize reads a file",
+                ));
+            }
             if self.depth >= MOST_NESTING {
                 return Err(self.refuse(
                     site,
@@ -526,10 +637,11 @@ impl Checker<'_> {
                 ));
             }
             self.depth += 1;
-            let result = self.directory(&resolved, Some(site));
+            let result = self.directory(&lexical, Some(site));
             self.depth -= 1;
             return result;
         }
+        self.staged.copies.insert(lexical, resolved);
         Ok(())
     }
 
@@ -781,7 +893,9 @@ mod tests {
     }
 
     fn check(dir: &tempfile::TempDir, start: &str, remote: bool) -> Result<(), String> {
-        check_kustomization(dir.path(), &dir.path().join(start), remote).map_err(|e| e.to_string())
+        check_kustomization(dir.path(), &dir.path().join(start), remote)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     /// kustomize reads field names whatever their case (Go's encoding/json folds them), so a
