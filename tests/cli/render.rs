@@ -694,7 +694,7 @@ fn kustomize_reaches_no_server_unless_remote_bases_are_allowed() {
 /// kustomize builds the staged tree (the files convoy checked, kustomizations and configs as
 /// the JSON it read) into what it builds from the source itself: bases, components, patches
 /// by path and inline, generator files and envs, a generator config in a file and inline,
-/// replacements, a link to a base, and a file reached through `link/..`.
+/// replacements, `y` and `010` where kustomize reads text, a linked file, a `sub/..` path.
 #[test]
 fn kustomize_builds_the_staged_tree_as_it_builds_the_source() {
     let source = tempfile::tempdir().unwrap();
@@ -717,7 +717,7 @@ fn kustomize_builds_the_staged_tree_as_it_builds_the_source() {
         ),
         (
             "app/kustomization.yaml",
-            "# an overlay\nnamespace: shop\nresources:\n- ../linked-base\n- sub/../extra.yaml\ncomponents: [../comp]\npatches:\n- path: p.yaml\n  target: {kind: Deployment}\nconfigMapGenerator:\n- name: settings\n  files: [conf=settings.conf]\n  envs: [vars.env]\n  literals: [\"mode=prod!\", 'quote=\"x\"']\ngenerators:\n- gen.yaml\n- |-\n  apiVersion: builtin\n  kind: SecretGenerator\n  metadata: {name: inline-secret}\n  literals: [token=t0ps3cret]\nreplacements:\n- source: {kind: ConfigMap, name: extra, fieldPath: data.a}\n  targets:\n  - select: {kind: Deployment}\n    fieldPaths: [metadata.annotations.extra]\n    options: {create: true}\nimages:\n- name: nginx\n  newTag: \"1.28\"\n",
+            "# an overlay\nnamespace: shop\nresources:\n- ../base\n- sub/../extra.yaml\n- linked.yaml\ncomponents: [../comp]\npatches:\n- path: p.yaml\n  target: {kind: Deployment}\nconfigMapGenerator:\n- name: settings\n  files: [conf=settings.conf]\n  envs: [vars.env]\n  literals: [\"mode=prod!\", 'quote=\"x\"']\ntransformers: [labels.yaml]\ngenerators:\n- gen.yaml\n- |-\n  apiVersion: builtin\n  kind: SecretGenerator\n  metadata: {name: inline-secret}\n  literals: [token=t0ps3cret]\nreplacements:\n- source: {kind: ConfigMap, name: extra, fieldPath: data.a}\n  targets:\n  - select: {kind: Deployment}\n    fieldPaths: [metadata.annotations.extra]\n    options: {create: true}\nimages:\n- name: nginx\n  newTag: \"1.28\"\n",
         ),
         ("app/sub/.keep", ""),
         (
@@ -736,7 +736,17 @@ fn kustomize_builds_the_staged_tree_as_it_builds_the_source() {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, text).unwrap();
     }
-    std::os::unix::fs::symlink("base", source.path().join("linked-base")).unwrap();
+    std::fs::write(
+        source.path().join("app/labels.yaml"),
+        "apiVersion: builtin\nkind: LabelTransformer\nmetadata: {name: l}\nlabels: {short: y, zero: 010}\nfieldSpecs: [{path: metadata/labels, create: true}]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        source.path().join("app/target.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: linked}\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("target.yaml", source.path().join("app/linked.yaml")).unwrap();
     let app = source.path().join("app");
     let kustomize = crate::support::testenv_bin().join("kustomize");
     let home = tempfile::tempdir().unwrap();
@@ -761,7 +771,7 @@ fn kustomize_builds_the_staged_tree_as_it_builds_the_source() {
             false,
         ))
         .unwrap();
-    assert_eq!(staged.len(), 6, "{staged:#?}");
+    assert_eq!(staged.len(), 7, "{staged:#?}");
     assert_eq!(staged, direct);
 }
 

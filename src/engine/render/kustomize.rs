@@ -40,18 +40,27 @@ pub async fn build(
     let kustomize = Tool::Kustomize.locate()?;
     let home = tempfile::tempdir()
         .map_err(|e| RenderError::Tool(format!("cannot create a temporary directory: {e}")))?;
-    let tree = tempfile::tempdir()
-        .map_err(|e| RenderError::Tool(format!("cannot create a temporary directory: {e}")))?;
-    let staging = tree.path().to_path_buf();
-    let start = tokio::task::spawn_blocking(move || {
+    // Made and written on the blocking thread, and returned from it: a render past its
+    // deadline drops the result there, and the tree with it, rather than the thread writing
+    // on into a directory already removed (found by an attack).
+    let (_tree, staging, start) = tokio::task::spawn_blocking(move || {
         let staged = check_kustomization(&root_owned, &dir_owned, allow_remote)?;
-        staged
-            .write(&root_owned, &staging)
-            .map_err(|e| RenderError::Tool(format!("cannot stage the kustomization's files: {e}")))
+        let failed = |e: std::io::Error| {
+            RenderError::Tool(format!("cannot stage the kustomization's files: {e}"))
+        };
+        let tree = tempfile::tempdir().map_err(failed)?;
+        // Named as the source is, so kustomize's messages name what they named before.
+        let staging = tree.path().join(
+            root_owned
+                .file_name()
+                .unwrap_or(std::ffi::OsStr::new("source")),
+        );
+        let start = staged.write(&root_owned, &staging).map_err(failed)?;
+        Ok::<_, RenderError>((tree, staging, start))
     })
     .await
     .map_err(|e| RenderError::Tool(format!("checking the kustomization failed: {e}")))??;
-    let root = tree.path();
+    let root = staging.as_path();
     let mut child = Command::from(command(&kustomize, &start, home.path(), allow_remote))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -163,6 +172,7 @@ pub fn check_kustomization(
             start: start.clone(),
             ..Default::default()
         },
+        configs: Default::default(),
     };
     checker.directory(&start, None)?;
     Ok(checker.staged)
@@ -182,7 +192,38 @@ pub struct Staged {
     /// opens each → where its bytes are in the source (links followed).
     copies: std::collections::BTreeMap<PathBuf, PathBuf>,
     /// Files kustomize parses (kustomizations, config files): where → the text to write.
-    documents: std::collections::BTreeMap<PathBuf, String>,
+    documents: std::collections::BTreeMap<PathBuf, std::sync::Arc<str>>,
+    /// What the tree holds so far.
+    bytes: u64,
+}
+
+impl Staged {
+    /// Count `bytes` more in a file at `at`; refused past the bounds, or where one path
+    /// would be both a file's bytes and a document (a ConfigMap's file that is also a
+    /// kustomization would hold the JSON convoy wrote, not its text).
+    fn add(&mut self, at: &Path, bytes: u64, document: bool) -> Result<(), String> {
+        let other = if document {
+            self.copies.contains_key(at)
+        } else {
+            self.documents.contains_key(at)
+        };
+        if other {
+            return Err(format!(
+                "{} is read both as a kustomization or config and as a file's content; use two files",
+                at.display()
+            ));
+        }
+        self.bytes = self.bytes.saturating_add(bytes);
+        if self.bytes > MOST_STAGED_BYTES
+            || self.copies.len() + self.documents.len() >= MOST_STAGED_FILES
+        {
+            return Err(format!(
+                "the kustomization reaches more than {} MiB or {MOST_STAGED_FILES} files (through links or repeated paths?)",
+                MOST_STAGED_BYTES >> 20
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Staged {
@@ -204,14 +245,28 @@ impl Staged {
         }
         for (at, text) in &self.documents {
             let path = place(at)?;
-            let _ = std::fs::remove_file(&path);
-            std::fs::write(&path, text)?;
+            std::fs::write(&path, text.as_bytes())?;
         }
         let start = into.join(&self.start);
         std::fs::create_dir_all(&start)?;
         Ok(start)
     }
 }
+
+/// How kustomizations and configs are read, as kustomize reads their scalars: `y`, `on`
+/// stay text (serde-saphyr's YAML 1.1 booleans turned a label `y` into `true`), `010` is 8.
+fn yaml_options() -> serde_saphyr::Options {
+    let mut options = serde_saphyr::Options::default();
+    options.strict_booleans = true;
+    options.legacy_octal_numbers = true;
+    options
+}
+
+/// The most a staged tree may hold, and how many files: a source of 2 GiB could otherwise be
+/// staged many times over through links or repeated paths (found by an attack: a 1 MiB config
+/// behind 100 links held 6 GiB of the daemon's memory, and copies filled the disk).
+const MOST_STAGED_BYTES: u64 = 128 << 20;
+const MOST_STAGED_FILES: usize = 20_000;
 
 /// `value` as one line of JSON that YAML readers read alike (JSON is YAML; the line
 /// separators go-yaml breaks lines at are escaped).
@@ -230,6 +285,9 @@ struct Checker<'a> {
     /// How many kustomizations the one being read is a base of.
     depth: usize,
     staged: Staged,
+    /// Config files read so far (by where their bytes are), read once however many paths
+    /// lead to them.
+    configs: std::collections::HashMap<PathBuf, (std::sync::Arc<Vec<Value>>, std::sync::Arc<str>)>,
 }
 
 /// How deep bases may nest. Overlays of overlays are a few levels deep; the check follows a
@@ -293,7 +351,7 @@ impl Checker<'_> {
             RenderError::Invalid(Invalid(format!("cannot read {}: {e}", file.display())))
         })?;
         check_text(&file, &text)?;
-        let kustomization = bounded_yaml::from_str(&text, Default::default()).map_err(|e| {
+        let kustomization = bounded_yaml::from_str(&text, yaml_options()).map_err(|e| {
             RenderError::Invalid(Invalid(format!(
                 "{} is not valid YAML: {e}",
                 file.display()
@@ -305,7 +363,11 @@ impl Checker<'_> {
         for (field, i, config) in inline {
             written[field][i] = Value::String(config);
         }
-        self.staged.documents.insert(file, canonical(&written));
+        let text: std::sync::Arc<str> = canonical(&written).into();
+        self.staged
+            .add(&file, text.len() as u64, true)
+            .map_err(|why| RenderError::Invalid(Invalid(why)))?;
+        self.staged.documents.insert(file, text);
         Ok(())
     }
 
@@ -378,7 +440,7 @@ impl Checker<'_> {
                     check_text(&f, entry)?;
                     // Unread, its paths would go unchecked while kustomize's own reader
                     // might still make sense of it: refused.
-                    let inline = bounded_yaml::from_str(entry, Default::default()).map_err(|e| {
+                    let inline = bounded_yaml::from_str(entry, yaml_options()).map_err(|e| {
                         let line = e.location().map(|l| l.line()).unwrap_or(0);
                         self.refuse(
                             &s,
@@ -407,8 +469,12 @@ impl Checker<'_> {
                             "is neither a plain path (letters, digits and . _ / - + = @ ~) nor inline YAML on lines of its own",
                         ));
                     }
-                    self.reference(dir, &s, entry, false)?;
+                    let copied = self.reference(dir, &s, entry, false)?;
                     if field != "patchesStrategicMerge" {
+                        // A config file is written as the JSON convoy read, not copied.
+                        if let Some(copy) = copied {
+                            self.staged.copies.remove(&copy);
+                        }
                         self.config_file(dir, &s, entry)?;
                     }
                 }
@@ -528,30 +594,50 @@ impl Checker<'_> {
         if !on_disk.is_file() {
             return Ok(());
         }
-        let text = std::fs::read_to_string(&on_disk).map_err(|e| {
-            RenderError::Invalid(Invalid(format!("cannot read {}: {e}", resolved.display())))
-        })?;
-        check_text(&resolved, &text)?;
-        let configs = bounded_yaml::from_multiple(&text, Default::default()).map_err(|e| {
-            let line = e.location().map(|l| l.line()).unwrap_or(0);
-            self.refuse(
-                site,
-                entry,
-                &format!("is YAML convoy cannot read (line {line}), so the paths it names cannot be checked"),
-            )
-        })?;
+        let (configs, written) = match self.configs.get(&resolved) {
+            Some((configs, written)) => (configs.clone(), written.clone()),
+            None => {
+                let text = std::fs::read_to_string(&on_disk).map_err(|e| {
+                    RenderError::Invalid(Invalid(format!(
+                        "cannot read {}: {e}",
+                        resolved.display()
+                    )))
+                })?;
+                check_text(&resolved, &text)?;
+                let configs = bounded_yaml::from_multiple(&text, yaml_options()).map_err(|e| {
+                    let line = e.location().map(|l| l.line()).unwrap_or(0);
+                    self.refuse(
+                        site,
+                        entry,
+                        &format!("is YAML convoy cannot read (line {line}), so the paths it names cannot be checked"),
+                    )
+                })?;
+                for config in &configs {
+                    check_spelling(&resolved, config)?;
+                }
+                let written: std::sync::Arc<str> = configs
+                    .iter()
+                    .map(canonical)
+                    .collect::<Vec<_>>()
+                    .join("\n---\n")
+                    .into();
+                let read = (std::sync::Arc::new(configs), written);
+                self.configs.insert(resolved.clone(), read.clone());
+                read
+            }
+        };
         let in_file = Site {
             file: &resolved,
             field: site.field,
         };
-        for config in &configs {
-            check_spelling(&resolved, config)?;
+        // Its paths are the kustomization's (`dir`), so checked for each that names it.
+        for config in configs.iter() {
             self.inline_config(dir, &in_file, config)?;
         }
-        let documents: Vec<String> = configs.iter().map(canonical).collect();
         self.staged
-            .documents
-            .insert(lexical, documents.join("\n---\n"));
+            .add(&lexical, written.len() as u64, true)
+            .map_err(|why| self.refuse(site, entry, &why))?;
+        self.staged.documents.insert(lexical, written);
         Ok(())
     }
 
@@ -578,7 +664,7 @@ impl Checker<'_> {
         site: &Site,
         entry: &str,
         may_be_kustomization: bool,
-    ) -> Result<(), RenderError> {
+    ) -> Result<Option<PathBuf>, RenderError> {
         let lower = entry.trim_start().to_ascii_lowercase();
         if lower.starts_with("file:") || lower.contains("file://") {
             return Err(self.refuse(
@@ -589,7 +675,7 @@ impl Checker<'_> {
         }
         if is_remote(entry) {
             return if self.allow_remote {
-                Ok(())
+                Ok(None)
             } else {
                 Err(self.refuse(
                     site,
@@ -616,12 +702,24 @@ impl Checker<'_> {
         if !on_disk.exists() {
             // kustomize would try a path it cannot find as a remote reference.
             return if self.allow_remote {
-                Ok(())
+                Ok(None)
             } else {
                 Err(self.refuse(site, entry, "does not exist in the source"))
             };
         }
         if on_disk.is_dir() {
+            if lexical != resolved {
+                // kustomize resolves a base's own paths from where the link leads; the
+                // staged tree has no links, so it would resolve them from the link's place.
+                return Err(self.refuse(
+                    site,
+                    entry,
+                    &format!(
+                        "reaches a directory through a link (to {}); name the directory itself",
+                        resolved.display()
+                    ),
+                ));
+            }
             if !may_be_kustomization {
                 return Err(self.refuse(
                     site,
@@ -639,10 +737,18 @@ impl Checker<'_> {
             self.depth += 1;
             let result = self.directory(&lexical, Some(site));
             self.depth -= 1;
-            return result;
+            return result.map(|()| None);
         }
-        self.staged.copies.insert(lexical, resolved);
-        Ok(())
+        let bytes = on_disk.metadata().map(|m| m.len()).unwrap_or(0);
+        self.staged
+            .add(&lexical, bytes, false)
+            .map_err(|why| self.refuse(site, entry, &why))?;
+        let new = self
+            .staged
+            .copies
+            .insert(lexical.clone(), resolved)
+            .is_none();
+        Ok(new.then_some(lexical))
     }
 
     fn refuse(&self, site: &Site, entry: &str, why: &str) -> RenderError {
@@ -1032,7 +1138,7 @@ mod tests {
             ),
             (
                 vec![("k/kustomization.yaml", "resources: [a.yaml, 0777]\n".to_string())],
-                "resources entry 777",
+                "resources entry 511 is not a string",
             ),
             // A second round: tags each reader reads its own way, a quoted merge key, kyaml's
             // document split at `---#`.
@@ -1092,6 +1198,69 @@ mod tests {
         assert_eq!(
             err,
             "kustomization.yaml: resources entry \"link/../../outside\" leads outside the source"
+        );
+    }
+
+    /// What the staged tree cannot hold as kustomize would read the source is refused: a base
+    /// reached through a link (kustomize resolves its paths from the link's target), a file
+    /// read both as a config and as a ConfigMap's content (found by an attack).
+    #[test]
+    fn what_the_staged_tree_cannot_hold_is_refused() {
+        let dir = tree(&[
+            ("shared/base/kustomization.yaml", "resources: [../common]\n"),
+            ("shared/common/kustomization.yaml", "resources: []\n"),
+            ("k/kustomization.yaml", "resources: [base]\n"),
+        ]);
+        std::os::unix::fs::symlink("../shared/base", dir.path().join("k/base")).unwrap();
+        assert_eq!(
+            check(&dir, "k", false).unwrap_err(),
+            "k/kustomization.yaml: resources entry \"base\" reaches a directory through a link (to shared/base); name the directory itself"
+        );
+        let dir = tree(&[
+            (
+                "k/kustomization.yaml",
+                "generators: [g.yaml]\nconfigMapGenerator:\n- name: c\n  files: [g.yaml]\n",
+            ),
+            (
+                "k/g.yaml",
+                "kind: ConfigMapGenerator\nmetadata: {name: x}\n",
+            ),
+        ]);
+        let err = check(&dir, "k", false).unwrap_err();
+        assert!(
+            err.contains(
+                "k/g.yaml is read both as a kustomization or config and as a file's content"
+            ),
+            "{err}"
+        );
+    }
+
+    /// However many links or paths lead to files, the staged tree holds at most its bounds
+    /// (found by an attack: a config behind 100 links was staged 100 times).
+    #[test]
+    fn the_staged_tree_is_bounded() {
+        let mut staged = Staged::default();
+        for i in 0..MOST_STAGED_FILES {
+            staged.add(Path::new(&format!("f{i}")), 1, false).unwrap();
+            staged
+                .copies
+                .insert(PathBuf::from(format!("f{i}")), PathBuf::new());
+        }
+        assert!(
+            staged
+                .add(Path::new("one-more"), 1, false)
+                .unwrap_err()
+                .contains("files")
+        );
+        let mut staged = Staged::default();
+        staged
+            .add(Path::new("a"), MOST_STAGED_BYTES, false)
+            .unwrap();
+        assert!(
+            staged
+                .add(Path::new("b"), 1, false)
+                .unwrap_err()
+                .contains("MiB")
         );
     }
 
