@@ -775,6 +775,36 @@ fn kustomize_builds_the_staged_tree_as_it_builds_the_source() {
     assert_eq!(staged, direct);
 }
 
+/// Text kustomize's YAML reader would read otherwise than convoy's reaches kustomize only as
+/// the JSON convoy read, so it is built, not refused: a shell heredoc (`<<`) in an inline
+/// patch, a `!` in a comment, a Unicode line separator in a comment. Before the staged tree
+/// such text was refused (each was a way past the check).
+#[test]
+fn text_yaml_readers_read_differently_builds_as_convoy_read_it() {
+    let source = tempfile::tempdir().unwrap();
+    std::fs::create_dir(source.path().join("app")).unwrap();
+    std::fs::write(
+        source.path().join("app/kustomization.yaml"),
+        "# !important: keep\u{2028}resources: [../../outside]\nresources: [cm.yaml]\npatches:\n- patch: |-\n    apiVersion: v1\n    kind: ConfigMap\n    metadata: {name: script}\n    data:\n      run.sh: |\n        cat <<EOF\n        hi\n        EOF\n",
+    )
+    .unwrap();
+    std::fs::write(
+        source.path().join("app/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: script}\ndata: {run.sh: x}\n",
+    )
+    .unwrap();
+    let objects = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(convoy::engine::render::kustomize::build(
+            source.path(),
+            &source.path().join("app"),
+            false,
+        ))
+        .unwrap();
+    assert_eq!(objects.len(), 1, "{objects:#?}");
+    assert_eq!(objects[0].0["data"]["run.sh"], "cat <<EOF\nhi\nEOF");
+}
+
 /// generateName is for hooks: an ordinary object without a name is refused, naming the file
 /// and the rule.
 #[test]

@@ -350,7 +350,6 @@ impl Checker<'_> {
         let text = std::fs::read_to_string(self.root.join(&resolved)).map_err(|e| {
             RenderError::Invalid(Invalid(format!("cannot read {}: {e}", file.display())))
         })?;
-        check_text(&file, &text)?;
         let kustomization = bounded_yaml::from_str(&text, yaml_options()).map_err(|e| {
             RenderError::Invalid(Invalid(format!(
                 "{} is not valid YAML: {e}",
@@ -437,7 +436,6 @@ impl Checker<'_> {
                     field: fd,
                 };
                 if is_inline(entry) {
-                    check_text(&f, entry)?;
                     // Unread, its paths would go unchecked while kustomize's own reader
                     // might still make sense of it: refused.
                     let inline = bounded_yaml::from_str(entry, yaml_options()).map_err(|e| {
@@ -603,7 +601,6 @@ impl Checker<'_> {
                         resolved.display()
                     )))
                 })?;
-                check_text(&resolved, &text)?;
                 let configs = bounded_yaml::from_multiple(&text, yaml_options()).map_err(|e| {
                     let line = e.location().map(|l| l.line()).unwrap_or(0);
                     self.refuse(
@@ -837,44 +834,6 @@ fn unwrap_lists<'v>(
     }
 }
 
-/// Text both YAML readers read alike: YAML 1.2 (serde-saphyr) ends a line only at `\n` and
-/// `\r`, go-yaml (kustomize) at U+0085, U+2028 and U+2029 too, so a key after one inside a
-/// comment was kustomize's alone; and go-yaml lets a merge key (`<<`) override a key written
-/// before it where serde-saphyr keeps that key (found by an attack).
-fn check_text(file: &Path, text: &str) -> Result<(), RenderError> {
-    let refuse = |what: &str| {
-        Err(RenderError::Invalid(Invalid(format!(
-            "{}: {what}, which YAML readers read differently; write it without",
-            file.display()
-        ))))
-    };
-    if text.contains(['\u{85}', '\u{2028}', '\u{2029}']) {
-        return refuse("holds a Unicode line or paragraph separator (U+0085, U+2028 or U+2029)");
-    }
-    if text.contains("<<") {
-        return refuse("holds `<<` (a merge key)");
-    }
-    // A tag (`!!merge`, `!binary`, `!null`, `!`) is read by one reader and not the other:
-    // serde-saphyr decodes local `!binary` and nulls `!null`, go-yaml merges a `!!merge` or
-    // `!` key written as `"\x3c\x3c"` (found by an attack). A `!` inside a word is text.
-    let mut previous = '\n';
-    for c in text.chars() {
-        if c == '!' && (previous.is_whitespace() || "[{,:?-\"'".contains(previous)) {
-            return refuse("holds a YAML tag (`!` starting a value)");
-        }
-        previous = c;
-    }
-    // kyaml splits a config file at every line starting with `---` (`---#` too), serde-saphyr
-    // only at a document marker; `...` ends a document to one of them.
-    for line in text.lines() {
-        let marker = line.starts_with("---") || line.starts_with("...");
-        if marker && !line[3..].trim().is_empty() {
-            return refuse("has a line starting with --- or ... and more after it");
-        }
-    }
-    Ok(())
-}
-
 /// A path entry kustomize cannot take for inline YAML.
 fn is_plain_path(entry: &str) -> bool {
     !entry.is_empty()
@@ -1082,21 +1041,14 @@ mod tests {
         check(&dir, "k", false).unwrap();
     }
 
-    /// What convoy's YAML reader and kustomize's would read differently, or what kustomize
-    /// reads that the checker would not, is refused (each found by an attack that had
-    /// kustomize GET a URL or build a base outside the source).
+    /// What kustomize would read otherwise than the check, even from the staged JSON, is
+    /// refused (each found by an attack that had kustomize GET a URL or build a base outside
+    /// the source). Text its YAML reader reads otherwise (merge keys, tags, line separators,
+    /// `---` lines) no longer matters: kustomize reads the JSON convoy wrote.
     #[test]
     fn what_kustomize_would_read_otherwise_is_refused() {
         let gen_cm = "apiVersion: builtin\nkind: ConfigMapGenerator\nmetadata: {name: x}\n";
         for (files, why) in [
-            (
-                vec![("k/kustomization.yaml", "resources: [a.yaml]\n<<: {resources: [http://h/x]}\n".to_string())],
-                "k/kustomization.yaml: holds `<<` (a merge key)",
-            ),
-            (
-                vec![("k/kustomization.yaml", "resources: [a.yaml]\n# c\u{2028}resources: [../../x]\n".to_string())],
-                "holds a Unicode line or paragraph separator",
-            ),
             (
                 vec![
                     ("k/kustomization.yaml", "generators: [sub]\n".to_string()),
@@ -1140,28 +1092,11 @@ mod tests {
                 vec![("k/kustomization.yaml", "resources: [a.yaml, 0777]\n".to_string())],
                 "resources entry 511 is not a string",
             ),
-            // A second round: tags each reader reads its own way, a quoted merge key, kyaml's
-            // document split at `---#`.
-            (
-                vec![("k/kustomization.yaml", "resources: [!binary b2s=]\n".to_string())],
-                "holds a YAML tag",
-            ),
-            (
-                vec![("k/kustomization.yaml", "patches: [{path: !null http://h/p}]\n".to_string())],
-                "holds a YAML tag",
-            ),
+            // A quoted merge key (go-yaml merges `! "\x3c\x3c"`).
             (
                 vec![("k/kustomization.yaml", "resources: [a.yaml]\n\"\\x3c\\x3c\": {resources: [../x]}\n".to_string())],
                 "holds a \"<<\" key",
-            ),
-            (
-                vec![
-                    ("k/kustomization.yaml", "generators: [g.yaml]\n".to_string()),
-                    ("k/g.yaml", "kind: ConfigMapGenerator\nx: \"\n---#\nkind: ConfigMapGenerator\n\"\n".to_string()),
-                ],
-                "has a line starting with --- or ... and more after it",
-            ),
-        ] {
+            ),        ] {
             let files: Vec<(&str, &str)> = files.iter().map(|(p, t)| (*p, t.as_str())).collect();
             let dir = tree(&files);
             let err = check(&dir, "k", false).unwrap_err();
