@@ -173,6 +173,7 @@ pub fn check_kustomization(
             ..Default::default()
         },
         configs: Default::default(),
+        kustomizations: Default::default(),
     };
     checker.directory(&start, None)?;
     Ok(checker.staged)
@@ -213,16 +214,27 @@ impl Staged {
                 at.display()
             ));
         }
-        self.bytes = self.bytes.saturating_add(bytes);
-        if self.bytes > MOST_STAGED_BYTES
-            || self.copies.len() + self.documents.len() >= MOST_STAGED_FILES
-        {
-            return Err(format!(
-                "the kustomization reaches more than {} MiB or {MOST_STAGED_FILES} files (through links or repeated paths?)",
-                MOST_STAGED_BYTES >> 20
-            ));
+        self.charge(bytes)?;
+        if self.copies.len() + self.documents.len() >= MOST_STAGED_FILES {
+            return Err(self.too_much());
         }
         Ok(())
+    }
+
+    /// Count `bytes` more against the tree's bound.
+    fn charge(&mut self, bytes: u64) -> Result<(), String> {
+        self.bytes = self.bytes.saturating_add(bytes);
+        if self.bytes > MOST_STAGED_BYTES {
+            return Err(self.too_much());
+        }
+        Ok(())
+    }
+
+    fn too_much(&self) -> String {
+        format!(
+            "the kustomization reaches more than {} MiB or {MOST_STAGED_FILES} files (through links or repeated paths?)",
+            MOST_STAGED_BYTES >> 20
+        )
     }
 }
 
@@ -271,9 +283,11 @@ const MOST_STAGED_FILES: usize = 20_000;
 /// `value` as one line of JSON that YAML readers read alike (JSON is YAML; the line
 /// separators go-yaml breaks lines at are escaped).
 fn canonical(value: &Value) -> String {
-    serde_json::to_string(value)
-        .unwrap_or_default()
-        .replace('\u{85}', "\\u0085")
+    let json = serde_json::to_string(value).unwrap_or_default();
+    if !json.contains(['\u{85}', '\u{2028}', '\u{2029}']) {
+        return json;
+    }
+    json.replace('\u{85}', "\\u0085")
         .replace('\u{2028}', "\\u2028")
         .replace('\u{2029}', "\\u2029")
 }
@@ -285,6 +299,8 @@ struct Checker<'a> {
     /// How many kustomizations the one being read is a base of.
     depth: usize,
     staged: Staged,
+    /// Kustomization files read so far (by where their bytes are).
+    kustomizations: std::collections::HashMap<PathBuf, std::sync::Arc<Value>>,
     /// Config files read so far (by where their bytes are), read once however many paths
     /// lead to them.
     configs: std::collections::HashMap<PathBuf, (std::sync::Arc<Vec<Value>>, std::sync::Arc<str>)>,
@@ -347,18 +363,32 @@ impl Checker<'_> {
         let resolved = resolve_on_disk(self.root, &file).map_err(|why| {
             RenderError::Invalid(Invalid(format!("{} {}", file.display(), outside_or(why))))
         })?;
-        let text = std::fs::read_to_string(self.root.join(&resolved)).map_err(|e| {
-            RenderError::Invalid(Invalid(format!("cannot read {}: {e}", file.display())))
-        })?;
-        let kustomization = bounded_yaml::from_str(&text, yaml_options()).map_err(|e| {
-            RenderError::Invalid(Invalid(format!(
-                "{} is not valid YAML: {e}",
-                file.display()
-            )))
-        })?;
+        // Read once however many directories' kustomization links to it (found by an
+        // attack: a 10 MB file of comments behind 1,000 links cost 26 s of CPU per render).
+        let kustomization = match self.kustomizations.get(&resolved) {
+            Some(read) => read.clone(),
+            None => {
+                let text = std::fs::read_to_string(self.root.join(&resolved)).map_err(|e| {
+                    RenderError::Invalid(Invalid(format!("cannot read {}: {e}", file.display())))
+                })?;
+                let read = bounded_yaml::from_str(&text, yaml_options()).map_err(|e| {
+                    RenderError::Invalid(Invalid(format!(
+                        "{} is not valid YAML: {e}",
+                        file.display()
+                    )))
+                })?;
+                let read = std::sync::Arc::new(read);
+                self.kustomizations.insert(resolved.clone(), read.clone());
+                read
+            }
+        };
         check_spelling(&file, &kustomization)?;
         let inline = self.kustomization(dir, &file, &kustomization)?;
-        let mut written = kustomization;
+        // An empty file (comments alone) is an empty kustomization to kustomize.
+        let mut written = match &*kustomization {
+            Value::Null => Value::Object(Default::default()),
+            read => read.clone(),
+        };
         for (field, i, config) in inline {
             written[field][i] = Value::String(config);
         }
@@ -456,7 +486,14 @@ impl Checker<'_> {
                         ));
                     }
                     self.inline_config(dir, &s, &inline)?;
-                    inline_configs.push((field, i, canonical(&inline)));
+                    // Counted as it is made: inline entries (aliases of one, each an alias
+                    // bomb within bounds) were all held before the tree's bound was
+                    // checked (found by an attack: a 270 KB file took 4.5 GB).
+                    let written = canonical(&inline);
+                    self.staged
+                        .charge(written.len() as u64)
+                        .map_err(|why| self.refuse(&s, "(inline)", &why))?;
+                    inline_configs.push((field, i, written));
                 } else {
                     if !is_plain_path(entry) {
                         // kustomize first tries an entry as inline YAML: `&a {kind: …}` or
@@ -1196,6 +1233,37 @@ mod tests {
                 .add(Path::new("b"), 1, false)
                 .unwrap_err()
                 .contains("MiB")
+        );
+    }
+
+    /// Inline configs count against the tree's bound as they are read: aliases of one large
+    /// inline entry are refused past 128 MiB, not all held first (found by an attack).
+    #[test]
+    fn inline_configs_count_against_the_bound_as_they_are_read() {
+        // One inline entry that expands to about 4 MiB (aliases of a 64 KiB label), listed
+        // 100 times by alias: 400 MiB were held before the bound was checked.
+        let labels: Vec<String> = (1..60).map(|i| format!("a{i}: *v")).collect();
+        let inline = format!(
+            "apiVersion: builtin\n  kind: LabelTransformer\n  metadata: {{name: l}}\n  labels: {{a0: &v {}, {}}}\n",
+            "x".repeat(64 << 10),
+            labels.join(", ")
+        );
+        // (A comment as long as the aliases' text keeps the outer read within its bound.)
+        let mut text = format!(
+            "# {}\ntransformers:\n- &s |\n  {inline}",
+            "c".repeat(8 << 20)
+        );
+        for _ in 0..100 {
+            text.push_str("- *s\n");
+        }
+        let dir = tree(&[("k/kustomization.yaml", &text)]);
+        let err = check(&dir, "k", false).unwrap_err();
+        assert!(
+            err.contains(
+                "transformers entry \"(inline)\" the kustomization reaches more than 128 MiB"
+            ),
+            "{}",
+            &err[..err.len().min(300)]
         );
     }
 
