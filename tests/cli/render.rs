@@ -694,7 +694,8 @@ fn kustomize_reaches_no_server_unless_remote_bases_are_allowed() {
 /// kustomize builds the staged tree (the files convoy checked, kustomizations and configs as
 /// the JSON it read) into what it builds from the source itself: bases, components, patches
 /// by path and inline, generator files and envs, a generator config in a file and inline,
-/// replacements, `y` and `010` where kustomize reads text, a linked file, a `sub/..` path.
+/// replacements, `y` and `010` where kustomize reads text, a linked file, a `sub/..` path, and
+/// a base reached through a link that names its own base from where the link leads.
 #[test]
 fn kustomize_builds_the_staged_tree_as_it_builds_the_source() {
     let source = tempfile::tempdir().unwrap();
@@ -717,7 +718,7 @@ fn kustomize_builds_the_staged_tree_as_it_builds_the_source() {
         ),
         (
             "app/kustomization.yaml",
-            "# an overlay\nnamespace: shop\nresources:\n- ../base\n- sub/../extra.yaml\n- linked.yaml\ncomponents: [../comp]\npatches:\n- path: p.yaml\n  target: {kind: Deployment}\nconfigMapGenerator:\n- name: settings\n  files: [conf=settings.conf]\n  envs: [vars.env]\n  literals: [\"mode=prod!\", 'quote=\"x\"']\ntransformers: [labels.yaml]\ngenerators:\n- gen.yaml\n- |-\n  apiVersion: builtin\n  kind: SecretGenerator\n  metadata: {name: inline-secret}\n  literals: [token=t0ps3cret]\nreplacements:\n- source: {kind: ConfigMap, name: extra, fieldPath: data.a}\n  targets:\n  - select: {kind: Deployment}\n    fieldPaths: [metadata.annotations.extra]\n    options: {create: true}\nimages:\n- name: nginx\n  newTag: \"1.28\"\n",
+            "# an overlay\nnamespace: shop\nresources:\n- ../base\n- linked-base\n- sub/../extra.yaml\n- linked.yaml\ncomponents: [../comp]\npatches:\n- path: p.yaml\n  target: {kind: Deployment}\nconfigMapGenerator:\n- name: settings\n  files: [conf=settings.conf]\n  envs: [vars.env]\n  literals: [\"mode=prod!\", 'quote=\"x\"']\ntransformers: [labels.yaml]\ngenerators:\n- gen.yaml\n- |-\n  apiVersion: builtin\n  kind: SecretGenerator\n  metadata: {name: inline-secret}\n  literals: [token=t0ps3cret]\nreplacements:\n- source: {kind: ConfigMap, name: extra, fieldPath: data.a}\n  targets:\n  - select: {kind: Deployment}\n    fieldPaths: [metadata.annotations.extra]\n    options: {create: true}\nimages:\n- name: nginx\n  newTag: \"1.28\"\n",
         ),
         ("app/sub/.keep", ""),
         (
@@ -747,6 +748,26 @@ fn kustomize_builds_the_staged_tree_as_it_builds_the_source() {
     )
     .unwrap();
     std::os::unix::fs::symlink("target.yaml", source.path().join("app/linked.yaml")).unwrap();
+    // A base reached through a link names its own base from where the link leads.
+    for (path, text) in [
+        (
+            "shared/base2/kustomization.yaml",
+            "resources: [../common2]\n",
+        ),
+        (
+            "shared/common2/kustomization.yaml",
+            "resources: [cm.yaml]\n",
+        ),
+        (
+            "shared/common2/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: common2}\n",
+        ),
+    ] {
+        let p = source.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    std::os::unix::fs::symlink("../shared/base2", source.path().join("app/linked-base")).unwrap();
     let app = source.path().join("app");
     let kustomize = crate::support::testenv_bin().join("kustomize");
     let home = tempfile::tempdir().unwrap();
@@ -771,7 +792,7 @@ fn kustomize_builds_the_staged_tree_as_it_builds_the_source() {
             false,
         ))
         .unwrap();
-    assert_eq!(staged.len(), 7, "{staged:#?}");
+    assert_eq!(staged.len(), 8, "{staged:#?}");
     assert_eq!(staged, direct);
 }
 

@@ -192,6 +192,8 @@ pub struct Staged {
     /// Files kustomize reads as they are (manifests, patches, generator files): where it
     /// opens each → where its bytes are in the source (links followed).
     copies: std::collections::BTreeMap<PathBuf, PathBuf>,
+    /// Bases reached through links: where kustomize opens each → where it is staged.
+    links: std::collections::BTreeMap<PathBuf, PathBuf>,
     /// Files kustomize parses (kustomizations, config files): where → the text to write.
     documents: std::collections::BTreeMap<PathBuf, std::sync::Arc<str>>,
     /// What the tree holds so far.
@@ -248,6 +250,24 @@ impl Staged {
             }
             Ok(path)
         };
+        // Links first, the shallowest first, so the files staged through them land where
+        // they lead; one whose place already leads to its target (or is taken) is left.
+        let mut links: Vec<(&PathBuf, &PathBuf)> = self.links.iter().collect();
+        links.sort_by_key(|(at, _)| at.components().count());
+        for (at, to) in links {
+            let target = into.join(to);
+            std::fs::create_dir_all(&target)?;
+            let path = place(at)?;
+            if std::fs::symlink_metadata(&path).is_ok() {
+                continue;
+            }
+            let parent = path.parent().map(std::fs::canonicalize).transpose()?;
+            let here = parent.zip(path.file_name()).map(|(p, n)| p.join(n));
+            if here == Some(std::fs::canonicalize(&target)?) {
+                continue;
+            }
+            std::os::unix::fs::symlink(&target, &path)?;
+        }
         for (at, from) in &self.copies {
             let path = place(at)?;
             // A link where the cache and the staging share a filesystem, else a copy.
@@ -742,18 +762,6 @@ impl Checker<'_> {
             };
         }
         if on_disk.is_dir() {
-            if lexical != resolved {
-                // kustomize resolves a base's own paths from where the link leads; the
-                // staged tree has no links, so it would resolve them from the link's place.
-                return Err(self.refuse(
-                    site,
-                    entry,
-                    &format!(
-                        "reaches a directory through a link (to {}); name the directory itself",
-                        resolved.display()
-                    ),
-                ));
-            }
             if !may_be_kustomization {
                 return Err(self.refuse(
                     site,
@@ -768,8 +776,17 @@ impl Checker<'_> {
                     &format!("nests kustomizations more than {MOST_NESTING} deep"),
                 ));
             }
+            if lexical != resolved {
+                // kustomize reads a base reached through a link where the link leads, and
+                // resolves the base's own paths from there: so does the check, and the staged
+                // tree has the link, to the base staged at its place.
+                if self.staged.links.len() >= MOST_STAGED_FILES {
+                    return Err(self.refuse(site, entry, &self.staged.too_much()));
+                }
+                self.staged.links.insert(lexical, resolved.clone());
+            }
             self.depth += 1;
-            let result = self.directory(&lexical, Some(site));
+            let result = self.directory(&resolved, Some(site));
             self.depth -= 1;
             return result.map(|()| None);
         }
@@ -1173,9 +1190,9 @@ mod tests {
         );
     }
 
-    /// What the staged tree cannot hold as kustomize would read the source is refused: a base
-    /// reached through a link (kustomize resolves its paths from the link's target), a file
-    /// read both as a config and as a ConfigMap's content (found by an attack).
+    /// A base reached through a link is staged where the link leads (kustomize resolves its
+    /// paths from there); a file read both as a config and as a ConfigMap's content is
+    /// refused, one path holding one text (found by an attack).
     #[test]
     fn what_the_staged_tree_cannot_hold_is_refused() {
         let dir = tree(&[
@@ -1184,9 +1201,16 @@ mod tests {
             ("k/kustomization.yaml", "resources: [base]\n"),
         ]);
         std::os::unix::fs::symlink("../shared/base", dir.path().join("k/base")).unwrap();
+        let staged = check_kustomization(dir.path(), &dir.path().join("k"), false).unwrap();
         assert_eq!(
-            check(&dir, "k", false).unwrap_err(),
-            "k/kustomization.yaml: resources entry \"base\" reaches a directory through a link (to shared/base); name the directory itself"
+            staged.links.get(Path::new("k/base")),
+            Some(&PathBuf::from("shared/base")),
+            "the base is staged where the link leads, its ../common from there"
+        );
+        assert!(
+            staged
+                .documents
+                .contains_key(Path::new("shared/common/kustomization.yaml"))
         );
         let dir = tree(&[
             (
