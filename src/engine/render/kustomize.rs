@@ -268,16 +268,49 @@ impl Staged {
             }
             std::os::unix::fs::symlink(&target, &path)?;
         }
+        // Two keys may lead to one place through the staged links (`app/v/x` and `victim/x`
+        // with `app/v` a link to `victim`). Each place is written once, as a new file: an
+        // attack had the second write go through a hard link to the source and truncate
+        // another Release's file, or put convoy's JSON where a ConfigMap read the text.
+        let mut claimed: std::collections::HashMap<PathBuf, Option<PathBuf>> =
+            std::collections::HashMap::new();
+        let mut claim = |path: &Path, copy_of: Option<&PathBuf>| -> std::io::Result<bool> {
+            let parent = path.parent().map(std::fs::canonicalize).transpose()?;
+            let real = parent
+                .zip(path.file_name())
+                .map(|(p, n)| p.join(n))
+                .unwrap_or_else(|| path.to_path_buf());
+            match claimed.get(&real) {
+                None => {
+                    claimed.insert(real, copy_of.cloned());
+                    Ok(true)
+                }
+                Some(Some(earlier)) if copy_of == Some(earlier) => Ok(false),
+                Some(_) => Err(std::io::Error::other(format!(
+                    "two paths lead to one file of the kustomization's tree ({}); name each file by one path",
+                    path.strip_prefix(into).unwrap_or(path).display()
+                ))),
+            }
+        };
+        let create = |path: &Path| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+        };
         for (at, from) in &self.copies {
             let path = place(at)?;
-            // A link where the cache and the staging share a filesystem, else a copy.
-            if std::fs::hard_link(root.join(from), &path).is_err() {
-                std::fs::copy(root.join(from), &path)?;
+            if claim(&path, Some(from))? {
+                // A copy, never a hard link: the staged tree is written to, the source never.
+                let mut source = std::fs::File::open(root.join(from))?;
+                std::io::copy(&mut source, &mut create(&path)?)?;
             }
         }
         for (at, text) in &self.documents {
             let path = place(at)?;
-            std::fs::write(&path, text.as_bytes())?;
+            if claim(&path, None)? {
+                std::io::Write::write_all(&mut create(&path)?, text.as_bytes())?;
+            }
         }
         let start = into.join(&self.start);
         std::fs::create_dir_all(&start)?;
@@ -1257,6 +1290,43 @@ mod tests {
                 .add(Path::new("b"), 1, false)
                 .unwrap_err()
                 .contains("MiB")
+        );
+    }
+
+    /// Paths that lead to one staged file through a staged link are written once; a file and
+    /// a document there are refused; the source is never written (found by an attack: the
+    /// second write went through a hard link and truncated another Release's file).
+    #[test]
+    fn paths_that_alias_through_a_staged_link_never_write_the_source() {
+        let dir = tree(&[
+            ("victim/kustomization.yaml", "resources: [netpol.yaml]\n"),
+            (
+                "victim/netpol.yaml",
+                "kind: NetworkPolicy\nmetadata: {name: deny}\n",
+            ),
+            (
+                "app/kustomization.yaml",
+                "resources: [v]\nconfigMapGenerator:\n- name: x\n  files: [v/netpol.yaml, v/kustomization.yaml]\n",
+            ),
+        ]);
+        std::os::unix::fs::symlink("../victim", dir.path().join("app/v")).unwrap();
+        let staged = check_kustomization(dir.path(), &dir.path().join("app"), false).unwrap();
+        let into = tempfile::tempdir().unwrap();
+        let err = staged
+            .write(dir.path(), &into.path().join("s"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("two paths lead to one file of the kustomization's tree"),
+            "{err}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("victim/netpol.yaml")).unwrap(),
+            "kind: NetworkPolicy\nmetadata: {name: deny}\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("victim/kustomization.yaml")).unwrap(),
+            "resources: [netpol.yaml]\n"
         );
     }
 
