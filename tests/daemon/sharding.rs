@@ -74,7 +74,7 @@ async fn two_replicas(
 async fn two_replicas_split_the_shards_and_a_killed_one_hands_its_shard_over() {
     // One Release per shard (a Release without spec.cluster is in shard hash("<ns>/") % 2).
     let mut by_shard: Vec<Option<Fixture>> = vec![None, None];
-    for attempt in 0..12 {
+    for attempt in 0..40 {
         let f = Fixture::new(
             &format!("shard{attempt}"),
             &[("a.yaml", &config_map("a", 0, "1"))],
@@ -223,7 +223,7 @@ async fn two_replicas_split_the_shards_and_a_killed_one_hands_its_shard_over() {
 #[tokio::test]
 async fn a_stopped_replica_loses_its_shard_at_expiry_and_applies_nothing_when_it_continues() {
     let mut by_shard: Vec<Option<Fixture>> = vec![None, None];
-    for attempt in 0..12 {
+    for attempt in 0..40 {
         let f = Fixture::new(
             &format!("stop{attempt}"),
             &[("a.yaml", &config_map("a", 0, "1"))],
