@@ -574,16 +574,7 @@ fn server_on_this_machine() -> (
     u16,
     std::sync::Arc<std::sync::atomic::AtomicUsize>,
 ) {
-    let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counter = accepted.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            drop(stream);
-        }
-    });
+    let (port, accepted) = crate::support::servers::counting_server("0.0.0.0:0", drop);
     // Connecting a UDP socket sends nothing; it picks the address.
     let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
     probe.connect("192.0.2.1:9").unwrap();

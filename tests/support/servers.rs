@@ -71,21 +71,32 @@ pub fn silent_server() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) 
 /// `hold`: each request to it fails after about that long. Its port, and how many
 /// connections it has accepted.
 pub fn stalling_server(hold: Duration) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    counting_server("127.0.0.1:0", move |stream| {
+        std::thread::spawn(move || {
+            // (Held for ever: the sleep is cut to what the platform takes, again and again.)
+            let until = std::time::Instant::now().checked_add(hold);
+            while until.is_none_or(|u| std::time::Instant::now() < u) {
+                std::thread::sleep(Duration::from_secs(60).min(hold));
+            }
+            drop(stream);
+        });
+    })
+}
+
+/// A server bound to `address` that hands each connection it accepts to `serve`: its port,
+/// and how many connections it has accepted.
+pub fn counting_server(
+    address: &str,
+    serve: impl Fn(std::net::TcpStream) + Send + 'static,
+) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = std::net::TcpListener::bind(address).unwrap();
     let port = listener.local_addr().unwrap().port();
     let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = accepted.clone();
     std::thread::spawn(move || {
-        for stream in listener.incoming() {
+        for stream in listener.incoming().flatten() {
             counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            std::thread::spawn(move || {
-                // (Held for ever: the sleep is cut to what the platform takes, again and again.)
-                let until = std::time::Instant::now().checked_add(hold);
-                while until.is_none_or(|u| std::time::Instant::now() < u) {
-                    std::thread::sleep(Duration::from_secs(60).min(hold));
-                }
-                drop(stream);
-            });
+            serve(stream);
         }
     });
     (port, accepted)

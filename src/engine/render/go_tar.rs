@@ -113,8 +113,9 @@ pub fn helm_name(name: &str) -> String {
     clean(&rest.replace(delimiter, "/"))
 }
 
-/// Go's `path.Clean`.
-fn clean(path: &str) -> String {
+/// Go's `path.Clean` (`filepath.Clean` on Unix): what helm makes of an entry's name, and
+/// kustomize of a path a kustomization names.
+pub(super) fn clean(path: &str) -> String {
     let rooted = path.starts_with('/');
     let mut parts: Vec<&str> = Vec::new();
     for part in path.split('/') {

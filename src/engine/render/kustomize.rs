@@ -847,21 +847,12 @@ impl Checker<'_> {
 /// `path` with `.` and `dir/..` removed as text (Go's `filepath.Clean`), or `None` when a
 /// `..` climbs above its start.
 fn lexically_clean(path: &Path) -> Option<PathBuf> {
-    use std::path::Component;
-    let mut clean = PathBuf::new();
-    for component in path.components() {
-        match component {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                if !clean.pop() {
-                    return None;
-                }
-            }
-            Component::Normal(part) => clean.push(part),
-            Component::RootDir | Component::Prefix(_) => return None,
-        }
-    }
-    Some(clean)
+    let cleaned = super::go_tar::clean(path.to_str()?);
+    let outside = cleaned == ".." || cleaned.starts_with("../") || cleaned.starts_with('/');
+    (!outside).then(|| match cleaned.as_str() {
+        "." => PathBuf::new(),
+        _ => PathBuf::from(cleaned),
+    })
 }
 
 fn is_inline(entry: &str) -> bool {

@@ -106,9 +106,6 @@ pub(super) async fn record_history(
     let id = ReleaseId::of(release);
     let result = async {
         let history = store.history(&id).await?;
-        if history.iter().any(|h| &h.render_ref == render_ref) {
-            return Ok((history, false));
-        }
         let entry = HistoryEntry {
             render_ref: render_ref.clone(),
             recorded_at: now.clone(),
@@ -119,11 +116,15 @@ pub(super) async fn record_history(
                 .and_then(|s| s.revision.clone())
                 .filter(|_| assemble::pin_status(release).is_none()),
             outcome: None,
-            // As persistRender stored it (the same encoding gives the same bytes).
-            stored_bytes: Some(crate::engine::store::encode(objects).len() as u64),
+            stored_bytes: None,
         };
         match with_entry(history.clone(), entry) {
-            Some(updated) => {
+            Some(mut updated) => {
+                // As persistRender stored it (the same encoding gives the same bytes), only
+                // for a render the history takes.
+                if let Some(added) = updated.last_mut() {
+                    added.stored_bytes = Some(crate::engine::store::encode(objects).len() as u64);
+                }
                 store.put_history(&id, &updated).await?;
                 Ok((updated, true))
             }
