@@ -3,8 +3,10 @@
 
 use clap::Args;
 
+use crate::cli::exit::CliError;
 use crate::engine::connect::KubeconfigPolicy;
 use crate::engine::render::helm_schema::SchemaRefs;
+use crate::engine::source::allowed_urls::AllowedUrls;
 use crate::engine::tenancy::Tenancy;
 
 /// As whom Releases act and what they may reach.
@@ -30,6 +32,16 @@ pub struct TenancyArgs {
     /// prefix: raw.githubusercontent.com serves a repository's forks' commits under it too.
     #[arg(long, value_name = "PREFIX", value_parser = parse_schema_ref)]
     pub allow_values_schema_ref: Vec<String>,
+    /// Let a Cluster's kubeconfig name only API servers under this prefix (repeatable; e.g.
+    /// https://prod.example.com:6443/), and no proxy-url. Default: any server.
+    #[arg(long, value_name = "PREFIX", value_parser = parse_cluster_server)]
+    pub allow_cluster_server: Vec<String>,
+}
+
+pub(crate) fn parse_cluster_server(prefix: &str) -> Result<String, String> {
+    AllowedUrls::cluster_servers(&[prefix.to_string()])
+        .map(|_| prefix.to_string())
+        .map_err(|e| e.0)
 }
 
 fn parse_schema_ref(prefix: &str) -> Result<String, String> {
@@ -39,16 +51,21 @@ fn parse_schema_ref(prefix: &str) -> Result<String, String> {
 }
 
 impl TenancyArgs {
-    pub fn tenancy(&self) -> Tenancy {
-        Tenancy::new(
+    /// The rules these flags set (a prefix clap let through is checked again: a list that
+    /// failed to parse must not become one that allows everything).
+    pub fn tenancy(&self) -> Result<Tenancy, CliError> {
+        let allowed_servers = AllowedUrls::cluster_servers(&self.allow_cluster_server)
+            .map_err(|e| CliError::usage(e.0))?;
+        Ok(Tenancy::new(
             self.default_service_account.clone(),
             self.allow_cross_namespace_refs,
             KubeconfigPolicy {
                 allow_exec: self.insecure_kubeconfig_exec,
                 allow_insecure_tls: self.insecure_kubeconfig_tls,
+                allowed_servers,
             },
         )
-        .with_values_schema_refs(self.schema_refs())
+        .with_values_schema_refs(self.schema_refs()))
     }
 
     /// The allowed values schema prefixes, each checked as it was parsed.

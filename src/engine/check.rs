@@ -166,6 +166,7 @@ async fn rbac(conn: &Connection, namespace: &str) -> Vec<Finding> {
         image: String::new(),
         cluster_admin: false,
         allowed_source_urls: Vec::new(),
+        allowed_cluster_servers: Vec::new(),
     });
     let mut findings = Vec::new();
     for account in DEPLOYMENTS {
@@ -572,6 +573,7 @@ mod tests {
             image: String::new(),
             cluster_admin: false,
             allowed_source_urls: Vec::new(),
+            allowed_cluster_servers: Vec::new(),
         });
         let grants = grants_of(&manifests, "convoy-system", "convoy-observer");
         let shown: Vec<String> = grants.iter().map(|g| g.to_string()).collect();

@@ -10,6 +10,7 @@
 //! files (token, certificate and key paths), and TLS without verification, unless the
 //! operator allows them.
 
+use crate::engine::source::allowed_urls::AllowedUrls;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,12 +75,16 @@ impl crate::engine::error::Categorized for ConnectError {
 
 /// What a kubeconfig held in a Secret (a `Cluster`'s) may ask for. By default: inline data
 /// only. Flux's `--insecure-kubeconfig-exec` and `--insecure-kubeconfig-tls` are the models.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KubeconfigPolicy {
     /// Exec credential plugins and auth-provider plugins (they run commands as convoy).
     pub allow_exec: bool,
     /// `insecure-skip-tls-verify`.
     pub allow_insecure_tls: bool,
+    /// The API servers it may name (`--allow-cluster-server`; none: any). Whoever writes a
+    /// Cluster's Secret otherwise chooses where convoy, with its network reach, sends
+    /// requests whose bodies the Release's source writes.
+    pub allowed_servers: AllowedUrls,
 }
 
 impl KubeconfigPolicy {
@@ -135,6 +140,24 @@ impl KubeconfigPolicy {
             }
         }
         Ok(())
+    }
+
+    /// Refuse a config whose requests would go where the allowed servers do not reach: its
+    /// server (as the client reads it), or any proxy (it forwards them where it is told,
+    /// past the list).
+    pub fn check_destination(&self, config: &Config) -> Result<(), ConnectError> {
+        if !self.allowed_servers.is_restricted() {
+            return Ok(());
+        }
+        if let Some(proxy) = &config.proxy_url {
+            return Err(ConnectError::Refused(format!(
+                "sets proxy-url {:?}: a proxy is refused while convoy restricts Cluster API servers (--allow-cluster-server)",
+                proxy.to_string()
+            )));
+        }
+        self.allowed_servers
+            .check_server("server", &config.cluster_url)
+            .map_err(ConnectError::Refused)
     }
 }
 
@@ -308,6 +331,7 @@ impl Connection {
         let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
             .map_err(|source| ConnectError::Kubeconfig { path: None, source })?;
+        policy.check_destination(&config)?;
         let mut conn = Self::from_config(config)?;
         conn.identity = identity;
         conn.holder = holder;

@@ -143,6 +143,9 @@ pub struct InstallOptions {
     pub cluster_admin: bool,
     /// The URL prefixes the daemons fetch sources from (`--allow-source-url`; none: any).
     pub allowed_source_urls: Vec<String>,
+    /// The API server prefixes a Cluster's kubeconfig may name (`--allow-cluster-server`;
+    /// none: any).
+    pub allowed_cluster_servers: Vec<String>,
 }
 
 /// The ServiceAccount a locked-down daemon impersonates for Releases that name none, created
@@ -335,6 +338,10 @@ pub fn install_manifests(options: &InstallOptions) -> Vec<serde_json::Value> {
         // Both fetch: the observer renders what it compares.
         for prefix in &options.allowed_source_urls {
             args.push(json!(format!("--allow-source-url={prefix}")));
+        }
+        // Both connect to Clusters: the observer's dry runs and health reads reach them.
+        for prefix in &options.allowed_cluster_servers {
+            args.push(json!(format!("--allow-cluster-server={prefix}")));
         }
         objects.push(json!({
             "apiVersion": "apps/v1", "kind": "Deployment",

@@ -70,7 +70,7 @@ impl Clone for Tenancy {
         Self {
             default_service_account: self.default_service_account.clone(),
             allow_cross_namespace_refs: self.allow_cross_namespace_refs,
-            kubeconfig: self.kubeconfig,
+            kubeconfig: self.kubeconfig.clone(),
             values_schema_refs: self.values_schema_refs.clone(),
             connections: connections(),
         }

@@ -172,10 +172,10 @@ fn a_full_install_dry_run_holds_rbac_rules_and_the_daemon() {
     );
 }
 
-/// `convoy install --allow-source-url` restricts both daemons (the observer fetches what it
-/// renders too).
+/// `convoy install --allow-source-url` and `--allow-cluster-server` restrict both daemons
+/// (the observer fetches what it renders too, and reaches Clusters for dry runs and health).
 #[test]
-fn an_install_restricted_to_source_url_prefixes_passes_them_to_both_daemons() {
+fn an_install_restricted_to_url_prefixes_passes_them_to_both_daemons() {
     let (code, stdout, stderr) = convoy(&[
         "install",
         "--dry-run",
@@ -183,15 +183,38 @@ fn an_install_restricted_to_source_url_prefixes_passes_them_to_both_daemons() {
         "https://github.com/team-a/",
         "--allow-source-url",
         "oci://ghcr.io/team-a/",
+        "--allow-cluster-server",
+        "https://prod.example.com:6443/",
     ]);
     assert_eq!(code, 0, "{stderr}");
-    for prefix in ["https://github.com/team-a/", "oci://ghcr.io/team-a/"] {
+    for arg in [
+        "--allow-source-url=https://github.com/team-a/",
+        "--allow-source-url=oci://ghcr.io/team-a/",
+        "--allow-cluster-server=https://prod.example.com:6443/",
+    ] {
         assert_eq!(
-            stdout
-                .matches(&format!("- --allow-source-url={prefix}\n"))
-                .count(),
+            stdout.matches(&format!("- {arg}\n")).count(),
             2,
-            "{prefix} in the controller's and the observer's args:\n{stdout}"
+            "{arg} in the controller's and the observer's args:\n{stdout}"
         );
     }
+}
+
+/// A Cluster server prefix is an https or http directory; anything else is refused before
+/// anything connects, by the CLI as by the daemon.
+#[test]
+fn a_cluster_server_prefix_that_is_no_api_server_is_a_usage_error() {
+    let (code, stdout, stderr) = convoy(&[
+        "sync",
+        "web",
+        "--allow-cluster-server",
+        "ssh://prod.example.com/",
+    ]);
+    assert_eq!(code, 2);
+    assert_eq!(stdout, "");
+    insta::assert_snapshot!(stderr, @r#"
+    error: invalid value 'ssh://prod.example.com/' for '--allow-cluster-server <PREFIX>': Cluster server prefix "ssh://prod.example.com/" has scheme "ssh", not one of https, http
+
+    For more information, try '--help'.
+    "#);
 }

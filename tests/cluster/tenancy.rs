@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use convoy::engine::api::Reason;
 use convoy::engine::connect::KubeconfigPolicy;
+use convoy::engine::source::allowed_urls::AllowedUrls;
 use convoy::engine::tenancy::Tenancy;
 use serde_json::json;
 
@@ -259,28 +260,48 @@ async fn a_release_reaches_no_other_namespace_unless_allowed() {
     assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
 }
 
+/// A Release of ConfigMap `a` whose target is Cluster `far` (see [`point_far_at`]).
+async fn far_cluster_fixture(name: &str) -> Fixture {
+    Fixture::new(
+        name,
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({"cluster": "far"}),
+    )
+    .await
+}
+
+/// Cluster `far` of the fixture's namespace, with `kubeconfig` in its Secret.
+async fn point_far_at(f: &Fixture, kubeconfig: &str) {
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "far-kc", "namespace": f.env.namespace},
+        "stringData": {"kubeconfig": kubeconfig}}))
+        .await;
+    f.kubectl_apply(
+        &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "far", "namespace": f.env.namespace},
+        "spec": {"kubeconfigSecretRef": {"name": "far-kc"}}}),
+    )
+    .await;
+}
+
+/// The value of `key` in a kubeconfig's text (its first occurrence).
+fn kubeconfig_field(kubeconfig: &str, key: &str) -> String {
+    kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("{key}: ")))
+        .unwrap()
+        .to_string()
+}
+
 /// The kubeconfig Secret of a tenant's Cluster: an exec plugin would run a command in the
 /// daemon, a token file or key path would read the daemon's files. Each is refused naming the
 /// field; the remote API server (a second control plane) is never asked.
 #[tokio::test]
 async fn a_cluster_kubeconfig_can_neither_run_commands_nor_read_convoys_files() {
-    let mut f = Fixture::new(
-        "tenancy-kubeconfig",
-        &[("a.yaml", &config_map("a", 0, "1"))],
-        json!({"cluster": "far"}),
-    )
-    .await;
+    let mut f = far_cluster_fixture("tenancy-kubeconfig").await;
     let remote = std::fs::read_to_string(&remote_control_plane().kubeconfig).unwrap();
-    let server = remote
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("server: "))
-        .unwrap()
-        .to_string();
-    let ca = remote
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("certificate-authority-data: "))
-        .unwrap()
-        .to_string();
+    let server = kubeconfig_field(&remote, "server");
+    let ca = kubeconfig_field(&remote, "certificate-authority-data");
     let scratch = tempfile::tempdir().unwrap();
     let ran = scratch.path().join("ran");
     let daemon_secret = scratch.path().join("daemon-token");
@@ -328,16 +349,7 @@ users:\n- name: tenant\n  user:\n{user}contexts:\n- name: far\n  context: {{clus
         ),
     ];
     for (text, expected) in &cases {
-        f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "far-kc", "namespace": f.env.namespace},
-            "stringData": {"kubeconfig": text}}))
-            .await;
-        f.kubectl_apply(
-            &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Cluster",
-            "metadata": {"name": "far", "namespace": f.env.namespace},
-            "spec": {"kubeconfigSecretRef": {"name": "far-kc"}}}),
-        )
-        .await;
+        point_far_at(&f, text).await;
         let result = f.sync().await;
         let outcome = result.outcome.unwrap();
         assert_eq!(outcome.reason, Reason::ClusterNotReady, "{expected}");
@@ -354,18 +366,90 @@ users:\n- name: tenant\n  user:\n{user}contexts:\n- name: far\n  context: {{clus
         false,
         KubeconfigPolicy {
             allow_exec: true,
-            allow_insecure_tls: false,
+            ..Default::default()
         },
     ));
-    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "far-kc", "namespace": f.env.namespace},
-        "stringData": {"kubeconfig": cases[0].0}}))
-        .await;
+    point_far_at(&f, &cases[0].0).await;
     let _ = f.sync().await;
     assert!(
         ran.exists(),
         "with --insecure-kubeconfig-exec the plugin runs"
     );
+}
+
+/// `--allow-cluster-server`: whoever writes a Cluster's Secret chooses where convoy sends
+/// requests (with bodies the source writes), from wherever convoy runs. Under a list, a
+/// server outside it (here a listener that counts connections) or a proxy-url is refused
+/// naming the field and the flag, and nothing connects to it; the remote control plane
+/// under the list is synced as before.
+#[tokio::test]
+async fn a_cluster_server_outside_the_allowed_prefixes_is_refused_without_a_request() {
+    let mut f = far_cluster_fixture("tenancy-servers").await;
+    let remote = std::fs::read_to_string(&remote_control_plane().kubeconfig).unwrap();
+    let server = kubeconfig_field(&remote, "server");
+    let (port, connections) = crate::support::servers::counting_server("127.0.0.1:0", |_stream| {});
+    // The remote control plane's kubeconfig, its server line replaced.
+    let kubeconfig =
+        |server_lines: &str| remote.replace(&format!("server: {server}"), server_lines);
+    f.ctx.tenancy = Arc::new(Tenancy::new(
+        None,
+        false,
+        KubeconfigPolicy {
+            allowed_servers: AllowedUrls::cluster_servers(&[format!("{server}/")]).unwrap(),
+            ..Default::default()
+        },
+    ));
+    let elsewhere = format!("https://127.0.0.1:{port}");
+    let cases = [
+        (
+            kubeconfig(&format!("server: {elsewhere}")),
+            format!(
+                "the kubeconfig server \"{elsewhere}/\" is not under a URL prefix convoy allows Cluster API servers at (--allow-cluster-server)"
+            ),
+        ),
+        (
+            kubeconfig(&format!(
+                "server: {server}\n    proxy-url: http://127.0.0.1:{port}"
+            )),
+            format!(
+                "the kubeconfig sets proxy-url \"http://127.0.0.1:{port}/\": a proxy is refused while convoy restricts Cluster API servers (--allow-cluster-server)"
+            ),
+        ),
+        (remote.clone(), String::new()),
+    ];
+    // The allowed server gets the namespace the render lands in.
+    let remote_client = crate::support::client_for(&remote_control_plane().kubeconfig).await;
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(remote_client.clone());
+    namespaces
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({"metadata": {"name": f.env.namespace}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    for (text, expected) in &cases {
+        point_far_at(&f, text).await;
+        let outcome = f.sync().await.outcome.unwrap();
+        if expected.is_empty() {
+            assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
+            let remote_cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+                kube::Api::namespaced(remote_client.clone(), &f.env.namespace);
+            assert!(remote_cms.get_opt("a").await.unwrap().is_some());
+        } else {
+            assert_eq!(outcome.reason, Reason::ClusterNotReady, "{expected}");
+            assert!(
+                outcome.message.contains(expected.as_str()),
+                "{expected}\n  got: {}",
+                outcome.message
+            );
+        }
+        assert_eq!(
+            connections.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "convoy connected to a server outside the list"
+        );
+    }
 }
 
 /// The kubeconfig Secret is read as the Release's ServiceAccount: one that may not read
@@ -381,16 +465,7 @@ async fn a_clusters_kubeconfig_secret_is_read_as_the_releases_service_account() 
     .await;
     service_account(&f, "viewer", Some("view")).await;
     let remote = std::fs::read_to_string(&remote_control_plane().kubeconfig).unwrap();
-    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "far-kc", "namespace": f.env.namespace},
-        "stringData": {"kubeconfig": remote}}))
-        .await;
-    f.kubectl_apply(
-        &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Cluster",
-        "metadata": {"name": "far", "namespace": f.env.namespace},
-        "spec": {"kubeconfigSecretRef": {"name": "far-kc"}}}),
-    )
-    .await;
+    point_far_at(&f, &remote).await;
     let outcome = f.sync().await.outcome.unwrap();
     assert_eq!(
         outcome.reason,

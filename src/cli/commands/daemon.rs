@@ -156,7 +156,7 @@ pub async fn run_daemon(global: &GlobalArgs, args: DaemonArgs) -> CommandResult 
         resync: args.resync,
         namespaces: args.watch_namespaces,
         render_store: args.render_store,
-        tenancy: args.tenancy.tenancy(),
+        tenancy: args.tenancy.tenancy()?,
         sources: crate::engine::source::SourcePolicy {
             allow_file_urls: args.allow_file_urls,
             allowed_urls: AllowedUrls::new(&args.allow_source_url)

@@ -75,7 +75,7 @@ pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> 
         (Some(home), None) => {
             let mut ctx = Context::new(home.clone(), Arc::new(Coordinator::new(cache)));
             ctx.store = args.store.open(&home.client);
-            ctx.tenancy = Arc::new(args.tenancy.tenancy());
+            ctx.tenancy = Arc::new(args.tenancy.tenancy()?);
             ctx.digest_key = Some(Arc::new(KeyCell::new(
                 home.client.clone(),
                 DEFAULT_STORE_NAMESPACE,
@@ -105,7 +105,7 @@ pub async fn run(global: &GlobalArgs, args: DiffArgs, printer: &mut Printer) -> 
             };
             let target = resolve_target(
                 &home,
-                &args.tenancy.tenancy(),
+                &args.tenancy.tenancy()?,
                 &input.release,
                 Default::default(),
             )

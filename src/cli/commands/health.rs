@@ -57,7 +57,7 @@ pub async fn run(global: &GlobalArgs, args: HealthArgs, printer: &mut Printer) -
             conn.clone(),
             Arc::new(Coordinator::new(Cache::new(Cache::default_root()))),
         );
-        ctx.tenancy = Arc::new(args.tenancy.tenancy());
+        ctx.tenancy = Arc::new(args.tenancy.tenancy()?);
         let assessment = assess(&ctx, &release, &crate::engine::status::now())
             .await
             .map_err(|e| CliError::new(ExitStatus::No, anyhow::Error::new(e).context("assess")))?;

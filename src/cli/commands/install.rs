@@ -68,6 +68,11 @@ pub struct InstallArgs {
     #[arg(long, value_name = "PREFIX", conflicts_with_all = ["crds_only", "tenant"],
           value_parser = crate::cli::commands::daemon::parse_source_prefix)]
     pub allow_source_url: Vec<String>,
+    /// Have the daemon connect only to Clusters whose API server is under this prefix
+    /// (repeatable; see `convoy daemon --allow-cluster-server`).
+    #[arg(long, value_name = "PREFIX", conflicts_with_all = ["crds_only", "tenant"],
+          value_parser = crate::cli::tenancy_args::parse_cluster_server)]
+    pub allow_cluster_server: Vec<String>,
 }
 
 pub async fn run(global: &GlobalArgs, args: InstallArgs, printer: &mut Printer) -> CommandResult {
@@ -80,6 +85,7 @@ pub async fn run(global: &GlobalArgs, args: InstallArgs, printer: &mut Printer) 
         image: args.image.clone(),
         cluster_admin: args.cluster_admin,
         allowed_source_urls: args.allow_source_url.clone(),
+        allowed_cluster_servers: args.allow_cluster_server.clone(),
     };
     if let Some(tenant) = &args.tenant {
         let objects = tenant_manifests(tenant);

@@ -43,7 +43,7 @@ pub struct RenderArgs {
 
 pub async fn run(global: &GlobalArgs, args: RenderArgs, printer: &mut Printer) -> CommandResult {
     let input = load(global, args.name.as_deref(), &args.files).await?;
-    let tenancy = args.tenancy.tenancy();
+    let tenancy = args.tenancy.tenancy()?;
     let cluster = cluster_info(&input, &tenancy).await;
     let cache = Cache::new(args.cache_dir.clone().unwrap_or_else(Cache::default_root));
     let rendered = render_input(

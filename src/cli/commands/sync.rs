@@ -112,7 +112,7 @@ pub async fn run(global: &GlobalArgs, args: SyncArgs, printer: &mut Printer) -> 
     let mut ctx = Context::new(conn.clone(), Arc::new(Coordinator::new(cache)));
     ctx.concurrency = args.concurrency;
     ctx.store = args.store.open(&conn.client);
-    ctx.tenancy = Arc::new(args.tenancy.tenancy());
+    ctx.tenancy = Arc::new(args.tenancy.tenancy()?);
     ctx.digest_key = Some(Arc::new(crate::engine::digest_key::KeyCell::new(
         conn.client.clone(),
         crate::engine::store::DEFAULT_STORE_NAMESPACE,

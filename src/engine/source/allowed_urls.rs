@@ -1,5 +1,7 @@
 //! Where a daemon's sources may come from: the URL prefixes the operator allows
-//! (`convoy daemon --allow-source-url`, Argo CD's `sourceRepos` as a daemon flag).
+//! (`convoy daemon --allow-source-url`, Argo CD's `sourceRepos` as a daemon flag). The same
+//! matching decides which API servers a `Cluster`'s kubeconfig may name
+//! (`--allow-cluster-server`, Argo CD's project `destinations`).
 //!
 //! A tenant names a source's URL, and whoever can push to a chart repository writes the chart
 //! URLs of its index: without a list, either can have the daemon — inside the cluster, with
@@ -20,10 +22,57 @@
 use crate::engine::error::Invalid;
 
 /// The allowed prefixes; none allows every URL (the CLI, a daemon without the flag).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllowedUrls {
     prefixes: Vec<Place>,
+    purpose: &'static Purpose,
 }
+
+impl Default for AllowedUrls {
+    fn default() -> Self {
+        Self {
+            prefixes: Vec::new(),
+            purpose: &SOURCES,
+        }
+    }
+}
+
+/// What a list restricts: it decides the schemes, the flag and the words of a refusal.
+#[derive(Debug, PartialEq, Eq)]
+struct Purpose {
+    schemes: &'static [&'static str],
+    flag: &'static str,
+    /// Who restricts (only the daemon has `--allow-source-url`; the CLI checks Clusters too).
+    who: &'static str,
+    /// What the list holds (for an invalid prefix).
+    prefix_noun: &'static str,
+    /// What the list restricts (after "restricts").
+    restricts: &'static str,
+    /// What the list allows (after "a URL prefix ... allows").
+    allows: &'static str,
+    /// The way out of a refusal.
+    remedy: &'static str,
+}
+
+const SOURCES: Purpose = Purpose {
+    schemes: &SCHEMES,
+    flag: "--allow-source-url",
+    who: "convoy daemon",
+    prefix_noun: "source URL prefix",
+    restricts: "source URLs",
+    allows: "sources from",
+    remedy: "ask its operator to allow it, or use a source under an allowed prefix",
+};
+
+const CLUSTER_SERVERS: Purpose = Purpose {
+    schemes: &["https", "http"],
+    flag: "--allow-cluster-server",
+    who: "convoy",
+    prefix_noun: "Cluster server prefix",
+    restricts: "Cluster API servers",
+    allows: "Cluster API servers at",
+    remedy: "ask its operator to allow it, or name a server under an allowed prefix",
+};
 
 /// A URL reduced to what decides where a request goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,13 +90,24 @@ impl AllowedUrls {
     /// Allow URLs under `prefixes`, each `scheme://host[:port]/path/` (ending in `/`: a
     /// directory, so `.../team-a/` does not allow `.../team-ab/`).
     pub fn new(prefixes: &[String]) -> Result<Self, Invalid> {
+        Self::for_purpose(prefixes, &SOURCES)
+    }
+
+    /// Allow a `Cluster`'s kubeconfig to name API servers under `prefixes` (https or http,
+    /// the same form as [`AllowedUrls::new`]'s).
+    pub fn cluster_servers(prefixes: &[String]) -> Result<Self, Invalid> {
+        Self::for_purpose(prefixes, &CLUSTER_SERVERS)
+    }
+
+    fn for_purpose(prefixes: &[String], purpose: &'static Purpose) -> Result<Self, Invalid> {
         let prefixes = prefixes
             .iter()
             .map(|p| {
-                parse_prefix(p).map_err(|why| Invalid(format!("source URL prefix {p:?} {why}")))
+                parse_prefix(p, purpose.schemes)
+                    .map_err(|why| Invalid(format!("{} {p:?} {why}", purpose.prefix_noun)))
             })
             .collect::<Result<_, _>>()?;
-        Ok(Self { prefixes })
+        Ok(Self { prefixes, purpose })
     }
 
     /// Whether only some URLs are allowed.
@@ -61,19 +121,56 @@ impl AllowedUrls {
         if !self.is_restricted() {
             return Ok(());
         }
+        self.place_of(what, url).map(|_| ())
+    }
+
+    /// The place `url` names, if a prefix allows it.
+    fn place_of(&self, what: &str, url: &str) -> Result<Place, String> {
+        let purpose = self.purpose;
         let refused = |why: &str| format!("{what} {url:?} {why}");
-        let place = parse(url).map_err(|why| {
+        let place = parse(url, purpose.schemes).map_err(|why| {
             refused(&format!(
-                "{why}, which convoy daemon does not read when it restricts source URLs (--allow-source-url)"
+                "{why}, which {} does not read when it restricts {} ({})",
+                purpose.who, purpose.restricts, purpose.flag
             ))
         })?;
         if self.prefixes.iter().any(|p| p.contains(&place)) {
-            Ok(())
+            Ok(place)
         } else {
-            Err(refused(
-                "is not under a URL prefix convoy daemon allows sources from (--allow-source-url); ask its operator to allow it, or use a source under an allowed prefix",
-            ))
+            Err(refused(&format!(
+                "is not under a URL prefix {} allows {} ({}); {}",
+                purpose.who, purpose.allows, purpose.flag, purpose.remedy
+            )))
         }
+    }
+
+    /// `Ok` if the API server at `server` (a kubeconfig's, as kube's client will connect to
+    /// it) may be reached. Its requests go below it, so `https://host/k8s/c-1` is checked as
+    /// the directory `.../c-1/`; and the `http` crate, which the client connects with, must
+    /// read the same scheme, host and port as the URL parser that matched it.
+    pub fn check_server(&self, what: &str, server: &http::Uri) -> Result<(), String> {
+        if !self.is_restricted() {
+            return Ok(());
+        }
+        let text = server.to_string();
+        let base = if text.ends_with('/') {
+            text
+        } else {
+            format!("{text}/")
+        };
+        let place = self.place_of(what, &base)?;
+        let scheme = server.scheme_str().unwrap_or_default().to_ascii_lowercase();
+        let host = server.host().unwrap_or_default().to_ascii_lowercase();
+        let port = server.port_u16().or(default_port(&scheme));
+        if (scheme.as_str(), host.as_str(), port)
+            != (place.scheme.as_str(), place.host.as_str(), place.port)
+        {
+            return Err(format!(
+                "{what} {base:?} is read as two different places by the URL parsers, which {} does not connect to when it restricts {} ({})",
+                self.purpose.who, self.purpose.restricts, self.purpose.flag
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -86,8 +183,8 @@ impl Place {
     }
 }
 
-fn parse_prefix(prefix: &str) -> Result<Place, String> {
-    let place = parse(prefix)?;
+fn parse_prefix(prefix: &str, schemes: &[&str]) -> Result<Place, String> {
+    let place = parse(prefix, schemes)?;
     if !prefix.ends_with('/') || !place.path.ends_with('/') {
         return Err(
             "must end in / (it names a directory, or a whole server as scheme://host/)".into(),
@@ -135,7 +232,7 @@ fn git_transport_trouble(rest: &str) -> Option<&'static str> {
 
 /// Scheme, host (lower case), port (the scheme's default when none is named) and path of
 /// `url`; `user@host:path` (scp-like Git) reads as `ssh://user@host/path`.
-fn parse(url: &str) -> Result<Place, String> {
+fn parse(url: &str, schemes: &[&str]) -> Result<Place, String> {
     if url.chars().any(|c| c.is_control() || c.is_whitespace()) {
         return Err("contains a space or a control character".into());
     }
@@ -155,10 +252,10 @@ fn parse(url: &str) -> Result<Place, String> {
     };
     let (scheme, rest) = url.split_once("://").ok_or("has no scheme")?;
     let scheme = scheme.to_ascii_lowercase();
-    if !SCHEMES.contains(&scheme.as_str()) {
+    if !schemes.contains(&scheme.as_str()) {
         return Err(format!(
             "has scheme {scheme:?}, not one of {}",
-            SCHEMES.join(", ")
+            schemes.join(", ")
         ));
     }
     if matches!(scheme.as_str(), "ssh" | "git")
@@ -358,5 +455,99 @@ mod tests {
             list.check("Git URL", "git@github.com:team-b/app.git")
                 .is_err()
         );
+    }
+
+    fn servers(prefixes: &[&str]) -> AllowedUrls {
+        AllowedUrls::cluster_servers(&prefixes.iter().map(|p| p.to_string()).collect::<Vec<_>>())
+            .unwrap()
+    }
+
+    fn uri(text: &str) -> http::Uri {
+        text.parse().unwrap()
+    }
+
+    /// A Cluster's server is checked as the directory its requests go below, as the client
+    /// reads it.
+    #[test]
+    fn cluster_servers_under_a_prefix_are_allowed() {
+        let list = servers(&[
+            "https://prod.example.com:6443/",
+            "https://rancher.example.com/k8s/clusters/c-1/",
+            "https://[fd00::1]:6443/",
+        ]);
+        for server in [
+            "https://[FD00::1]:6443",
+            "https://prod.example.com:6443",
+            "https://PROD.example.com:6443/",
+            "https://rancher.example.com/k8s/clusters/c-1",
+            "https://rancher.example.com:443/k8s/clusters/c-1/",
+        ] {
+            assert_eq!(
+                list.check_server("server", &uri(server)),
+                Ok(()),
+                "{server}"
+            );
+        }
+        assert_eq!(
+            AllowedUrls::default().check_server("server", &uri("http://169.254.169.254")),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn cluster_servers_elsewhere_are_refused() {
+        let list = servers(&[
+            "https://prod.example.com:6443/",
+            "https://rancher.example.com/k8s/clusters/c-1/",
+        ]);
+        for (server, why) in [
+            ("https://prod.example.com", "is not under"),
+            ("http://prod.example.com:6443", "is not under"),
+            ("https://169.254.169.254", "is not under"),
+            ("https://prod.example.com.evil.example:6443", "is not under"),
+            (
+                "https://rancher.example.com/k8s/clusters/c-10",
+                "is not under",
+            ),
+            ("https://rancher.example.com/k8s/clusters", "is not under"),
+            (
+                "https://rancher.example.com/k8s/clusters/c-1/../c-2",
+                "has a . or .. segment",
+            ),
+            (
+                "https://rancher.example.com/k8s/clusters/c-1/%2e%2e/c-2",
+                "percent-encoded dot",
+            ),
+        ] {
+            let err = list.check_server("server", &uri(server)).unwrap_err();
+            assert!(err.contains(why), "{server}: {err}");
+            assert!(err.contains("(--allow-cluster-server)"), "{server}: {err}");
+        }
+        let err = list
+            .check_server("server", &uri("https://10.0.0.1"))
+            .unwrap_err();
+        assert_eq!(
+            err,
+            "server \"https://10.0.0.1/\" is not under a URL prefix convoy allows Cluster API servers at (--allow-cluster-server); ask its operator to allow it, or name a server under an allowed prefix"
+        );
+    }
+
+    #[test]
+    fn cluster_server_prefixes_are_https_or_http_urls() {
+        for (prefix, why) in [
+            (
+                "ssh://prod.example.com/",
+                "has scheme \"ssh\", not one of https, http",
+            ),
+            ("https://prod.example.com", "must end in /"),
+        ] {
+            let err = AllowedUrls::cluster_servers(&[prefix.to_string()])
+                .unwrap_err()
+                .0;
+            assert!(err.starts_with("Cluster server prefix"), "{prefix}: {err}");
+            assert!(err.contains(why), "{prefix}: {err}");
+        }
+        // A source list keeps its schemes.
+        assert!(AllowedUrls::new(&["oci://ghcr.io/team-a/".to_string()]).is_ok());
     }
 }
