@@ -138,23 +138,32 @@ impl KubeconfigPolicy {
                     at("insecure-skip-tls-verify")
                 ));
             }
+            if self.allowed_servers.is_restricted() {
+                // A proxy forwards where it is told, past the list; a TLS server name other
+                // than the host's reaches another backend behind the same address (a load
+                // balancer routing by SNI), with a CA the kubeconfig brings.
+                let named = |v: &Option<String>| v.as_deref().is_some_and(|v| !v.is_empty());
+                if named(&cluster.proxy_url) {
+                    return refuse(format!(
+                        "sets {}: a proxy is refused while convoy restricts Cluster API servers (--allow-cluster-server)",
+                        at("proxy-url")
+                    ));
+                }
+                if named(&cluster.tls_server_name) {
+                    return refuse(format!(
+                        "sets {}: another TLS server name is refused while convoy restricts Cluster API servers (--allow-cluster-server); name the server by the host its certificate names",
+                        at("tls-server-name")
+                    ));
+                }
+            }
         }
         Ok(())
     }
 
-    /// Refuse a config whose requests would go where the allowed servers do not reach: its
-    /// server (as the client reads it), or any proxy (it forwards them where it is told,
-    /// past the list).
+    /// Refuse a config whose server (as the client reads it) is not under the allowed
+    /// prefixes. (A proxy the kubeconfig names is refused by [`KubeconfigPolicy::check`]; one
+    /// from convoy's environment is the operator's.)
     pub fn check_destination(&self, config: &Config) -> Result<(), ConnectError> {
-        if !self.allowed_servers.is_restricted() {
-            return Ok(());
-        }
-        if let Some(proxy) = &config.proxy_url {
-            return Err(ConnectError::Refused(format!(
-                "sets proxy-url {:?}: a proxy is refused while convoy restricts Cluster API servers (--allow-cluster-server)",
-                proxy.to_string()
-            )));
-        }
         self.allowed_servers
             .check_server("server", &config.cluster_url)
             .map_err(ConnectError::Refused)
@@ -304,8 +313,31 @@ pub async fn load_config(source: &KubeconfigSource) -> Result<Config, ConnectErr
                 .map_err(|source| ConnectError::Kubeconfig { path: None, source })?,
             None => Config::infer().await.map_err(ConnectError::Infer)?,
         };
-        Ok(config)
+        Ok(without_no_proxy_hosts(config))
     }
+}
+
+/// A proxy taken from the environment, used as kubectl and curl use it: not for a server
+/// `NO_PROXY` names, and for an http server only if `HTTP_PROXY` names one. kube reads
+/// `HTTPS_PROXY` for every server and tests `NO_PROXY` against the proxy's own host, so a
+/// cluster in `NO_PROXY` was sent through the proxy. A kubeconfig's own `proxy-url` (kube
+/// prefers it to the environment's) is left as it is.
+fn without_no_proxy_hosts(mut config: Config) -> Config {
+    let Some(proxy) = &config.proxy_url else {
+        return config;
+    };
+    let from_env = ["HTTPS_PROXY", "https_proxy"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()));
+    let is_from_env = from_env.and_then(|v| v.parse::<http::Uri>().ok()).as_ref() == Some(proxy);
+    if is_from_env
+        && hyper_util::client::proxy::matcher::Matcher::from_env()
+            .intercept(&config.cluster_url)
+            .is_none()
+    {
+        config.proxy_url = None;
+    }
+    config
 }
 
 /// The namespace of a ServiceAccount's username (`system:serviceaccount:NS:NAME`), or "".
@@ -331,6 +363,7 @@ impl Connection {
         let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
             .map_err(|source| ConnectError::Kubeconfig { path: None, source })?;
+        let config = without_no_proxy_hosts(config);
         policy.check_destination(&config)?;
         let mut conn = Self::from_config(config)?;
         conn.identity = identity;
@@ -423,12 +456,22 @@ impl Connection {
             .map_err(|source| self.unreachable(source))
     }
 
-    /// Turn a transport error into one that names this connection's server.
+    /// Turn a transport error into one that names this connection's server, and the proxy
+    /// it goes through (where the trouble may be; its credentials are not shown).
     pub fn unreachable(&self, source: kube::Error) -> ConnectError {
-        ConnectError::Unreachable {
-            server: self.server.clone(),
-            source,
-        }
+        let server = match &self.config.proxy_url {
+            Some(proxy) => format!(
+                "{} through the proxy {}://{}",
+                self.server,
+                proxy.scheme_str().unwrap_or("http"),
+                proxy
+                    .authority()
+                    .map(|a| a.as_str().rsplit('@').next().unwrap_or_default())
+                    .unwrap_or_default()
+            ),
+            None => self.server.clone(),
+        };
+        ConnectError::Unreachable { server, source }
     }
 }
 

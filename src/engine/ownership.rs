@@ -226,6 +226,17 @@ pub async fn take_over_kubectl_fields(
 /// The API of `key`'s kind: `None` if the cluster does not serve it (nothing of it to read or
 /// take over), `Err` if discovery could not tell.
 async fn api_for(applier: &Applier, key: &ObjectKey) -> Result<Option<Api<DynamicObject>>, String> {
+    // An inventory entry is written by convoy, but whoever may patch the ReleaseInventory can
+    // add one: its name goes into the request's path as it is (render::object).
+    use crate::engine::render::object::{namespace_trouble, path_segment_trouble};
+    if let Some(why) = path_segment_trouble(&key.name) {
+        return Err(format!("its name {why}"));
+    }
+    if !key.namespace.is_empty()
+        && let Some(why) = namespace_trouble(&key.namespace)
+    {
+        return Err(format!("its namespace {why}"));
+    }
     let resource = applier
         .resources()
         .resolve_group_kind(&key.group, &key.kind)

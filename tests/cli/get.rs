@@ -341,3 +341,79 @@ async fn release_names_namespaces_and_history_entries_complete_from_the_cluster(
         .unwrap();
     assert!(String::from_utf8_lossy(&script.stdout).contains("COMPLETE=\"bash\""));
 }
+
+/// A proxy from the environment is used as kubectl uses it: `HTTPS_PROXY` carries the
+/// requests (here to a listener that answers nothing: exit 3, naming the server), unless
+/// `NO_PROXY` names the server; the error names the proxy, not its credentials. Before, any `HTTPS_PROXY` stopped every command ("requires the
+/// disabled feature kube/http-proxy").
+#[tokio::test]
+async fn the_environments_proxy_is_used_unless_no_proxy_names_the_server() {
+    let f = two_releases("cli-proxy").await;
+    // A proxy that refuses every tunnel, at another address than the server's (kube tested
+    // NO_PROXY against the proxy's host).
+    let (port, connections) =
+        crate::support::servers::counting_server("127.0.0.2:0", |mut stream| {
+            use std::io::{Read, Write};
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let _ = stream.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n");
+        });
+    let get = |no_proxy: Option<&str>| {
+        let mut c = Command::new(convoy_bin());
+        c.arg("--kubeconfig")
+            .arg(&f.env.kubeconfig)
+            .args([
+                "-n",
+                &f.env.namespace,
+                "--request-timeout",
+                "5s",
+                "get",
+                "web",
+                "-o",
+                "name",
+            ])
+            .env(
+                "HTTPS_PROXY",
+                format!("http://convoy:proxy-secret@127.0.0.2:{port}"),
+            )
+            .env_remove("https_proxy")
+            .env_remove("NO_PROXY")
+            .env_remove("no_proxy")
+            .env("NO_COLOR", "1");
+        if let Some(hosts) = no_proxy {
+            c.env("NO_PROXY", hosts);
+        }
+        out(&c.output().unwrap())
+    };
+    let (code, stdout, stderr) = get(Some("localhost,127.0.0.1"));
+    assert_eq!(
+        (code, stdout.as_str()),
+        (0, "release.core.convoy.kumodo.io/web\n"),
+        "{stderr}"
+    );
+    assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let (code, _, stderr) = get(None);
+    assert_eq!(code, 3, "{stderr}");
+    assert!(
+        connections.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+        "the request went through the proxy"
+    );
+    let server = f.env.kubectl(&[
+        "config",
+        "view",
+        "--minify",
+        "-o",
+        "jsonpath={.clusters[0].cluster.server}",
+        "--kubeconfig",
+        f.env.kubeconfig.to_str().unwrap(),
+    ]);
+    let server = String::from_utf8_lossy(&server.stdout).into_owned();
+    // The proxy is named without its credentials.
+    insta::assert_snapshot!(
+        stderr.replace(&server, "SERVER").replace(&port.to_string(), "PORT"),
+        @"error: cannot reach the API server at SERVER through the proxy http://127.0.0.2:PORT: ServiceError: client error (Connect): tunnel error: unsuccessful"
+    );
+}

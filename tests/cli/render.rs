@@ -837,6 +837,51 @@ fn a_plain_object_with_generate_name_is_refused_naming_the_file() {
     );
 }
 
+/// A name is put into the request's path as it is: one with `..` segments would send the
+/// dry run and the apply to another object's URL (another Cluster's, behind a proxy that
+/// resolves them), and a `#` would end the path before `?dryRun=All` (found by an attack).
+/// Both are refused at Rendering, as is a namespace that is no namespace's name; nothing is
+/// sent.
+#[test]
+fn an_object_name_or_namespace_that_would_change_the_requests_path_is_refused() {
+    for (metadata, expected) in [
+        (
+            "name: ../../../../c-2/api/v1/namespaces/kube-system/configmaps/x",
+            r#"ConfigMap v1: metadata.name "../../../../c-2/api/v1/namespaces/kube-system/configmaps/x" may not contain /, %, ? or #"#,
+        ),
+        (
+            "name: \"x#\"",
+            r#"ConfigMap v1: metadata.name "x#" may not contain /, %, ? or #"#,
+        ),
+        (
+            "name: ..",
+            r#"ConfigMap v1: metadata.name ".." may not be . or .."#,
+        ),
+        (
+            "name: x\n  namespace: a/../b",
+            r#"ConfigMap v1: metadata.namespace "a/../b" is not a namespace name (lower-case letters, digits and '-', at most 63)"#,
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("app")).unwrap();
+        std::fs::write(
+            dir.path().join("app/settings.yaml"),
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  {metadata}\ndata: {{a: b}}\n"),
+        )
+        .unwrap();
+        let file = release_file(dir.path(), "file:///nowhere", "    path: app\n");
+        let (code, stdout, stderr) = render_in(dir.path(), &file);
+        assert_eq!((code, stdout.as_str()), (4, ""), "{metadata}: {stderr}");
+        assert_eq!(
+            stderr.trim_end(),
+            format!(
+                "error: render Release apps/web (step Rendering, reason DeployFailed): {expected}"
+            ),
+            "{metadata}"
+        );
+    }
+}
+
 /// A lifecycle hook named like a content hook's entry (Kind/namespace/name) is refused at
 /// Rendering: its entry would point convoy at that object, polled and deleted with the Release.
 #[test]

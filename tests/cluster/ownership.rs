@@ -571,6 +571,42 @@ async fn an_inventory_entry_whose_labels_cannot_be_read_is_not_deleted() {
     assert_eq!(inventory_keys(&f, "web").await, ["a", "db"]);
 }
 
+/// An inventory entry whose name holds `..` segments would be read and deleted at another
+/// object's URL (kube puts names into the path as they are). It is neither read nor deleted:
+/// the sync ends PruneFailed saying why, and the object its path leads to stays.
+#[tokio::test]
+async fn an_inventory_entry_whose_name_is_a_path_is_neither_read_nor_deleted() {
+    let f = Fixture::new(
+        "owner-path",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({}),
+    )
+    .await;
+    f.sync().await;
+    let ns = f.env.namespace.clone();
+    let other = crate::support::unique_namespace(&f.env.client, "owner-path-victim").await;
+    f.env.kubectl_apply_text(
+        &config_map("victim", 0, "theirs").replace(
+            "  labels: {app: demo}\n",
+            &format!("  namespace: {other}\n"),
+        ),
+        &["--server-side"],
+    );
+    let name = format!("../../{other}/configmaps/victim");
+    f.record_in_inventory(&[core_key("ConfigMap", &ns, &name)])
+        .await;
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::PruneFailed, "{}", outcome.message);
+    assert_eq!(
+        outcome.message,
+        format!(
+            "cannot prune 1 object: ConfigMap/{ns}/{name}: not deleted: cannot read it to check that it carries this Release's labels (its name may not contain /, %, ? or #)"
+        )
+    );
+    let victims: Api<ConfigMap> = Api::namespaced(f.env.client.clone(), &other);
+    assert!(victims.get_opt("victim").await.unwrap().is_some());
+}
+
 /// The inventory's hook entries are a record whoever may write the inventory can change too.
 /// Entries naming objects no hook of the Release made (another namespace's Pod, a Namespace,
 /// kubectl's ConfigMap beside the Release): the health loop reports nothing of the Pod (not

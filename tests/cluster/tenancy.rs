@@ -379,7 +379,8 @@ users:\n- name: tenant\n  user:\n{user}contexts:\n- name: far\n  context: {{clus
 
 /// `--allow-cluster-server`: whoever writes a Cluster's Secret chooses where convoy sends
 /// requests (with bodies the source writes), from wherever convoy runs. Under a list, a
-/// server outside it (here a listener that counts connections) or a proxy-url is refused
+/// server outside it (here a listener that counts connections), a proxy-url or a
+/// tls-server-name is refused
 /// naming the field and the flag, and nothing connects to it; the remote control plane
 /// under the list is synced as before.
 #[tokio::test]
@@ -411,9 +412,14 @@ async fn a_cluster_server_outside_the_allowed_prefixes_is_refused_without_a_requ
             kubeconfig(&format!(
                 "server: {server}\n    proxy-url: http://127.0.0.1:{port}"
             )),
-            format!(
-                "the kubeconfig sets proxy-url \"http://127.0.0.1:{port}/\": a proxy is refused while convoy restricts Cluster API servers (--allow-cluster-server)"
-            ),
+            "the kubeconfig sets clusters[testenv].cluster.proxy-url: a proxy is refused while convoy restricts Cluster API servers (--allow-cluster-server)".to_string(),
+        ),
+        // Another backend behind the allowed address, chosen by SNI (found by an attack).
+        (
+            kubeconfig(&format!(
+                "server: {server}\n    tls-server-name: internal.example"
+            )),
+            "the kubeconfig sets clusters[testenv].cluster.tls-server-name: another TLS server name is refused while convoy restricts Cluster API servers (--allow-cluster-server)".to_string(),
         ),
         (remote.clone(), String::new()),
     ];

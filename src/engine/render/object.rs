@@ -113,3 +113,55 @@ impl std::fmt::Display for Object {
         self.key().fmt(f)
     }
 }
+
+/// Why `name` cannot be put in a request's path, if it cannot: kube puts names into URLs as
+/// they are, so `..` segments, a `/`, a `%` escape, `?` or `#` (which would end the path
+/// and drop the dry-run flag after it) would send the request elsewhere than the object
+/// (found by an attack). Kubernetes refuses such names for every kind
+/// (`IsValidPathSegmentName`), so no object that can exist is refused here.
+pub fn path_segment_trouble(name: &str) -> Option<&'static str> {
+    if name == "." || name == ".." {
+        Some("may not be . or ..")
+    } else if name.contains(['/', '%', '?', '#']) {
+        Some("may not contain /, %, ? or #")
+    } else if name.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        Some("may not contain a space or a control character")
+    } else {
+        None
+    }
+}
+
+/// Why `namespace` is not a namespace's name (an RFC 1123 label), if it is not.
+pub fn namespace_trouble(namespace: &str) -> Option<&'static str> {
+    if namespace.len() <= 63 && crate::engine::render::helm::is_dns_label_text(namespace) {
+        None
+    } else {
+        Some("is not a namespace name (lower-case letters, digits and '-', at most 63)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{namespace_trouble, path_segment_trouble};
+
+    #[test]
+    fn names_a_request_path_carries_as_they_are_pass_and_others_are_refused() {
+        for ok in [
+            "web",
+            "system:controller:x",
+            "a.b-c_d",
+            "ns..x",
+            "..x",
+            "x..",
+        ] {
+            assert_eq!(path_segment_trouble(ok), None, "{ok}");
+        }
+        for bad in [".", "..", "a/b", "x%2f", "x?dryRun=", "x#", "a b", "x\n"] {
+            assert!(path_segment_trouble(bad).is_some(), "{bad:?}");
+        }
+        assert_eq!(namespace_trouble("team-a"), None);
+        for bad in ["Team", "a/../b", "-a", &"a".repeat(64), ""] {
+            assert!(namespace_trouble(bad).is_some(), "{bad:?}");
+        }
+    }
+}

@@ -409,10 +409,27 @@ fn default_namespace(objects: &mut [Object], target: &str, cluster: Option<&Clus
     }
 }
 
-/// Reject renders that cannot be applied as one set: a bad wave annotation, an object twice.
+/// Reject renders that cannot be applied as one set: a bad wave annotation, an object twice,
+/// a name or namespace no request could carry as it is.
 fn validate(objects: &[Object]) -> Result<(), RenderError> {
+    use crate::engine::render::object::{namespace_trouble, path_segment_trouble};
     let mut seen = std::collections::BTreeSet::new();
     for object in objects {
+        let invalid = |what: &str, value: &str, why: &str| {
+            RenderError::Invalid(Invalid(format!(
+                "{} {}: {what} {value:?} {why}",
+                object.kind(),
+                object.api_version()
+            )))
+        };
+        if let Some(why) = path_segment_trouble(object.name()) {
+            return Err(invalid("metadata.name", object.name(), why));
+        }
+        if let Some(namespace) = object.namespace()
+            && let Some(why) = namespace_trouble(namespace)
+        {
+            return Err(invalid("metadata.namespace", namespace, why));
+        }
         object.wave().map_err(RenderError::Invalid)?;
         if !seen.insert(object.key()) {
             return Err(RenderError::Invalid(Invalid(format!(
