@@ -351,16 +351,7 @@ async fn the_environments_proxy_is_used_unless_no_proxy_names_the_server() {
     let f = two_releases("cli-proxy").await;
     // A proxy that refuses every tunnel, at another address than the server's (kube tested
     // NO_PROXY against the proxy's host).
-    let (port, connections) =
-        crate::support::servers::counting_server("127.0.0.2:0", |mut stream| {
-            use std::io::{Read, Write};
-            let mut head = Vec::new();
-            let mut byte = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
-                head.push(byte[0]);
-            }
-            let _ = stream.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n");
-        });
+    let (port, connections) = crate::support::servers::refusing_proxy("127.0.0.2:0");
     let get = |no_proxy: Option<&str>| {
         let mut c = Command::new(convoy_bin());
         c.arg("--kubeconfig")

@@ -882,6 +882,72 @@ fn an_object_name_or_namespace_that_would_change_the_requests_path_is_refused() 
     }
 }
 
+/// Git fetches through the proxy of convoy's environment, as the chart and OCI fetches and
+/// kubectl do (git ran with none before: a GitRepository behind a corporate proxy could not
+/// be fetched): `http_proxy` carries the fetch (here to a proxy that refuses it: exit 3),
+/// unless `no_proxy` names the host.
+#[test]
+fn git_fetches_through_the_environments_proxy_unless_no_proxy_names_the_host() {
+    let repo = GitRepo::new();
+    repo.commit(
+        &[(
+            "app/a.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n",
+        )],
+        "first",
+    );
+    let server = crate::support::servers::http_server(repo.base(), None, true);
+    let (port, connections) = crate::support::servers::refusing_proxy("127.0.0.2:0");
+    let dir = tempfile::tempdir().unwrap();
+    let file = release_file(
+        dir.path(),
+        &format!("http://127.0.0.1:{}/repo.git", server.port),
+        "    path: app\n",
+    );
+    let proxy = format!("http://127.0.0.2:{port}");
+    let render = |no_proxy: &str| {
+        let cache = tempfile::tempdir().unwrap();
+        let out = Command::new(convoy_bin())
+            .args(["render", "-f", &file])
+            .env("PATH", path_with_testenv())
+            .env("CONVOY_CACHE_DIR", cache.path())
+            .env_remove("KUBECONFIG")
+            .env_remove("https_proxy")
+            .env_remove("HTTPS_PROXY")
+            .env_remove("all_proxy")
+            .env_remove("ALL_PROXY")
+            .env_remove("NO_PROXY")
+            .env("http_proxy", &proxy)
+            .env("no_proxy", no_proxy)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, _, stderr) = render("");
+    assert_eq!(code, 3, "{stderr}");
+    assert!(stderr.contains("403"), "{stderr}");
+    let through_proxy = connections.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(through_proxy >= 1, "git did not use the proxy");
+    let (code, stdout, stderr) = render("127.0.0.1");
+    assert_eq!(
+        (code, stdout.as_str()),
+        (
+            0,
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(
+        connections.load(std::sync::atomic::Ordering::SeqCst),
+        through_proxy
+    );
+}
+
 /// A lifecycle hook named like a content hook's entry (Kind/namespace/name) is refused at
 /// Rendering: its entry would point convoy at that object, polled and deleted with the Release.
 #[test]

@@ -102,6 +102,20 @@ pub fn counting_server(
     (port, accepted)
 }
 
+/// An HTTP proxy at `address` that reads each request's head and refuses it (403): its port,
+/// and how many connections it has accepted.
+pub fn refusing_proxy(address: &str) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    counting_server(address, |mut stream| {
+        use std::io::{Read, Write};
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+            head.push(byte[0]);
+        }
+        let _ = stream.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n");
+    })
+}
+
 /// The Python HTTP server of `http_server.py`: static files, or Git smart HTTP with `git`.
 pub fn http_server(root: &Path, auth: Option<&str>, git: bool) -> Server {
     let mut cmd = python_server(root);

@@ -302,6 +302,17 @@ struct GitAuth {
     _files: tempfile::TempDir,
 }
 
+/// The proxy settings of convoy's environment that git (libcurl) reads.
+const PROXY_VARS: [&str; 7] = [
+    "http_proxy",
+    "https_proxy",
+    "HTTPS_PROXY",
+    "all_proxy",
+    "ALL_PROXY",
+    "no_proxy",
+    "NO_PROXY",
+];
+
 /// The transports convoy fetches over; every other one (`ext::`, `fd::`, remote helpers) is
 /// refused by git itself.
 pub(crate) const ALLOWED_PROTOCOLS: [&str; 4] = ["git", "http", "https", "ssh"];
@@ -334,6 +345,13 @@ impl GitAuth {
         ];
         if let Some(path) = std::env::var_os("PATH") {
             env.push(("PATH".into(), path.to_string_lossy().into_owned()));
+        }
+        // The operator's proxy, as the chart and OCI fetches (reqwest) and kubectl use it:
+        // git's curl reads these itself (`http_proxy` only in lower case).
+        for name in PROXY_VARS {
+            if let Ok(value) = std::env::var(name) {
+                env.push((name.to_string(), value));
+            }
         }
         let mut config: Vec<(String, String)> = vec![
             ("credential.helper".into(), String::new()),
