@@ -922,11 +922,7 @@ fn git_fetches_through_the_environments_proxy_unless_no_proxy_names_the_host() {
             .env("NO_COLOR", "1")
             .output()
             .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        crate::sync_status::out(&out)
     };
     let (code, _, stderr) = render("");
     assert_eq!(code, 3, "{stderr}");
