@@ -189,6 +189,13 @@ async fn connect_cluster_with(
         .kubeconfig_secret_ref
         .clone()
         .ok_or_else(|| invalid("needs kubeconfigSecretRef or inCluster: true".into()))?;
+    // The name goes into the read's path as it is (render::object).
+    if let Some(why) = crate::engine::render::object::path_segment_trouble(&secret_ref.name) {
+        return Err(invalid(format!(
+            "kubeconfigSecretRef.name {:?} {why}",
+            secret_ref.name
+        )));
+    }
     let secrets: Api<Secret> = Api::namespaced(home.client.clone(), &namespace);
     let secret = secrets
         .get_opt(&secret_ref.name)

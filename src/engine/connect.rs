@@ -10,6 +10,7 @@
 //! files (token, certificate and key paths), and TLS without verification, unless the
 //! operator allows them.
 
+use crate::engine::env_proxy;
 use crate::engine::source::allowed_urls::AllowedUrls;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -48,6 +49,9 @@ pub enum ConnectError {
         #[source]
         source: kube::Error,
     },
+    /// The environment names a proxy convoy cannot use.
+    #[error(transparent)]
+    Proxy(crate::engine::env_proxy::EnvProxyError),
     /// A kubeconfig from a Secret asks for something the policy refuses.
     #[error("the kubeconfig {0}")]
     Refused(String),
@@ -68,6 +72,7 @@ impl crate::engine::error::Categorized for ConnectError {
             | ConnectError::KubeconfigFile { .. }
             | ConnectError::Infer(_) => Category::Invalid,
             ConnectError::Refused(_) => Category::Refused,
+            ConnectError::Proxy(_) => Category::Invalid,
             ConnectError::ServiceAccount(_) => Category::Invalid,
         }
     }
@@ -296,11 +301,12 @@ pub async fn load_config(source: &KubeconfigSource) -> Result<Config, ConnectErr
                         reason,
                     });
                 }
-                let kubeconfig =
+                let mut kubeconfig =
                     Kubeconfig::read_from(path).map_err(|source| ConnectError::Kubeconfig {
                         path: Some(path.clone()),
                         source,
                     })?;
+                env_proxy::defer(&mut kubeconfig);
                 Config::from_custom_kubeconfig(kubeconfig, &options)
                     .await
                     .map_err(|source| ConnectError::Kubeconfig {
@@ -308,36 +314,35 @@ pub async fn load_config(source: &KubeconfigSource) -> Result<Config, ConnectErr
                         source,
                     })?
             }
-            None if source.context.is_some() => Config::from_kubeconfig(&options)
-                .await
-                .map_err(|source| ConnectError::Kubeconfig { path: None, source })?,
-            None => Config::infer().await.map_err(ConnectError::Infer)?,
+            None if source.context.is_some() => {
+                let kubeconfig = |source| ConnectError::Kubeconfig { path: None, source };
+                let mut read = Kubeconfig::read().map_err(kubeconfig)?;
+                env_proxy::defer(&mut read);
+                Config::from_custom_kubeconfig(read, &options)
+                    .await
+                    .map_err(kubeconfig)?
+            }
+            // Config::infer: the default kubeconfig, else the in-cluster environment.
+            None => {
+                let mut config = None;
+                if let Ok(mut read) = Kubeconfig::read() {
+                    env_proxy::defer(&mut read);
+                    config = Config::from_custom_kubeconfig(read, &options).await.ok();
+                }
+                match config {
+                    Some(config) => config,
+                    None => Config::infer().await.map_err(ConnectError::Infer)?,
+                }
+            }
         };
-        Ok(without_no_proxy_hosts(config))
+        with_env_proxy(config)
     }
 }
 
-/// A proxy taken from the environment, used as kubectl and curl use it: not for a server
-/// `NO_PROXY` names, and for an http server only if `HTTP_PROXY` names one. kube reads
-/// `HTTPS_PROXY` for every server and tests `NO_PROXY` against the proxy's own host, so a
-/// cluster in `NO_PROXY` was sent through the proxy. A kubeconfig's own `proxy-url` (kube
-/// prefers it to the environment's) is left as it is.
-fn without_no_proxy_hosts(mut config: Config) -> Config {
-    let Some(proxy) = &config.proxy_url else {
-        return config;
-    };
-    let from_env = ["HTTPS_PROXY", "https_proxy"]
-        .iter()
-        .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()));
-    let is_from_env = from_env.and_then(|v| v.parse::<http::Uri>().ok()).as_ref() == Some(proxy);
-    if is_from_env
-        && hyper_util::client::proxy::matcher::Matcher::from_env()
-            .intercept(&config.cluster_url)
-            .is_none()
-    {
-        config.proxy_url = None;
-    }
-    config
+/// `config` with the environment's proxy for its server where its kubeconfig named none.
+fn with_env_proxy(mut config: Config) -> Result<Config, ConnectError> {
+    env_proxy::choose(&mut config).map_err(ConnectError::Proxy)?;
+    Ok(config)
 }
 
 /// The namespace of a ServiceAccount's username (`system:serviceaccount:NS:NAME`), or "".
@@ -357,13 +362,14 @@ impl Connection {
         holder: crate::engine::tenant_cache::Holder,
         api_timeout: Duration,
     ) -> Result<Self, ConnectError> {
-        let kubeconfig = Kubeconfig::from_yaml(yaml)
+        let mut kubeconfig = Kubeconfig::from_yaml(yaml)
             .map_err(|source| ConnectError::Kubeconfig { path: None, source })?;
         policy.check(&kubeconfig)?;
+        env_proxy::defer(&mut kubeconfig);
         let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
             .map_err(|source| ConnectError::Kubeconfig { path: None, source })?;
-        let config = without_no_proxy_hosts(config);
+        let config = with_env_proxy(config)?;
         policy.check_destination(&config)?;
         let mut conn = Self::from_config(config)?;
         conn.identity = identity;

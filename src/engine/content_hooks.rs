@@ -86,8 +86,21 @@ pub fn hook_id(object: &Object) -> String {
 /// A hook entry name of a content hook, split: (kind, namespace, name). Lifecycle hooks'
 /// names hold no `/`.
 pub fn parse_id(id: &str) -> Option<(&str, &str, &str)> {
+    use crate::engine::render::object::{namespace_trouble, path_segment_trouble};
     let mut parts = id.splitn(3, '/');
-    Some((parts.next()?, parts.next()?, parts.next()?))
+    let (kind, namespace, name) = (parts.next()?, parts.next()?, parts.next()?);
+    // The entry is read from the inventory, which whoever may patch it can write: its parts
+    // go into request paths as they are (render::object).
+    let addressable = path_segment_trouble(kind).is_none()
+        && (namespace.is_empty() || namespace_trouble(namespace).is_none())
+        && path_segment_trouble(name).is_none();
+    addressable.then_some((kind, namespace, name))
+}
+
+/// Whether a hook entry's name is a content hook's (`Kind/namespace/name`; lifecycle hook
+/// names hold no `/`), addressable or not.
+pub fn is_content_id(id: &str) -> bool {
+    id.contains('/')
 }
 
 /// Whether the object carries a hook annotation (Helm's or Argo CD's).
@@ -364,6 +377,10 @@ mod tests {
             Some(("Job", "apps", "migrate"))
         );
         assert_eq!(parse_id("db-migrate"), None);
+        for unaddressable in ["Job/apps/../../x", "Job/a/../b/x", "Job/apps/x#", "Job//"] {
+            assert_eq!(parse_id(unaddressable), None, "{unaddressable}");
+            assert!(is_content_id(unaddressable));
+        }
     }
 
     #[test]

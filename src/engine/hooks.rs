@@ -84,12 +84,15 @@ fn api_error(action: &'static str, name: &str) -> impl FnOnce(kube::Error) -> Ho
 /// A hook's timeout when it names none.
 pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// The namespace hook workloads run in: `spec.targetNamespace`, else the Release's own.
+/// The namespace hook workloads run in: `spec.targetNamespace`, else the Release's own. A
+/// target that is no namespace name never ran a hook (the render refuses it), so nothing of
+/// the Release is there: the Release's own is read instead of a path the value would make.
 pub fn workload_namespace(release: &Release) -> String {
     release
         .spec
         .target_namespace
         .clone()
+        .filter(|t| crate::engine::render::object::namespace_trouble(t).is_none())
         .unwrap_or_else(|| release.metadata.namespace.clone().unwrap_or_default())
 }
 
@@ -709,10 +712,17 @@ pub async fn poll_hook_workload(
     hook: Option<&Hook>,
     now: &Time,
 ) -> Result<Polled, kube::Error> {
-    if crate::engine::content_hooks::parse_id(&entry.name).is_some() {
+    if crate::engine::content_hooks::is_content_id(&entry.name) {
         return poll_content_hook(client, release, entry, now).await;
     }
     let name = entry.workload_name.clone().unwrap_or_default();
+    // Read from the inventory: a name a request path cannot carry is not asked for.
+    if let Some(why) = crate::engine::render::object::path_segment_trouble(&name) {
+        return Ok(Polled {
+            state: HookState::Failed,
+            message: format!("its workload name {name:?} {why}"),
+        });
+    }
     let is_pod = hook.is_some_and(|h| h.pod.is_some() && h.job.is_none());
     let whose = Whose::Workload(release);
     let finished = if is_pod {

@@ -12,6 +12,7 @@ pub mod content_hooks;
 pub mod digest_key;
 pub mod drift;
 pub mod duration;
+pub mod env_proxy;
 pub mod error;
 pub mod exclusions;
 pub mod explain;

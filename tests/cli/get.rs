@@ -344,7 +344,8 @@ async fn release_names_namespaces_and_history_entries_complete_from_the_cluster(
 
 /// A proxy from the environment is used as kubectl uses it: `HTTPS_PROXY` carries the
 /// requests (here to a listener that answers nothing: exit 3, naming the server), unless
-/// `NO_PROXY` names the server; the error names the proxy, not its credentials. Before, any `HTTPS_PROXY` stopped every command ("requires the
+/// `NO_PROXY` names the server (not when it names only the proxy); the errors name the
+/// proxy, not its credentials. Before, any `HTTPS_PROXY` stopped every command ("requires the
 /// disabled feature kube/http-proxy").
 #[tokio::test]
 async fn the_environments_proxy_is_used_unless_no_proxy_names_the_server() {
@@ -352,46 +353,49 @@ async fn the_environments_proxy_is_used_unless_no_proxy_names_the_server() {
     // A proxy that refuses every tunnel, at another address than the server's (kube tested
     // NO_PROXY against the proxy's host).
     let (port, connections) = crate::support::servers::refusing_proxy("127.0.0.2:0");
-    let get = |no_proxy: Option<&str>| {
+    let through = || connections.load(std::sync::atomic::Ordering::SeqCst);
+    let get = |https_proxy: &str, no_proxy: &str| {
         let mut c = Command::new(convoy_bin());
         c.arg("--kubeconfig")
             .arg(&f.env.kubeconfig)
-            .args([
-                "-n",
-                &f.env.namespace,
-                "--request-timeout",
-                "5s",
-                "get",
-                "web",
-                "-o",
-                "name",
-            ])
-            .env(
-                "HTTPS_PROXY",
-                format!("http://convoy:proxy-secret@127.0.0.2:{port}"),
-            )
+            .args(["-n", &f.env.namespace, "--request-timeout", "5s"])
+            .args(["get", "web", "-o", "name"])
+            .env("HTTPS_PROXY", https_proxy)
+            .env("NO_PROXY", no_proxy)
             .env_remove("https_proxy")
-            .env_remove("NO_PROXY")
             .env_remove("no_proxy")
             .env("NO_COLOR", "1");
-        if let Some(hosts) = no_proxy {
-            c.env("NO_PROXY", hosts);
-        }
         out(&c.output().unwrap())
     };
-    let (code, stdout, stderr) = get(Some("localhost,127.0.0.1"));
-    assert_eq!(
-        (code, stdout.as_str()),
-        (0, "release.core.convoy.kumodo.io/web\n"),
-        "{stderr}"
-    );
-    assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 0);
-    let (code, _, stderr) = get(None);
+    let proxy = format!("http://convoy:proxy-secret@127.0.0.2:{port}");
+    // NO_PROXY names the server (by address or network): direct.
+    for no_proxy in ["localhost,127.0.0.1", "localhost,127.0.0.0/8"] {
+        let (code, stdout, stderr) = get(&proxy, no_proxy);
+        assert_eq!(
+            (code, stdout.as_str()),
+            (0, "release.core.convoy.kumodo.io/web\n"),
+            "{no_proxy}: {stderr}"
+        );
+    }
+    assert_eq!(through(), 0);
+    // NO_PROXY names only the proxy's address (kube then went direct): through the proxy,
+    // with or without a scheme.
+    let mut last = String::new();
+    for (https_proxy, no_proxy) in [
+        (proxy.clone(), "127.0.0.2"),
+        (format!("127.0.0.2:{port}"), ""),
+    ] {
+        let before = through();
+        let (code, _, stderr) = get(&https_proxy, no_proxy);
+        assert_eq!(code, 3, "{https_proxy}: {stderr}");
+        assert!(through() > before, "{https_proxy}: not through the proxy");
+        last = stderr;
+    }
+    // A proxy convoy cannot use is named by its variable, not its value (exit 3, as every
+    // connection that cannot be made).
+    let (code, _, stderr) = get("https://convoy:proxy-secret@127.0.0.2:1", "");
     assert_eq!(code, 3, "{stderr}");
-    assert!(
-        connections.load(std::sync::atomic::Ordering::SeqCst) >= 1,
-        "the request went through the proxy"
-    );
+    assert!(!stderr.contains("proxy-secret"), "{stderr}");
     let server = f.env.kubectl(&[
         "config",
         "view",
@@ -402,9 +406,11 @@ async fn the_environments_proxy_is_used_unless_no_proxy_names_the_server() {
         f.env.kubeconfig.to_str().unwrap(),
     ]);
     let server = String::from_utf8_lossy(&server.stdout).into_owned();
-    // The proxy is named without its credentials.
     insta::assert_snapshot!(
-        stderr.replace(&server, "SERVER").replace(&port.to_string(), "PORT"),
-        @"error: cannot reach the API server at SERVER through the proxy http://127.0.0.2:PORT: ServiceError: client error (Connect): tunnel error: unsuccessful"
+        format!("{last}{stderr}").replace(&server, "SERVER").replace(&port.to_string(), "PORT"),
+        @r"
+    error: cannot reach the API server at SERVER through the proxy http://127.0.0.2:PORT: ServiceError: client error (Connect): tunnel error: unsuccessful
+    error: HTTPS_PROXY names a proxy scheme convoy cannot reach API servers through (http and socks5 only); kubectl's forms are http://[user:password@]host:port and socks5://host:port
+    "
     );
 }

@@ -844,22 +844,32 @@ fn a_plain_object_with_generate_name_is_refused_naming_the_file() {
 /// sent.
 #[test]
 fn an_object_name_or_namespace_that_would_change_the_requests_path_is_refused() {
-    for (metadata, expected) in [
+    for (metadata, target, expected) in [
         (
             "name: ../../../../c-2/api/v1/namespaces/kube-system/configmaps/x",
+            "",
             r#"ConfigMap v1: metadata.name "../../../../c-2/api/v1/namespaces/kube-system/configmaps/x" may not contain /, %, ? or #"#,
         ),
         (
             "name: \"x#\"",
+            "",
             r#"ConfigMap v1: metadata.name "x#" may not contain /, %, ? or #"#,
         ),
         (
             "name: ..",
+            "",
             r#"ConfigMap v1: metadata.name ".." may not be . or .."#,
         ),
         (
             "name: x\n  namespace: a/../b",
+            "",
             r#"ConfigMap v1: metadata.namespace "a/../b" is not a namespace name (lower-case letters, digits and '-', at most 63)"#,
+        ),
+        // Hook workloads run in the target namespace though no object takes it.
+        (
+            "name: x\n  namespace: apps",
+            "  targetNamespace: x/../../c-2\n",
+            r#"spec.targetNamespace "x/../../c-2" is not a namespace name (lower-case letters, digits and '-', at most 63)"#,
         ),
     ] {
         let dir = tempfile::tempdir().unwrap();
@@ -869,7 +879,11 @@ fn an_object_name_or_namespace_that_would_change_the_requests_path_is_refused() 
             format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  {metadata}\ndata: {{a: b}}\n"),
         )
         .unwrap();
-        let file = release_file(dir.path(), "file:///nowhere", "    path: app\n");
+        let file = release_file(
+            dir.path(),
+            "file:///nowhere",
+            &format!("    path: app\n{target}"),
+        );
         let (code, stdout, stderr) = render_in(dir.path(), &file);
         assert_eq!((code, stdout.as_str()), (4, ""), "{metadata}: {stderr}");
         assert_eq!(

@@ -573,7 +573,8 @@ async fn an_inventory_entry_whose_labels_cannot_be_read_is_not_deleted() {
 
 /// An inventory entry whose name holds `..` segments would be read and deleted at another
 /// object's URL (kube puts names into the path as they are). It is neither read nor deleted:
-/// the sync ends PruneFailed saying why, and the object its path leads to stays.
+/// the sync ends PruneFailed saying why, the object its path leads to stays, and the health
+/// assessment says why it cannot read it.
 #[tokio::test]
 async fn an_inventory_entry_whose_name_is_a_path_is_neither_read_nor_deleted() {
     let f = Fixture::new(
@@ -605,6 +606,14 @@ async fn an_inventory_entry_whose_name_is_a_path_is_neither_read_nor_deleted() {
     );
     let victims: Api<ConfigMap> = Api::namespaced(f.env.client.clone(), &other);
     assert!(victims.get_opt("victim").await.unwrap().is_some());
+    // Nor does the health assessment read it.
+    let out = f.env.convoy(&["health", "web", "--live"]);
+    let health = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        health.contains("its name may not contain /, %, ? or #"),
+        "{health}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// The inventory's hook entries are a record whoever may write the inventory can change too.

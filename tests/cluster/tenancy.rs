@@ -423,6 +423,22 @@ async fn a_cluster_server_outside_the_allowed_prefixes_is_refused_without_a_requ
         ),
         (remote.clone(), String::new()),
     ];
+    // The Secret's name goes into the read's path: one that is a path is not read.
+    f.kubectl_apply(
+        &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "far", "namespace": f.env.namespace},
+        "spec": {"kubeconfigSecretRef": {"name": "../../kube-system/secrets/admin"}}}),
+    )
+    .await;
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::ClusterNotReady);
+    assert!(
+        outcome.message.contains(
+            "kubeconfigSecretRef.name \"../../kube-system/secrets/admin\" may not contain /, %, ? or #"
+        ),
+        "{}",
+        outcome.message
+    );
     // The allowed server gets the namespace the render lands in.
     let remote_client = crate::support::client_for(&remote_control_plane().kubeconfig).await;
     let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =

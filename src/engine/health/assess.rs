@@ -35,6 +35,9 @@ pub enum AssessError {
     Cluster(#[source] ClusterError),
     #[error("cannot resolve the kind of {key}: {message}")]
     Discovery { key: String, message: String },
+    /// An inventory entry's name no request path can carry as it is (render::object).
+    #[error("cannot read {key}: its name {why}")]
+    Unaddressable { key: String, why: &'static str },
     #[error("cannot read {key}")]
     Read {
         key: String,
@@ -153,7 +156,7 @@ pub async fn assess(
                     Vec::new(),
                 ),
             ),
-            Err(e @ AssessError::Discovery { .. }) => (
+            Err(e @ (AssessError::Discovery { .. } | AssessError::Unaddressable { .. })) => (
                 entry.key(),
                 (
                     Evaluation::Error {
@@ -275,6 +278,13 @@ pub async fn read_object(
         key: key.to_string(),
         source: Box::new(source),
     };
+    // Read from the inventory: a name a request path cannot carry is not asked for.
+    if let Some(why) = crate::engine::render::object::path_segment_trouble(&key.name) {
+        return Err(AssessError::Unaddressable {
+            key: key.to_string(),
+            why,
+        });
+    }
     let resource = match applier
         .resources()
         .resolve_group_kind(&key.group, &key.kind)

@@ -279,7 +279,7 @@ fn rollup_hooks(
         .map(|i| i.spec.hooks.as_slice())
         .unwrap_or_default()
     {
-        if crate::engine::content_hooks::parse_id(&entry.name).is_none()
+        if !crate::engine::content_hooks::is_content_id(&entry.name)
             || hooks
                 .iter()
                 .any(|h| h.name == entry.name && h.phase == entry.phase)

@@ -117,10 +117,12 @@ impl std::fmt::Display for Object {
 /// Why `name` cannot be put in a request's path, if it cannot: kube puts names into URLs as
 /// they are, so `..` segments, a `/`, a `%` escape, `?` or `#` (which would end the path
 /// and drop the dry-run flag after it) would send the request elsewhere than the object
-/// (found by an attack). Kubernetes refuses such names for every kind
-/// (`IsValidPathSegmentName`), so no object that can exist is refused here.
+/// (found by an attack). kube cannot address an object so named (a space already made its
+/// URL invalid), and Kubernetes itself refuses `.`, `..`, `/` and `%` for every kind.
 pub fn path_segment_trouble(name: &str) -> Option<&'static str> {
-    if name == "." || name == ".." {
+    if name.is_empty() {
+        Some("may not be empty")
+    } else if name == "." || name == ".." {
         Some("may not be . or ..")
     } else if name.contains(['/', '%', '?', '#']) {
         Some("may not contain /, %, ? or #")
@@ -156,7 +158,17 @@ mod tests {
         ] {
             assert_eq!(path_segment_trouble(ok), None, "{ok}");
         }
-        for bad in [".", "..", "a/b", "x%2f", "x?dryRun=", "x#", "a b", "x\n"] {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            "x%2f",
+            "x?dryRun=",
+            "x#",
+            "a b",
+            "x\n",
+        ] {
             assert!(path_segment_trouble(bad).is_some(), "{bad:?}");
         }
         assert_eq!(namespace_trouble("team-a"), None);

@@ -326,6 +326,18 @@ pub fn finish_render(
 ) -> Result<Rendered, RenderError> {
     let started = std::time::Instant::now();
     let resolved_mutations = apply_mutations(&mut objects, &release.spec.mutations)?;
+    // Hook workloads run in it whether or not an object takes it (engine::hooks).
+    if let Some(target) = release
+        .spec
+        .target_namespace
+        .as_deref()
+        .filter(|t| !t.is_empty())
+        && let Some(why) = crate::engine::render::object::namespace_trouble(target)
+    {
+        return Err(RenderError::Invalid(Invalid(format!(
+            "spec.targetNamespace {target:?} {why}"
+        ))));
+    }
     if let Some(target) = &release.spec.target_namespace {
         default_namespace(&mut objects, target, ctx.cluster);
     }
