@@ -96,6 +96,14 @@ pub async fn resolve_target(
     let Some(name) = release.spec.cluster.clone() else {
         return probe(tenant, None, false, lookups.probes).await;
     };
+    // Read as convoy itself: the name goes into the path as it is (render::object).
+    if let Some(why) = crate::engine::render::object::path_segment_trouble(&name) {
+        return Err(ClusterError::Invalid {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            message: format!("spec.cluster {name:?} {why}"),
+        });
+    }
     let cluster = match cached::<Cluster>(lookups.listers, &namespace, &name) {
         Some(cluster) => cluster,
         None => {

@@ -26,6 +26,14 @@ pub enum ReadError {
         #[source]
         source: Box<kube::Error>,
     },
+    /// A name or namespace no request path carries as it is (render::object).
+    #[error("{kind} {namespace:?}/{name:?} cannot be read: {why}")]
+    Unaddressable {
+        kind: String,
+        namespace: String,
+        name: String,
+        why: String,
+    },
     #[error("{kind} {namespace}/{name} in the local files is not valid")]
     Invalid {
         kind: String,
@@ -72,6 +80,20 @@ impl ObjectReader {
             + Sync
             + 'static,
     {
+        // The names come from a Release or a source object a tenant writes, and go into the
+        // request's path as they are.
+        use crate::engine::render::object::{namespace_trouble, path_segment_trouble};
+        let trouble = path_segment_trouble(name)
+            .map(|why| format!("the name {why}"))
+            .or_else(|| namespace_trouble(namespace).map(|why| format!("the namespace {why}")));
+        if let Some(why) = trouble {
+            return Err(ReadError::Unaddressable {
+                kind: K::kind(&()).into_owned(),
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                why,
+            });
+        }
         let tenants = matches!(K::kind(&()).as_ref(), "Secret" | "ConfigMap");
         let client = match self {
             ObjectReader::Cluster(client) => Some(client),
@@ -185,4 +207,44 @@ pub enum LocalFileError {
     },
     #[error(transparent)]
     Parse(#[from] ManifestError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LocalObjects, ObjectReader, ReadError};
+    use k8s_openapi::api::core::v1::Secret;
+
+    /// A name from a Release or a source object is checked before any read (the cluster's
+    /// readers build a request path of it).
+    #[tokio::test]
+    async fn a_name_or_namespace_no_path_carries_is_not_read() {
+        let reader = ObjectReader::Local(LocalObjects::new(Vec::new()));
+        for (namespace, name, why) in [
+            (
+                "apps",
+                "../../kube-system/secrets/admin",
+                "the name may not contain /",
+            ),
+            ("apps", "x#", "the name may not contain /"),
+            (
+                "apps/../kube-system",
+                "admin",
+                "the namespace is not a namespace name",
+            ),
+        ] {
+            match reader.get::<Secret>(namespace, name).await {
+                Err(ReadError::Unaddressable { why: got, .. }) => {
+                    assert!(got.starts_with(why), "{namespace}/{name}: {got}")
+                }
+                other => panic!("{namespace}/{name}: {other:?}"),
+            }
+        }
+        assert!(
+            reader
+                .get::<Secret>("apps", "admin")
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
 }

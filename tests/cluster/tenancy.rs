@@ -439,6 +439,19 @@ async fn a_cluster_server_outside_the_allowed_prefixes_is_refused_without_a_requ
         "{}",
         outcome.message
     );
+    // So does the Cluster's own name, read as convoy itself.
+    f.patch_spec(json!({"cluster": "../../other/clusters/theirs"}))
+        .await;
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::ClusterNotReady);
+    assert!(
+        outcome
+            .message
+            .contains("spec.cluster \"../../other/clusters/theirs\" may not contain /, %, ? or #"),
+        "{}",
+        outcome.message
+    );
+    f.patch_spec(json!({"cluster": "far"})).await;
     // The allowed server gets the namespace the render lands in.
     let remote_client = crate::support::client_for(&remote_control_plane().kubeconfig).await;
     let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =

@@ -36,8 +36,8 @@ pub enum AssessError {
     #[error("cannot resolve the kind of {key}: {message}")]
     Discovery { key: String, message: String },
     /// An inventory entry's name no request path can carry as it is (render::object).
-    #[error("cannot read {key}: its name {why}")]
-    Unaddressable { key: String, why: &'static str },
+    #[error("cannot read {key}: {why}")]
+    Unaddressable { key: String, why: String },
     #[error("cannot read {key}")]
     Read {
         key: String,
@@ -279,7 +279,16 @@ pub async fn read_object(
         source: Box::new(source),
     };
     // Read from the inventory: a name a request path cannot carry is not asked for.
-    if let Some(why) = crate::engine::render::object::path_segment_trouble(&key.name) {
+    use crate::engine::render::object::{namespace_trouble, path_segment_trouble};
+    let trouble = path_segment_trouble(&key.name)
+        .map(|why| format!("its name {why}"))
+        .or_else(|| {
+            (!key.namespace.is_empty())
+                .then(|| namespace_trouble(&key.namespace))
+                .flatten()
+                .map(|why| format!("its namespace {why}"))
+        });
+    if let Some(why) = trouble {
         return Err(AssessError::Unaddressable {
             key: key.to_string(),
             why,

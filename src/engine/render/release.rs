@@ -421,18 +421,17 @@ fn default_namespace(objects: &mut [Object], target: &str, cluster: Option<&Clus
     }
 }
 
-/// Reject renders that cannot be applied as one set: a bad wave annotation, an object twice,
-/// a name or namespace no request could carry as it is.
-fn validate(objects: &[Object]) -> Result<(), RenderError> {
+/// Whether every object's name and namespace can go into a request's path as they are
+/// (render::object); a render the store returns is held to it too, whenever it was stored.
+pub fn addressable(objects: &[Object]) -> Result<(), Invalid> {
     use crate::engine::render::object::{namespace_trouble, path_segment_trouble};
-    let mut seen = std::collections::BTreeSet::new();
     for object in objects {
         let invalid = |what: &str, value: &str, why: &str| {
-            RenderError::Invalid(Invalid(format!(
+            Invalid(format!(
                 "{} {}: {what} {value:?} {why}",
                 object.kind(),
                 object.api_version()
-            )))
+            ))
         };
         if let Some(why) = path_segment_trouble(object.name()) {
             return Err(invalid("metadata.name", object.name(), why));
@@ -442,6 +441,16 @@ fn validate(objects: &[Object]) -> Result<(), RenderError> {
         {
             return Err(invalid("metadata.namespace", namespace, why));
         }
+    }
+    Ok(())
+}
+
+/// Reject renders that cannot be applied as one set: a bad wave annotation, an object twice,
+/// a name or namespace no request could carry as it is.
+fn validate(objects: &[Object]) -> Result<(), RenderError> {
+    addressable(objects).map_err(RenderError::Invalid)?;
+    let mut seen = std::collections::BTreeSet::new();
+    for object in objects {
         object.wave().map_err(RenderError::Invalid)?;
         if !seen.insert(object.key()) {
             return Err(RenderError::Invalid(Invalid(format!(

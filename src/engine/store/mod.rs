@@ -270,6 +270,10 @@ pub fn decode(key: &str, bytes: &[u8], render_ref: &str) -> Result<Vec<Object>, 
             ),
         });
     }
+    crate::engine::render::release::addressable(&objects).map_err(|e| StoreError::Corrupt {
+        key: key.to_string(),
+        message: format!("it holds an object convoy cannot address: {}", e.0),
+    })?;
     Ok(objects)
 }
 
@@ -508,6 +512,22 @@ mod tests {
             plan.delete,
             ["b", "x"],
             "a is still referenced (say, lastHealthy)"
+        );
+    }
+
+    /// A render stored before names were checked (or planted by whoever can write the store)
+    /// is not applied by a pin or a rollback if a name would change a request's path.
+    #[test]
+    fn a_stored_render_with_a_name_no_path_carries_is_refused() {
+        let objects = vec![Object(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "x#", "namespace": "apps"}
+        }))];
+        let render_ref = crate::engine::render::render_ref::render_ref(&objects);
+        let err = decode("k", &encode(&objects), &render_ref).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "render store: k is damaged: it holds an object convoy cannot address: ConfigMap v1: metadata.name \"x#\" may not contain /, %, ? or #"
         );
     }
 }
