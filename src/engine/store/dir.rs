@@ -248,7 +248,9 @@ mod tests {
             namespace: "apps".into(),
             name: "web".into(),
         };
-        let objects = vec![Object(serde_json::json!({"kind": "ConfigMap"}))];
+        let objects = vec![Object(
+            serde_json::json!({"kind": "ConfigMap", "metadata": {"name": "settings"}}),
+        )];
         let abc = crate::engine::render::render_ref::render_ref(&objects);
         store.put_render(&id, &abc, &objects).await.unwrap();
         assert!(store.has_render(&id, &abc).await.unwrap());
