@@ -328,6 +328,10 @@ pub async fn load_config(source: &KubeconfigSource) -> Result<Config, ConnectErr
                 if let Ok(mut read) = Kubeconfig::read() {
                     env_proxy::defer(&mut read);
                     config = Config::from_custom_kubeconfig(read, &options).await.ok();
+                    // As Config::infer does.
+                    if let Some(config) = config.as_mut() {
+                        config.apply_debug_overrides();
+                    }
                 }
                 match config {
                     Some(config) => config,
