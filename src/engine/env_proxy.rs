@@ -8,7 +8,8 @@
 //! kubeconfig cluster without a `proxy-url` gets a stand-in before kube reads it ([`defer`])
 //! and convoy puts the environment's choice in its place ([`choose`]), with hyper-util's
 //! matcher for `NO_PROXY`. (kube still parses `NO_PROXY` while a proxy is set, and refuses
-//! values Go accepts, such as a trailing comma: the error names the variable.)
+//! values Go accepts, such as a trailing comma: the error names the variable. And Go's
+//! `.example.com` matches subdomains only; hyper-util's matches the domain too.)
 
 use kube::Config;
 use kube::config::Kubeconfig;
@@ -54,33 +55,29 @@ pub fn choose(config: &mut Config) -> Result<(), EnvProxyError> {
         .as_ref()
         .is_some_and(|p| p.host() == Some(STAND_IN_HOST));
     if stand_in {
-        config.proxy_url = for_server(&config.cluster_url)?;
+        config.proxy_url = for_server(&config.cluster_url, |v| std::env::var(v).ok())?;
     }
     Ok(())
 }
 
-/// The environment's proxy for `server`, as Go's `ProxyFromEnvironment` picks it.
-pub fn for_server(server: &http::Uri) -> Result<Option<http::Uri>, EnvProxyError> {
+/// The proxy `env` (the process's environment) gives for `server`, as Go's
+/// `ProxyFromEnvironment` picks it.
+pub fn for_server(
+    server: &http::Uri,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Option<http::Uri>, EnvProxyError> {
     let variables: [&'static str; 2] = if server.scheme_str() == Some("http") {
         ["HTTP_PROXY", "http_proxy"]
     } else {
         ["HTTPS_PROXY", "https_proxy"]
     };
     let Some((variable, value)) = variables.into_iter().find_map(|v| {
-        std::env::var(v)
-            .ok()
+        env(v)
             .filter(|value| !value.is_empty())
             .map(|value| (v, value))
     }) else {
         return Ok(None);
     };
-    // NO_PROXY, as curl and Go read it (hosts, domains, IPs, CIDRs, `*`).
-    if hyper_util::client::proxy::matcher::Matcher::from_env()
-        .intercept(server)
-        .is_none()
-    {
-        return Ok(None);
-    }
     // Go takes a proxy without a scheme as http.
     let value = if value.contains("://") {
         value
@@ -91,10 +88,143 @@ pub fn for_server(server: &http::Uri) -> Result<Option<http::Uri>, EnvProxyError
     let uri = value
         .parse::<http::Uri>()
         .map_err(|_| invalid("does not parse as a URL"))?;
-    match uri.scheme_str() {
-        Some("http" | "socks5") => Ok(Some(uri)),
-        _ => Err(invalid(
+    if !matches!(uri.scheme_str(), Some("http" | "socks5")) {
+        return Err(invalid(
             "names a proxy scheme convoy cannot reach API servers through (http and socks5 only)",
-        )),
+        ));
+    }
+    // Go never sends loopback through a proxy.
+    let host = server.host().unwrap_or_default().trim_matches(['[', ']']);
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if loopback {
+        return Ok(None);
+    }
+    // NO_PROXY as Go reads it (the first of NO_PROXY, no_proxy that is not empty), matched by
+    // hyper-util (hosts, domains and their subdomains, IPs, CIDRs, `*`); a `host:port` entry
+    // counts for that port only, and `*.example.com` is `.example.com`.
+    let port = server
+        .port_u16()
+        .unwrap_or(if server.scheme_str() == Some("http") {
+            80
+        } else {
+            443
+        });
+    let no_proxy = ["NO_PROXY", "no_proxy"]
+        .into_iter()
+        .find_map(|v| env(v).filter(|value| !value.is_empty()))
+        .unwrap_or_default();
+    let no_proxy: Vec<String> = no_proxy
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .filter_map(|entry| {
+            let entry = entry
+                .strip_prefix("*.")
+                .map_or(entry.to_string(), |d| format!(".{d}"));
+            match entry.rsplit_once(':') {
+                // An IPv6 address holds colons of its own; a port follows a host or `]`.
+                Some((host, p))
+                    if p.parse::<u16>().is_ok() && (!host.contains(':') || host.ends_with(']')) =>
+                {
+                    (p.parse::<u16>().ok() == Some(port))
+                        .then(|| host.trim_matches(['[', ']']).to_string())
+                }
+                _ => Some(entry),
+            }
+        })
+        .collect();
+    let matcher = hyper_util::client::proxy::matcher::Matcher::builder()
+        .http(value.as_str())
+        .https(value.as_str())
+        .no(no_proxy.join(","))
+        .build();
+    if matcher.intercept(server).is_none() {
+        return Ok(None);
+    }
+    Ok(Some(uri))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::for_server;
+
+    /// The proxy a server gets from `vars`, as text.
+    fn proxy(server: &str, vars: &[(&str, &str)]) -> Option<String> {
+        let server: http::Uri = server.parse().unwrap();
+        let env = |name: &str| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_string())
+        };
+        for_server(&server, env).unwrap().map(|u| u.to_string())
+    }
+
+    /// Go's rules, as kubectl applies them (the cases a helper's attack found kube and a first
+    /// version of this module reading otherwise).
+    #[test]
+    fn the_environments_proxy_is_picked_as_kubectl_picks_it() {
+        let api = "https://api.example.com:6443";
+        let p = Some("http://10.1.2.3:3128/".to_string());
+        let set = [("HTTPS_PROXY", "http://10.1.2.3:3128")];
+        assert_eq!(proxy(api, &set), p);
+        // NO_PROXY naming the proxy's network does not drop it for other servers.
+        assert_eq!(proxy(api, &[set[0], ("NO_PROXY", "10.0.0.0/8")]), p);
+        // Loopback never goes through a proxy.
+        for local in [
+            "https://127.0.0.1:6443",
+            "https://localhost:6443",
+            "https://[::1]:6443",
+        ] {
+            assert_eq!(proxy(local, &set), None, "{local}");
+        }
+        // An empty variable is passed over for the next one.
+        assert_eq!(
+            proxy(
+                api,
+                &[("HTTPS_PROXY", ""), ("https_proxy", "10.1.2.3:3128")]
+            ),
+            p
+        );
+        assert_eq!(
+            proxy(
+                api,
+                &[set[0], ("NO_PROXY", ""), ("no_proxy", "api.example.com")]
+            ),
+            None
+        );
+        // NO_PROXY forms: host, host:port (that port only), *.domain, CIDR, *, empty entries.
+        for (no_proxy, proxied) in [
+            ("api.example.com", false),
+            ("api.example.com:6443", false),
+            ("api.example.com:443", true),
+            ("*.example.com", false),
+            ("example.com", false),
+            ("other.example.com,,", true),
+            ("*", false),
+        ] {
+            let got = proxy(api, &[set[0], ("NO_PROXY", no_proxy)]);
+            assert_eq!(got.is_some(), proxied, "NO_PROXY={no_proxy}");
+        }
+        // An http server takes HTTP_PROXY only; no scheme means http.
+        assert_eq!(proxy("http://api.example.com", &set), None);
+        assert_eq!(
+            proxy("http://api.example.com", &[("HTTP_PROXY", "10.9.9.9:80")]),
+            Some("http://10.9.9.9:80/".to_string())
+        );
+    }
+
+    #[test]
+    fn a_proxy_convoy_cannot_use_is_named_by_its_variable_only() {
+        let server: http::Uri = "https://api.example.com".parse().unwrap();
+        let err = for_server(&server, |v| {
+            (v == "HTTPS_PROXY").then(|| "https://alice:secret@proxy:3128".to_string())
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("HTTPS_PROXY names a proxy scheme"), "{err}");
+        assert!(!err.contains("secret"), "{err}");
     }
 }

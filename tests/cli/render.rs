@@ -894,6 +894,22 @@ fn an_object_name_or_namespace_that_would_change_the_requests_path_is_refused() 
             "{metadata}"
         );
     }
+    // The apiVersion goes into the discovery request's path: `/v1/namespaces/...` read a
+    // Secret of another namespace as convoy (found by an attack).
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("app")).unwrap();
+    std::fs::write(
+        dir.path().join("app/settings.yaml"),
+        "apiVersion: /v1/namespaces/kube-system/secrets/x\nkind: ConfigMap\nmetadata: {name: x}\n",
+    )
+    .unwrap();
+    let file = release_file(dir.path(), "file:///nowhere", "    path: app\n");
+    let (code, _, stderr) = render_in(dir.path(), &file);
+    assert_eq!(code, 4, "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        "error: render Release apps/web (step Rendering, reason DeployFailed): ConfigMap: apiVersion \"/v1/namespaces/kube-system/secrets/x\" is not group/version with a version of lower-case letters, digits and '-'"
+    );
 }
 
 /// Git fetches through the proxy of convoy's environment, as the chart and OCI fetches and

@@ -112,6 +112,11 @@ impl ResourceCache {
                 Err(e) => Err(e),
             };
         }
+        // An inventory entry's group (whoever may patch the inventory writes it) goes into
+        // the discovery request's path as it is (render::object).
+        if crate::engine::render::object::group_trouble(group).is_some() {
+            return Ok(None);
+        }
         match oneshot::group(&self.client, group).await {
             Ok(g) => Ok(g.recommended_kind(kind).map(|(api, caps)| Resource {
                 api,
@@ -139,10 +144,15 @@ impl ResourceCache {
     }
 
     async fn discover(&self, api_version: &str) -> Result<GroupVersionResources, ResolveKindError> {
-        let gv: GroupVersion = api_version.parse().map_err(|_| ResolveKindError::Unknown {
+        let unknown = || ResolveKindError::Unknown {
             group_version: api_version.to_string(),
             kind: String::new(),
-        })?;
+        };
+        // It goes into the discovery request's path as it is (render::object).
+        if crate::engine::render::object::api_version_trouble(api_version).is_some() {
+            return Err(unknown());
+        }
+        let gv: GroupVersion = api_version.parse().map_err(|_| unknown())?;
         let found = match oneshot::pinned_group(&self.client, &gv).await {
             Ok(group) => Some(Arc::new(group.versioned_resources(&gv.version))),
             Err(kube::Error::Api(status)) if status.code == 404 => None,

@@ -133,6 +133,41 @@ pub fn path_segment_trouble(name: &str) -> Option<&'static str> {
     }
 }
 
+/// Why `api_version` (`version` or `group/version`) cannot go into a discovery request's path
+/// as it is, if it cannot: kube's parser splits it at its first `/` and the rest is sent as
+/// the version, so `/v1/namespaces/kube-system/secrets/x` had convoy GET that Secret (found
+/// by an attack). A group is a DNS subdomain and a version a DNS label, as the API server
+/// requires of every API it serves.
+pub fn api_version_trouble(api_version: &str) -> Option<&'static str> {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let label = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    if !label(version) {
+        return Some("is not group/version with a version of lower-case letters, digits and '-'");
+    }
+    if api_version.contains('/') && group_trouble(group).is_some() {
+        return Some(
+            "is not group/version with a group of lower-case letters, digits, '-' and '.'",
+        );
+    }
+    None
+}
+
+/// Why `group` (an API group, from an apiVersion or an inventory entry) cannot go into a
+/// discovery request's path as it is, if it cannot.
+pub fn group_trouble(group: &str) -> Option<&'static str> {
+    let fine = !group.is_empty()
+        && group.len() <= 253
+        && group
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    (!fine).then_some("is not an API group (lower-case letters, digits, '-' and '.')")
+}
+
 /// Why `namespace` is not a namespace's name (an RFC 1123 label), if it is not.
 pub fn namespace_trouble(namespace: &str) -> Option<&'static str> {
     if namespace.len() <= 63 && crate::engine::render::helm::is_dns_label_text(namespace) {
@@ -144,7 +179,7 @@ pub fn namespace_trouble(namespace: &str) -> Option<&'static str> {
 
 #[cfg(test)]
 mod tests {
-    use super::{namespace_trouble, path_segment_trouble};
+    use super::{api_version_trouble, group_trouble, namespace_trouble, path_segment_trouble};
 
     #[test]
     fn names_a_request_path_carries_as_they_are_pass_and_others_are_refused() {
@@ -171,6 +206,27 @@ mod tests {
         ] {
             assert!(path_segment_trouble(bad).is_some(), "{bad:?}");
         }
+        for ok in [
+            "v1",
+            "apps/v1",
+            "networking.k8s.io/v1beta1",
+            "example.com/v1alpha1",
+        ] {
+            assert_eq!(api_version_trouble(ok), None, "{ok}");
+        }
+        for bad in [
+            "/v1/namespaces/kube-system/secrets/x",
+            "apps/v1/namespaces/kube-system/deployments?labelSelector=x",
+            "apps/v1/../../api/v1",
+            "v1#x",
+            "Apps/v1",
+            "",
+            "apps/",
+        ] {
+            assert!(api_version_trouble(bad).is_some(), "{bad:?}");
+        }
+        assert_eq!(group_trouble("apps"), None);
+        assert!(group_trouble("apps/v1/x").is_some() && group_trouble("").is_some());
         assert_eq!(namespace_trouble("team-a"), None);
         for bad in ["Team", "a/../b", "-a", &"a".repeat(64), ""] {
             assert!(namespace_trouble(bad).is_some(), "{bad:?}");

@@ -424,7 +424,9 @@ fn default_namespace(objects: &mut [Object], target: &str, cluster: Option<&Clus
 /// Whether every object's name and namespace can go into a request's path as they are
 /// (render::object); a render the store returns is held to it too, whenever it was stored.
 pub fn addressable(objects: &[Object]) -> Result<(), Invalid> {
-    use crate::engine::render::object::{namespace_trouble, path_segment_trouble};
+    use crate::engine::render::object::{
+        api_version_trouble, namespace_trouble, path_segment_trouble,
+    };
     for object in objects {
         let invalid = |what: &str, value: &str, why: &str| {
             Invalid(format!(
@@ -433,6 +435,13 @@ pub fn addressable(objects: &[Object]) -> Result<(), Invalid> {
                 object.api_version()
             ))
         };
+        if let Some(why) = api_version_trouble(object.api_version()) {
+            return Err(Invalid(format!(
+                "{}: apiVersion {:?} {why}",
+                object.kind(),
+                object.api_version()
+            )));
+        }
         if let Some(why) = path_segment_trouble(object.name()) {
             return Err(invalid("metadata.name", object.name(), why));
         }

@@ -249,7 +249,7 @@ mod tests {
             name: "web".into(),
         };
         let objects = vec![Object(
-            serde_json::json!({"kind": "ConfigMap", "metadata": {"name": "settings"}}),
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}}),
         )];
         let abc = crate::engine::render::render_ref::render_ref(&objects);
         store.put_render(&id, &abc, &objects).await.unwrap();
