@@ -86,14 +86,13 @@ pub fn hook_id(object: &Object) -> String {
 /// A hook entry name of a content hook, split: (kind, namespace, name). Lifecycle hooks'
 /// names hold no `/`.
 pub fn parse_id(id: &str) -> Option<(&str, &str, &str)> {
-    use crate::engine::render::object::{namespace_trouble, path_segment_trouble};
+    use crate::engine::render::object::{address_trouble, path_segment_trouble};
     let mut parts = id.splitn(3, '/');
     let (kind, namespace, name) = (parts.next()?, parts.next()?, parts.next()?);
     // The entry is read from the inventory, which whoever may patch it can write: its parts
     // go into request paths as they are (render::object).
-    let addressable = path_segment_trouble(kind).is_none()
-        && (namespace.is_empty() || namespace_trouble(namespace).is_none())
-        && path_segment_trouble(name).is_none();
+    let addressable =
+        path_segment_trouble(kind).is_none() && address_trouble(namespace, name).is_none();
     addressable.then_some((kind, namespace, name))
 }
 

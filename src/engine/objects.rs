@@ -82,16 +82,12 @@ impl ObjectReader {
     {
         // The names come from a Release or a source object a tenant writes, and go into the
         // request's path as they are.
-        use crate::engine::render::object::{namespace_trouble, path_segment_trouble};
-        let trouble = path_segment_trouble(name)
-            .map(|why| format!("the name {why}"))
-            .or_else(|| namespace_trouble(namespace).map(|why| format!("the namespace {why}")));
-        if let Some(why) = trouble {
+        if let Some((what, why)) = crate::engine::render::object::address_trouble(namespace, name) {
             return Err(ReadError::Unaddressable {
                 kind: K::kind(&()).into_owned(),
                 namespace: namespace.to_string(),
                 name: name.to_string(),
-                why,
+                why: format!("the {what} {why}"),
             });
         }
         let tenants = matches!(K::kind(&()).as_ref(), "Secret" | "ConfigMap");

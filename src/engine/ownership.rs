@@ -228,14 +228,10 @@ pub async fn take_over_kubectl_fields(
 async fn api_for(applier: &Applier, key: &ObjectKey) -> Result<Option<Api<DynamicObject>>, String> {
     // An inventory entry is written by convoy, but whoever may patch the ReleaseInventory can
     // add one: its name goes into the request's path as it is (render::object).
-    use crate::engine::render::object::{namespace_trouble, path_segment_trouble};
-    if let Some(why) = path_segment_trouble(&key.name) {
-        return Err(format!("its name {why}"));
-    }
-    if !key.namespace.is_empty()
-        && let Some(why) = namespace_trouble(&key.namespace)
+    if let Some((what, why)) =
+        crate::engine::render::object::address_trouble(&key.namespace, &key.name)
     {
-        return Err(format!("its namespace {why}"));
+        return Err(format!("its {what} {why}"));
     }
     let resource = applier
         .resources()

@@ -77,14 +77,6 @@ impl Clone for Tenancy {
     }
 }
 
-/// A ServiceAccount's name: a DNS subdomain (RFC 1123), as the API server requires.
-fn is_dns_subdomain(name: &str) -> bool {
-    name.len() <= 253
-        && name
-            .split('.')
-            .all(crate::engine::render::helm::is_dns_label_text)
-}
-
 /// Why a Release is refused by the tenancy rules.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -135,7 +127,7 @@ impl Tenancy {
         let Some(name) = named.or(self.default_service_account.as_deref()) else {
             return Ok(None);
         };
-        if !is_dns_subdomain(name) {
+        if !crate::engine::render::object::is_dns_subdomain(name) {
             return Err(ConnectError::ServiceAccount(name.to_string()));
         }
         Ok(Some(format!("system:serviceaccount:{namespace}:{name}")))

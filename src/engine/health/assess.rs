@@ -279,19 +279,12 @@ pub async fn read_object(
         source: Box::new(source),
     };
     // Read from the inventory: a name a request path cannot carry is not asked for.
-    use crate::engine::render::object::{namespace_trouble, path_segment_trouble};
-    let trouble = path_segment_trouble(&key.name)
-        .map(|why| format!("its name {why}"))
-        .or_else(|| {
-            (!key.namespace.is_empty())
-                .then(|| namespace_trouble(&key.namespace))
-                .flatten()
-                .map(|why| format!("its namespace {why}"))
-        });
-    if let Some(why) = trouble {
+    if let Some((what, why)) =
+        crate::engine::render::object::address_trouble(&key.namespace, &key.name)
+    {
         return Err(AssessError::Unaddressable {
             key: key.to_string(),
-            why,
+            why: format!("its {what} {why}"),
         });
     }
     let resource = match applier

@@ -140,13 +140,7 @@ pub fn path_segment_trouble(name: &str) -> Option<&'static str> {
 /// requires of every API it serves.
 pub fn api_version_trouble(api_version: &str) -> Option<&'static str> {
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let label = |s: &str| {
-        !s.is_empty()
-            && s.len() <= 63
-            && s.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    };
-    if !label(version) {
+    if !is_dns_label(version) {
         return Some("is not group/version with a version of lower-case letters, digits and '-'");
     }
     if api_version.contains('/') && group_trouble(group).is_some() {
@@ -160,21 +154,40 @@ pub fn api_version_trouble(api_version: &str) -> Option<&'static str> {
 /// Why `group` (an API group, from an apiVersion or an inventory entry) cannot go into a
 /// discovery request's path as it is, if it cannot.
 pub fn group_trouble(group: &str) -> Option<&'static str> {
-    let fine = !group.is_empty()
-        && group.len() <= 253
-        && group
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
-    (!fine).then_some("is not an API group (lower-case letters, digits, '-' and '.')")
+    (!is_dns_subdomain(group))
+        .then_some("is not an API group (lower-case letters, digits, '-' and '.')")
+}
+
+/// Which of an object's address, its name or its namespace (empty: cluster-scoped), cannot go
+/// into a request's path as it is, and why: ("name", why) or ("namespace", why).
+pub fn address_trouble(namespace: &str, name: &str) -> Option<(&'static str, &'static str)> {
+    path_segment_trouble(name)
+        .map(|why| ("name", why))
+        .or_else(|| {
+            (!namespace.is_empty())
+                .then(|| namespace_trouble(namespace))
+                .flatten()
+                .map(|why| ("namespace", why))
+        })
+}
+
+/// An RFC 1123 label of at most 63 characters (a namespace, a version).
+fn is_dns_label(s: &str) -> bool {
+    s.len() <= 63 && crate::engine::render::helm::is_dns_label_text(s)
+}
+
+/// An RFC 1123 subdomain (a ServiceAccount's name, an API group), as the API server requires.
+pub fn is_dns_subdomain(name: &str) -> bool {
+    name.len() <= 253
+        && name
+            .split('.')
+            .all(crate::engine::render::helm::is_dns_label_text)
 }
 
 /// Why `namespace` is not a namespace's name (an RFC 1123 label), if it is not.
 pub fn namespace_trouble(namespace: &str) -> Option<&'static str> {
-    if namespace.len() <= 63 && crate::engine::render::helm::is_dns_label_text(namespace) {
-        None
-    } else {
-        Some("is not a namespace name (lower-case letters, digits and '-', at most 63)")
-    }
+    (!is_dns_label(namespace))
+        .then_some("is not a namespace name (lower-case letters, digits and '-', at most 63)")
 }
 
 #[cfg(test)]

@@ -424,9 +424,7 @@ fn default_namespace(objects: &mut [Object], target: &str, cluster: Option<&Clus
 /// Whether every object's name and namespace can go into a request's path as they are
 /// (render::object); a render the store returns is held to it too, whenever it was stored.
 pub fn addressable(objects: &[Object]) -> Result<(), Invalid> {
-    use crate::engine::render::object::{
-        api_version_trouble, namespace_trouble, path_segment_trouble,
-    };
+    use crate::engine::render::object::{address_trouble, api_version_trouble};
     for object in objects {
         let invalid = |what: &str, value: &str, why: &str| {
             Invalid(format!(
@@ -442,13 +440,11 @@ pub fn addressable(objects: &[Object]) -> Result<(), Invalid> {
                 object.api_version()
             )));
         }
-        if let Some(why) = path_segment_trouble(object.name()) {
-            return Err(invalid("metadata.name", object.name(), why));
-        }
-        if let Some(namespace) = object.namespace()
-            && let Some(why) = namespace_trouble(namespace)
-        {
-            return Err(invalid("metadata.namespace", namespace, why));
+        let namespace = object.namespace().unwrap_or_default();
+        match address_trouble(namespace, object.name()) {
+            Some(("name", why)) => return Err(invalid("metadata.name", object.name(), why)),
+            Some((_, why)) => return Err(invalid("metadata.namespace", namespace, why)),
+            None => {}
         }
     }
     Ok(())

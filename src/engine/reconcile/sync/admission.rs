@@ -174,10 +174,7 @@ enum Known {
 /// counts as present: never take an object by mistake.
 async fn release_exists(ctx: &Context, release: &Release, owner: &ownership::Owner) -> Known {
     // Label values (an object's, anyone's) allow `..`: not a path to read.
-    use crate::engine::render::object::{namespace_trouble, path_segment_trouble};
-    if path_segment_trouble(&owner.0.name).is_some()
-        || namespace_trouble(&owner.0.namespace).is_some()
-    {
+    if crate::engine::render::object::address_trouble(&owner.0.namespace, &owner.0.name).is_some() {
         return Known::Unreadable;
     }
     let elsewhere = release.metadata.namespace.as_deref() != Some(owner.0.namespace.as_str());
