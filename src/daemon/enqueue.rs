@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::engine::api::{
-    HealthyReason, ReleaseInventory, ReleaseStatus, RolloutState, annotations, condition_types,
+    HealthyReason, Release, ReleaseInventory, ReleaseStatus, RolloutState, annotations,
+    condition_types,
 };
 
 /// `shouldEnqueueOnUpdate`: (1) the resource version did not change (a resync); (2) the
@@ -62,6 +63,43 @@ pub fn healthy_verdict_to_record(old: Option<&ReleaseStatus>, new: Option<&Relea
         .as_ref()
         .is_some_and(|r| r.state == RolloutState::Progressing && r.render_ref == applied);
     changed && says_healthy && (recorded != Some(applied) || rollout_waits)
+}
+
+/// How long the controller's wake-up by the health loop's inventory write waits for the
+/// verdict that follows it. The same health pass writes it one request later, so it comes
+/// within milliseconds unless the API server is slow; the wait is paid in full only when the
+/// verdict does not come, and then by a pass that records nothing but the waves' health.
+pub const VERDICT_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The health loop's inventory write says every entry of the render that runs is Healthy,
+/// while the cached Release's verdict does not yet: the same health pass writes that verdict
+/// next, and [`healthy_verdict_to_record`] will wake the controller for it. A pass woken by
+/// the inventory alone would record the waves' health and, one pass later, lastHealthy —
+/// two status writes where one pass after the verdict makes one. The daemon then queues the
+/// inventory's wake-up with [`VERDICT_GRACE`] unless a pass comes first (deviation: the spec
+/// wakes the controller on every change of an entry's state). Anything else the entries say
+/// (a wave complete while a later wave waits, a state that got worse) wakes it at once.
+pub fn verdict_follows(release: &Release, inventory: &ReleaseInventory) -> bool {
+    let Some(status) = release.status.as_ref() else {
+        return false;
+    };
+    let Some(running) = status.applied_render() else {
+        return false;
+    };
+    if status.attempted_render() != Some(running)
+        || !crate::engine::health::configured(release)
+        || inventory.spec.inventory.is_empty()
+        || !crate::engine::reconcile::sync::inventory_healthy_for(inventory, running)
+        || crate::engine::reconcile::assemble::verdict_healthy(status, running)
+    {
+        return false;
+    }
+    let recorded = status.last_healthy.as_ref().map(|l| l.render_ref.as_str());
+    let rollout_waits = status
+        .rollout
+        .as_ref()
+        .is_some_and(|r| r.state == RolloutState::Progressing && r.render_ref == running);
+    recorded != Some(running) || rollout_waits
 }
 
 /// The Applied or Healthy condition changed status: Releases of a higher cluster wave on the
@@ -319,6 +357,90 @@ mod tests {
             assessed_render_ref: assessed.map(str::to_string),
             ..Default::default()
         }
+    }
+
+    /// The inventory's wake-up waits for the verdict only when the entries say the running
+    /// render is healthy and the cached Release has yet to hear it from the verdict.
+    #[test]
+    fn the_inventory_wake_up_waits_for_the_verdict_only_when_one_follows() {
+        use crate::engine::api::{Attempt, Release};
+        let release = |attempted: &str, verdict: Option<&str>, last_healthy: Option<&str>| {
+            let mut r: Release = serde_json::from_value(serde_json::json!({
+                "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+                "metadata": {"name": "web", "namespace": "apps"},
+                "spec": {"source": {"kind": "GitRepository", "name": "repo"}},
+            }))
+            .unwrap();
+            let attempt = |render: &str| {
+                Some(Box::new(Attempt {
+                    render_ref: Some(render.into()),
+                    ..Default::default()
+                }))
+            };
+            r.status = Some(ReleaseStatus {
+                last_attempted: attempt(attempted),
+                last_successful: attempt("r2"),
+                conditions: verdict
+                    .map(|reason| {
+                        let s = if reason == "Healthy" {
+                            ConditionStatus::True
+                        } else {
+                            ConditionStatus::Unknown
+                        };
+                        condition("Healthy", s, reason, "", Some(1))
+                    })
+                    .into_iter()
+                    .collect(),
+                last_healthy: last_healthy.map(|r| {
+                    Box::new(LastHealthy {
+                        render_ref: r.into(),
+                        resolved_source: None,
+                        healthy_at: None,
+                    })
+                }),
+                ..Default::default()
+            });
+            r
+        };
+        let healthy = inv(vec![entry("r2", Some(HealthState::Healthy), Some("r2"))]);
+        let pending = release("r2", Some("Pending"), Some("r1"));
+        assert!(verdict_follows(&pending, &healthy));
+        assert!(verdict_follows(&release("r2", None, None), &healthy));
+        // The entries are not all Healthy for the running render: no verdict to wait for.
+        for entries in [
+            vec![entry("r2", Some(HealthState::Progressing), Some("r2"))],
+            vec![entry("r2", Some(HealthState::Healthy), Some("r1"))],
+            vec![
+                entry("r2", Some(HealthState::Healthy), Some("r2")),
+                InventoryEntry {
+                    name: "b".into(),
+                    ..entry("r1", Some(HealthState::Healthy), Some("r1"))
+                },
+            ],
+            vec![],
+        ] {
+            assert!(!verdict_follows(&pending, &inv(entries)));
+        }
+        // The verdict is there already, lastHealthy names the render, or another render is
+        // being attempted (its waves wait on these states): at once.
+        assert!(!verdict_follows(
+            &release("r2", Some("Healthy"), Some("r1")),
+            &healthy
+        ));
+        assert!(!verdict_follows(
+            &release("r2", Some("Pending"), Some("r2")),
+            &healthy
+        ));
+        assert!(!verdict_follows(
+            &release("r3", Some("Pending"), Some("r1")),
+            &healthy
+        ));
+        // No health assessment: the verdict is NotConfigured, nothing to wait for.
+        let mut unassessed = pending.clone();
+        unassessed.spec.health_assessment = Some(Box::new(
+            serde_json::from_value(serde_json::json!({"builtinRules": false})).unwrap(),
+        ));
+        assert!(!verdict_follows(&unassessed, &healthy));
     }
 
     #[test]

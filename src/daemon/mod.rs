@@ -30,8 +30,9 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::{Api, Client, Config, ResourceExt};
 
 use self::enqueue::{
-    applied_or_healthy_changed, attempted_render_changed, healthy_verdict_to_record,
+    VERDICT_GRACE, applied_or_healthy_changed, attempted_render_changed, healthy_verdict_to_record,
     inventory_wakes_controller, inventory_wakes_observer, should_enqueue_on_update,
+    verdict_follows,
 };
 use self::informer::{Handler, key_of};
 use self::metrics::{CountRequestsLayer, Metrics};
@@ -420,7 +421,7 @@ impl Wiring {
             &self.shutdown,
             &mut self.tasks,
         );
-        let inventories = inventory_handlers(config.role, &self.queues);
+        let inventories = inventory_handlers(config.role, &self.queues, shared);
         watch(
             watch_client,
             namespaces,
@@ -1030,21 +1031,29 @@ fn observer_handler(queue: WorkQueue) -> Handler<Release> {
 
 /// The ReleaseInventory informer's handlers: a controller-owned change wakes the controller;
 /// a controller write (something was applied) wakes both observer loops.
-fn inventory_handlers(role: Role, queues: &Queues) -> Vec<Handler<ReleaseInventory>> {
+fn inventory_handlers(
+    role: Role,
+    queues: &Queues,
+    shared: &Arc<Shared>,
+) -> Vec<Handler<ReleaseInventory>> {
     let mut handlers: Vec<Handler<ReleaseInventory>> = Vec::new();
     if role.controller() {
         let queue = queues.controller.clone();
+        let shared = shared.clone();
         handlers.push(Box::new(move |old, new| {
             let empty = ReleaseInventory::default();
-            let (key, wakes) = match (old, new) {
-                (old, Some(new)) => (
-                    key_of(new),
-                    inventory_wakes_controller(old.unwrap_or(&empty), new),
-                ),
-                (Some(old), None) => (key_of(old), false),
-                (None, None) => return,
-            };
-            if wakes {
+            let Some(new) = new else { return };
+            if !inventory_wakes_controller(old.unwrap_or(&empty), new) {
+                return;
+            }
+            let key = key_of(new);
+            let follows = shared
+                .releases
+                .get(&key)
+                .is_some_and(|release| verdict_follows(&release, new));
+            if follows {
+                queue.add_unless_passed(&key, VERDICT_GRACE);
+            } else {
                 queue.add(&key);
             }
         }));

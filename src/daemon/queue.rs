@@ -71,6 +71,9 @@ struct State {
     delayed: HashMap<String, (tokio::time::Instant, Level)>,
     /// The same, by time: what the queue's one timer task waits for.
     timeline: BTreeSet<(tokio::time::Instant, String)>,
+    /// Keys whose pending delayed add is an [`WorkQueue::add_unless_passed`]: a pass of the
+    /// key that starts first withdraws it and puts back the later add it displaced, if any.
+    standing_in: HashMap<String, Option<(tokio::time::Instant, Level)>>,
     /// Whether the timer task runs (it is started by the first delayed add).
     timer_running: bool,
     shutting_down: bool,
@@ -137,7 +140,20 @@ impl WorkQueue {
         self.add_after_at(key, delay, Level::Bulk);
     }
 
+    /// Queue `key` after `grace` unless a pass of it starts first: a wake-up that another
+    /// event is expected to follow within `grace` (the health loop writes an inventory's
+    /// states and then the verdict the controller waits for; one pass after both records
+    /// them in one status write, where a pass at each wrote twice). If nothing else queues the
+    /// key, it comes as an event after `grace`, as `add_after` would.
+    pub fn add_unless_passed(&self, key: &str, grace: Duration) {
+        self.schedule(key, grace, Level::Event, true);
+    }
+
     fn add_after_at(&self, key: &str, delay: Duration, level: Level) {
+        self.schedule(key, delay, level, false);
+    }
+
+    fn schedule(&self, key: &str, delay: Duration, level: Level, standing_in: bool) {
         if delay.is_zero() {
             self.add_at(key, level);
             return;
@@ -150,17 +166,47 @@ impl WorkQueue {
             }
             // One pending add per key: the earlier time, at the higher of the two levels
             // (a progress recheck is not demoted to bulk by an interval pass due sooner).
-            let level = match s.delayed.get_mut(key) {
-                Some((pending, pending_level)) if *pending <= due => {
-                    *pending_level = (*pending_level).max(level);
-                    return;
+            // A stand-in keeps the add it came before, to put back if it is withdrawn.
+            let pending = s.delayed.get(key).copied();
+            let pending_stands_in = s.standing_in.contains_key(key);
+            if let Some((at, pending_level)) = pending
+                && at <= due
+            {
+                if let Some(displaced) = s.standing_in.get_mut(key) {
+                    if !standing_in {
+                        *displaced = Some(match *displaced {
+                            Some((d, l)) => (d.min(due), l.max(level)),
+                            None => (due, level),
+                        });
+                    }
+                } else if let Some(entry) = s.delayed.get_mut(key) {
+                    entry.1 = pending_level.max(level);
                 }
-                Some((pending, pending_level)) => {
-                    let (pending, merged) = (*pending, (*pending_level).max(level));
-                    s.timeline.remove(&(pending, key.to_string()));
-                    merged
+                return;
+            }
+            let level = match pending {
+                Some((at, pending_level)) => {
+                    s.timeline.remove(&(at, key.to_string()));
+                    match (standing_in, pending_stands_in) {
+                        // A stand-in before another: the add the first displaced stays.
+                        (true, true) => level,
+                        (true, false) => {
+                            s.standing_in
+                                .insert(key.to_string(), Some((at, pending_level)));
+                            level
+                        }
+                        (false, _) => {
+                            s.standing_in.remove(key);
+                            pending_level.max(level)
+                        }
+                    }
                 }
-                None => level,
+                None => {
+                    if standing_in {
+                        s.standing_in.insert(key.to_string(), None);
+                    }
+                    level
+                }
             };
             s.delayed.insert(key.to_string(), (due, level));
             s.timeline.insert((due, key.to_string()));
@@ -195,6 +241,7 @@ impl WorkQueue {
                         break;
                     };
                     let level = s.delayed.remove(&key).map_or(Level::Event, |(_, l)| l);
+                    s.standing_in.remove(&key);
                     due.push((key, level));
                 }
                 (due, s.timeline.first().map(|(at, _)| *at))
@@ -287,6 +334,7 @@ impl WorkQueue {
                 if let Some(key) = s.next() {
                     s.dirty.remove(&key);
                     s.processing.insert(key.clone());
+                    s.withdraw_stand_in(&key);
                     return Some(key);
                 }
                 if s.shutting_down {
@@ -346,6 +394,7 @@ impl WorkQueue {
         s.dirty.clear();
         s.delayed.clear();
         s.timeline.clear();
+        s.standing_in.clear();
         drop(s);
         self.notify.notify_waiters();
         self.timer.notify_one();
@@ -358,6 +407,21 @@ fn namespace_of(key: &str) -> &str {
 }
 
 impl State {
+    /// A pass of `key` starts: a stand-in add of it is no longer needed (the pass sees what
+    /// the event that scheduled it saw); the add it displaced comes back.
+    fn withdraw_stand_in(&mut self, key: &str) {
+        let Some(displaced) = self.standing_in.remove(key) else {
+            return;
+        };
+        if let Some((at, _)) = self.delayed.remove(key) {
+            self.timeline.remove(&(at, key.to_string()));
+        }
+        if let Some((at, level)) = displaced {
+            self.delayed.insert(key.to_string(), (at, level));
+            self.timeline.insert((at, key.to_string()));
+        }
+    }
+
     fn push_event(&mut self, key: &str) {
         self.queue.push_back(key.to_string());
         *self
@@ -725,6 +789,88 @@ mod tests {
         handed.sort();
         assert_eq!(handed, ["events-only", "interval-1h"]);
         assert_eq!(q.depth(), 0);
+    }
+
+    async fn settle() {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// A stand-in add is withdrawn by a pass that starts first, and the interval pass it
+    /// came before is put back; without such a pass it comes as an event after its grace.
+    #[tokio::test(start_paused = true)]
+    async fn a_stand_in_add_is_withdrawn_by_a_pass_that_starts_first() {
+        let q = WorkQueue::new();
+        q.add_after_bulk("a", Duration::from_secs(600));
+        q.add_unless_passed("a", Duration::from_millis(500));
+        q.add_unless_passed("b", Duration::from_millis(500));
+        // The verdict's event queues `a` at once; its pass withdraws the stand-in.
+        q.add("a");
+        assert_eq!(q.get().await.as_deref(), Some("a"));
+        q.done("a");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        settle().await;
+        assert_eq!(
+            q.get().await.as_deref(),
+            Some("b"),
+            "b had no pass: it came"
+        );
+        q.done("b");
+        assert_eq!(q.depth(), 0, "a came once");
+        assert_eq!(q.delayed(), 1, "a's interval pass is back");
+        tokio::time::advance(Duration::from_secs(600)).await;
+        settle().await;
+        assert_eq!(q.get().await.as_deref(), Some("a"));
+    }
+
+    /// An add that comes after a pending stand-in is kept behind it: withdrawn, the stand-in
+    /// leaves the earliest of those; an earlier plain add replaces it outright.
+    #[tokio::test(start_paused = true)]
+    async fn adds_after_a_stand_in_survive_its_withdrawal() {
+        let q = WorkQueue::new();
+        q.add_unless_passed("a", Duration::from_millis(500));
+        q.add_after("a", Duration::from_secs(30));
+        q.add_after_bulk("a", Duration::from_secs(20));
+        q.add_unless_passed("b", Duration::from_millis(500));
+        q.add_after("b", Duration::from_millis(100));
+        q.add("a");
+        assert_eq!(q.get().await.as_deref(), Some("a"));
+        q.done("a");
+        tokio::time::advance(Duration::from_millis(200)).await;
+        settle().await;
+        assert_eq!(
+            q.get().await.as_deref(),
+            Some("b"),
+            "b's plain add came at 100 ms"
+        );
+        q.done("b");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        settle().await;
+        assert_eq!(q.depth(), 0, "no stand-in came after its pass");
+        tokio::time::advance(Duration::from_secs(19)).await;
+        settle().await;
+        assert_eq!(q.depth(), 1, "a's earliest later add, at 20 s");
+        assert_eq!(q.get().await.as_deref(), Some("a"));
+        q.done("a");
+        tokio::time::advance(Duration::from_secs(20)).await;
+        settle().await;
+        assert_eq!((q.depth(), q.delayed()), (0, 0), "one delivery for both");
+    }
+
+    /// A stand-in scheduled while its key's pass runs still comes: that pass may have read
+    /// the objects before the event.
+    #[tokio::test(start_paused = true)]
+    async fn a_stand_in_added_during_a_pass_comes_after_it() {
+        let q = WorkQueue::new();
+        q.add("a");
+        assert_eq!(q.get().await.as_deref(), Some("a"));
+        q.add_unless_passed("a", Duration::from_millis(500));
+        q.done("a");
+        assert_eq!(q.depth(), 0);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        settle().await;
+        assert_eq!(q.get().await.as_deref(), Some("a"));
     }
 
     #[test]

@@ -126,17 +126,45 @@ pub fn owned_status_apply_config(name: &str, status: &ReleaseStatus) -> Value {
 /// a reconcile that changes nothing else writes nothing (a quiet steady state), and the next
 /// write that happens carries the fresh attempt time.
 pub fn status_changed(old: &ReleaseStatus, new: &ReleaseStatus) -> bool {
-    let strip = |s: &ReleaseStatus| {
-        let mut fields = owned_status_fields(s);
-        fields.remove("reconciledAt");
-        for attempt in ["lastAttempted", "lastSuccessful"] {
-            if let Some(Value::Object(a)) = fields.get_mut(attempt) {
-                a.remove("attemptedAt");
-            }
+    compared_fields(old) != compared_fields(new)
+}
+
+/// The controller's fields as `statusChanged` compares them.
+fn compared_fields(status: &ReleaseStatus) -> Map<String, Value> {
+    let mut fields = owned_status_fields(status);
+    fields.remove("reconciledAt");
+    for attempt in ["lastAttempted", "lastSuccessful"] {
+        if let Some(Value::Object(a)) = fields.get_mut(attempt) {
+            a.remove("attemptedAt");
         }
-        fields
-    };
-    strip(old) != strip(new)
+    }
+    fields
+}
+
+/// The controller's fields that differ (condition types by name), for the debug log of a
+/// status write: which of a Release's writes carried news and which only repeated one.
+pub fn changed_status_fields(old: &ReleaseStatus, new: &ReleaseStatus) -> Vec<String> {
+    let (a, b) = (compared_fields(old), compared_fields(new));
+    let mut changed: Vec<String> = a
+        .keys()
+        .chain(b.keys())
+        .filter(|k| *k != "conditions" && a.get(*k) != b.get(*k))
+        .cloned()
+        .collect();
+    changed.sort();
+    changed.dedup();
+    let owned = |s: &ReleaseStatus, t: &str| s.condition(t).cloned();
+    for t in condition_types::CONTROLLER_OWNED {
+        let (o, n) = (owned(old, t), owned(new, t));
+        if o.as_ref()
+            .map(|c| (&c.status, &c.reason, &c.message, c.observed_generation))
+            != n.as_ref()
+                .map(|c| (&c.status, &c.reason, &c.message, c.observed_generation))
+        {
+            changed.push(format!("conditions.{t}"));
+        }
+    }
+    changed
 }
 
 /// Write the controller's status with SSA under `convoy-release`.
@@ -278,6 +306,42 @@ mod tests {
         assert!(!status_changed(&old, &new));
         new.last_attempted.as_mut().unwrap().render_ref = Some("def".into());
         assert!(status_changed(&old, &new));
+    }
+
+    /// The debug log of a status write names what changed as `statusChanged` sees it.
+    #[test]
+    fn the_changed_fields_are_those_status_changed_compares() {
+        let old = ReleaseStatus {
+            last_attempted: Some(Box::new(Attempt {
+                attempted_at: Some(t("2026-01-01T00:00:00Z")),
+                render_ref: Some("abc".into()),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        let mut new = old.clone();
+        new.last_attempted.as_mut().unwrap().attempted_at = Some(t("2026-01-01T00:05:00Z"));
+        new.reconciled_at = Some(t("2026-01-01T00:05:00Z"));
+        new.conditions.push(condition(
+            "Healthy",
+            ConditionStatus::True,
+            "Healthy",
+            "",
+            Some(1),
+        ));
+        assert!(changed_status_fields(&old, &new).is_empty());
+        new.observed_generation = Some(2);
+        new.conditions.push(condition(
+            "Applied",
+            ConditionStatus::True,
+            "Applied",
+            "",
+            Some(2),
+        ));
+        assert_eq!(
+            changed_status_fields(&old, &new),
+            ["observedGeneration", "conditions.Applied"]
+        );
     }
 
     #[test]

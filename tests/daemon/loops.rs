@@ -600,3 +600,62 @@ async fn an_automatic_release_goes_on_to_the_next_wave_on_the_edges_write_alone(
         "no /sync was sent: {annotations:?}"
     );
 }
+
+/// The health loop writes the entries' states and then its verdict, and each wakes the
+/// controller; a pass at each recorded the waves' health, then lastHealthy: two status writes.
+/// The daemon waits briefly for the verdict the entries announce, so one write records both
+/// (issue 21: convoy's writes against Flux's). Every version of the Release is watched: none
+/// says every wave is healthy while lastHealthy does not name the render yet.
+#[tokio::test]
+async fn the_waves_health_and_last_healthy_land_in_one_status_write() {
+    use futures::{StreamExt, TryStreamExt};
+    use kube::api::{WatchEvent, WatchParams};
+
+    let mut spec = Fixture::default_health("5m");
+    spec["syncPolicy"] = json!({"interval": "10m"});
+    let f = Fixture::new(
+        "daemon-one-verdict-write",
+        &[
+            ("a.yaml", &config_map("a", 0, "1")),
+            ("b.yaml", &config_map("b", 1, "1")),
+        ],
+        spec,
+    )
+    .await;
+    f.install_default_rules().await;
+    let from = f.release().await.metadata.resource_version.unwrap();
+    let params = WatchParams::default().fields(&format!("metadata.name={}", f.name));
+    let mut events = f.releases().watch(&params, &from).await.unwrap().boxed();
+    let _daemon = Daemon::start(&f.env.kubeconfig, &["--watch-namespace", &f.env.namespace]).await;
+    let mut seen = Vec::new();
+    let recorded = tokio::time::timeout(Duration::from_secs(90), async {
+        while let Some(event) = events.try_next().await.unwrap() {
+            let WatchEvent::Modified(release) = event else {
+                continue;
+            };
+            let status = release.status.clone().unwrap_or_default();
+            let render = status.applied_render().map(str::to_string);
+            let all_healthy = !status.waves.is_empty() && status.waves.iter().all(|w| w.healthy);
+            let last_healthy = status.last_healthy.as_ref().map(|l| l.render_ref.clone());
+            seen.push((all_healthy, last_healthy.clone(), render.clone()));
+            if render.is_some() && last_healthy == render {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(
+        recorded,
+        Ok(true),
+        "lastHealthy recorded; versions seen: {seen:#?}"
+    );
+    let early: Vec<_> = seen
+        .iter()
+        .filter(|(all_healthy, last_healthy, render)| *all_healthy && last_healthy != render)
+        .collect();
+    assert!(
+        early.is_empty(),
+        "every wave healthy before lastHealthy (a status write of its own): {early:#?}; all: {seen:#?}"
+    );
+}

@@ -647,6 +647,13 @@ pub async fn write_in_sync(
         Some(o) if o.status == new.status => o.last_transition_time.clone().or(Some(at)),
         _ => Some(at),
     };
+    tracing::debug!(
+        release = %crate::engine::store::ReleaseId::of(release),
+        status = ?new.status,
+        reason = %new.reason,
+        was = ?old.map(|o| (&o.status, &o.reason)),
+        "writing InSync"
+    );
     let patch = serde_json::json!({
         "apiVersion": "core.convoy.kumodo.io/v1alpha1",
         "kind": "Release",

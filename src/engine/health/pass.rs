@@ -548,6 +548,14 @@ pub async fn write_health(
         Some(o) if o.status == new.status => o.last_transition_time.clone().or(Some(at)),
         _ => Some(at),
     };
+    tracing::debug!(
+        release = %crate::engine::store::ReleaseId::of(release),
+        status = ?new.status,
+        reason = %new.reason,
+        was = ?old.map(|o| (&o.status, &o.reason)),
+        summary_changed = status.health_summary != summary,
+        "writing Healthy"
+    );
     let mut body = serde_json::json!({"conditions": [new]});
     if let Some(s) = summary {
         body["healthSummary"] = serde_json::json!(s);

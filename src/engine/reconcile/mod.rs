@@ -441,6 +441,11 @@ async fn write_status(
     if !status_changed(cached, status) {
         return Ok(false);
     }
+    tracing::debug!(
+        release = %crate::engine::store::ReleaseId::of(release),
+        changed = ?crate::engine::status::changed_status_fields(cached, status),
+        "writing the controller's status"
+    );
     status.reconciled_at = Some(now.clone());
     let api: Api<Release> = Api::namespaced(
         ctx.home.client.clone(),
