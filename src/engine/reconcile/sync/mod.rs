@@ -255,7 +255,7 @@ async fn gate_and_persist(
         if !early {
             return Ok(None);
         }
-        wave_loop::record_first_intent(plan, hooks)
+        wave_loop::record_first_intent(run, plan, hooks)
             .await
             .map_err(|e| run.deploy_failed(crate::engine::error::chain(&e)))
     };

@@ -2,9 +2,13 @@
 //! `waves.waitForHealth`), each recorded in the inventory before (intent: pending) and after
 //! (members) it is applied, each followed by its sync hooks.
 //!
-//! When nothing can hold the next wave (no health gate, no sync hooks), the Put after a wave
-//! also records the next wave's intent: one write instead of two per wave boundary, with the
-//! same guarantee (whatever may be on the cluster is in the inventory before it is sent).
+//! When nothing can hold the next wave (no health gate, no sync hooks), one intent covers
+//! both: a wave's intent lists every wave after it up to the first boundary that can hold,
+//! and the members of a wave whose next wave's intent is recorded wait for the Put after
+//! that wave. A render of two waves that nothing holds is two inventory writes (intent,
+//! members) instead of three, with the same guarantee (whatever may be on the cluster is in
+//! the inventory before it is sent). Deviation: stageSync step 4 puts the members after each
+//! wave; nothing reads them in between when no boundary can hold.
 //!
 //! Spec: reconcile-flow.txt stageSync step 4, `waveHealthGate`; status-and-conditions.txt
 //! WaitingForWaveHealth, WaveFailed; DESIGN.md "Sync waves".
@@ -40,14 +44,14 @@ pub(super) struct Applied {
     pub last_written: Option<ReleaseInventory>,
     /// Whether the inventory still lists pending objects.
     pub pending_in_inventory: bool,
-    /// The wave whose intent the last Put recorded already (with the wave before's members).
-    pub intent_recorded: Option<i32>,
+    /// The last wave whose intent is recorded (with this sync's intents before it).
+    pub intent_through: Option<i32>,
     pub objects_sent: usize,
     pub waves: Vec<WaveStatus>,
 }
 
 /// Apply every wave. `Err` is a stop (a hold, a failure), carrying the waves so far.
-/// `early_intent`: the wave whose intent [`record_first_intent`] recorded already.
+/// `early_intent`: the last wave whose intent [`record_first_intent`] recorded already.
 pub(super) async fn apply_waves(
     ctx: &Context,
     run: &SyncRun<'_>,
@@ -60,7 +64,7 @@ pub(super) async fn apply_waves(
         last_put: plan.recorded.clone(),
         last_written: None,
         pending_in_inventory: plan.pending_in_inventory || early_intent.is_some(),
-        intent_recorded: early_intent,
+        intent_through: early_intent,
         objects_sent: 0,
         waves: Vec::new(),
     };
@@ -74,14 +78,32 @@ pub(super) async fn apply_waves(
             return Err(stop.with_waves(applied.waves));
         }
         previous_wave = Some(wave);
+        let intent =
+            (!intent_covers(&applied, wave)).then(|| intent_span(run, plan, hooks, &groups, index));
         let next = groups
             .get(index + 1)
             .filter(|_| next_wave_follows(run, hooks, wave))
-            .map(|(next_wave, next_objects)| NextIntent {
-                wave: *next_wave,
-                sending: sending_keys(plan, next_objects),
-            });
-        if let Err(e) = apply_wave(ctx, run, plan, hooks, &mut applied, (wave, objects), next).await
+            .map(|(next_wave, _)| {
+                if intent_covers(&applied, *next_wave)
+                    || intent.as_ref().is_some_and(|i| i.through >= *next_wave)
+                {
+                    After::Covered
+                } else {
+                    After::Intent(intent_span(run, plan, hooks, &groups, index + 1))
+                }
+            })
+            .unwrap_or(After::Stop);
+        if let Err(e) = apply_wave(
+            ctx,
+            run,
+            plan,
+            hooks,
+            &mut applied,
+            (wave, objects),
+            intent,
+            next,
+        )
+        .await
         {
             return Err(run.deploy_failed(chain(&e)).with_waves(applied.waves));
         }
@@ -147,10 +169,51 @@ pub(super) enum WaveError {
     },
 }
 
-/// The next wave's intent, recorded by the Put after this wave.
-struct NextIntent {
-    wave: i32,
+/// The intent one Put records: the objects sent by a run of waves that nothing can hold
+/// apart, and the last of those waves.
+struct Intent {
+    through: i32,
     sending: Vec<ObjectKey>,
+}
+
+/// What follows a wave's apply, for the Put that records its members.
+enum After {
+    /// The next wave starts at once and its intent is recorded: the members wait for the
+    /// Put after it.
+    Covered,
+    /// The next wave starts at once; its intent (and that of the waves after it) goes into
+    /// this Put.
+    Intent(Intent),
+    /// The last wave, or one whose next wave can be held: its members are put now.
+    Stop,
+}
+
+/// Whether this sync recorded the intent of `wave` already.
+fn intent_covers(applied: &Applied, wave: i32) -> bool {
+    applied
+        .intent_through
+        .is_some_and(|through| through >= wave)
+}
+
+/// The intent recorded before `groups[from]` is sent: that wave's objects and those of each
+/// wave after it that nothing can hold apart from it (see [`next_wave_follows`]).
+fn intent_span(
+    run: &SyncRun<'_>,
+    plan: &SyncPlan,
+    hooks: &HookRun<'_>,
+    groups: &[(i32, Vec<Object>)],
+    from: usize,
+) -> Intent {
+    let mut sending = Vec::new();
+    let mut through = groups.get(from).map_or(0, |(wave, _)| *wave);
+    for (wave, objects) in groups.iter().skip(from) {
+        sending.extend(sending_keys(plan, objects));
+        through = *wave;
+        if !next_wave_follows(run, hooks, *wave) {
+            break;
+        }
+    }
+    Intent { through, sending }
 }
 
 /// The keys of the objects of a wave that are sent (under the names they are applied with).
@@ -162,9 +225,10 @@ fn sending_keys(plan: &SyncPlan, objects: &[Object]) -> Vec<ObjectKey> {
         .collect()
 }
 
-/// One wave: record the intent (unless the Put after the wave before did), adopt from
-/// kubectl, apply what changed, record the members (and `next`'s intent). On `Err` the
-/// inventory holds what was applied.
+/// One wave: record the intent (`intent`, unless an earlier Put covered this wave), adopt
+/// from kubectl, apply what changed, record the members (per `next`). On `Err` the inventory
+/// holds what was applied.
+#[allow(clippy::too_many_arguments)]
 async fn apply_wave(
     ctx: &Context,
     run: &SyncRun<'_>,
@@ -172,7 +236,8 @@ async fn apply_wave(
     hooks: &HookRun<'_>,
     applied: &mut Applied,
     (wave, objects): (i32, &[Object]),
-    next: Option<NextIntent>,
+    intent: Option<Intent>,
+    next: After,
 ) -> Result<(), WaveError> {
     let sending: Vec<Object> = objects
         .iter()
@@ -184,8 +249,8 @@ async fn apply_wave(
         objects: sending.len(),
     });
     let sending_keys = sending_keys(plan, objects);
-    if applied.intent_recorded != Some(wave) {
-        record_intent(plan, hooks, applied, &sending_keys).await?;
+    if let Some(intent) = intent {
+        record_intent(plan, hooks, applied, intent).await?;
     }
     adopt_from_kubectl(plan, hooks, &sending_keys, wave).await?;
     let (keys, failure) = match hooks.applier.apply(&sending).await {
@@ -200,8 +265,8 @@ async fn apply_wave(
         Err(source) => (Vec::new(), Some(WaveError::Apply { wave, source })),
     };
     applied.objects_sent += keys.len();
-    // A failed wave ends the sync: the next wave's intent is not recorded.
-    let next = next.filter(|_| failure.is_none());
+    // A failed wave ends the sync: its members are put now, and no further intent.
+    let next = if failure.is_some() { After::Stop } else { next };
     let put = record_wave(run, plan, hooks, applied, (wave, objects), &keys, next).await;
     if let Some(failure) = failure {
         return Err(failure);
@@ -227,13 +292,14 @@ async fn record_intent(
     plan: &SyncPlan,
     hooks: &HookRun<'_>,
     applied: &mut Applied,
-    sending: &[ObjectKey],
+    intent: Intent,
 ) -> Result<(), InventoryError> {
-    if sending.is_empty() {
+    if intent.sending.is_empty() {
+        applied.intent_through = Some(intent.through);
         return Ok(());
     }
     let mut pending = super::prune::still_pending(&plan.carried, &applied.members);
-    pending.extend(sending.iter().cloned());
+    pending.extend(intent.sending);
     applied.last_written = Some(
         hooks
             .inventory
@@ -241,30 +307,36 @@ async fn record_intent(
             .await?,
     );
     applied.pending_in_inventory = true;
+    applied.intent_through = Some(intent.through);
     Ok(())
 }
 
-/// The first wave's intent, recorded before the dry-run gate's verdict (see
-/// `sync::gate_and_persist`): the Put `apply_wave` makes for it, made earlier.
-/// `Ok(None)`: the first wave sends nothing, there is no intent to record.
+/// The first wave's intent (with the waves nothing can hold apart from it), recorded before
+/// the dry-run gate's verdict (see `sync::gate_and_persist`): the Put `apply_wave` makes for
+/// it, made earlier. `Ok(Some(wave))`: the last wave it covers. `Ok(None)`: those waves send
+/// nothing, there is no intent to record.
 pub(super) async fn record_first_intent(
+    run: &SyncRun<'_>,
     plan: &SyncPlan,
     hooks: &HookRun<'_>,
 ) -> Result<Option<i32>, InventoryError> {
-    let Some((wave, objects)) = waves::group(&plan.for_cluster.objects).into_iter().next() else {
+    let groups: Vec<(i32, Vec<Object>)> = waves::group(&plan.for_cluster.objects)
+        .into_iter()
+        .collect();
+    if groups.is_empty() {
         return Ok(None);
-    };
-    let sending = sending_keys(plan, &objects);
-    if sending.is_empty() {
+    }
+    let intent = intent_span(run, plan, hooks, &groups, 0);
+    if intent.sending.is_empty() {
         return Ok(None);
     }
     let mut pending = super::prune::still_pending(&plan.carried, &[]);
-    pending.extend(sending);
+    pending.extend(intent.sending);
     hooks
         .inventory
         .put_with_pending(&plan.recorded, &pending)
         .await?;
-    Ok(Some(wave))
+    Ok(Some(intent.through))
 }
 
 /// Undo [`record_first_intent`] when the sync stops before its waves: the inventory as read
@@ -322,7 +394,7 @@ async fn record_wave(
     applied: &mut Applied,
     (wave, objects): (i32, &[Object]),
     applied_now: &[ObjectKey],
-    next: Option<NextIntent>,
+    next: After,
 ) -> Result<(), InventoryError> {
     let applied_now: BTreeSet<&ObjectKey> = applied_now.iter().collect();
     for object in objects {
@@ -337,9 +409,14 @@ async fn record_wave(
             digest: object_digest(object, plan.digest_key.as_ref()),
         });
     }
+    let next = match next {
+        // The intent lists this wave's objects and the next's: nothing to record until then.
+        After::Covered => return Ok(()),
+        After::Intent(intent) if !intent.sending.is_empty() => Some(intent),
+        After::Intent(_) | After::Stop => None,
+    };
     let members = super::prune::union(&plan.recorded, &applied.members);
     let mut pending = super::prune::still_pending(&plan.carried, &applied.members);
-    let next = next.filter(|n| !n.sending.is_empty());
     if let Some(next) = &next {
         pending.extend(next.sending.iter().cloned());
     }
@@ -356,8 +433,10 @@ async fn record_wave(
             .await
             .map(|written| applied.last_written = Some(written))
     };
-    if put.is_ok() {
-        applied.intent_recorded = next.map(|n| n.wave);
+    if put.is_ok()
+        && let Some(next) = next
+    {
+        applied.intent_through = Some(next.through);
     }
     applied.last_put = members;
     put
