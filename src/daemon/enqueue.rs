@@ -87,6 +87,7 @@ pub fn verdict_follows(release: &Release, inventory: &ReleaseInventory) -> bool 
         return false;
     };
     if status.attempted_render() != Some(running)
+        || release.metadata.deletion_timestamp.is_some()
         || !crate::engine::health::configured(release)
         || inventory.spec.inventory.is_empty()
         || !crate::engine::reconcile::sync::inventory_healthy_for(inventory, running)
@@ -441,6 +442,13 @@ mod tests {
             serde_json::from_value(serde_json::json!({"builtinRules": false})).unwrap(),
         ));
         assert!(!verdict_follows(&unassessed, &healthy));
+        // Being deleted: the health pass writes no verdict.
+        let mut deleting = pending.clone();
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-01-01T00:00:00Z".parse().unwrap(),
+            ));
+        assert!(!verdict_follows(&deleting, &healthy));
     }
 
     #[test]

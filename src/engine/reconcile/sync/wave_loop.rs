@@ -8,7 +8,10 @@
 //! that wave. A render of two waves that nothing holds is two inventory writes (intent,
 //! members) instead of three, with the same guarantee (whatever may be on the cluster is in
 //! the inventory before it is sent). Deviation: stageSync step 4 puts the members after each
-//! wave; nothing reads them in between when no boundary can hold.
+//! wave; nothing waits on them in between when no boundary can hold (the observer assesses
+//! a run's objects once its members are put, a moment after the first of them was sent). A
+//! sync that stops inside a run (a lapsed shard, a failed adoption) leaves the run's waves
+//! before it as pending, which the next sync sends again or prunes, as after a crash.
 //!
 //! Spec: reconcile-flow.txt stageSync step 4, `waveHealthGate`; status-and-conditions.txt
 //! WaitingForWaveHealth, WaveFailed; DESIGN.md "Sync waves".
@@ -80,19 +83,14 @@ pub(super) async fn apply_waves(
         previous_wave = Some(wave);
         let intent =
             (!intent_covers(&applied, wave)).then(|| intent_span(run, plan, hooks, &groups, index));
-        let next = groups
-            .get(index + 1)
-            .filter(|_| next_wave_follows(run, hooks, wave))
-            .map(|(next_wave, _)| {
-                if intent_covers(&applied, *next_wave)
-                    || intent.as_ref().is_some_and(|i| i.through >= *next_wave)
-                {
-                    After::Covered
-                } else {
-                    After::Intent(intent_span(run, plan, hooks, &groups, index + 1))
-                }
-            })
-            .unwrap_or(After::Stop);
+        // A span that covers this wave covers the next too when nothing can hold it; were it
+        // not covered, the members would be put now and the next wave record its own intent.
+        let covered = groups.get(index + 1).is_some_and(|(next_wave, _)| {
+            next_wave_follows(run, hooks, wave)
+                && (intent_covers(&applied, *next_wave)
+                    || intent.as_ref().is_some_and(|i| i.through >= *next_wave))
+        });
+        let next = if covered { After::Covered } else { After::Stop };
         if let Err(e) = apply_wave(
             ctx,
             run,
@@ -181,10 +179,8 @@ enum After {
     /// The next wave starts at once and its intent is recorded: the members wait for the
     /// Put after it.
     Covered,
-    /// The next wave starts at once; its intent (and that of the waves after it) goes into
-    /// this Put.
-    Intent(Intent),
-    /// The last wave, or one whose next wave can be held: its members are put now.
+    /// The last wave, one whose next wave can be held, or a failed one: its members (with
+    /// those of the waves before it still waiting) are put now.
     Stop,
 }
 
@@ -385,8 +381,8 @@ async fn adopt_from_kubectl(
 }
 
 /// The wave's members (what was applied now, and its unchanged objects, all with this
-/// render), and a Put of everything applied so far, with `next`'s intent, unless the
-/// inventory says so already.
+/// render), and, unless the next wave's intent covers them (`After::Covered`), a Put of
+/// everything applied so far, unless the inventory says so already.
 async fn record_wave(
     run: &SyncRun<'_>,
     plan: &SyncPlan,
@@ -409,20 +405,14 @@ async fn record_wave(
             digest: object_digest(object, plan.digest_key.as_ref()),
         });
     }
-    let next = match next {
-        // The intent lists this wave's objects and the next's: nothing to record until then.
-        After::Covered => return Ok(()),
-        After::Intent(intent) if !intent.sending.is_empty() => Some(intent),
-        After::Intent(_) | After::Stop => None,
-    };
-    let members = super::prune::union(&plan.recorded, &applied.members);
-    let mut pending = super::prune::still_pending(&plan.carried, &applied.members);
-    if let Some(next) = &next {
-        pending.extend(next.sending.iter().cloned());
+    // The intent lists this wave's objects and the next's: nothing to record until then.
+    if let After::Covered = next {
+        return Ok(());
     }
-    let unchanged = super::prune::same_members(&members, &applied.last_put)
-        && !applied.pending_in_inventory
-        && next.is_none();
+    let members = super::prune::union(&plan.recorded, &applied.members);
+    let pending = super::prune::still_pending(&plan.carried, &applied.members);
+    let unchanged =
+        super::prune::same_members(&members, &applied.last_put) && !applied.pending_in_inventory;
     let put = if unchanged {
         Ok(())
     } else {
@@ -433,11 +423,6 @@ async fn record_wave(
             .await
             .map(|written| applied.last_written = Some(written))
     };
-    if put.is_ok()
-        && let Some(next) = next
-    {
-        applied.intent_through = Some(next.through);
-    }
     applied.last_put = members;
     put
 }
