@@ -1,8 +1,8 @@
 //! Benchmark: `convoy sync` of 1,000 objects (400 ConfigMaps, 300 Services, 300 Deployments,
 //! the objects of `sync_vs_kubectl`) against Flux's apply engine on the same objects:
-//! `github.com/fluxcd/pkg/ssa` v0.76.2's `ResourceManager.ApplyAllStaged` with its server-side
-//! dry run of every object, as kustomize-controller v1.9.6 calls it (`fluxssa`, built by
-//! `scripts/peers`), and the raw ceiling `sync_vs_kubectl` measures (the same dry runs and
+//! `github.com/fluxcd/pkg/ssa`'s `ResourceManager.ApplyAllStaged` (the version in
+//! `scripts/peers.versions`, printed from the binary) with its server-side dry run of every
+//! object, as kustomize-controller calls it (`fluxssa`, built by `scripts/peers`), and the raw ceiling `sync_vs_kubectl` measures (the same dry runs and
 //! applies with requests built beforehand, 64 in flight). All on one API server without
 //! controllers, each client into a fresh namespace, `CONVOY_BENCH_ROUNDS` (3) rounds, each
 //! round starting with the next client (the server fills as they go); the medians are
@@ -44,6 +44,23 @@ use support::{TestEnv, convoy_bin};
 /// convoy's requests in flight, as in `sync_vs_kubectl` (`CONVOY_BENCH_CONCURRENCY`).
 fn convoy_concurrency() -> usize {
     common::env_number("CONVOY_BENCH_CONCURRENCY", 32usize)
+}
+
+/// The version of `github.com/fluxcd/pkg/ssa` fluxssa was built with (`fluxssa --version`).
+fn fluxssa_version(bin: &Path) -> String {
+    let out = std::process::Command::new(bin)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
+    let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        out.status.success() && version.starts_with('v'),
+        "{} --version: {}{} (rebuild it: scripts/peers build)",
+        bin.display(),
+        version,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    version
 }
 
 /// One run of fluxssa: wall time, and what it timed itself.
@@ -183,6 +200,7 @@ async fn main() {
     let peers = common::peers_bin();
     let concurrency = convoy_concurrency();
     let fluxssa_bin = peers.join("fluxssa");
+    let ssa_version = fluxssa_version(&fluxssa_bin);
 
     let work = tempfile::tempdir().unwrap();
     let dir = work.path().join("app");
@@ -301,7 +319,7 @@ async fn main() {
         objects - cm - svc
     );
     println!(
-        "  Flux's engine               : {flux:>9.0} ms (fluxssa: pkg/ssa v0.76.2 ApplyAllStaged, dry run + apply, --concurrent-ssa=4, no client throttle as with APF; its own timer: {flux_own:.0} ms)"
+        "  Flux's engine               : {flux:>9.0} ms (fluxssa: pkg/ssa {ssa_version} ApplyAllStaged, dry run + apply, --concurrent-ssa=4, no client throttle as with APF; its own timer: {flux_own:.0} ms)"
     );
     println!(
         "  Flux's engine, {concurrency} in flight : {flux_wide:>9.0} ms (its own timer: {flux_wide_own:.0} ms)"

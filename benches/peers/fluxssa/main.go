@@ -10,6 +10,8 @@
 // With --wait it then waits, as `wait: true` on a Kustomization does, for every applied object
 // to become ready (kstatus) and prints a second line `fluxssa: ready in X.XXX s`.
 //
+// With --version it prints the version of github.com/fluxcd/pkg/ssa it was built with and exits.
+//
 // It is built by scripts/peers (which writes its go.mod in the cache, pinning the ssa module to
 // the version kustomize-controller uses); see benches/peers/README.md.
 package main
@@ -20,6 +22,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/fluxcd/cli-utils/pkg/kstatus/polling"
@@ -49,7 +52,12 @@ func main() {
 	force := flag.Bool("force", false, "recreate objects whose immutable fields changed (Kustomization spec.force)")
 	wait := flag.Bool("wait", false, "after applying, wait for every object to become ready (Kustomization spec.wait)")
 	timeout := flag.Duration("timeout", 5*time.Minute, "give up after this long")
+	version := flag.Bool("version", false, "print the github.com/fluxcd/pkg/ssa version built in and exit")
 	flag.Parse()
+	if *version {
+		fmt.Println(ssaVersion())
+		return
+	}
 	if *file == "" {
 		fail("--file is required")
 	}
@@ -114,7 +122,10 @@ func main() {
 	manager.SetOwnerLabels(objects, *owner, *namespace)
 	manager.SetConcurrency(*concurrency)
 
-	// The options kustomize-controller v1.9 builds in KustomizationReconciler.apply.
+	// The options kustomize-controller builds in KustomizationReconciler.apply (v1.9 and
+	// v1.10; v1.10's CustomStageKinds, MigrateAPIVersion, DriftIgnoreRules and
+	// FieldManagersBeforeDryRun are empty or off unless a flag, a feature gate or spec.ignore
+	// sets them).
 	opts := ssa.DefaultApplyOptions()
 	opts.Force = *force
 	opts.ExclusionSelector = map[string]string{group + "/reconcile": "disabled", group + "/ssa": "Ignore"}
@@ -169,4 +180,22 @@ func readAll(f *os.File) ([]byte, error) {
 func fail(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "fluxssa: error: "+format+"\n", args...)
 	os.Exit(1)
+}
+
+// ssaVersion is the version of the ssa module in this binary's build information.
+func ssaVersion() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		fail("no build information in this binary")
+	}
+	for _, dep := range info.Deps {
+		if dep.Path == "github.com/fluxcd/pkg/ssa" {
+			if dep.Replace != nil {
+				return dep.Replace.Version
+			}
+			return dep.Version
+		}
+	}
+	fail("github.com/fluxcd/pkg/ssa is not in this binary's build information")
+	return ""
 }
