@@ -85,7 +85,9 @@ pub enum LogFormat {
 }
 
 impl GlobalArgs {
-    /// Connect to the cluster the flags name. Makes no request yet.
+    /// Connect to the cluster the flags name. Makes no request yet. A kubeconfig that is
+    /// missing or unusable, or a proxy variable convoy cannot use, is invalid input (exit 4:
+    /// it does not fix itself, so a script should not retry it as it retries exit 3).
     pub async fn connect(&self) -> Result<Connection, CliError> {
         let source = KubeconfigSource {
             path: self.kubeconfig.clone(),
@@ -94,7 +96,7 @@ impl GlobalArgs {
         Connection::from_source(&source)
             .await
             .and_then(|c| c.with_api_timeout(self.request_timeout))
-            .map_err(|e| CliError::new(ExitStatus::Unreachable, e))
+            .map_err(|e| CliError::new(ExitStatus::of(&e), e))
     }
 }
 

@@ -276,7 +276,7 @@ fn a_missing_kubeconfig_is_one_line_with_the_fix() {
         .output()
         .unwrap();
     let (code, _, stderr) = out(&o);
-    assert_eq!(code, 3);
+    assert_eq!(code, 4, "invalid input, not an unreachable cluster: {stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     insta::assert_snapshot!("missing_kubeconfig", stderr);
 }
@@ -399,10 +399,10 @@ async fn the_environments_proxy_is_used_unless_no_proxy_names_the_server() {
     let (code, _, stderr) = get(&far, &proxy, "*.example.invalid:6443");
     assert_eq!(code, 3, "{stderr}");
     assert_eq!(through(), 1, "through the proxy: {stderr}");
-    // A proxy convoy cannot use is named by its variable, not its value (exit 3, as every
-    // connection that cannot be made).
+    // A proxy convoy cannot use is named by its variable, not its value (exit 4: invalid
+    // input, which a retry does not fix).
     let (code, _, unusable) = get(&far, "https://convoy:proxy-secret@127.0.0.2:1", "");
-    assert_eq!(code, 3, "{unusable}");
+    assert_eq!(code, 4, "{unusable}");
     insta::assert_snapshot!(
         format!("{proxied}{unusable}").replace(&port.to_string(), "PORT"),
         @r"

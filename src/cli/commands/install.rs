@@ -211,7 +211,7 @@ async fn wait_for_daemon(
 
 fn install_failed(e: InstallError) -> CliError {
     let status = match &e {
-        InstallError::Connect(_) => ExitStatus::Unreachable,
+        InstallError::Connect(c) => ExitStatus::of(c),
         _ => ExitStatus::Invalid,
     };
     CliError::new(status, e)
