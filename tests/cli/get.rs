@@ -276,7 +276,10 @@ fn a_missing_kubeconfig_is_one_line_with_the_fix() {
         .output()
         .unwrap();
     let (code, _, stderr) = out(&o);
-    assert_eq!(code, 4, "invalid input, not an unreachable cluster: {stderr}");
+    assert_eq!(
+        code, 4,
+        "invalid input, not an unreachable cluster: {stderr}"
+    );
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     insta::assert_snapshot!("missing_kubeconfig", stderr);
 }

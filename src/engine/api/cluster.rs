@@ -52,6 +52,7 @@ pub struct ClusterSpec {
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretKeyRef {
+    #[schemars(length(max = 253), pattern(super::schema::OBJECT_NAME))]
     pub name: String,
     /// Default `kubeconfig`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

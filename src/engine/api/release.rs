@@ -60,15 +60,18 @@ pub struct ReleaseSpec {
     pub content: Content,
     /// Name of a `Cluster` in the Release's namespace; omitted: the cluster the Release lives in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253), pattern(schema::OBJECT_NAME))]
     pub cluster: Option<String>,
     /// Namespace for namespaced objects of the render that name none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63), pattern(schema::NAMESPACE_NAME))]
     pub target_namespace: Option<String>,
     /// A ServiceAccount of the Release's namespace that convoy impersonates for everything it
     /// does for this Release on the cluster the Release lives in: the dry run, apply and prune,
     /// hooks, the observer's reads and dry runs, and the reads of the Secrets and ConfigMaps
     /// the Release names. Kubernetes RBAC then decides what the Release may change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253), pattern(schema::OBJECT_NAME_OR_EMPTY))]
     pub service_account_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync_policy: Option<Box<SyncPolicy>>,
@@ -154,6 +157,7 @@ impl SourceKind {
 pub struct SourceRef {
     pub kind: SourceKind,
     /// Name of the source object in the Release's namespace.
+    #[schemars(length(max = 253), pattern(schema::OBJECT_NAME))]
     pub name: String,
     /// Git: the revision to check out; overrides the GitRepository's own ref.
     #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
@@ -263,6 +267,7 @@ pub enum ValuesFromKind {
 #[serde(rename_all = "camelCase")]
 pub struct ValuesFrom {
     pub kind: ValuesFromKind,
+    #[schemars(length(max = 253), pattern(schema::OBJECT_NAME))]
     pub name: String,
     /// ConfigMap or Secret key holding YAML values (default `values.yaml`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

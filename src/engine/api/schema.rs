@@ -28,3 +28,16 @@ pub fn string_map(_: &mut SchemaGenerator) -> Schema {
         "additionalProperties": {"type": "string"},
     })
 }
+
+/// An object name as the API server requires for Secrets, ConfigMaps, ServiceAccounts and
+/// custom resources (RFC 1123 subdomain, at most 253): a reference to any other name could
+/// never resolve, and one with `/` or `..` would change a request's path. The engine checks
+/// the same in code (`render::object::is_dns_subdomain`), for `-f` files and stored objects.
+pub const OBJECT_NAME: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+
+/// [`OBJECT_NAME`], or empty (a field where empty means unset).
+pub const OBJECT_NAME_OR_EMPTY: &str =
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$";
+
+/// A namespace's name (RFC 1123 label, at most 63).
+pub const NAMESPACE_NAME: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
