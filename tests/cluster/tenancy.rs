@@ -443,33 +443,24 @@ async fn a_cluster_server_outside_the_allowed_prefixes_is_refused_without_a_requ
         "spec.kubeconfigSecretRef.name",
     );
     let releases = f.releases();
-    for (field, value) in [
-        ("cluster", "../../other/clusters/theirs"),
-        ("targetNamespace", "kube-system/secrets"),
+    for (field, spec) in [
+        (
+            "spec.cluster",
+            json!({"cluster": "../../other/clusters/theirs"}),
+        ),
+        (
+            "spec.targetNamespace",
+            json!({"targetNamespace": "kube-system/secrets"}),
+        ),
+        ("spec.source.name", json!({"source": {"name": "x/../y"}})),
     ] {
-        let patch = json!({"spec": {field: value}});
+        let patch = json!({"spec": spec});
+        let merge = kube::api::Patch::Merge(&patch);
         refused(
-            releases
-                .patch(
-                    &f.name,
-                    &Default::default(),
-                    &kube::api::Patch::Merge(&patch),
-                )
-                .await,
-            &format!("spec.{field}"),
+            releases.patch(&f.name, &Default::default(), &merge).await,
+            field,
         );
     }
-    let patch = json!({"spec": {"source": {"name": "x/../y"}}});
-    refused(
-        releases
-            .patch(
-                &f.name,
-                &Default::default(),
-                &kube::api::Patch::Merge(&patch),
-            )
-            .await,
-        "spec.source.name",
-    );
     f.patch_spec(json!({"cluster": "far"})).await;
     // The allowed server gets the namespace the render lands in.
     let remote_client = crate::support::client_for(&remote_control_plane().kubeconfig).await;
