@@ -860,6 +860,12 @@ fn an_object_name_or_namespace_that_would_change_the_requests_path_is_refused() 
             "",
             r#"ConfigMap v1: metadata.name ".." may not be . or .."#,
         ),
+        // kube cannot build the request: the whole diff failed on it, not this object.
+        (
+            "name: \"a<b\"",
+            "",
+            r#"ConfigMap v1: metadata.name "a<b" has a character a request's path cannot carry (such as <, > or `)"#,
+        ),
         (
             "name: x\n  namespace: a/../b",
             "",

@@ -128,6 +128,13 @@ pub fn path_segment_trouble(name: &str) -> Option<&'static str> {
         Some("may not contain /, %, ? or #")
     } else if name.chars().any(|c| c.is_control() || c.is_whitespace()) {
         Some("may not contain a space or a control character")
+    } else if format!("/{name}")
+        .parse::<http::uri::PathAndQuery>()
+        .is_err()
+    {
+        // `<`, `>`, a backtick…: kube's request for it cannot be built, and the whole diff
+        // or sync failed on it ("invalid uri character") instead of this object being refused.
+        Some("has a character a request's path cannot carry (such as <, > or `)")
     } else {
         None
     }
@@ -216,6 +223,9 @@ mod tests {
             "x#",
             "a b",
             "x\n",
+            "a<b",
+            "a>b",
+            "a`b",
         ] {
             assert!(path_segment_trouble(bad).is_some(), "{bad:?}");
         }
