@@ -57,12 +57,18 @@ pub fn healthy_verdict_to_record(old: Option<&ReleaseStatus>, new: Option<&Relea
     let Some(applied) = new.applied_render() else {
         return false;
     };
-    let recorded = new.last_healthy.as_ref().map(|l| l.render_ref.as_str());
-    let rollout_waits = new
+    changed && says_healthy && verdict_to_record(new, applied)
+}
+
+/// Whether a Healthy verdict for `render` would change what the controller records:
+/// lastHealthy does not name it yet, or a rollout of it is still Progressing.
+fn verdict_to_record(status: &ReleaseStatus, render: &str) -> bool {
+    let recorded = status.last_healthy.as_ref().map(|l| l.render_ref.as_str());
+    let rollout_waits = status
         .rollout
         .as_ref()
-        .is_some_and(|r| r.state == RolloutState::Progressing && r.render_ref == applied);
-    changed && says_healthy && (recorded != Some(applied) || rollout_waits)
+        .is_some_and(|r| r.state == RolloutState::Progressing && r.render_ref == render);
+    recorded != Some(render) || rollout_waits
 }
 
 /// How long the controller's wake-up by the health loop's inventory write waits for the
@@ -95,12 +101,7 @@ pub fn verdict_follows(release: &Release, inventory: &ReleaseInventory) -> bool 
     {
         return false;
     }
-    let recorded = status.last_healthy.as_ref().map(|l| l.render_ref.as_str());
-    let rollout_waits = status
-        .rollout
-        .as_ref()
-        .is_some_and(|r| r.state == RolloutState::Progressing && r.render_ref == running);
-    recorded != Some(running) || rollout_waits
+    verdict_to_record(status, running)
 }
 
 /// The Applied or Healthy condition changed status: Releases of a higher cluster wave on the

@@ -153,14 +153,13 @@ pub fn changed_status_fields(old: &ReleaseStatus, new: &ReleaseStatus) -> Vec<St
         .collect();
     changed.sort();
     changed.dedup();
-    let owned = |s: &ReleaseStatus, t: &str| s.condition(t).cloned();
     for t in condition_types::CONTROLLER_OWNED {
-        let (o, n) = (owned(old, t), owned(new, t));
-        if o.as_ref()
-            .map(|c| (&c.status, &c.reason, &c.message, c.observed_generation))
-            != n.as_ref()
-                .map(|c| (&c.status, &c.reason, &c.message, c.observed_generation))
-        {
+        let differs = match (old.condition(t), new.condition(t)) {
+            (None, None) => false,
+            (o, Some(n)) => !condition_unchanged(o, n),
+            (Some(_), None) => true,
+        };
+        if differs {
             changed.push(format!("conditions.{t}"));
         }
     }
@@ -291,16 +290,21 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_new_attempt_time_alone_is_not_a_change() {
-        let old = ReleaseStatus {
+    /// A status whose lastAttempted is render `abc`, attempted at midnight.
+    fn attempted_abc() -> ReleaseStatus {
+        ReleaseStatus {
             last_attempted: Some(Box::new(Attempt {
                 attempted_at: Some(t("2026-01-01T00:00:00Z")),
                 render_ref: Some("abc".into()),
                 ..Default::default()
             })),
             ..Default::default()
-        };
+        }
+    }
+
+    #[test]
+    fn a_new_attempt_time_alone_is_not_a_change() {
+        let old = attempted_abc();
         let mut new = old.clone();
         new.last_attempted.as_mut().unwrap().attempted_at = Some(t("2026-01-01T00:05:00Z"));
         assert!(!status_changed(&old, &new));
@@ -311,14 +315,7 @@ mod tests {
     /// The debug log of a status write names what changed as `statusChanged` sees it.
     #[test]
     fn the_changed_fields_are_those_status_changed_compares() {
-        let old = ReleaseStatus {
-            last_attempted: Some(Box::new(Attempt {
-                attempted_at: Some(t("2026-01-01T00:00:00Z")),
-                render_ref: Some("abc".into()),
-                ..Default::default()
-            })),
-            ..Default::default()
-        };
+        let old = attempted_abc();
         let mut new = old.clone();
         new.last_attempted.as_mut().unwrap().attempted_at = Some(t("2026-01-01T00:05:00Z"));
         new.reconciled_at = Some(t("2026-01-01T00:05:00Z"));
