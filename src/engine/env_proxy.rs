@@ -8,8 +8,9 @@
 //! kubeconfig cluster without a `proxy-url` gets a stand-in before kube reads it ([`defer`])
 //! and convoy puts the environment's choice in its place ([`choose`]), with hyper-util's
 //! matcher for `NO_PROXY`. (kube still parses `NO_PROXY` while a proxy is set, and refuses
-//! values Go accepts, such as a trailing comma: the error names the variable. And Go's
-//! `.example.com` matches subdomains only; hyper-util's matches the domain too.)
+//! values Go accepts, such as a trailing comma or `*` among other entries: the binary tidies
+//! the variables first, [`tidy_no_proxy`]. Go's `.example.com` matches subdomains only;
+//! hyper-util's matches the domain too.)
 
 use kube::Config;
 use kube::config::Kubeconfig;
@@ -46,6 +47,27 @@ pub fn defer(kubeconfig: &mut Kubeconfig) {
             cluster.proxy_url = Some(format!("http://{STAND_IN_HOST}"));
         }
     }
+}
+
+/// `NO_PROXY` as kube can parse it, meaning what Go reads in it, when kube would refuse it:
+/// empty entries (a trailing comma, `a,,b`) dropped and a list holding `*` made `*` (Go lets
+/// `*` anywhere mean every host). kube parses the variable whenever a proxy is in play and
+/// fails the whole command on an entry it cannot read, where kubectl goes on.
+pub fn tidy_no_proxy(value: &str) -> Option<String> {
+    let entries: Vec<&str> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .collect();
+    let refused = (!value.is_empty() && entries.len() < value.split(',').count())
+        || (entries.contains(&"*") && entries.len() > 1);
+    refused.then(|| {
+        if entries.contains(&"*") {
+            "*".to_string()
+        } else {
+            entries.join(",")
+        }
+    })
 }
 
 /// Replace the stand-in in `config` with the environment's proxy for its server (or none).
@@ -149,7 +171,27 @@ pub fn for_server(
 
 #[cfg(test)]
 mod tests {
-    use super::for_server;
+    use super::{for_server, tidy_no_proxy};
+
+    #[test]
+    fn no_proxy_is_tidied_only_where_kube_would_refuse_what_go_reads() {
+        for (value, tidy) in [
+            ("localhost,10.0.0.0/8", None),
+            ("localhost, 10.0.0.0/8", None),
+            ("localhost,10.0.0.0/8,", Some("localhost,10.0.0.0/8")),
+            (
+                ",a.example.com,, .b.example.com ,",
+                Some("a.example.com,.b.example.com"),
+            ),
+            ("a.example.com,*", Some("*")),
+            ("*", None),
+            (" , ", Some("")),
+            (" ", Some("")),
+            ("", None),
+        ] {
+            assert_eq!(tidy_no_proxy(value).as_deref(), tidy, "{value:?}");
+        }
+    }
 
     /// The proxy a server gets from `vars`, as text.
     fn proxy(server: &str, vars: &[(&str, &str)]) -> Option<String> {

@@ -402,6 +402,20 @@ async fn the_environments_proxy_is_used_unless_no_proxy_names_the_server() {
     let (code, _, stderr) = get(&far, &proxy, "*.example.invalid:6443");
     assert_eq!(code, 3, "{stderr}");
     assert_eq!(through(), 1, "through the proxy: {stderr}");
+    // What kubectl reads and kube refused ("failed to parse NO_PROXY", exit 4): a trailing
+    // comma, `*` among other entries. Loopback direct; the far server direct too.
+    let (code, stdout, stderr) = get(&f.env.kubeconfig, &proxy, "localhost,");
+    assert_eq!(
+        (code, stdout.as_str()),
+        (0, "release.core.convoy.kumodo.io/web\n"),
+        "{stderr}"
+    );
+    for no_proxy in ["*.example.invalid:6443,", "127.0.0.2, ,*"] {
+        let (code, _, stderr) = get(&far, &proxy, no_proxy);
+        assert_eq!(code, 3, "NO_PROXY={no_proxy}: {stderr}");
+        assert!(!stderr.contains("through the proxy"), "{stderr}");
+    }
+    assert_eq!(through(), 1, "through the proxy");
     // A proxy convoy cannot use is named by its variable, not its value (exit 4: invalid
     // input, which a retry does not fix).
     let (code, _, unusable) = get(&far, "https://convoy:proxy-secret@127.0.0.2:1", "");
