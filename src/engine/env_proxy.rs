@@ -9,8 +9,8 @@
 //! and convoy puts the environment's choice in its place ([`choose`]), with hyper-util's
 //! matcher for `NO_PROXY`. (kube still parses `NO_PROXY` while a proxy is set, and refuses
 //! values Go accepts, such as a trailing comma or `*` among other entries: the binary tidies
-//! the variables first, [`tidy_no_proxy`]. Go's `.example.com` matches subdomains only;
-//! hyper-util's matches the domain too.)
+//! the variables first, [`tidy_no_proxy`]. hyper-util's `.example.com` matches the domain
+//! too, Go's its subdomains only: [`for_server`] keeps Go's.)
 
 use kube::Config;
 use kube::config::Kubeconfig;
@@ -126,7 +126,8 @@ pub fn for_server(
     }
     // NO_PROXY as Go reads it (the first of NO_PROXY, no_proxy that is not empty), matched by
     // hyper-util (hosts, domains and their subdomains, IPs, CIDRs, `*`); a `host:port` entry
-    // counts for that port only, and `*.example.com` is `.example.com`.
+    // counts for that port only, and `*.example.com` is `.example.com`, which names the
+    // subdomains only (Go's rule; hyper-util's would also match `example.com` itself).
     let port = server
         .port_u16()
         .unwrap_or(if server.scheme_str() == Some("http") {
@@ -156,6 +157,11 @@ pub fn for_server(
                 }
                 _ => Some(entry),
             }
+        })
+        .filter(|entry| {
+            entry
+                .strip_prefix('.')
+                .is_none_or(|domain| !domain.eq_ignore_ascii_case(host))
         })
         .collect();
     let matcher = hyper_util::client::proxy::matcher::Matcher::builder()
@@ -243,11 +249,22 @@ mod tests {
             ("api.example.com:6443", false),
             ("api.example.com:443", true),
             ("*.example.com", false),
+            (".example.com", false),
             ("example.com", false),
             ("other.example.com,,", true),
             ("*", false),
         ] {
             let got = proxy(api, &[set[0], ("NO_PROXY", no_proxy)]);
+            assert_eq!(got.is_some(), proxied, "NO_PROXY={no_proxy}");
+        }
+        // `.domain` and `*.domain` name the subdomains, not the domain; `domain` names both.
+        for (no_proxy, proxied) in [
+            (".example.com", true),
+            ("*.EXAMPLE.com", true),
+            ("example.com", false),
+            (".example.com:443", true),
+        ] {
+            let got = proxy("https://example.com", &[set[0], ("NO_PROXY", no_proxy)]);
             assert_eq!(got.is_some(), proxied, "NO_PROXY={no_proxy}");
         }
         // An http server takes HTTP_PROXY only; no scheme means http.

@@ -920,8 +920,9 @@ fn an_object_name_or_namespace_that_would_change_the_requests_path_is_refused() 
 
 /// Git fetches through the proxy of convoy's environment, as the chart and OCI fetches and
 /// kubectl do (git ran with none before: a GitRepository behind a corporate proxy could not
-/// be fetched): `http_proxy` carries the fetch (here to a proxy that refuses it: exit 3),
-/// unless `no_proxy` names the host.
+/// be fetched): `http_proxy` carries the fetch (here to a proxy that refuses it: exit 3), and
+/// `HTTP_PROXY` alone as well, as Go reads it (git's curl reads only the lower-case name, so
+/// the fetch went direct), unless `no_proxy` names the host.
 #[test]
 fn git_fetches_through_the_environments_proxy_unless_no_proxy_names_the_host() {
     let repo = GitRepo::new();
@@ -941,7 +942,7 @@ fn git_fetches_through_the_environments_proxy_unless_no_proxy_names_the_host() {
         "    path: app\n",
     );
     let proxy = format!("http://127.0.0.2:{port}");
-    let render = |no_proxy: &str| {
+    let render = |proxy_variable: &str, no_proxy: &str| {
         let cache = tempfile::tempdir().unwrap();
         let out = Command::new(convoy_bin())
             .args(["render", "-f", &file])
@@ -953,19 +954,25 @@ fn git_fetches_through_the_environments_proxy_unless_no_proxy_names_the_host() {
             .env_remove("all_proxy")
             .env_remove("ALL_PROXY")
             .env_remove("NO_PROXY")
-            .env("http_proxy", &proxy)
+            .env_remove("http_proxy")
+            .env_remove("HTTP_PROXY")
+            .env(proxy_variable, &proxy)
             .env("no_proxy", no_proxy)
             .env("NO_COLOR", "1")
             .output()
             .unwrap();
         crate::sync_status::out(&out)
     };
-    let (code, _, stderr) = render("");
-    assert_eq!(code, 3, "{stderr}");
-    assert!(stderr.contains("403"), "{stderr}");
-    let through_proxy = connections.load(std::sync::atomic::Ordering::SeqCst);
-    assert!(through_proxy >= 1, "git did not use the proxy");
-    let (code, stdout, stderr) = render("127.0.0.1");
+    let mut through_proxy = 0;
+    for variable in ["http_proxy", "HTTP_PROXY"] {
+        let (code, _, stderr) = render(variable, "");
+        assert_eq!(code, 3, "{variable}: {stderr}");
+        assert!(stderr.contains("403"), "{variable}: {stderr}");
+        let before = through_proxy;
+        through_proxy = connections.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(through_proxy > before, "git did not use {variable}");
+    }
+    let (code, stdout, stderr) = render("HTTP_PROXY", "127.0.0.1");
     assert_eq!(
         (code, stdout.as_str()),
         (

@@ -302,9 +302,9 @@ struct GitAuth {
     _files: tempfile::TempDir,
 }
 
-/// The proxy settings of convoy's environment that git (libcurl) reads.
-const PROXY_VARS: [&str; 7] = [
-    "http_proxy",
+/// The proxy settings of convoy's environment that git (libcurl) reads, but for the http
+/// proxy (see [`http_proxy`]).
+const PROXY_VARS: [&str; 6] = [
     "https_proxy",
     "HTTPS_PROXY",
     "all_proxy",
@@ -312,6 +312,16 @@ const PROXY_VARS: [&str; 7] = [
     "no_proxy",
     "NO_PROXY",
 ];
+
+/// The proxy for `http://` sources as Go picks it (`HTTP_PROXY`, else `http_proxy`), which
+/// kubectl, helm and Flux read: git's curl reads only the lower-case name (its guard for CGI
+/// programs, where a request's `Proxy:` header arrives as `HTTP_PROXY`), so a proxy set only
+/// in upper case sent http fetches direct.
+fn http_proxy(env: impl Fn(&str) -> Option<String>) -> Option<String> {
+    ["HTTP_PROXY", "http_proxy"]
+        .into_iter()
+        .find_map(|v| env(v).filter(|value| !value.is_empty()))
+}
 
 /// The transports convoy fetches over; every other one (`ext::`, `fd::`, remote helpers) is
 /// refused by git itself.
@@ -347,11 +357,14 @@ impl GitAuth {
             env.push(("PATH".into(), path.to_string_lossy().into_owned()));
         }
         // The operator's proxy, as the chart and OCI fetches (reqwest) and kubectl use it:
-        // git's curl reads these itself (`http_proxy` only in lower case).
+        // git's curl reads these itself.
         for name in PROXY_VARS {
             if let Ok(value) = std::env::var(name) {
                 env.push((name.to_string(), value));
             }
+        }
+        if let Some(value) = http_proxy(|v| std::env::var(v).ok()) {
+            env.push(("http_proxy".to_string(), value));
         }
         let mut config: Vec<(String, String)> = vec![
             ("credential.helper".into(), String::new()),
@@ -620,6 +633,28 @@ impl Archive {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_http_proxy_is_picked_as_go_picks_it() {
+        let pick = |vars: &[(&str, &str)]| {
+            http_proxy(|name| {
+                vars.iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| v.to_string())
+            })
+        };
+        let upper = "http://upper:3128";
+        let lower = "http://lower:3128";
+        assert_eq!(
+            pick(&[("HTTP_PROXY", upper), ("http_proxy", lower)]).as_deref(),
+            Some(upper)
+        );
+        assert_eq!(
+            pick(&[("HTTP_PROXY", ""), ("http_proxy", lower)]).as_deref(),
+            Some(lower)
+        );
+        assert_eq!(pick(&[]), None);
+    }
 
     /// An unpack whose fetch was given up stops at git's next write, and git is killed: the
     /// blocking thread is not held until git ends on its own.
