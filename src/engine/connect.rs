@@ -286,7 +286,7 @@ pub async fn load_config(source: &KubeconfigSource) -> Result<Config, ConnectErr
         let from_env = std::env::var_os("KUBECONFIG")
             .map(PathBuf::from)
             .filter(|p| !p.as_os_str().is_empty() && !p.to_string_lossy().contains(':'));
-        let config = match source.path.as_ref().or(from_env.as_ref()) {
+        let (config, deferred) = match source.path.as_ref().or(from_env.as_ref()) {
             Some(path) => {
                 // One line for the commonest first-hour mistake, not kube's error chain (which
                 // repeats the operating system's message).
@@ -306,46 +306,65 @@ pub async fn load_config(source: &KubeconfigSource) -> Result<Config, ConnectErr
                         path: Some(path.clone()),
                         source,
                     })?;
-                env_proxy::defer(&mut kubeconfig);
-                Config::from_custom_kubeconfig(kubeconfig, &options)
+                let deferred = env_proxy::defer(&mut kubeconfig, options.context.as_deref());
+                let config = Config::from_custom_kubeconfig(kubeconfig, &options)
                     .await
                     .map_err(|source| ConnectError::Kubeconfig {
                         path: Some(path.clone()),
                         source,
-                    })?
+                    })?;
+                (config, deferred)
             }
             None if source.context.is_some() => {
                 let kubeconfig = |source| ConnectError::Kubeconfig { path: None, source };
                 let mut read = Kubeconfig::read().map_err(kubeconfig)?;
-                env_proxy::defer(&mut read);
-                Config::from_custom_kubeconfig(read, &options)
+                let deferred = env_proxy::defer(&mut read, options.context.as_deref());
+                let config = Config::from_custom_kubeconfig(read, &options)
                     .await
-                    .map_err(kubeconfig)?
+                    .map_err(kubeconfig)?;
+                (config, deferred)
             }
-            // Config::infer: the default kubeconfig, else the in-cluster environment.
-            None => {
-                let mut config = None;
-                if let Ok(mut read) = Kubeconfig::read() {
-                    env_proxy::defer(&mut read);
-                    config = Config::from_custom_kubeconfig(read, &options).await.ok();
+            // The default kubeconfig, else the in-cluster environment, as kubectl goes: only
+            // when there is no kubeconfig at all. A kubeconfig that is there but cannot be used
+            // is an error, never a quiet move to the cluster a pod runs in (Config::infer's
+            // way, which a CLI in a CI pod took to the wrong cluster).
+            None => match Kubeconfig::read() {
+                Ok(mut read) => {
+                    let deferred = env_proxy::defer(&mut read, options.context.as_deref());
+                    let mut config = Config::from_custom_kubeconfig(read, &options)
+                        .await
+                        .map_err(|source| ConnectError::Kubeconfig { path: None, source })?;
                     // As Config::infer does.
-                    if let Some(config) = config.as_mut() {
-                        config.apply_debug_overrides();
-                    }
+                    config.apply_debug_overrides();
+                    (config, deferred)
                 }
-                match config {
-                    Some(config) => config,
-                    None => Config::infer().await.map_err(ConnectError::Infer)?,
-                }
-            }
+                Err(e) if no_kubeconfig(&e) => (
+                    Config::infer().await.map_err(ConnectError::Infer)?,
+                    env_proxy::Deferred::default(),
+                ),
+                Err(source) => return Err(ConnectError::Kubeconfig { path: None, source }),
+            },
         };
-        with_env_proxy(config)
+        with_env_proxy(config, deferred)
     }
 }
 
-/// `config` with the environment's proxy for its server where its kubeconfig named none.
-fn with_env_proxy(mut config: Config) -> Result<Config, ConnectError> {
-    env_proxy::choose(&mut config).map_err(ConnectError::Proxy)?;
+/// There is no kubeconfig to read: no home directory, or no file where it would be.
+fn no_kubeconfig(error: &kube::config::KubeconfigError) -> bool {
+    use kube::config::KubeconfigError;
+    match error {
+        KubeconfigError::FindPath => true,
+        KubeconfigError::ReadConfig(e, _) => e.kind() == std::io::ErrorKind::NotFound,
+        _ => false,
+    }
+}
+
+/// `config` with its kubeconfig's proxy, or else the environment's proxy for its server.
+fn with_env_proxy(
+    mut config: Config,
+    deferred: env_proxy::Deferred,
+) -> Result<Config, ConnectError> {
+    env_proxy::choose(&mut config, deferred).map_err(ConnectError::Proxy)?;
     Ok(config)
 }
 
@@ -369,11 +388,11 @@ impl Connection {
         let mut kubeconfig = Kubeconfig::from_yaml(yaml)
             .map_err(|source| ConnectError::Kubeconfig { path: None, source })?;
         policy.check(&kubeconfig)?;
-        env_proxy::defer(&mut kubeconfig);
+        let deferred = env_proxy::defer(&mut kubeconfig, None);
         let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
             .map_err(|source| ConnectError::Kubeconfig { path: None, source })?;
-        let config = with_env_proxy(config)?;
+        let config = with_env_proxy(config, deferred)?;
         policy.check_destination(&config)?;
         let mut conn = Self::from_config(config)?;
         conn.identity = identity;

@@ -4,10 +4,11 @@
 //!
 //! kube reads the environment itself, but otherwise: `HTTPS_PROXY` for every server, and
 //! `NO_PROXY` tested against the proxy's own address, so `HTTPS_PROXY=http://10.1.2.3:3128`
-//! with `NO_PROXY=10.0.0.0/8` (a common corporate setting) sent every cluster direct. So every
-//! kubeconfig cluster without a `proxy-url` gets a stand-in before kube reads it ([`defer`])
-//! and convoy puts the environment's choice in its place ([`choose`]), with hyper-util's
-//! matcher for `NO_PROXY`. (kube still parses `NO_PROXY` while a proxy is set, and refuses
+//! with `NO_PROXY=10.0.0.0/8` (a common corporate setting) sent every cluster direct, and a
+//! kubeconfig's `proxy-url` at such an address too. So every cluster's `proxy-url` is taken
+//! out of kube's sight, every cluster gets a stand-in while the environment names a proxy
+//! ([`defer`]), and convoy puts back the kubeconfig's own proxy or the environment's choice
+//! ([`choose`]), with hyper-util's matcher for `NO_PROXY`. (kube still parses `NO_PROXY` while a proxy is set, and refuses
 //! values Go accepts, such as a trailing comma or `*` among other entries: the binary tidies
 //! the variables first, [`tidy_no_proxy`]. hyper-util's `.example.com` matches the domain
 //! too, Go's its subdomains only: [`for_server`] keeps Go's.)
@@ -15,7 +16,7 @@
 use kube::Config;
 use kube::config::Kubeconfig;
 
-/// Stands in for "no proxy-url" so kube does not read the environment (`.invalid` never
+/// Stands in for every cluster's proxy so kube does not read the environment (`.invalid` never
 /// resolves, so it cannot be reached if it were ever used).
 const STAND_IN_HOST: &str = "convoy-environment-proxy.invalid";
 
@@ -30,23 +31,43 @@ pub struct EnvProxyError {
     why: &'static str,
 }
 
-/// Give every cluster of `kubeconfig` that names no `proxy-url` the stand-in, when the
-/// environment names a proxy (kube parses `NO_PROXY` whenever a proxy is in play, stand-in
-/// or not, and refuses what Go accepts: without a proxy it is left unread, as before).
-pub fn defer(kubeconfig: &mut Kubeconfig) {
+/// The `proxy-url` of the kubeconfig's chosen cluster, which [`defer`] took out of kube's
+/// sight for [`choose`] to put back.
+#[derive(Debug, Clone, Default)]
+pub struct Deferred {
+    own: Option<String>,
+}
+
+/// Take every cluster's `proxy-url` out of `kubeconfig` (kept for the cluster `context`, or
+/// the current context, names) and, when the environment names a proxy, give every cluster
+/// the stand-in. kube tests `NO_PROXY` against any proxy it is given and drops one it names:
+/// kubectl uses a kubeconfig's `proxy-url` whatever `NO_PROXY` says (`proxy-url:
+/// http://10.1.2.3:3128` with `NO_PROXY=10.0.0.0/8` went direct), and applies `NO_PROXY`
+/// only to the environment's proxy, per server, which [`choose`] does. kube parses `NO_PROXY`
+/// whenever a proxy is in play, stand-in or not; without one it is left unread.
+pub fn defer(kubeconfig: &mut Kubeconfig, context: Option<&str>) -> Deferred {
+    let context = context.or(kubeconfig.current_context.as_deref());
+    let chosen = kubeconfig
+        .contexts
+        .iter()
+        .find(|c| Some(c.name.as_str()) == context)
+        .and_then(|c| c.context.as_ref())
+        .map(|c| c.cluster.clone());
+    let own = kubeconfig
+        .clusters
+        .iter()
+        .find(|c| Some(&c.name) == chosen.as_ref())
+        .and_then(|c| c.cluster.as_ref()?.proxy_url.clone())
+        .filter(|p| !p.is_empty());
     let named_in_env = ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"]
         .iter()
         .any(|v| std::env::var(v).is_ok_and(|value| !value.is_empty()));
-    if !named_in_env {
-        return;
-    }
     for named in &mut kubeconfig.clusters {
-        if let Some(cluster) = named.cluster.as_mut()
-            && cluster.proxy_url.as_deref().is_none_or(str::is_empty)
-        {
-            cluster.proxy_url = Some(format!("http://{STAND_IN_HOST}"));
+        if let Some(cluster) = named.cluster.as_mut() {
+            cluster.proxy_url = named_in_env.then(|| format!("http://{STAND_IN_HOST}"));
         }
     }
+    Deferred { own }
 }
 
 /// `NO_PROXY` as kube can parse it, meaning what Go reads in it, when kube would refuse it:
@@ -70,8 +91,16 @@ pub fn tidy_no_proxy(value: &str) -> Option<String> {
     })
 }
 
-/// Replace the stand-in in `config` with the environment's proxy for its server (or none).
-pub fn choose(config: &mut Config) -> Result<(), EnvProxyError> {
+/// Put the kubeconfig's own proxy back in `config`, or else the environment's proxy for its
+/// server (or none) in place of the stand-in.
+pub fn choose(config: &mut Config, deferred: Deferred) -> Result<(), EnvProxyError> {
+    if let Some(own) = deferred.own {
+        config.proxy_url = Some(own.parse::<http::Uri>().map_err(|_| EnvProxyError {
+            variable: "the kubeconfig's proxy-url",
+            why: "does not parse as a URL",
+        })?);
+        return Ok(());
+    }
     let stand_in = config
         .proxy_url
         .as_ref()
@@ -139,6 +168,11 @@ pub fn for_server(
         .into_iter()
         .find_map(|v| env(v).filter(|value| !value.is_empty()))
         .unwrap_or_default();
+    // `*` among the entries means every host, addresses too (hyper-util's `*` names only
+    // host names).
+    if no_proxy.split(',').any(|e| e.trim() == "*") {
+        return Ok(None);
+    }
     let no_proxy: Vec<String> = no_proxy
         .split(',')
         .map(str::trim)
@@ -149,10 +183,11 @@ pub fn for_server(
                 .map_or(entry.to_string(), |d| format!(".{d}"));
             match entry.rsplit_once(':') {
                 // An IPv6 address holds colons of its own; a port follows a host or `]`.
+                // Go reads `*:6443` and `10.0.0.0/8:6443` as names no host has.
                 Some((host, p))
                     if p.parse::<u16>().is_ok() && (!host.contains(':') || host.ends_with(']')) =>
                 {
-                    (p.parse::<u16>().ok() == Some(port))
+                    (p.parse::<u16>().ok() == Some(port) && host != "*" && !host.contains('/'))
                         .then(|| host.trim_matches(['[', ']']).to_string())
                 }
                 _ => Some(entry),
@@ -178,6 +213,39 @@ pub fn for_server(
 #[cfg(test)]
 mod tests {
     use super::{for_server, tidy_no_proxy};
+
+    /// The chosen cluster's proxy-url is kept for `choose`, and no cluster's is left for kube
+    /// to test against NO_PROXY.
+    #[test]
+    fn defer_keeps_the_chosen_clusters_proxy_and_hides_every_one_from_kube() {
+        let yaml = "apiVersion: v1\nkind: Config\ncurrent-context: a\n\
+            clusters:\n\
+            - {name: ca, cluster: {server: 'https://a.example.com', proxy-url: 'http://pa:3128'}}\n\
+            - {name: cb, cluster: {server: 'https://b.example.com', proxy-url: 'socks5://pb:1080'}}\n\
+            - {name: cc, cluster: {server: 'https://c.example.com'}}\n\
+            contexts:\n\
+            - {name: a, context: {cluster: ca, user: u}}\n\
+            - {name: b, context: {cluster: cb, user: u}}\n\
+            - {name: c, context: {cluster: cc, user: u}}\n";
+        for (context, own) in [
+            (None, Some("http://pa:3128")),
+            (Some("b"), Some("socks5://pb:1080")),
+            (Some("c"), None),
+            (Some("missing"), None),
+        ] {
+            let mut kubeconfig = kube::config::Kubeconfig::from_yaml(yaml).unwrap();
+            let deferred = super::defer(&mut kubeconfig, context);
+            assert_eq!(deferred.own.as_deref(), own, "{context:?}");
+            for named in &kubeconfig.clusters {
+                let left = named.cluster.as_ref().unwrap().proxy_url.as_deref();
+                assert!(
+                    left.is_none_or(|p| p.contains(super::STAND_IN_HOST)),
+                    "{}: {left:?}",
+                    named.name
+                );
+            }
+        }
+    }
 
     #[test]
     fn no_proxy_is_tidied_only_where_kube_would_refuse_what_go_reads() {
@@ -253,10 +321,26 @@ mod tests {
             ("example.com", false),
             ("other.example.com,,", true),
             ("*", false),
+            ("*:6443", true),
         ] {
             let got = proxy(api, &[set[0], ("NO_PROXY", no_proxy)]);
             assert_eq!(got.is_some(), proxied, "NO_PROXY={no_proxy}");
         }
+        // A CIDR with a port names nothing, as in Go; `*` names addresses too.
+        assert!(
+            proxy(
+                "https://10.1.2.4:6443",
+                &[set[0], ("NO_PROXY", "10.0.0.0/8:6443")]
+            )
+            .is_some()
+        );
+        assert_eq!(
+            proxy(
+                "https://10.1.2.4:6443",
+                &[set[0], ("NO_PROXY", "a.example.com,*")]
+            ),
+            None
+        );
         // `.domain` and `*.domain` name the subdomains, not the domain; `domain` names both.
         for (no_proxy, proxied) in [
             (".example.com", true),

@@ -284,6 +284,36 @@ fn a_missing_kubeconfig_is_one_line_with_the_fix() {
     insta::assert_snapshot!("missing_kubeconfig", stderr);
 }
 
+/// The default kubeconfig (`~/.kube/config`, no `--kubeconfig` or `KUBECONFIG`) that is there
+/// but cannot be used is named with its fault, as kubectl does: convoy used to fall back to
+/// the in-cluster environment, so a CLI in a pod acted on the pod's own cluster instead.
+#[test]
+fn a_default_kubeconfig_that_cannot_be_used_is_an_error_not_the_pods_cluster() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir(home.path().join(".kube")).unwrap();
+    std::fs::write(
+        home.path().join(".kube/config"),
+        "apiVersion: v1\nkind: Config\ncurrent-context: gone\nclusters: []\ncontexts: []\nusers: []\n",
+    )
+    .unwrap();
+    let o = Command::new(convoy_bin())
+        .arg("get")
+        .env("HOME", home.path())
+        .env_remove("KUBECONFIG")
+        // What a pod's environment says (the token file is not there: kube's in-cluster
+        // config would fail on it, naming the in-cluster environment).
+        .env("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+        .env("KUBERNETES_SERVICE_PORT", "443")
+        .output()
+        .unwrap();
+    let (code, _, stderr) = out(&o);
+    assert_eq!(code, 4, "{stderr}");
+    assert!(
+        stderr.starts_with("error: cannot load the kubeconfig: ") && stderr.contains("gone"),
+        "{stderr}"
+    );
+}
+
 #[tokio::test]
 async fn history_without_the_store_namespace_says_so() {
     let f = Fixture::new(
@@ -416,6 +446,34 @@ async fn the_environments_proxy_is_used_unless_no_proxy_names_the_server() {
         assert!(!stderr.contains("through the proxy"), "{stderr}");
     }
     assert_eq!(through(), 1, "through the proxy");
+    // A kubeconfig's own proxy-url is used whatever NO_PROXY says, as kubectl uses it (kube
+    // dropped it when NO_PROXY named the proxy's address, and went direct).
+    let own = scratch.path().join("own.kubeconfig");
+    let far_text = std::fs::read_to_string(&far).unwrap();
+    std::fs::write(
+        &own,
+        far_text.replace(
+            "server: https://api.example.invalid:6443",
+            &format!(
+                "server: https://api.example.invalid:6443\n    proxy-url: http://127.0.0.2:{port}"
+            ),
+        ),
+    )
+    .unwrap();
+    for (https_proxy, no_proxy) in [
+        ("", "127.0.0.2"),
+        ("", "*"),
+        (proxy.as_str(), "127.0.0.0/8"),
+    ] {
+        let before = through();
+        let (code, _, stderr) = get(&own, https_proxy, no_proxy);
+        assert_eq!(code, 3, "{stderr}");
+        assert_eq!(
+            through(),
+            before + 1,
+            "not through proxy-url, NO_PROXY={no_proxy}: {stderr}"
+        );
+    }
     // A proxy convoy cannot use is named by its variable, not its value (exit 4: invalid
     // input, which a retry does not fix).
     let (code, _, unusable) = get(&far, "https://convoy:proxy-secret@127.0.0.2:1", "");

@@ -302,25 +302,28 @@ struct GitAuth {
     _files: tempfile::TempDir,
 }
 
-/// The proxy settings of convoy's environment that git (libcurl) reads, but for the http
-/// proxy (see [`http_proxy`]).
-const PROXY_VARS: [&str; 6] = [
-    "https_proxy",
-    "HTTPS_PROXY",
-    "all_proxy",
-    "ALL_PROXY",
-    "no_proxy",
-    "NO_PROXY",
-];
-
-/// The proxy for `http://` sources as Go picks it (`HTTP_PROXY`, else `http_proxy`), which
-/// kubectl, helm and Flux read: git's curl reads only the lower-case name (its guard for CGI
-/// programs, where a request's `Proxy:` header arrives as `HTTP_PROXY`), so a proxy set only
-/// in upper case sent http fetches direct.
-fn http_proxy(env: impl Fn(&str) -> Option<String>) -> Option<String> {
-    ["HTTP_PROXY", "http_proxy"]
-        .into_iter()
-        .find_map(|v| env(v).filter(|value| !value.is_empty()))
+/// The proxy settings of convoy's environment for git's curl, each as Go picks it (kubectl,
+/// helm, Flux): the upper-case name first, an empty value passed over; given in lower case
+/// only. curl reads the lower-case name first, takes an empty one as "none" (an empty
+/// `https_proxy` beside `HTTPS_PROXY` turned the proxy off, an empty `no_proxy` dropped
+/// `NO_PROXY`), and `http_proxy` only in lower case (its guard for CGI programs, where a
+/// request's `Proxy:` header arrives as `HTTP_PROXY`): an upper-case proxy sent http fetches
+/// direct. (`all_proxy` is curl's alone.)
+fn proxy_env(env: impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
+    [
+        ("http_proxy", ["HTTP_PROXY", "http_proxy"]),
+        ("https_proxy", ["HTTPS_PROXY", "https_proxy"]),
+        ("all_proxy", ["ALL_PROXY", "all_proxy"]),
+        ("no_proxy", ["NO_PROXY", "no_proxy"]),
+    ]
+    .into_iter()
+    .filter_map(|(name, read)| {
+        let value = read
+            .into_iter()
+            .find_map(|v| env(v).filter(|value| !value.is_empty()))?;
+        Some((name.to_string(), value))
+    })
+    .collect()
 }
 
 /// The transports convoy fetches over; every other one (`ext::`, `fd::`, remote helpers) is
@@ -357,15 +360,7 @@ impl GitAuth {
             env.push(("PATH".into(), path.to_string_lossy().into_owned()));
         }
         // The operator's proxy, as the chart and OCI fetches (reqwest) and kubectl use it:
-        // git's curl reads these itself.
-        for name in PROXY_VARS {
-            if let Ok(value) = std::env::var(name) {
-                env.push((name.to_string(), value));
-            }
-        }
-        if let Some(value) = http_proxy(|v| std::env::var(v).ok()) {
-            env.push(("http_proxy".to_string(), value));
-        }
+        env.extend(proxy_env(|v| std::env::var(v).ok()));
         let mut config: Vec<(String, String)> = vec![
             ("credential.helper".into(), String::new()),
             ("core.hooksPath".into(), hooks.display().to_string()),
@@ -635,25 +630,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_http_proxy_is_picked_as_go_picks_it() {
+    fn the_proxy_settings_are_picked_as_go_picks_them_and_given_in_lower_case() {
         let pick = |vars: &[(&str, &str)]| {
-            http_proxy(|name| {
+            proxy_env(|name| {
                 vars.iter()
                     .find(|(n, _)| *n == name)
                     .map(|(_, v)| v.to_string())
             })
         };
-        let upper = "http://upper:3128";
-        let lower = "http://lower:3128";
+        let given = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(
-            pick(&[("HTTP_PROXY", upper), ("http_proxy", lower)]).as_deref(),
-            Some(upper)
+            pick(&[
+                ("HTTP_PROXY", "http://upper:3128"),
+                ("http_proxy", "http://lower:3128"),
+                ("HTTPS_PROXY", "http://secure:3128"),
+                ("https_proxy", ""),
+                ("NO_PROXY", "a.example.com"),
+                ("no_proxy", ""),
+            ]),
+            given(&[
+                ("http_proxy", "http://upper:3128"),
+                ("https_proxy", "http://secure:3128"),
+                ("no_proxy", "a.example.com"),
+            ])
         );
         assert_eq!(
-            pick(&[("HTTP_PROXY", ""), ("http_proxy", lower)]).as_deref(),
-            Some(lower)
+            pick(&[("HTTP_PROXY", ""), ("http_proxy", "http://lower:3128")]),
+            given(&[("http_proxy", "http://lower:3128")])
         );
-        assert_eq!(pick(&[]), None);
+        assert_eq!(pick(&[]), given(&[]));
     }
 
     /// An unpack whose fetch was given up stops at git's next write, and git is killed: the
