@@ -144,6 +144,31 @@ pub fn for_server(
             "names a proxy scheme convoy cannot reach API servers through (http and socks5 only)",
         ));
     }
+    Ok((!exempt(server, &env)).then_some(uri))
+}
+
+/// The proxy `env` gives a source fetched from `url` (http or https) by a tool of its own
+/// (git, whose curl has rules of its own), as Go picks it for the same URL: the variable and
+/// its value as set, or `None` for a direct fetch. curl's `ALL_PROXY` comes after Go's names.
+pub fn for_source(
+    url: &http::Uri,
+    env: impl Fn(&str) -> Option<String>,
+) -> Option<(&'static str, String)> {
+    let variables: [&str; 4] = if url.scheme_str() == Some("http") {
+        ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"]
+    } else {
+        ["HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"]
+    };
+    let chosen = variables.into_iter().find_map(|v| {
+        env(v)
+            .filter(|value| !value.is_empty())
+            .map(|value| (v, value))
+    })?;
+    (!exempt(url, &env)).then_some(chosen)
+}
+
+/// Go sends no request for `server` through a proxy: loopback, or `NO_PROXY` names it.
+fn exempt(server: &http::Uri, env: &impl Fn(&str) -> Option<String>) -> bool {
     // Go never sends loopback through a proxy.
     let host = server.host().unwrap_or_default().trim_matches(['[', ']']);
     let loopback = host.eq_ignore_ascii_case("localhost")
@@ -151,7 +176,7 @@ pub fn for_server(
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback());
     if loopback {
-        return Ok(None);
+        return true;
     }
     // NO_PROXY as Go reads it (the first of NO_PROXY, no_proxy that is not empty), matched by
     // hyper-util (hosts, domains and their subdomains, IPs, CIDRs, `*`); a `host:port` entry
@@ -171,7 +196,7 @@ pub fn for_server(
     // `*` among the entries means every host, addresses too (hyper-util's `*` names only
     // host names).
     if no_proxy.split(',').any(|e| e.trim() == "*") {
-        return Ok(None);
+        return true;
     }
     let no_proxy: Vec<String> = no_proxy
         .split(',')
@@ -199,20 +224,19 @@ pub fn for_server(
                 .is_none_or(|domain| !domain.eq_ignore_ascii_case(host))
         })
         .collect();
+    // The matcher intercepts only where a proxy is set: any stands for the one chosen.
+    let any = "http://proxy.invalid";
     let matcher = hyper_util::client::proxy::matcher::Matcher::builder()
-        .http(value.as_str())
-        .https(value.as_str())
+        .http(any)
+        .https(any)
         .no(no_proxy.join(","))
         .build();
-    if matcher.intercept(server).is_none() {
-        return Ok(None);
-    }
-    Ok(Some(uri))
+    matcher.intercept(server).is_none()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{for_server, tidy_no_proxy};
+    use super::{for_server, for_source, tidy_no_proxy};
 
     /// The chosen cluster's proxy-url is kept for `choose`, and no cluster's is left for kube
     /// to test against NO_PROXY.
@@ -245,6 +269,37 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A source's proxy by Go's rules, where git's curl has its own: loopback direct,
+    /// `*.domain` and `host:port` entries read; `ALL_PROXY` last.
+    #[test]
+    fn a_sources_proxy_is_picked_by_gos_rules() {
+        let pick = |url: &str, vars: &[(&str, &str)]| {
+            let env = |name: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| v.to_string())
+            };
+            for_source(&url.parse().unwrap(), env).map(|(_, value)| value)
+        };
+        let http = ("HTTP_PROXY", "http://p:3128");
+        let git = "http://git.corp.example.com/repo.git";
+        assert_eq!(pick(git, &[http]).as_deref(), Some("http://p:3128"));
+        assert_eq!(pick("http://127.0.0.1:8080/r.git", &[http]), None);
+        assert_eq!(pick(git, &[http, ("NO_PROXY", "*.corp.example.com")]), None);
+        assert_eq!(
+            pick(git, &[http, ("NO_PROXY", "git.corp.example.com:80")]),
+            None
+        );
+        assert!(pick(git, &[http, ("NO_PROXY", "git.corp.example.com:443")]).is_some());
+        // An https source reads HTTPS_PROXY, then curl's ALL_PROXY.
+        let https = "https://git.corp.example.com/repo.git";
+        assert_eq!(pick(https, &[http]), None);
+        assert_eq!(
+            pick(https, &[http, ("all_proxy", "socks5h://s:1080")]).as_deref(),
+            Some("socks5h://s:1080")
+        );
     }
 
     #[test]

@@ -920,9 +920,10 @@ fn an_object_name_or_namespace_that_would_change_the_requests_path_is_refused() 
 
 /// Git fetches through the proxy of convoy's environment, as the chart and OCI fetches and
 /// kubectl do (git ran with none before: a GitRepository behind a corporate proxy could not
-/// be fetched): `http_proxy` carries the fetch (here to a proxy that refuses it: exit 3), and
-/// `HTTP_PROXY` alone as well, as Go reads it (git's curl reads only the lower-case name, so
-/// the fetch went direct), unless `no_proxy` names the host.
+/// be fetched), chosen by Go's rules as kubectl and Flux choose it, not by git's curl's:
+/// `http_proxy` or `HTTP_PROXY` carries the fetch (here to a proxy that refuses it: exit 3;
+/// curl read only the lower-case name), unless `NO_PROXY` names the host (`*.domain:port`,
+/// which curl does not read), and loopback is fetched direct (curl sent it to the proxy).
 #[test]
 fn git_fetches_through_the_environments_proxy_unless_no_proxy_names_the_host() {
     let repo = GitRepo::new();
@@ -935,14 +936,14 @@ fn git_fetches_through_the_environments_proxy_unless_no_proxy_names_the_host() {
     );
     let server = crate::support::servers::http_server(repo.base(), None, true);
     let (port, connections) = crate::support::servers::refusing_proxy("127.0.0.2:0");
+    let through = || connections.load(std::sync::atomic::Ordering::SeqCst);
     let dir = tempfile::tempdir().unwrap();
-    let file = release_file(
-        dir.path(),
-        &format!("http://127.0.0.1:{}/repo.git", server.port),
-        "    path: app\n",
-    );
-    let proxy = format!("http://127.0.0.2:{port}");
-    let render = |proxy_variable: &str, no_proxy: &str| {
+    let render = |host: &str, proxy_variable: &str, no_proxy: &str| {
+        let file = release_file(
+            dir.path(),
+            &format!("http://{host}:{}/repo.git", server.port),
+            "    path: app\n",
+        );
         let cache = tempfile::tempdir().unwrap();
         let out = Command::new(convoy_bin())
             .args(["render", "-f", &file])
@@ -953,26 +954,34 @@ fn git_fetches_through_the_environments_proxy_unless_no_proxy_names_the_host() {
             .env_remove("HTTPS_PROXY")
             .env_remove("all_proxy")
             .env_remove("ALL_PROXY")
-            .env_remove("NO_PROXY")
+            .env_remove("no_proxy")
             .env_remove("http_proxy")
             .env_remove("HTTP_PROXY")
-            .env(proxy_variable, &proxy)
-            .env("no_proxy", no_proxy)
+            .env(proxy_variable, format!("http://127.0.0.2:{port}"))
+            .env("NO_PROXY", no_proxy)
             .env("NO_COLOR", "1")
             .output()
             .unwrap();
         crate::sync_status::out(&out)
     };
-    let mut through_proxy = 0;
+    // A name only the proxy could reach.
+    let far = "git.example.invalid";
     for variable in ["http_proxy", "HTTP_PROXY"] {
-        let (code, _, stderr) = render(variable, "");
+        let before = through();
+        let (code, _, stderr) = render(far, variable, "");
         assert_eq!(code, 3, "{variable}: {stderr}");
         assert!(stderr.contains("403"), "{variable}: {stderr}");
-        let before = through_proxy;
-        through_proxy = connections.load(std::sync::atomic::Ordering::SeqCst);
-        assert!(through_proxy > before, "git did not use {variable}");
+        assert!(through() > before, "git did not use {variable}");
     }
-    let (code, stdout, stderr) = render("HTTP_PROXY", "127.0.0.1");
+    let before = through();
+    let (code, _, stderr) = render(
+        far,
+        "HTTP_PROXY",
+        &format!("*.example.invalid:{}", server.port),
+    );
+    assert_eq!(code, 3, "{stderr}");
+    assert!(!stderr.contains("403"), "{stderr}");
+    let (code, stdout, stderr) = render("127.0.0.1", "HTTP_PROXY", "");
     assert_eq!(
         (code, stdout.as_str()),
         (
@@ -981,10 +990,7 @@ fn git_fetches_through_the_environments_proxy_unless_no_proxy_names_the_host() {
         ),
         "{stderr}"
     );
-    assert_eq!(
-        connections.load(std::sync::atomic::Ordering::SeqCst),
-        through_proxy
-    );
+    assert_eq!(through(), before, "through the proxy");
 }
 
 /// A lifecycle hook named like a content hook's entry (Kind/namespace/name) is refused at

@@ -21,6 +21,7 @@ use tokio::process::Command;
 use super::archive;
 use super::cache::{Cache, UntilGivenUp};
 use super::{Artifact, Credentials, GitReference, SourceError, SourcePolicy};
+use crate::engine::env_proxy;
 use crate::engine::tools::Tool;
 
 /// Fetch `reference` of `url` and unpack it into the cache, in the part of the cache that
@@ -51,9 +52,9 @@ pub async fn fetch(
 
     let mirror = cache.use_git_mirror(scope, url);
     let auth = GitAuth::new(
+        url,
         credentials,
         cache,
-        url.starts_with("file://"),
         !policy.allowed_urls.is_restricted(),
     )?;
     let runner = Runner {
@@ -302,28 +303,16 @@ struct GitAuth {
     _files: tempfile::TempDir,
 }
 
-/// The proxy settings of convoy's environment for git's curl, each as Go picks it (kubectl,
-/// helm, Flux): the upper-case name first, an empty value passed over; given in lower case
-/// only. curl reads the lower-case name first, takes an empty one as "none" (an empty
-/// `https_proxy` beside `HTTPS_PROXY` turned the proxy off, an empty `no_proxy` dropped
-/// `NO_PROXY`), and `http_proxy` only in lower case (its guard for CGI programs, where a
-/// request's `Proxy:` header arrives as `HTTP_PROXY`): an upper-case proxy sent http fetches
-/// direct. (`all_proxy` is curl's alone.)
-fn proxy_env(env: impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
-    [
-        ("http_proxy", ["HTTP_PROXY", "http_proxy"]),
-        ("https_proxy", ["HTTPS_PROXY", "https_proxy"]),
-        ("all_proxy", ["ALL_PROXY", "all_proxy"]),
-        ("no_proxy", ["NO_PROXY", "no_proxy"]),
-    ]
-    .into_iter()
-    .filter_map(|(name, read)| {
-        let value = read
-            .into_iter()
-            .find_map(|v| env(v).filter(|value| !value.is_empty()))?;
-        Some((name.to_string(), value))
-    })
-    .collect()
+/// `value` names a proxy host, as git reads it (no scheme meaning http).
+fn proxy_parses(value: &str) -> bool {
+    let value = if value.contains("://") {
+        value.to_string()
+    } else {
+        format!("http://{value}")
+    };
+    value
+        .parse::<http::Uri>()
+        .is_ok_and(|uri| uri.host().is_some_and(|h| !h.is_empty()))
 }
 
 /// The transports convoy fetches over; every other one (`ext::`, `fd::`, remote helpers) is
@@ -332,11 +321,12 @@ pub(crate) const ALLOWED_PROTOCOLS: [&str; 4] = ["git", "http", "https", "ssh"];
 
 impl GitAuth {
     fn new(
+        url: &str,
         credentials: Option<&Credentials>,
         cache: &Cache,
-        file_transport: bool,
         follow_redirects: bool,
     ) -> Result<Self, SourceError> {
+        let file_transport = url.starts_with("file://");
         let dir = cache.staging()?;
         let home = dir.path().join("home");
         let hooks = dir.path().join("hooks");
@@ -359,8 +349,6 @@ impl GitAuth {
         if let Some(path) = std::env::var_os("PATH") {
             env.push(("PATH".into(), path.to_string_lossy().into_owned()));
         }
-        // The operator's proxy, as the chart and OCI fetches (reqwest) and kubectl use it:
-        env.extend(proxy_env(|v| std::env::var(v).ok()));
         let mut config: Vec<(String, String)> = vec![
             ("credential.helper".into(), String::new()),
             ("core.hooksPath".into(), hooks.display().to_string()),
@@ -372,6 +360,29 @@ impl GitAuth {
         }
         if file_transport {
             config.push(("protocol.file.allow".into(), "always".into()));
+        }
+        // The operator's proxy for this URL, chosen by Go's rules as kubectl, helm and Flux
+        // choose it, given as http.proxy (empty: direct), and no proxy variable: git's curl
+        // reads them by rules of its own (lower case first, an empty one meaning none,
+        // `http_proxy` in lower case only, loopback not exempt, `*.domain` and `host:port`
+        // entries of NO_PROXY naming nothing).
+        if let Ok(uri) = url.parse::<http::Uri>()
+            && matches!(uri.scheme_str(), Some("http" | "https"))
+        {
+            let proxy = match env_proxy::for_source(&uri, |v| std::env::var(v).ok()) {
+                // git would quote a proxy it cannot read, credentials and all.
+                Some((variable, value)) if !proxy_parses(&value) => {
+                    return Err(SourceError::not_ready(
+                        url,
+                        format!(
+                            "{variable} does not parse as a proxy URL (scheme://[user:password@]host:port)"
+                        ),
+                    ));
+                }
+                Some((_, value)) => value,
+                None => String::new(),
+            };
+            config.push(("http.proxy".into(), proxy));
         }
         if !follow_redirects {
             // Under an allow-list a redirect could lead anywhere (git follows the first
@@ -630,40 +641,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_proxy_settings_are_picked_as_go_picks_them_and_given_in_lower_case() {
-        let pick = |vars: &[(&str, &str)]| {
-            proxy_env(|name| {
-                vars.iter()
-                    .find(|(n, _)| *n == name)
-                    .map(|(_, v)| v.to_string())
-            })
-        };
-        let given = |pairs: &[(&str, &str)]| {
-            pairs
-                .iter()
-                .map(|(n, v)| (n.to_string(), v.to_string()))
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(
-            pick(&[
-                ("HTTP_PROXY", "http://upper:3128"),
-                ("http_proxy", "http://lower:3128"),
-                ("HTTPS_PROXY", "http://secure:3128"),
-                ("https_proxy", ""),
-                ("NO_PROXY", "a.example.com"),
-                ("no_proxy", ""),
-            ]),
-            given(&[
-                ("http_proxy", "http://upper:3128"),
-                ("https_proxy", "http://secure:3128"),
-                ("no_proxy", "a.example.com"),
-            ])
-        );
-        assert_eq!(
-            pick(&[("HTTP_PROXY", ""), ("http_proxy", "http://lower:3128")]),
-            given(&[("http_proxy", "http://lower:3128")])
-        );
-        assert_eq!(pick(&[]), given(&[]));
+    fn a_proxy_git_could_not_read_is_told_apart() {
+        for (value, parses) in [
+            ("10.1.2.3:3128", true),
+            ("http://user:secret@proxy.example.com:3128", true),
+            ("socks5h://s:1080", true),
+            ("http://", false),
+            ("http:// spaced", false),
+        ] {
+            assert_eq!(proxy_parses(value), parses, "{value}");
+        }
     }
 
     /// An unpack whose fetch was given up stops at git's next write, and git is killed: the
