@@ -317,7 +317,10 @@ pub async fn load_config(source: &KubeconfigSource) -> Result<Config, ConnectErr
             }
             None if source.context.is_some() => {
                 let kubeconfig = |source| ConnectError::Kubeconfig { path: None, source };
-                let mut read = Kubeconfig::read().map_err(kubeconfig)?;
+                // No kubeconfig: kube names the context it cannot find.
+                let mut read = read_default_kubeconfig()
+                    .map_err(kubeconfig)?
+                    .unwrap_or_default();
                 let deferred = env_proxy::defer(&mut read, options.context.as_deref());
                 let config = Config::from_custom_kubeconfig(read, &options)
                     .await
@@ -328,8 +331,8 @@ pub async fn load_config(source: &KubeconfigSource) -> Result<Config, ConnectErr
             // when there is no kubeconfig at all. A kubeconfig that is there but cannot be used
             // is an error, never a quiet move to the cluster a pod runs in (Config::infer's
             // way, which a CLI in a CI pod took to the wrong cluster).
-            None => match Kubeconfig::read() {
-                Ok(mut read) => {
+            None => match read_default_kubeconfig() {
+                Ok(Some(mut read)) => {
                     let deferred = env_proxy::defer(&mut read, options.context.as_deref());
                     let mut config = Config::from_custom_kubeconfig(read, &options)
                         .await
@@ -338,7 +341,7 @@ pub async fn load_config(source: &KubeconfigSource) -> Result<Config, ConnectErr
                     config.apply_debug_overrides();
                     (config, deferred)
                 }
-                Err(e) if no_kubeconfig(&e) => (
+                Ok(None) => (
                     Config::infer().await.map_err(ConnectError::Infer)?,
                     env_proxy::Deferred::default(),
                 ),
@@ -349,14 +352,49 @@ pub async fn load_config(source: &KubeconfigSource) -> Result<Config, ConnectErr
     }
 }
 
-/// There is no kubeconfig to read: no home directory, or no file where it would be.
-fn no_kubeconfig(error: &kube::config::KubeconfigError) -> bool {
+/// The kubeconfig kubectl would read without `--kubeconfig`: the files a `KUBECONFIG` list
+/// names that exist, merged, else `~/.kube/config`; `None` when there is none, or it is empty
+/// (kubectl goes to the in-cluster environment then, and only then).
+fn read_default_kubeconfig() -> Result<Option<Kubeconfig>, kube::config::KubeconfigError> {
     use kube::config::KubeconfigError;
-    match error {
+    let missing = |e: &KubeconfigError| match e {
         KubeconfigError::FindPath => true,
         KubeconfigError::ReadConfig(e, _) => e.kind() == std::io::ErrorKind::NotFound,
         _ => false,
-    }
+    };
+    let listed: Vec<PathBuf> = std::env::var_os("KUBECONFIG")
+        .map(|v| std::env::split_paths(&v).collect())
+        .unwrap_or_default();
+    let listed: Vec<PathBuf> = listed
+        .into_iter()
+        .filter(|p| !p.as_os_str().is_empty())
+        .collect();
+    let read = if listed.is_empty() {
+        match Kubeconfig::read() {
+            Ok(read) => Some(read),
+            Err(e) if missing(&e) => None,
+            Err(e) => return Err(e),
+        }
+    } else {
+        // kubectl passes over a listed file that is not there.
+        let mut merged: Option<Kubeconfig> = None;
+        for path in listed {
+            match Kubeconfig::read_from(&path) {
+                Ok(next) => {
+                    merged = Some(match merged {
+                        Some(m) => m.merge(next)?,
+                        None => next,
+                    })
+                }
+                Err(e) if missing(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        merged
+    };
+    Ok(read.filter(|k| {
+        k.current_context.is_some() || !k.clusters.is_empty() || !k.contexts.is_empty()
+    }))
 }
 
 /// `config` with its kubeconfig's proxy, or else the environment's proxy for its server.

@@ -95,18 +95,37 @@ pub fn tidy_no_proxy(value: &str) -> Option<String> {
 /// server (or none) in place of the stand-in.
 pub fn choose(config: &mut Config, deferred: Deferred) -> Result<(), EnvProxyError> {
     if let Some(own) = deferred.own {
-        config.proxy_url = Some(own.parse::<http::Uri>().map_err(|_| EnvProxyError {
+        let invalid = |why| EnvProxyError {
             variable: "the kubeconfig's proxy-url",
-            why: "does not parse as a URL",
-        })?);
-        return Ok(());
-    }
-    let stand_in = config
+            why,
+        };
+        let uri = own
+            .parse::<http::Uri>()
+            .map_err(|_| invalid("does not parse as a URL"))?;
+        // kube's own error for another scheme would quote the URL, credentials and all.
+        if !matches!(uri.scheme_str(), Some("http" | "https" | "socks5")) {
+            return Err(invalid(
+                "names a proxy scheme convoy cannot reach API servers through (http, https and socks5 only)",
+            ));
+        }
+        config.proxy_url = Some(uri);
+    } else if config
         .proxy_url
         .as_ref()
-        .is_some_and(|p| p.host() == Some(STAND_IN_HOST));
-    if stand_in {
+        .is_some_and(|p| p.host() == Some(STAND_IN_HOST))
+    {
         config.proxy_url = for_server(&config.cluster_url, |v| std::env::var(v).ok())?;
+    }
+    // An exec plugin given the cluster's information (`provideClusterInfo`) is told the proxy
+    // used, not the stand-in kube saw.
+    let proxy_url = config.proxy_url.as_ref().map(ToString::to_string);
+    if let Some(cluster) = config
+        .auth_info
+        .exec
+        .as_mut()
+        .and_then(|exec| exec.cluster.as_mut())
+    {
+        cluster.proxy_url = proxy_url;
     }
     Ok(())
 }

@@ -284,34 +284,51 @@ fn a_missing_kubeconfig_is_one_line_with_the_fix() {
     insta::assert_snapshot!("missing_kubeconfig", stderr);
 }
 
-/// The default kubeconfig (`~/.kube/config`, no `--kubeconfig` or `KUBECONFIG`) that is there
-/// but cannot be used is named with its fault, as kubectl does: convoy used to fall back to
-/// the in-cluster environment, so a CLI in a pod acted on the pod's own cluster instead.
+/// The default kubeconfig (`~/.kube/config`, or the files a `KUBECONFIG` list names) that is
+/// there but cannot be used is named with its fault, as kubectl does: convoy used to fall back
+/// to the in-cluster environment, so a CLI in a pod acted on the pod's own cluster instead. A
+/// listed file that is not there is passed over, as kubectl does; only no kubeconfig, or an
+/// empty one, means the in-cluster environment.
 #[test]
 fn a_default_kubeconfig_that_cannot_be_used_is_an_error_not_the_pods_cluster() {
     let home = tempfile::tempdir().unwrap();
     std::fs::create_dir(home.path().join(".kube")).unwrap();
+    let broken = home.path().join(".kube/config");
     std::fs::write(
-        home.path().join(".kube/config"),
+        &broken,
         "apiVersion: v1\nkind: Config\ncurrent-context: gone\nclusters: []\ncontexts: []\nusers: []\n",
     )
     .unwrap();
-    let o = Command::new(convoy_bin())
-        .arg("get")
-        .env("HOME", home.path())
-        .env_remove("KUBECONFIG")
+    let empty = home.path().join("empty.kubeconfig");
+    std::fs::write(&empty, "apiVersion: v1\nkind: Config\n").unwrap();
+    let get = |kubeconfig: Option<String>| {
+        let mut c = Command::new(convoy_bin());
+        c.arg("get").env("HOME", home.path());
+        match kubeconfig {
+            Some(list) => c.env("KUBECONFIG", list),
+            None => c.env_remove("KUBECONFIG"),
+        };
         // What a pod's environment says (the token file is not there: kube's in-cluster
-        // config would fail on it, naming the in-cluster environment).
-        .env("KUBERNETES_SERVICE_HOST", "10.96.0.1")
-        .env("KUBERNETES_SERVICE_PORT", "443")
-        .output()
-        .unwrap();
-    let (code, _, stderr) = out(&o);
+        // config fails on it, naming the in-cluster environment).
+        c.env("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+            .env("KUBERNETES_SERVICE_PORT", "443");
+        out(&c.output().unwrap())
+    };
+    let missing = home.path().join("missing.kubeconfig");
+    for kubeconfig in [
+        None,
+        Some(format!("{}:{}", missing.display(), broken.display())),
+    ] {
+        let (code, _, stderr) = get(kubeconfig.clone());
+        assert_eq!(code, 4, "{kubeconfig:?}: {stderr}");
+        assert!(
+            stderr.starts_with("error: cannot load the kubeconfig: ") && stderr.contains("gone"),
+            "{kubeconfig:?}: {stderr}"
+        );
+    }
+    let (code, _, stderr) = get(Some(format!("{}:{}", missing.display(), empty.display())));
     assert_eq!(code, 4, "{stderr}");
-    assert!(
-        stderr.starts_with("error: cannot load the kubeconfig: ") && stderr.contains("gone"),
-        "{stderr}"
-    );
+    assert!(stderr.starts_with("error: no kubeconfig found"), "{stderr}");
 }
 
 #[tokio::test]

@@ -303,16 +303,27 @@ struct GitAuth {
     _files: tempfile::TempDir,
 }
 
-/// `value` names a proxy host, as git reads it (no scheme meaning http).
-fn proxy_parses(value: &str) -> bool {
+/// The proxy `value` names, as git is given it: `scheme://[userinfo@]host[:port]` (no scheme
+/// meaning http, as in Go), or `None` when there is no host, or the user information holds a
+/// line break. git quotes a proxy it cannot read, credentials and all, and refuses a path
+/// Go passes over.
+fn proxy_for_git(value: &str) -> Option<String> {
     let value = if value.contains("://") {
         value.to_string()
     } else {
         format!("http://{value}")
     };
-    value
-        .parse::<http::Uri>()
-        .is_ok_and(|uri| uri.host().is_some_and(|h| !h.is_empty()))
+    let uri = value.parse::<http::Uri>().ok()?;
+    let authority = uri.authority()?;
+    let userinfo = authority.as_str().rsplit_once('@').map(|(u, _)| u);
+    let breaks = userinfo.is_some_and(|u| {
+        let lower = u.to_ascii_lowercase();
+        lower.contains("%0a") || lower.contains("%0d")
+    });
+    if authority.host().is_empty() || breaks {
+        return None;
+    }
+    Some(format!("{}://{authority}", uri.scheme_str()?))
 }
 
 /// The transports convoy fetches over; every other one (`ext::`, `fd::`, remote helpers) is
@@ -370,16 +381,11 @@ impl GitAuth {
             && matches!(uri.scheme_str(), Some("http" | "https"))
         {
             let proxy = match env_proxy::for_source(&uri, |v| std::env::var(v).ok()) {
-                // git would quote a proxy it cannot read, credentials and all.
-                Some((variable, value)) if !proxy_parses(&value) => {
-                    return Err(SourceError::not_ready(
-                        url,
-                        format!(
-                            "{variable} does not parse as a proxy URL (scheme://[user:password@]host:port)"
-                        ),
-                    ));
-                }
-                Some((_, value)) => value,
+                Some((variable, value)) => proxy_for_git(&value).ok_or_else(|| {
+                    SourceError::Unsupported(format!(
+                        "{variable} does not parse as a proxy URL (scheme://[user:password@]host:port)"
+                    ))
+                })?,
                 None => String::new(),
             };
             config.push(("http.proxy".into(), proxy));
@@ -641,15 +647,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_proxy_git_could_not_read_is_told_apart() {
-        for (value, parses) in [
-            ("10.1.2.3:3128", true),
-            ("http://user:secret@proxy.example.com:3128", true),
-            ("socks5h://s:1080", true),
-            ("http://", false),
-            ("http:// spaced", false),
+    fn a_proxy_is_given_to_git_as_scheme_user_and_host_only() {
+        for (value, given) in [
+            ("10.1.2.3:3128", Some("http://10.1.2.3:3128")),
+            (
+                "http://user:secret@proxy.example.com:3128/path?q",
+                Some("http://user:secret@proxy.example.com:3128"),
+            ),
+            ("socks5h://s:1080", Some("socks5h://s:1080")),
+            ("http://user:a%0Ab@proxy:3128", None),
+            ("http://", None),
+            ("http:// spaced", None),
         ] {
-            assert_eq!(proxy_parses(value), parses, "{value}");
+            assert_eq!(proxy_for_git(value).as_deref(), given, "{value}");
         }
     }
 
