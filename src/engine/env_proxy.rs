@@ -321,6 +321,29 @@ mod tests {
         );
     }
 
+    /// An exec plugin given the cluster's information is told the kubeconfig's proxy, not the
+    /// stand-in or nothing that kube saw.
+    #[tokio::test]
+    async fn an_exec_plugin_is_told_the_proxy_used() {
+        let yaml = "apiVersion: v1\nkind: Config\ncurrent-context: a\n\
+            clusters:\n\
+            - {name: ca, cluster: {server: 'https://a.example.com', proxy-url: 'http://pa:3128'}}\n\
+            contexts:\n\
+            - {name: a, context: {cluster: ca, user: u}}\n\
+            users:\n\
+            - {name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: helper, provideClusterInfo: true}}}\n";
+        let mut kubeconfig = kube::config::Kubeconfig::from_yaml(yaml).unwrap();
+        let deferred = super::defer(&mut kubeconfig, None);
+        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap();
+        super::choose(&mut config, deferred).unwrap();
+        let used = config.proxy_url.as_ref().map(ToString::to_string);
+        assert_eq!(used.as_deref(), Some("http://pa:3128/"));
+        let told = config.auth_info.exec.and_then(|e| e.cluster?.proxy_url);
+        assert_eq!(told, used);
+    }
+
     #[test]
     fn no_proxy_is_tidied_only_where_kube_would_refuse_what_go_reads() {
         for (value, tidy) in [
