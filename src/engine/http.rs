@@ -27,6 +27,15 @@ fn builder() -> reqwest::ClientBuilder {
         .connect_timeout(std::time::Duration::from_secs(15))
         .timeout(std::time::Duration::from_secs(300))
         .user_agent(concat!("convoy/", env!("CARGO_PKG_VERSION")))
+        // The operator's proxy, chosen for each request (redirects too) by Go's rules, as
+        // kubectl, helm and Flux choose it and as git is given it. reqwest's own reading of
+        // the environment differs: loopback proxied, `NO_PROXY` entries with a port never
+        // matching, `.domain` matching the domain itself.
+        .proxy(reqwest::Proxy::custom(|url| {
+            let uri = url.as_str().parse::<http::Uri>().ok()?;
+            crate::engine::env_proxy::for_source(&uri, |v| std::env::var(v).ok())
+                .map(|(_, value)| value)
+        }))
 }
 
 /// A shared HTTP client with sane timeouts.

@@ -918,6 +918,41 @@ fn an_object_name_or_namespace_that_would_change_the_requests_path_is_refused() 
     );
 }
 
+/// `convoy render -f file` from an empty cache with one proxy variable (`name`, `value`) and
+/// `NO_PROXY` set, and no other proxy variable of the test's environment.
+fn render_through(
+    file: &Path,
+    (name, value): (&str, &str),
+    no_proxy: &str,
+) -> (i32, String, String) {
+    let cache = tempfile::tempdir().unwrap();
+    let mut command = Command::new(convoy_bin());
+    command
+        .args(["render", "-f"])
+        .arg(file)
+        .env("PATH", path_with_testenv())
+        .env("CONVOY_CACHE_DIR", cache.path())
+        .env_remove("KUBECONFIG")
+        .env("NO_COLOR", "1");
+    for variable in [
+        "http_proxy",
+        "HTTP_PROXY",
+        "https_proxy",
+        "HTTPS_PROXY",
+        "all_proxy",
+        "ALL_PROXY",
+        "no_proxy",
+    ] {
+        command.env_remove(variable);
+    }
+    let out = command
+        .env(name, value)
+        .env("NO_PROXY", no_proxy)
+        .output()
+        .unwrap();
+    crate::sync_status::out(&out)
+}
+
 /// Git fetches through the proxy of convoy's environment, as the chart and OCI fetches and
 /// kubectl do (git ran with none before: a GitRepository behind a corporate proxy could not
 /// be fetched), chosen by Go's rules as kubectl and Flux choose it, not by git's curl's:
@@ -944,25 +979,11 @@ fn git_fetches_through_the_environments_proxy_unless_no_proxy_names_the_host() {
             &format!("http://{host}:{}/repo.git", server.port),
             "    path: app\n",
         );
-        let cache = tempfile::tempdir().unwrap();
-        let out = Command::new(convoy_bin())
-            .args(["render", "-f", &file])
-            .env("PATH", path_with_testenv())
-            .env("CONVOY_CACHE_DIR", cache.path())
-            .env_remove("KUBECONFIG")
-            .env_remove("https_proxy")
-            .env_remove("HTTPS_PROXY")
-            .env_remove("all_proxy")
-            .env_remove("ALL_PROXY")
-            .env_remove("no_proxy")
-            .env_remove("http_proxy")
-            .env_remove("HTTP_PROXY")
-            .env(proxy_variable, format!("http://127.0.0.2:{port}"))
-            .env("NO_PROXY", no_proxy)
-            .env("NO_COLOR", "1")
-            .output()
-            .unwrap();
-        crate::sync_status::out(&out)
+        render_through(
+            Path::new(&file),
+            (proxy_variable, &format!("http://127.0.0.2:{port}")),
+            no_proxy,
+        )
     };
     // A name only the proxy could reach.
     let far = "git.example.invalid";
@@ -991,6 +1012,43 @@ fn git_fetches_through_the_environments_proxy_unless_no_proxy_names_the_host() {
         "{stderr}"
     );
     assert_eq!(through(), before, "through the proxy");
+}
+
+/// A chart repository is fetched through the proxy of convoy's environment chosen by the same
+/// Go rules as git's and the API servers' (reqwest read the environment by its own: a
+/// `NO_PROXY` entry with a port never matched, loopback went to the proxy).
+#[test]
+fn chart_repositories_are_fetched_through_the_proxy_go_would_choose() {
+    let (port, connections) = crate::support::servers::refusing_proxy("127.0.0.2:0");
+    let through = || connections.load(std::sync::atomic::Ordering::SeqCst);
+    let dir = tempfile::tempdir().unwrap();
+    let render = |host: &str, no_proxy: &str| {
+        let file = dir.path().join("release.yaml");
+        std::fs::write(
+            &file,
+            format!(
+                "apiVersion: source.convoy.kumodo.io/v1alpha1\nkind: HelmRegistry\nmetadata: {{name: charts}}\nspec: {{url: \"http://{host}:9/\"}}\n---\n\
+apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\nmetadata: {{name: web, namespace: apps}}\nspec:\n  source:\n    kind: HelmRegistry\n    name: charts\n    chart: web\n    version: 1.0.0\n  content:\n    type: helm\n"
+            ),
+        )
+        .unwrap();
+        render_through(
+            &file,
+            ("HTTP_PROXY", &format!("http://127.0.0.2:{port}")),
+            no_proxy,
+        )
+    };
+    let (code, _, stderr) = render("charts.example.invalid", "");
+    assert_eq!(code, 3, "{stderr}");
+    assert_eq!(through(), 1, "not through the proxy: {stderr}");
+    for (host, no_proxy) in [
+        ("charts.example.invalid", "*.example.invalid:9"),
+        ("127.0.0.1", ""),
+    ] {
+        let (code, _, stderr) = render(host, no_proxy);
+        assert_eq!(code, 3, "{host}: {stderr}");
+        assert_eq!(through(), 1, "{host} through the proxy: {stderr}");
+    }
 }
 
 /// A lifecycle hook named like a content hook's entry (Kind/namespace/name) is refused at
