@@ -191,16 +191,17 @@ fn start_python_server(mut cmd: Command) -> Server {
     Server { port, child }
 }
 
-/// `git daemon` exporting every repository under `base`.
+/// `git daemon` exporting every repository under `base`. Started as `git-daemon` itself:
+/// `git daemon` runs it as a child of its own, which outlived the test when `git` was killed.
 pub fn git_daemon(base: &Path) -> Server {
+    let exec_path = Command::new("git")
+        .arg("--exec-path")
+        .output()
+        .expect("git is required for the git:// test");
+    let daemon = Path::new(String::from_utf8_lossy(&exec_path.stdout).trim()).join("git-daemon");
     on_free_port("git daemon", |port| {
-        Command::new("git")
-            .args([
-                "daemon",
-                "--reuseaddr",
-                "--export-all",
-                "--listen=127.0.0.1",
-            ])
+        Command::new(&daemon)
+            .args(["--reuseaddr", "--export-all", "--listen=127.0.0.1"])
             .arg(format!("--port={port}"))
             .arg(format!("--base-path={}", base.display()))
             .arg(base)
