@@ -70,6 +70,31 @@ pub fn defer(kubeconfig: &mut Kubeconfig, context: Option<&str>) -> Deferred {
     Deferred { own }
 }
 
+/// A proxy as Go reads it: one without a scheme is http.
+pub fn with_scheme(value: &str) -> String {
+    if value.contains("://") {
+        value.to_string()
+    } else {
+        format!("http://{value}")
+    }
+}
+
+/// The `NO_PROXY`/`no_proxy` values to start convoy again with, as [`tidy_no_proxy`] makes
+/// them from `env`; empty when kube can read both as they are. Go reads a `NO_PROXY` of only
+/// blanks as set, naming no host: emptied, it would let `no_proxy` be read in its place, so
+/// `no_proxy` is emptied with it.
+pub fn tidied_environment(env: impl Fn(&str) -> Option<String>) -> Vec<(&'static str, String)> {
+    let mut tidied: Vec<(&'static str, String)> = ["NO_PROXY", "no_proxy"]
+        .into_iter()
+        .filter_map(|variable| Some((variable, tidy_no_proxy(&env(variable)?)?)))
+        .collect();
+    if tidied.contains(&("NO_PROXY", String::new())) {
+        tidied.retain(|(variable, _)| *variable != "no_proxy");
+        tidied.push(("no_proxy", String::new()));
+    }
+    tidied
+}
+
 /// `NO_PROXY` as kube can parse it, meaning what Go reads in it, when kube would refuse it:
 /// empty entries (a trailing comma, `a,,b`) dropped and a list holding `*` made `*` (Go lets
 /// `*` anywhere mean every host). kube parses the variable whenever a proxy is in play and
@@ -148,12 +173,7 @@ pub fn for_server(
     }) else {
         return Ok(None);
     };
-    // Go takes a proxy without a scheme as http.
-    let value = if value.contains("://") {
-        value
-    } else {
-        format!("http://{value}")
-    };
+    let value = with_scheme(&value);
     let invalid = |why| EnvProxyError { variable, why };
     let uri = value
         .parse::<http::Uri>()
@@ -342,6 +362,26 @@ mod tests {
         assert_eq!(used.as_deref(), Some("http://pa:3128/"));
         let told = config.auth_info.exec.and_then(|e| e.cluster?.proxy_url);
         assert_eq!(told, used);
+    }
+
+    #[test]
+    fn a_blank_no_proxy_stays_set_and_hides_no_proxy_in_lower_case() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(
+            super::tidied_environment(env(&[("NO_PROXY", " "), ("no_proxy", "a.example.com")])),
+            vec![("NO_PROXY", String::new()), ("no_proxy", String::new())]
+        );
+        assert_eq!(
+            super::tidied_environment(env(&[("NO_PROXY", "a,"), ("no_proxy", "b")])),
+            vec![("NO_PROXY", "a".to_string())]
+        );
+        assert!(super::tidied_environment(env(&[("NO_PROXY", "a,b")])).is_empty());
     }
 
     #[test]

@@ -308,12 +308,7 @@ struct GitAuth {
 /// line break. git quotes a proxy it cannot read, credentials and all, and refuses a path
 /// Go passes over.
 fn proxy_for_git(value: &str) -> Option<String> {
-    let value = if value.contains("://") {
-        value.to_string()
-    } else {
-        format!("http://{value}")
-    };
-    let uri = value.parse::<http::Uri>().ok()?;
+    let uri = env_proxy::with_scheme(value).parse::<http::Uri>().ok()?;
     let authority = uri.authority()?;
     let userinfo = authority.as_str().rsplit_once('@').map(|(u, _)| u);
     let breaks = userinfo.is_some_and(|u| {
@@ -324,6 +319,18 @@ fn proxy_for_git(value: &str) -> Option<String> {
         return None;
     }
     Some(format!("{}://{authority}", uri.scheme_str()?))
+}
+
+/// `scheme://authority` of an http(s) URL, which decides its proxy.
+fn http_origin(url: &str) -> Option<&str> {
+    let scheme = ["http://", "https://"]
+        .into_iter()
+        .find(|s| url.starts_with(s))?;
+    let authority = url[scheme.len()..]
+        .split(['/', '?', '#'])
+        .next()
+        .unwrap_or_default();
+    Some(&url[..scheme.len() + authority.len()])
 }
 
 /// The transports convoy fetches over; every other one (`ext::`, `fd::`, remote helpers) is
@@ -377,9 +384,12 @@ impl GitAuth {
         // reads them by rules of its own (lower case first, an empty one meaning none,
         // `http_proxy` in lower case only, loopback not exempt, `*.domain` and `host:port`
         // entries of NO_PROXY naming nothing).
-        if let Ok(uri) = url.parse::<http::Uri>()
-            && matches!(uri.scheme_str(), Some("http" | "https"))
-        {
+        if let Some(origin) = http_origin(url) {
+            // A URL git takes may hold a path no URI parser takes: only its origin matters
+            // here, and one that does not parse is refused, never fetched past the proxy.
+            let uri = origin.parse::<http::Uri>().map_err(|_| {
+                SourceError::Unsupported(format!("Git URL {url:?} names a host convoy cannot read"))
+            })?;
             let proxy = match env_proxy::for_source(&uri, |v| std::env::var(v).ok()) {
                 Some((variable, value)) => proxy_for_git(&value).ok_or_else(|| {
                     SourceError::Unsupported(format!(
@@ -645,6 +655,17 @@ impl Archive {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_origin_of_an_http_url_is_its_scheme_and_authority() {
+        assert_eq!(
+            http_origin("http://git.example.com:8080/a<b/repo.git"),
+            Some("http://git.example.com:8080")
+        );
+        assert_eq!(http_origin("https://h?x"), Some("https://h"));
+        assert_eq!(http_origin("ssh://git@h/r.git"), None);
+        assert_eq!(http_origin("file:///tmp/r"), None);
+    }
 
     #[test]
     fn a_proxy_is_given_to_git_as_scheme_user_and_host_only() {
