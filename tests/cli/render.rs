@@ -1014,40 +1014,63 @@ fn git_fetches_through_the_environments_proxy_unless_no_proxy_names_the_host() {
     assert_eq!(through(), before, "through the proxy");
 }
 
-/// A chart repository is fetched through the proxy of convoy's environment chosen by the same
-/// Go rules as git's and the API servers' (reqwest read the environment by its own: a
-/// `NO_PROXY` entry with a port never matched, loopback went to the proxy).
+/// Chart repositories and OCI registries are fetched through the proxy of convoy's
+/// environment chosen by the same Go rules as git's and the API servers' (reqwest read the
+/// environment by its own: a `NO_PROXY` entry with a port never matched, loopback went to the
+/// proxy).
 #[test]
-fn chart_repositories_are_fetched_through_the_proxy_go_would_choose() {
+fn chart_repositories_and_oci_registries_are_fetched_through_the_proxy_go_would_choose() {
     let (port, connections) = crate::support::servers::refusing_proxy("127.0.0.2:0");
     let through = || connections.load(std::sync::atomic::Ordering::SeqCst);
     let dir = tempfile::tempdir().unwrap();
-    let render = |host: &str, no_proxy: &str| {
-        let file = dir.path().join("release.yaml");
-        std::fs::write(
-            &file,
-            format!(
-                "apiVersion: source.convoy.kumodo.io/v1alpha1\nkind: HelmRegistry\nmetadata: {{name: charts}}\nspec: {{url: \"http://{host}:9/\"}}\n---\n\
-apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\nmetadata: {{name: web, namespace: apps}}\nspec:\n  source:\n    kind: HelmRegistry\n    name: charts\n    chart: web\n    version: 1.0.0\n  content:\n    type: helm\n"
-            ),
-        )
-        .unwrap();
-        render_through(
-            &file,
-            ("HTTP_PROXY", &format!("http://127.0.0.2:{port}")),
-            no_proxy,
-        )
-    };
-    let (code, _, stderr) = render("charts.example.invalid", "");
-    assert_eq!(code, 3, "{stderr}");
-    assert_eq!(through(), 1, "not through the proxy: {stderr}");
-    for (host, no_proxy) in [
-        ("charts.example.invalid", "*.example.invalid:9"),
-        ("127.0.0.1", ""),
-    ] {
-        let (code, _, stderr) = render(host, no_proxy);
-        assert_eq!(code, 3, "{host}: {stderr}");
-        assert_eq!(through(), 1, "{host} through the proxy: {stderr}");
+    let sources = [
+        (
+            "HelmRegistry",
+            "url: \"http://HOST:9/\"",
+            "chart: web\n    version: 1.0.0\n  content:\n    type: helm",
+        ),
+        (
+            "OCIRegistry",
+            "url: \"oci://HOST:9/bundles/app\", insecure: true",
+            "tag: v1",
+        ),
+    ];
+    for (kind, spec, release) in sources {
+        let render = |host: &str, no_proxy: &str| {
+            let file = dir.path().join("release.yaml");
+            std::fs::write(
+                &file,
+                format!(
+                    "apiVersion: source.convoy.kumodo.io/v1alpha1\nkind: {kind}\nmetadata: {{name: src}}\nspec: {{{}}}\n---\n\
+apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\nmetadata: {{name: web, namespace: apps}}\nspec:\n  source:\n    kind: {kind}\n    name: src\n    {release}\n",
+                    spec.replace("HOST", host)
+                ),
+            )
+            .unwrap();
+            render_through(
+                &file,
+                ("HTTP_PROXY", &format!("http://127.0.0.2:{port}")),
+                no_proxy,
+            )
+        };
+        let before = through();
+        let (code, _, stderr) = render("charts.example.invalid", "");
+        assert_eq!(code, 3, "{kind}: {stderr}");
+        // The OCI fetch asks twice (the token check, then the manifest).
+        assert!(through() > before, "{kind} not through the proxy: {stderr}");
+        let expected = through();
+        for (host, no_proxy) in [
+            ("charts.example.invalid", "*.example.invalid:9"),
+            ("127.0.0.1", ""),
+        ] {
+            let (code, _, stderr) = render(host, no_proxy);
+            assert_eq!(code, 3, "{kind} at {host}: {stderr}");
+            assert_eq!(
+                through(),
+                expected,
+                "{kind} at {host} through the proxy: {stderr}"
+            );
+        }
     }
 }
 
