@@ -403,3 +403,60 @@ async fn diff_of_a_file_reads_the_inventory_of_the_release_on_the_cluster() {
     assert_eq!(by_file, by_name);
     settings(&f.env.namespace).bind(|| insta::assert_snapshot!("diff_file_inventory", by_file));
 }
+
+/// A Release wanting more than 16 objects of a kind reads them with one LIST only where they
+/// are most of that kind in the namespace; beside many others (Helm's release Secrets, other
+/// teams' objects) it reads each with a GET, so it never holds the whole namespace. Either
+/// way the diff sees what exists, what drifted and what is gone.
+#[tokio::test]
+async fn a_release_of_many_objects_reads_them_alike_alone_or_beside_many_others() {
+    let names: Vec<String> = (0..20).map(|i| format!("cm-{i:02}")).collect();
+    let files: Vec<(String, String)> = names
+        .iter()
+        .map(|n| (format!("{n}.yaml"), config_map(n, 0, "1")))
+        .collect();
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_str()))
+        .collect();
+    let f = Fixture::new(
+        "diff-many",
+        &refs,
+        json!({"syncPolicy": {"mode": "Manual"}}),
+    )
+    .await;
+    f.annotate(json!({"convoy.kumodo.io/sync-requested-at": "2026-01-01T00:00:00Z"}))
+        .await;
+    f.sync().await;
+    // Alone (and the namespace's kube-root-ca.crt): one LIST.
+    let (code, stdout, stderr) = out(f.env.convoy(&["diff", "web"]));
+    assert_eq!(code, 0, "{stderr}");
+    insta::assert_snapshot!(stdout, @r"
+    TO CREATE   TO CHANGE   TO PRUNE   UNCHANGED   DRIFTED   REJECTED
+    0           0           0          20          0         0
+    ");
+    // Beside 100 others listed before them (by name), with three drifted and two deleted: the
+    // LIST stops at 40 objects, all others', and the wanted are read by name.
+    let api = config_maps(&f);
+    for i in 0..100 {
+        let other: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": format!("a-other-{i:03}")}, "data": {"value": "x"}}))
+        .unwrap();
+        api.create(&Default::default(), &other).await.unwrap();
+    }
+    for n in &names[..3] {
+        f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": n, "namespace": f.env.namespace}, "data": {"value": "tampered"}}))
+            .await;
+    }
+    for n in &names[18..] {
+        api.delete(n, &Default::default()).await.unwrap();
+    }
+    let (code, stdout, stderr) = out(f.env.convoy(&["diff", "web", "-o", "json"]));
+    assert_eq!(code, 1, "{stderr}");
+    let diff: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    insta::assert_snapshot!(
+        serde_json::to_string(&diff["summary"]).unwrap(),
+        @r#"{"change":3,"create":2,"drifted":3,"prune":0,"rejected":0,"unchanged":15}"#
+    );
+}

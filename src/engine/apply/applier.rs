@@ -128,6 +128,16 @@ pub enum Freshness {
 }
 
 impl Freshness {
+    /// A LIST as fresh as asked.
+    fn list_params(self) -> kube::api::ListParams {
+        match self {
+            Freshness::Latest | Freshness::Watched => kube::api::ListParams::default(),
+            Freshness::WatchCache | Freshness::ServerWatchCache => {
+                kube::api::ListParams::default().match_any()
+            }
+        }
+    }
+
     /// GET `name` as fresh as asked; `None` when it does not exist.
     pub async fn get<K>(self, api: &Api<K>, name: &str) -> Result<Option<K>, kube::Error>
     where
@@ -159,6 +169,15 @@ pub struct Applier {
 /// A LIST returns every object of the kind in the namespace: with a thousand Releases in one
 /// namespace, listing for five objects made each reconcile read thousands.
 const GETS_UP_TO: usize = 16;
+/// A group's LIST reads at most this many times as many objects as are wanted; past that, the
+/// namespace holds mostly others' objects of the kind, and the rest of the wanted are read by
+/// name. An unbounded LIST read them all: beside 600 Helm release Secrets of ~150 KB,
+/// `convoy diff` of a Release of 20 Secrets held 200 MB and took 1.0–1.2 s (24 MB and 0.6 s
+/// now; 23 MB and 0.45 s without them).
+const LIST_UP_TO_TIMES_WANTED: usize = 2;
+/// Objects per page of the metadata LIST that tells which of the rest exist.
+const METADATA_PAGE: u32 = 500;
+
 /// GETs in flight for one kind and namespace.
 const GETS_IN_FLIGHT_PER_GROUP: usize = 4;
 
@@ -635,26 +654,49 @@ impl Applier {
         if group.wanted.len() <= GETS_UP_TO {
             return self.get_each(api, &group.wanted, freshness).await;
         }
+        // One LIST, of at most twice as many objects as wanted: where they are most of the
+        // kind in the namespace it is all of them, as before; beside many others it stops
+        // there, and the rest are read by name.
+        let limit = u32::try_from(LIST_UP_TO_TIMES_WANTED * group.wanted.len()).unwrap_or(u32::MAX);
+        let params = freshness.list_params().limit(limit);
+        let list = match api.list(&params).await {
+            Ok(list) => list,
+            Err(e) if is_unreachable(&e) => return Err(ApplyError::Unreachable(Box::new(e))),
+            Err(_) => return self.get_each(api, &group.wanted, freshness).await,
+        };
         let wanted: BTreeMap<&str, &ObjectKey> =
             group.wanted.iter().map(|(n, k)| (n.as_str(), k)).collect();
-        let params = match freshness {
-            Freshness::Latest | Freshness::Watched => kube::api::ListParams::default(),
-            Freshness::WatchCache | Freshness::ServerWatchCache => {
-                kube::api::ListParams::default().match_any()
-            }
-        };
-        match api.list(&params).await {
-            Ok(list) => Ok(list
-                .items
-                .into_iter()
-                .filter_map(|o| {
-                    let key = (*wanted.get(o.metadata.name.as_deref()?)?).clone();
-                    Some((key, serde_json::to_value(o).ok()?))
-                })
-                .collect()),
-            Err(e) if is_unreachable(&e) => Err(ApplyError::Unreachable(Box::new(e))),
-            Err(_) => self.get_each(api, &group.wanted, freshness).await,
+        let found: Vec<(ObjectKey, Value)> = list
+            .items
+            .into_iter()
+            .filter_map(|o| {
+                let key = (*wanted.get(o.metadata.name.as_deref()?)?).clone();
+                Some((key, serde_json::to_value(o).ok()?))
+            })
+            .collect();
+        if list.metadata.continue_.is_none_or(|c| c.is_empty()) {
+            return Ok(found);
         }
+        // The rest: which of them exist, from the kind's metadata, then a GET each.
+        let seen: BTreeSet<&ObjectKey> = found.iter().map(|(k, _)| k).collect();
+        let rest: Vec<(String, ObjectKey)> = group
+            .wanted
+            .iter()
+            .filter(|(_, key)| !seen.contains(key))
+            .cloned()
+            .collect();
+        let existing = match existing_names(api, &rest, freshness).await {
+            Ok(existing) => existing,
+            Err(e) if is_unreachable(&e) => return Err(ApplyError::Unreachable(Box::new(e))),
+            Err(_) => return self.get_each(api, &group.wanted, freshness).await,
+        };
+        let rest: Vec<(String, ObjectKey)> = rest
+            .into_iter()
+            .filter(|(name, _)| existing.contains(name.as_str()))
+            .collect();
+        let mut found = found;
+        found.extend(self.get_each(api, &rest, freshness).await?);
+        Ok(found)
     }
 
     /// GET each wanted object (concurrently); a missing or unreadable one is left out.
@@ -862,6 +904,36 @@ pub fn api_message(e: &kube::Error) -> String {
             }
         }
         other => crate::engine::error::chain(other),
+    }
+}
+
+/// The names among `wanted` that exist, from a metadata-only LIST in pages (each object's
+/// metadata is small whatever its data). The first page is as fresh as asked; the pages after
+/// it follow its continue token.
+async fn existing_names(
+    api: &Api<DynamicObject>,
+    wanted: &[(String, ObjectKey)],
+    freshness: Freshness,
+) -> Result<std::collections::HashSet<String>, kube::Error> {
+    let wanted: std::collections::HashSet<&str> = wanted.iter().map(|(n, _)| n.as_str()).collect();
+    let mut params = freshness.list_params().limit(METADATA_PAGE);
+    let mut existing = std::collections::HashSet::new();
+    loop {
+        let page = api.list_metadata(&params).await?;
+        existing.extend(
+            page.items
+                .into_iter()
+                .filter_map(|o| o.metadata.name)
+                .filter(|name| wanted.contains(name.as_str())),
+        );
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => {
+                params = kube::api::ListParams::default()
+                    .limit(METADATA_PAGE)
+                    .continue_token(&token);
+            }
+            None => return Ok(existing),
+        }
     }
 }
 
