@@ -31,7 +31,7 @@ fn release(dir: &Path, namespace: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(dir.join("app")).unwrap();
     let secrets: Vec<String> = (0..WANTED)
         .map(|i| {
-            format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: mine-{i:02}\nstringData:\n  k: v{i}\n")
+            format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: web-{i:02}\nstringData:\n  k: v{i}\n")
         })
         .collect();
     std::fs::write(dir.join("app/secrets.yaml"), secrets.join("---\n")).unwrap();
@@ -101,8 +101,8 @@ async fn main() {
     let alone_file = release(&alone_dir, &alone.namespace);
     let beside_file = release(&beside_dir, &beside.namespace);
 
-    // Helm's release Secrets: created, not applied (no last-applied annotation), names that
-    // sort before the Release's own.
+    // Helm's release Secrets: created, not applied (no last-applied annotation). Their names
+    // (`sh.helm.…`) sort before the Release's (`web-…`), so a LIST reaches those last.
     let secrets: Api<Secret> = Api::namespaced(beside.client.clone(), &beside.namespace);
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     for i in 0..neighbours {
