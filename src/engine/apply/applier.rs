@@ -656,9 +656,17 @@ impl Applier {
         }
         // One LIST, of at most twice as many objects as wanted: where they are most of the
         // kind in the namespace it is all of them, as before; beside many others it stops
-        // there, and the rest are read by name.
-        let limit = u32::try_from(LIST_UP_TO_TIMES_WANTED * group.wanted.len()).unwrap_or(u32::MAX);
-        let params = freshness.list_params().limit(limit);
+        // there, and the rest are read by name. Only a read of the latest state can stop: a
+        // read from the watch cache (resourceVersion=0) cannot be paged (kube drops the
+        // resourceVersion of a LIST given a limit, which would move it to etcd), so it still
+        // reads the whole kind, from the API server's memory.
+        let bounded = matches!(freshness, Freshness::Latest | Freshness::Watched);
+        let mut params = freshness.list_params();
+        if bounded {
+            params = params.limit(
+                u32::try_from(LIST_UP_TO_TIMES_WANTED * group.wanted.len()).unwrap_or(u32::MAX),
+            );
+        }
         let list = match api.list(&params).await {
             Ok(list) => list,
             Err(e) if is_unreachable(&e) => return Err(ApplyError::Unreachable(Box::new(e))),
@@ -666,7 +674,7 @@ impl Applier {
         };
         let wanted: BTreeMap<&str, &ObjectKey> =
             group.wanted.iter().map(|(n, k)| (n.as_str(), k)).collect();
-        let found: Vec<(ObjectKey, Value)> = list
+        let mut found: Vec<(ObjectKey, Value)> = list
             .items
             .into_iter()
             .filter_map(|o| {
@@ -677,7 +685,6 @@ impl Applier {
         if list.metadata.continue_.is_none_or(|c| c.is_empty()) {
             return Ok(found);
         }
-        // The rest: which of them exist, from the kind's metadata, then a GET each.
         let seen: BTreeSet<&ObjectKey> = found.iter().map(|(k, _)| k).collect();
         let rest: Vec<(String, ObjectKey)> = group
             .wanted
@@ -685,16 +692,30 @@ impl Applier {
             .filter(|(_, key)| !seen.contains(key))
             .cloned()
             .collect();
-        let existing = match existing_names(api, &rest, freshness).await {
-            Ok(existing) => existing,
-            Err(e) if is_unreachable(&e) => return Err(ApplyError::Unreachable(Box::new(e))),
-            Err(_) => return self.get_each(api, &group.wanted, freshness).await,
+        if rest.is_empty() {
+            return Ok(found);
+        }
+        // Which of the rest exist, from the kind's metadata, unless paging through it would
+        // take longer than a GET of each (a 404 says absent): then a GET each.
+        let pages = list
+            .metadata
+            .remaining_item_count
+            .and_then(|n| usize::try_from(n).ok())
+            .map_or(usize::MAX, |n| n.div_ceil(METADATA_PAGE as usize));
+        let rest = if pages.saturating_mul(GETS_IN_FLIGHT_PER_GROUP) >= rest.len() {
+            rest
+        } else {
+            match existing_names(api, &rest).await {
+                Ok(existing) => rest
+                    .into_iter()
+                    .filter(|(name, _)| existing.contains(name.as_str()))
+                    .collect(),
+                Err(e) if is_unreachable(&e) => {
+                    return Err(ApplyError::Unreachable(Box::new(e)));
+                }
+                Err(_) => rest,
+            }
         };
-        let rest: Vec<(String, ObjectKey)> = rest
-            .into_iter()
-            .filter(|(name, _)| existing.contains(name.as_str()))
-            .collect();
-        let mut found = found;
         found.extend(self.get_each(api, &rest, freshness).await?);
         Ok(found)
     }
@@ -907,16 +928,15 @@ pub fn api_message(e: &kube::Error) -> String {
     }
 }
 
-/// The names among `wanted` that exist, from a metadata-only LIST in pages (each object's
-/// metadata is small whatever its data). The first page is as fresh as asked; the pages after
-/// it follow its continue token.
+/// The names among `wanted` that exist, from a metadata-only LIST of the latest state in pages
+/// (an object's metadata is small whatever its data, unless it was applied client-side: its
+/// last-applied annotation holds all of it).
 async fn existing_names(
     api: &Api<DynamicObject>,
     wanted: &[(String, ObjectKey)],
-    freshness: Freshness,
 ) -> Result<std::collections::HashSet<String>, kube::Error> {
     let wanted: std::collections::HashSet<&str> = wanted.iter().map(|(n, _)| n.as_str()).collect();
-    let mut params = freshness.list_params().limit(METADATA_PAGE);
+    let mut params = kube::api::ListParams::default().limit(METADATA_PAGE);
     let mut existing = std::collections::HashSet::new();
     loop {
         let page = api.list_metadata(&params).await?;
@@ -926,6 +946,9 @@ async fn existing_names(
                 .filter_map(|o| o.metadata.name)
                 .filter(|name| wanted.contains(name.as_str())),
         );
+        if existing.len() == wanted.len() {
+            return Ok(existing);
+        }
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => {
                 params = kube::api::ListParams::default()
