@@ -435,12 +435,13 @@ async fn a_release_of_many_objects_reads_them_alike_alone_or_beside_many_others(
     TO CREATE   TO CHANGE   TO PRUNE   UNCHANGED   DRIFTED   REJECTED
     0           0           0          20          0         0
     ");
-    // Beside 100 others listed before them (by name), with three drifted and two deleted: the
-    // LIST stops at 40 objects, all others', and the wanted are read by name.
+    // Beside 100 others, 30 listed before them (by name), with three drifted and two deleted:
+    // the LIST stops at 40 objects (30 others', cm-00 to cm-09), and the rest are read by name.
     let api = config_maps(&f);
     for i in 0..100 {
         let other: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
-            "metadata": {"name": format!("a-other-{i:03}")}, "data": {"value": "x"}}))
+            "metadata": {"name": format!("{}-other-{i:03}", if i < 30 { "a" } else { "z" })},
+            "data": {"value": "x"}}))
         .unwrap();
         api.create(&Default::default(), &other).await.unwrap();
     }
