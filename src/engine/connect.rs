@@ -363,12 +363,12 @@ fn read_default_kubeconfig() -> Result<Option<Kubeconfig>, kube::config::Kubecon
         _ => false,
     };
     let listed: Vec<PathBuf> = std::env::var_os("KUBECONFIG")
-        .map(|v| std::env::split_paths(&v).collect())
+        .map(|v| {
+            std::env::split_paths(&v)
+                .filter(|p| !p.as_os_str().is_empty())
+                .collect()
+        })
         .unwrap_or_default();
-    let listed: Vec<PathBuf> = listed
-        .into_iter()
-        .filter(|p| !p.as_os_str().is_empty())
-        .collect();
     let read = if listed.is_empty() {
         match Kubeconfig::read() {
             Ok(read) => Some(read),

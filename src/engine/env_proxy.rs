@@ -8,10 +8,11 @@
 //! kubeconfig's `proxy-url` at such an address too. So every cluster's `proxy-url` is taken
 //! out of kube's sight, every cluster gets a stand-in while the environment names a proxy
 //! ([`defer`]), and convoy puts back the kubeconfig's own proxy or the environment's choice
-//! ([`choose`]), with hyper-util's matcher for `NO_PROXY`. (kube still parses `NO_PROXY` while a proxy is set, and refuses
-//! values Go accepts, such as a trailing comma or `*` among other entries: the binary tidies
-//! the variables first, [`tidy_no_proxy`]. hyper-util's `.example.com` matches the domain
-//! too, Go's its subdomains only: [`for_server`] keeps Go's.)
+//! ([`choose`]), with hyper-util's matcher for `NO_PROXY`. (kube still parses `NO_PROXY`
+//! while a proxy is set, and refuses values Go accepts, such as a trailing comma or `*` among
+//! other entries: the binary tidies the variables first, [`tidy_no_proxy`]. hyper-util's
+//! `.example.com` matches the domain too, Go's its subdomains only: [`for_server`] keeps
+//! Go's.)
 
 use kube::Config;
 use kube::config::Kubeconfig;

@@ -1022,6 +1022,8 @@ fn git_fetches_through_the_environments_proxy_unless_no_proxy_names_the_host() {
 fn chart_repositories_and_oci_registries_are_fetched_through_the_proxy_go_would_choose() {
     let (port, connections) = crate::support::servers::refusing_proxy("127.0.0.2:0");
     let through = || connections.load(std::sync::atomic::Ordering::SeqCst);
+    let (plain_port, plain_connections) = crate::support::servers::refusing_proxy("127.0.0.1:0");
+    let plain = || plain_connections.load(std::sync::atomic::Ordering::SeqCst);
     let dir = tempfile::tempdir().unwrap();
     let sources = [
         (
@@ -1036,7 +1038,7 @@ fn chart_repositories_and_oci_registries_are_fetched_through_the_proxy_go_would_
         ),
     ];
     for (kind, spec, release) in sources {
-        let render = |host: &str, no_proxy: &str| {
+        let render_via = |proxy: &str, host: &str, no_proxy: &str| {
             let file = dir.path().join("release.yaml");
             std::fs::write(
                 &file,
@@ -1047,11 +1049,10 @@ apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\nmetadata: {{name: web
                 ),
             )
             .unwrap();
-            render_through(
-                &file,
-                ("HTTP_PROXY", &format!("http://127.0.0.2:{port}")),
-                no_proxy,
-            )
+            render_through(&file, ("HTTP_PROXY", proxy), no_proxy)
+        };
+        let render = |host: &str, no_proxy: &str| {
+            render_via(&format!("http://127.0.0.2:{port}"), host, no_proxy)
         };
         let before = through();
         let (code, _, stderr) = render("charts.example.invalid", "");
@@ -1071,6 +1072,19 @@ apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\nmetadata: {{name: web
                 "{kind} at {host} through the proxy: {stderr}"
             );
         }
+        // A proxy without a scheme is http, as Go reads it (`localhost:PORT` parses as a URL
+        // of scheme `localhost`: the value is handed to reqwest as it is set).
+        let before = plain();
+        let (code, _, stderr) = render_via(
+            &format!("localhost:{plain_port}"),
+            "charts.example.invalid",
+            "",
+        );
+        assert_eq!(code, 3, "{kind}: {stderr}");
+        assert!(
+            plain() > before,
+            "{kind} not through localhost:{plain_port}: {stderr}"
+        );
     }
 }
 
