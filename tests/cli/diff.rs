@@ -21,6 +21,14 @@ fn out(o: std::process::Output) -> (i32, String, String) {
     )
 }
 
+/// The summary of a `diff -o json` that found changes (exit 1).
+fn changes_found(o: std::process::Output) -> String {
+    let (code, stdout, stderr) = out(o);
+    assert_eq!(code, 1, "{stderr}");
+    let diff: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    serde_json::to_string(&diff["summary"]).unwrap()
+}
+
 fn config_maps(f: &Fixture) -> kube::Api<k8s_openapi::api::core::v1::ConfigMap> {
     kube::Api::namespaced(f.env.client.clone(), &f.env.namespace)
 }
@@ -410,24 +418,7 @@ async fn diff_of_a_file_reads_the_inventory_of_the_release_on_the_cluster() {
 /// way the diff sees what exists, what drifted and what is gone.
 #[tokio::test]
 async fn a_release_of_many_objects_reads_them_alike_alone_or_beside_many_others() {
-    let names: Vec<String> = (0..20).map(|i| format!("cm-{i:02}")).collect();
-    let files: Vec<(String, String)> = names
-        .iter()
-        .map(|n| (format!("{n}.yaml"), config_map(n, 0, "1")))
-        .collect();
-    let refs: Vec<(&str, &str)> = files
-        .iter()
-        .map(|(p, c)| (p.as_str(), c.as_str()))
-        .collect();
-    let f = Fixture::new(
-        "diff-many",
-        &refs,
-        json!({"syncPolicy": {"mode": "Manual"}}),
-    )
-    .await;
-    f.annotate(json!({"convoy.kumodo.io/sync-requested-at": "2026-01-01T00:00:00Z"}))
-        .await;
-    f.sync().await;
+    let (f, names) = (twenty_config_maps("diff-many").await, config_map_names());
     // Alone (and the namespace's kube-root-ca.crt): one LIST.
     let (code, stdout, stderr) = out(f.env.convoy(&["diff", "web"]));
     assert_eq!(code, 0, "{stderr}");
@@ -453,11 +444,231 @@ async fn a_release_of_many_objects_reads_them_alike_alone_or_beside_many_others(
     for n in &names[18..] {
         api.delete(n, &Default::default()).await.unwrap();
     }
+    insta::assert_snapshot!(
+        changes_found(f.env.convoy(&["diff", "web", "-o", "json"])),
+        @r#"{"change":3,"create":2,"drifted":3,"prune":0,"rejected":0,"unchanged":15}"#
+    );
+}
+
+/// `cm-00` to `cm-19`.
+fn config_map_names() -> Vec<String> {
+    (0..20).map(|i| format!("cm-{i:02}")).collect()
+}
+
+/// A manual Release of 20 ConfigMaps (`cm-00` to `cm-19`), synced.
+async fn twenty_config_maps(test: &str) -> Fixture {
+    let files = config_map_names()
+        .iter()
+        .map(|n| (format!("{n}.yaml"), config_map(n, 0, "1")))
+        .collect();
+    synced_manual_release(crate::support::TestEnv::new(test).await, files).await
+}
+
+/// A manual Release of `files` (path, content), synced.
+async fn synced_manual_release(
+    env: crate::support::TestEnv,
+    files: Vec<(String, String)>,
+) -> Fixture {
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_str()))
+        .collect();
+    let f = Fixture::in_env(env, &refs, json!({"syncPolicy": {"mode": "Manual"}})).await;
+    f.annotate(json!({"convoy.kumodo.io/sync-requested-at": "2026-01-01T00:00:00Z"}))
+        .await;
+    f.sync().await;
+    f
+}
+
+/// Create `count` ConfigMaps named `{prefix}-NNN` in the fixture's namespace, 16 at a time.
+async fn create_others(f: &Fixture, prefix: &str, count: usize) {
+    use futures::StreamExt;
+    let api = config_maps(f);
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                let other: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(
+                    json!({"metadata": {"name": format!("{prefix}-{i:03}")}, "data": {"value": "x"}}),
+                )
+                .unwrap();
+                api.create(&Default::default(), &other).await.unwrap();
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+}
+
+/// Beside more objects of the kind than a page of their metadata holds (600 listed before the
+/// Release's 20, so neither the first LIST nor the first metadata page reaches them), the
+/// Release's objects are still found: none is taken for one to create.
+#[tokio::test]
+async fn objects_beyond_the_first_page_of_the_kinds_metadata_are_found() {
+    let f = twenty_config_maps("diff-pages").await;
+    create_others(&f, "a-other", 600).await;
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cm-05", "namespace": f.env.namespace}, "data": {"value": "tampered"}}))
+        .await;
+    config_maps(&f)
+        .delete("cm-19", &Default::default())
+        .await
+        .unwrap();
+    insta::assert_snapshot!(
+        changes_found(f.env.convoy(&["diff", "web", "-o", "json"])),
+        @r#"{"change":1,"create":1,"drifted":1,"prune":0,"rejected":0,"unchanged":18}"#
+    );
+}
+
+/// An identity that may read and patch ConfigMaps by name but neither list nor create them
+/// (RBAC `get` and `patch` only) diffs a Release of many of them as one who may list: each is
+/// read by name, the drifted one is seen, and the deleted one is a rejection that names the
+/// right it lacks.
+#[tokio::test]
+async fn a_reader_who_may_not_list_a_kind_reads_its_objects_by_name() {
+    let f = twenty_config_maps("diff-no-list").await;
+    let ns = f.env.namespace.clone();
+    f.env
+        .kubectl_ok(&["create", "serviceaccount", "getter", "-n", &ns]);
+    f.env.kubectl_ok(&[
+        "create",
+        "role",
+        "getter-objects",
+        "--verb=get,patch",
+        "--resource=configmaps",
+        "-n",
+        &ns,
+    ]);
+    f.env.kubectl_ok(&[
+        "create",
+        "role",
+        "getter-convoy",
+        "--verb=get,list,watch",
+        "--resource=releases.core.convoy.kumodo.io,releaseinventories.core.convoy.kumodo.io,gitrepositories.source.convoy.kumodo.io",
+        "-n",
+        &ns,
+    ]);
+    for role in ["getter-objects", "getter-convoy"] {
+        f.env.kubectl_ok(&[
+            "create",
+            "rolebinding",
+            role,
+            &format!("--role={role}"),
+            &format!("--serviceaccount={ns}:getter"),
+            "-n",
+            &ns,
+        ]);
+    }
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cm-05", "namespace": ns}, "data": {"value": "tampered"}}))
+        .await;
+    config_maps(&f)
+        .delete("cm-19", &Default::default())
+        .await
+        .unwrap();
+    let kubeconfig = f.env.service_account_kubeconfig(&ns, "getter");
+    let listed = f.env.kubectl(&[
+        "--kubeconfig",
+        kubeconfig.path().to_str().unwrap(),
+        "get",
+        "configmaps",
+        "-n",
+        &ns,
+    ]);
+    assert!(
+        !listed.status.success(),
+        "the reader must not list ConfigMaps"
+    );
+    let (code, stdout, stderr) = out(std::process::Command::new(convoy_bin())
+        .args([
+            "--kubeconfig",
+            kubeconfig.path().to_str().unwrap(),
+            "-n",
+            &ns,
+        ])
+        .args(["diff", "web", "-o", "json"])
+        .env("PATH", path_with_testenv())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap());
+    assert_eq!(code, 1, "{stderr}");
+    let diff: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let shown = json!({"summary": diff["summary"], "rejections": diff["rejections"]});
+    settings(&ns).bind(|| {
+        insta::assert_snapshot!(serde_json::to_string_pretty(&shown).unwrap(), @r#"
+        {
+          "rejections": [
+            {
+              "message": "configmaps \"cm-19\" is forbidden: User \"system:serviceaccount:NAMESPACE:getter\" cannot create resource \"configmaps\" in API group \"\" in the namespace \"NAMESPACE\"",
+              "object": "ConfigMap/NAMESPACE/cm-19"
+            }
+          ],
+          "summary": {
+            "change": 1,
+            "create": 0,
+            "drifted": 1,
+            "prune": 0,
+            "rejected": 1,
+            "unchanged": 18
+          }
+        }
+        "#);
+    });
+}
+
+/// A Release of 20 ClusterRoles, listed after the cluster's own (the API server's bootstrap
+/// roles, more than the first LIST reads): the cluster-scoped kind is read like a namespaced
+/// one, drifted, deleted and unchanged objects all seen.
+#[tokio::test]
+async fn a_release_of_many_cluster_scoped_objects_beside_many_others_is_read_whole() {
+    let env = crate::support::TestEnv::new("diff-cluster-scoped").await;
+    let prefix = format!("zz-{}", env.namespace);
+    let role = |i: usize, verb: &str| {
+        format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: {prefix}-{i:02}\nrules:\n- apiGroups: [\"\"]\n  resources: [configmaps]\n  verbs: [{verb}]\n"
+        )
+    };
+    let files = (0..20)
+        .map(|i| (format!("role-{i:02}.yaml"), role(i, "get")))
+        .collect();
+    let f = synced_manual_release(env, files).await;
+    let roles: kube::Api<k8s_openapi::api::rbac::v1::ClusterRole> =
+        kube::Api::all(f.env.client.clone());
+    let before = roles
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|r| r.metadata.name.as_deref() < Some(prefix.as_str()))
+        .count();
+    assert!(
+        before > 40,
+        "only {before} ClusterRoles sort before the Release's"
+    );
+    f.env.kubectl_apply_text(
+        &role(5, "list"),
+        &[
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=test-user",
+        ],
+    );
+    roles
+        .delete(&format!("{prefix}-19"), &Default::default())
+        .await
+        .unwrap();
     let (code, stdout, stderr) = out(f.env.convoy(&["diff", "web", "-o", "json"]));
+    for i in 0..19 {
+        roles
+            .delete(&format!("{prefix}-{i:02}"), &Default::default())
+            .await
+            .unwrap();
+    }
     assert_eq!(code, 1, "{stderr}");
     let diff: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     insta::assert_snapshot!(
         serde_json::to_string(&diff["summary"]).unwrap(),
-        @r#"{"change":3,"create":2,"drifted":3,"prune":0,"rejected":0,"unchanged":15}"#
+        @r#"{"change":1,"create":1,"drifted":1,"prune":0,"rejected":0,"unchanged":18}"#
     );
 }

@@ -308,6 +308,16 @@ impl TestEnv {
             .expect("cannot run kubectl")
     }
 
+    /// Run `kubectl` against this control plane; it must succeed.
+    pub fn kubectl_ok(&self, args: &[&str]) {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// `kubectl apply ARGS -f FILE` of `text` (YAML or JSON) through a temporary file; the apply
     /// must succeed.
     pub fn kubectl_apply_text(&self, text: &str, args: &[&str]) {

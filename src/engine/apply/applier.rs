@@ -682,9 +682,9 @@ impl Applier {
                 Some((key, serde_json::to_value(o).ok()?))
             })
             .collect();
-        if list.metadata.continue_.is_none_or(|c| c.is_empty()) {
+        let Some(token) = list.metadata.continue_.filter(|c| !c.is_empty()) else {
             return Ok(found);
-        }
+        };
         let seen: BTreeSet<&ObjectKey> = found.iter().map(|(k, _)| k).collect();
         let rest: Vec<(String, ObjectKey)> = group
             .wanted
@@ -695,8 +695,9 @@ impl Applier {
         if rest.is_empty() {
             return Ok(found);
         }
-        // Which of the rest exist, from the kind's metadata, unless paging through it would
-        // take longer than a GET of each (a 404 says absent): then a GET each.
+        // Which of the rest exist, from the metadata of the kind's objects after the first
+        // page (the continue token reads the same snapshot on), unless paging through them
+        // would take longer than a GET of each (a 404 says absent): then a GET each.
         let pages = list
             .metadata
             .remaining_item_count
@@ -705,7 +706,7 @@ impl Applier {
         let rest = if pages.saturating_mul(GETS_IN_FLIGHT_PER_GROUP) >= rest.len() {
             rest
         } else {
-            match existing_names(api, &rest).await {
+            match existing_names(api, &rest, &token).await {
                 Ok(existing) => rest
                     .into_iter()
                     .filter(|(name, _)| existing.contains(name.as_str()))
@@ -713,6 +714,7 @@ impl Applier {
                 Err(e) if is_unreachable(&e) => {
                     return Err(ApplyError::Unreachable(Box::new(e)));
                 }
+                // Refused, or the token expired (410): a GET each.
                 Err(_) => rest,
             }
         };
@@ -928,15 +930,19 @@ pub fn api_message(e: &kube::Error) -> String {
     }
 }
 
-/// The names among `wanted` that exist, from a metadata-only LIST of the latest state in pages
-/// (an object's metadata is small whatever its data, unless it was applied client-side: its
-/// last-applied annotation holds all of it).
+/// The names among `wanted` that exist, from a metadata-only LIST in pages on from `from` (a
+/// LIST's continue token: the same snapshot, where that LIST stopped). An object's metadata is
+/// small whatever its data, unless it was applied client-side: its last-applied annotation
+/// holds all of it.
 async fn existing_names(
     api: &Api<DynamicObject>,
     wanted: &[(String, ObjectKey)],
+    from: &str,
 ) -> Result<std::collections::HashSet<String>, kube::Error> {
     let wanted: std::collections::HashSet<&str> = wanted.iter().map(|(n, _)| n.as_str()).collect();
-    let mut params = kube::api::ListParams::default().limit(METADATA_PAGE);
+    let mut params = kube::api::ListParams::default()
+        .limit(METADATA_PAGE)
+        .continue_token(from);
     let mut existing = std::collections::HashSet::new();
     loop {
         let page = api.list_metadata(&params).await?;
