@@ -922,6 +922,7 @@ fn an_object_name_or_namespace_that_would_change_the_requests_path_is_refused() 
 /// `NO_PROXY` set, and no other proxy variable of the test's environment.
 fn render_through(
     file: &Path,
+    extra: &[&str],
     (name, value): (&str, &str),
     no_proxy: &str,
 ) -> (i32, String, String) {
@@ -930,6 +931,7 @@ fn render_through(
     command
         .args(["render", "-f"])
         .arg(file)
+        .args(extra)
         .env("PATH", path_with_testenv())
         .env("CONVOY_CACHE_DIR", cache.path())
         .env_remove("KUBECONFIG")
@@ -981,6 +983,7 @@ fn git_fetches_through_the_environments_proxy_unless_no_proxy_names_the_host() {
         );
         render_through(
             Path::new(&file),
+            &[],
             (proxy_variable, &format!("http://127.0.0.2:{port}")),
             no_proxy,
         )
@@ -1049,7 +1052,7 @@ apiVersion: core.convoy.kumodo.io/v1alpha1\nkind: Release\nmetadata: {{name: web
                 ),
             )
             .unwrap();
-            render_through(&file, ("HTTP_PROXY", proxy), no_proxy)
+            render_through(&file, &[], ("HTTP_PROXY", proxy), no_proxy)
         };
         let render = |host: &str, no_proxy: &str| {
             render_via(&format!("http://127.0.0.2:{port}"), host, no_proxy)
@@ -1418,5 +1421,50 @@ fn rendered_values_with_control_characters_print_escaped_and_unchanged() {
             &back
         };
         assert_eq!(object["data"]["text"], data, "-o {format}");
+    }
+}
+
+/// With `allowRemoteBases`, kustomize fetches remote files and bases through the proxy of
+/// convoy's environment (it ran with none), git included, which reads `http_proxy` in lower
+/// case only (given `HTTP_PROXY` alone it went direct); direct where `NO_PROXY` names the host.
+#[test]
+fn kustomize_fetches_remote_bases_through_the_environments_proxy() {
+    let (port, connections) = crate::support::servers::refusing_proxy("127.0.0.2:0");
+    let through = || connections.load(std::sync::atomic::Ordering::SeqCst);
+    let source = tempfile::tempdir().unwrap();
+    std::fs::create_dir(source.path().join("app")).unwrap();
+    let file = release_file(
+        source.path(),
+        "file:///nowhere",
+        "    path: app\n  content: {type: kustomize, kustomize: {allowRemoteBases: true}}\n",
+    );
+    let dir = ["--source-dir", source.path().to_str().unwrap()];
+    let proxy = format!("http://127.0.0.2:{port}");
+    for resource in [
+        "http://files.example.invalid:9/app.yaml",
+        "http://git.example.invalid:9/repo.git//base?ref=main",
+    ] {
+        std::fs::write(
+            source.path().join("app/kustomization.yaml"),
+            format!("resources:\n- {resource}\n"),
+        )
+        .unwrap();
+        for variable in ["HTTP_PROXY", "http_proxy"] {
+            let before = through();
+            let (code, _, stderr) = render_through(Path::new(&file), &dir, (variable, &proxy), "");
+            assert_eq!(code, 4, "{resource} {variable}: {stderr}");
+            assert!(stderr.contains("403"), "{resource} {variable}: {stderr}");
+            assert!(through() > before, "{resource} not through {variable}");
+        }
+        let before = through();
+        let (code, _, stderr) = render_through(
+            Path::new(&file),
+            &dir,
+            ("HTTP_PROXY", &proxy),
+            ".example.invalid",
+        );
+        assert_eq!(code, 4, "{resource}: {stderr}");
+        assert!(!stderr.contains("403"), "{resource}: {stderr}");
+        assert_eq!(through(), before, "{resource} through the proxy");
     }
 }

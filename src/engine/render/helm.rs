@@ -243,16 +243,6 @@ pub(crate) fn is_dns_label_text(s: &str) -> bool {
         && bytes[bytes.len() - 1].is_ascii_alphanumeric()
 }
 
-/// What helm's https client reads from its environment.
-const NETWORK_VARS: [&str; 6] = [
-    "HTTPS_PROXY",
-    "https_proxy",
-    "NO_PROXY",
-    "no_proxy",
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-];
-
 /// One `helm template` run: what [`command`] needs.
 pub struct Template<'a> {
     pub helm: &'a Path,
@@ -297,11 +287,7 @@ pub fn command(t: &Template) -> std::process::Command {
     if t.network {
         // Where the operator allows schemas from the network, helm reaches them as convoy
         // would: through its proxy, trusting its certificate authorities.
-        for var in NETWORK_VARS {
-            if let Some(value) = std::env::var_os(var) {
-                cmd.env(var, value);
-            }
-        }
+        cmd.envs(super::no_network::network_env(|v| std::env::var(v).ok()));
     } else {
         // Nowhere to go: the schema check refuses every reference out, and this holds
         // should helm read one the check does not see.

@@ -122,7 +122,11 @@ pub fn command(
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_TERMINAL_PROMPT", "0")
         .envs(remote_git_env(allow_remote));
-    if !allow_remote {
+    if allow_remote {
+        // Remote bases and files are fetched as convoy fetches sources: through the proxy of
+        // its environment (cleared above with the rest).
+        cmd.envs(super::no_network::network_env(|v| std::env::var(v).ok()));
+    } else {
         for name in super::no_network::PROXY_VARS {
             cmd.env(name, super::no_network::NOWHERE);
         }
