@@ -180,10 +180,16 @@ fn merge_fields(into: &mut Value, from: &Value) {
 }
 
 /// Adoption from kubectl: move the fields kubectl's managers own on `live` to
-/// `convoy-release`, with the live resourceVersion as a precondition (a concurrent change
-/// makes this fail and the sync retry). The apply that follows then removes what the render
+/// `convoy-release`, with the live resourceVersion as a precondition, so a change made since
+/// `live` was read is never overwritten. The apply that follows then removes what the render
 /// no longer sets, `kubectl.kubernetes.io/last-applied-configuration` included. Returns the
 /// managers taken over from (empty: nothing to do).
+///
+/// `live` was read before the dry-run gate and the waves before this one: an object a
+/// controller writes to (a Deployment's status, an HPA's replicas) has often moved on since.
+/// A stale precondition (409) reads the object again and takes over from that, up to
+/// [`TAKE_OVER_ATTEMPTS`] times; it failed the whole sync (`DeployFailed`) before. An object
+/// deleted meanwhile has nothing to take over: the apply creates it.
 pub async fn take_over_kubectl_fields(
     applier: &Applier,
     key: &ObjectKey,
@@ -194,34 +200,60 @@ pub async fn take_over_kubectl_fields(
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default();
-    let Some(managed) = merged_managed_fields(live, &now) else {
-        return Ok(Vec::new());
-    };
-    let managers = kubectl_managers(live);
-    let resource_version = live["metadata"]["resourceVersion"].clone();
-    let patch: json_patch::Patch = serde_json::from_value(json!([
-        {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
-        {"op": "replace", "path": "/metadata/managedFields", "value": managed},
-    ]))
-    .map_err(|e| ApplyError::Read {
-        key: key.to_string(),
-        source: Box::new(kube::Error::SerdeError(e)),
-    })?;
-    let Ok(Some(api)) = api_for(applier, key).await else {
-        return Ok(Vec::new());
-    };
-    api.patch(
-        &key.name,
-        &PatchParams::default(),
-        &Patch::<()>::Json(patch),
-    )
-    .await
-    .map_err(|source| ApplyError::Read {
+    let failed = |source: kube::Error| ApplyError::Read {
         key: key.to_string(),
         source: Box::new(source),
-    })?;
-    Ok(managers)
+    };
+    let mut fresh: Option<Value> = None;
+    let mut attempt = 1;
+    loop {
+        let live = fresh.as_ref().unwrap_or(live);
+        let Some(managed) = merged_managed_fields(live, &now) else {
+            return Ok(Vec::new());
+        };
+        let managers = kubectl_managers(live);
+        // A resourceVersion in the patched object is the update's precondition: a stale one
+        // is refused with 409 (a JSON patch `test` of it failed with a bare 422).
+        let patch: json_patch::Patch = serde_json::from_value(json!([
+            {"op": "replace", "path": "/metadata/resourceVersion",
+             "value": live["metadata"]["resourceVersion"].clone()},
+            {"op": "replace", "path": "/metadata/managedFields", "value": managed},
+        ]))
+        .map_err(|e| failed(kube::Error::SerdeError(e)))?;
+        let Ok(Some(api)) = api_for(applier, key).await else {
+            return Ok(Vec::new());
+        };
+        match api
+            .patch(
+                &key.name,
+                &PatchParams::default(),
+                &Patch::<()>::Json(patch),
+            )
+            .await
+        {
+            Ok(_) => return Ok(managers),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Vec::new()),
+            Err(kube::Error::Api(s)) if s.code == 409 && attempt < TAKE_OVER_ATTEMPTS => {
+                match api.get_opt(&key.name).await {
+                    Ok(Some(object)) => {
+                        fresh = Some(
+                            serde_json::to_value(object)
+                                .map_err(|e| failed(kube::Error::SerdeError(e)))?,
+                        );
+                    }
+                    Ok(None) => return Ok(Vec::new()),
+                    Err(source) => return Err(failed(source)),
+                }
+                attempt += 1;
+            }
+            Err(source) => return Err(failed(source)),
+        }
+    }
 }
+
+/// How many times an adoption reads a moving object again before the sync gives up (and
+/// retries later).
+const TAKE_OVER_ATTEMPTS: usize = 3;
 
 /// The API of `key`'s kind: `None` if the cluster does not serve it (nothing of it to read or
 /// take over), `Err` if discovery could not tell.

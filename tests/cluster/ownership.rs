@@ -750,3 +750,50 @@ async fn hook_entries_naming_objects_no_hook_made_read_and_delete_nothing() {
     .await
     .unwrap();
 }
+
+/// Adoption takes over kubectl's fields of the object as it is now: one read before the
+/// waves (a controller has written to it since, as to a Deployment's status) is read again,
+/// and the other writer's field stays theirs. A stale read failed the whole sync (a bare 422
+/// from a JSON patch `test`); an object deleted meanwhile has nothing to take over.
+#[tokio::test]
+async fn adoption_from_a_stale_read_takes_over_the_object_as_it_is_now() {
+    let env = crate::support::TestEnv::new("owner-stale-adopt").await;
+    let ns = env.namespace.clone();
+    env.kubectl_apply_text(
+        &format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: b, namespace: {ns}}}\ndata: {{value: \"1\"}}\n"
+        ),
+        &[],
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &ns);
+    let stale = serde_json::to_value(cms.get("b").await.unwrap()).unwrap();
+    cms.patch(
+        "b",
+        &kube::api::PatchParams {
+            field_manager: Some("team-controller".into()),
+            ..Default::default()
+        },
+        &kube::api::Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}})),
+    )
+    .await
+    .unwrap();
+    let applier = convoy::engine::apply::Applier::new(env.client.clone(), 4);
+    let key = core_key("ConfigMap", &ns, "b");
+    let managers = convoy::engine::ownership::take_over_kubectl_fields(&applier, &key, &stale)
+        .await
+        .unwrap();
+    assert_eq!(managers, ["kubectl-client-side-apply"]);
+    let live = serde_json::to_value(cms.get("b").await.unwrap()).unwrap();
+    assert_eq!(owners_of(&live, &["f:data", "f:value"]), ["convoy-release"]);
+    assert_eq!(
+        owners_of(&live, &["f:metadata", "f:labels", "f:team"]),
+        ["team-controller"]
+    );
+
+    // Deleted since the read: nothing to take over, no error.
+    cms.delete("b", &Default::default()).await.unwrap();
+    let managers = convoy::engine::ownership::take_over_kubectl_fields(&applier, &key, &stale)
+        .await
+        .unwrap();
+    assert!(managers.is_empty());
+}
