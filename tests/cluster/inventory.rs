@@ -673,3 +673,101 @@ async fn the_controller_takes_a_cached_inventory_only_at_the_version_it_last_saw
     assert_changed(&err);
     assert!(other.get().await.unwrap().is_none(), "not re-created");
 }
+
+/// A wave that fails inside a run of waves nothing holds apart, here its adoption from
+/// kubectl (an admission policy refuses the update that moves kubectl's fields), puts the
+/// waves applied before it as members: they were left only as pending, and the next sync sent
+/// them again with no digest to skip them.
+#[tokio::test]
+async fn a_failed_adoption_inside_a_run_of_waves_records_the_waves_before_it() {
+    let f = Fixture::new(
+        "inventory-adopt-fails",
+        &[
+            ("a.yaml", &config_map("a", 0, "1")),
+            ("b.yaml", &config_map("b", 1, "2")),
+        ],
+        json!({}),
+    )
+    .await;
+    let ns = f.env.namespace.clone();
+    // kubectl made `b` (client-side), and a policy refuses any update of it that leaves its
+    // data as it is: the adoption (managedFields only); the dry run and the apply change it.
+    f.env.kubectl_apply_text(
+        &format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: b, namespace: {ns}}}\ndata: {{value: \"1\"}}\n"
+        ),
+        &[],
+    );
+    let policy = format!("refuse-adoption-{ns}");
+    f.env.kubectl_apply_text(
+        &format!(
+            "apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {{name: {policy}}}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - {{apiGroups: [\"\"], apiVersions: [v1], operations: [UPDATE], resources: [configmaps]}}
+  matchConditions:
+  - {{name: b, expression: \"object.metadata.name == 'b' && object.metadata.namespace == '{ns}'\"}}
+  validations:
+  - {{expression: \"object.data != oldObject.data\", message: no adoption today}}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {{name: {policy}}}
+spec:
+  policyName: {policy}
+  validationActions: [Deny]
+"
+        ),
+        &[],
+    );
+    // The policy is in force once a plain update of `b` is refused.
+    let cms: Api<ConfigMap> = Api::namespaced(f.env.client.clone(), &ns);
+    crate::support::eventually(
+        "the admission policy in force",
+        std::time::Duration::from_secs(20),
+        || async {
+            let patch = kube::api::Patch::Merge(json!({"metadata": {"annotations": {"x": "1"}}}));
+            cms.patch("b", &Default::default(), &patch)
+                .await
+                .is_err()
+                .then_some(())
+        },
+    )
+    .await;
+    let result = f.sync().await;
+    f.env
+        .kubectl_ok(&["delete", "validatingadmissionpolicybinding", &policy]);
+    f.env
+        .kubectl_ok(&["delete", "validatingadmissionpolicy", &policy]);
+    let outcome = result.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::DeployFailed, "{}", outcome.message);
+    assert!(
+        outcome.message.contains("wave 1: adopting ConfigMap/")
+            && outcome.message.contains("no adoption today"),
+        "{}",
+        outcome.message
+    );
+    let api: Api<ReleaseInventory> = Api::namespaced(f.env.client.clone(), &ns);
+    let inventory = api.get("web").await.unwrap();
+    let entries: Vec<(&str, Option<i32>)> = inventory
+        .spec
+        .inventory
+        .iter()
+        .map(|e| (e.name.as_str(), e.wave))
+        .collect();
+    assert_eq!(entries, [("a", Some(0))]);
+    assert!(
+        inventory.spec.pending.is_empty(),
+        "{:?}",
+        inventory.spec.pending
+    );
+    assert_eq!(
+        cms.get("b").await.unwrap().data.unwrap()["value"],
+        "1",
+        "b is not applied"
+    );
+}

@@ -10,8 +10,9 @@
 //! the inventory before it is sent). Deviation: stageSync step 4 puts the members after each
 //! wave; nothing waits on them in between when no boundary can hold (the observer assesses
 //! a run's objects once its members are put, a moment after the first of them was sent). A
-//! sync that stops inside a run (a lapsed shard, a failed adoption) leaves the run's waves
-//! before it as pending, which the next sync sends again or prunes, as after a crash.
+//! wave that fails inside a run (an apply, an adoption) puts the run's members so far; a sync
+//! stopped inside a run by a lapsed shard (which must write nothing more) leaves the run's
+//! waves before it as pending, which the next sync sends again or prunes, as after a crash.
 //!
 //! Spec: reconcile-flow.txt stageSync step 4, `waveHealthGate`; status-and-conditions.txt
 //! WaitingForWaveHealth, WaveFailed; DESIGN.md "Sync waves".
@@ -248,17 +249,21 @@ async fn apply_wave(
     if let Some(intent) = intent {
         record_intent(plan, hooks, applied, intent).await?;
     }
-    adopt_from_kubectl(plan, hooks, &sending_keys, wave).await?;
-    let (keys, failure) = match hooks.applier.apply(&sending).await {
-        Ok(keys) => (keys, None),
-        Err(ApplyError::Failed { applied, failures }) => {
-            let source = ApplyError::Failed {
-                applied: applied.clone(),
-                failures,
-            };
-            (applied, Some(WaveError::Apply { wave, source }))
-        }
-        Err(source) => (Vec::new(), Some(WaveError::Apply { wave, source })),
+    // A failed adoption stops the wave as a failed apply does: what the run applied before
+    // it is put as members (its waves were only pending, and were sent again next time).
+    let (keys, failure) = match adopt_from_kubectl(plan, hooks, &sending_keys, wave).await {
+        Err(e) => (Vec::new(), Some(e)),
+        Ok(()) => match hooks.applier.apply(&sending).await {
+            Ok(keys) => (keys, None),
+            Err(ApplyError::Failed { applied, failures }) => {
+                let source = ApplyError::Failed {
+                    applied: applied.clone(),
+                    failures,
+                };
+                (applied, Some(WaveError::Apply { wave, source }))
+            }
+            Err(source) => (Vec::new(), Some(WaveError::Apply { wave, source })),
+        },
     };
     applied.objects_sent += keys.len();
     // A failed wave ends the sync: its members are put now, and no further intent.
