@@ -80,6 +80,24 @@ pub fn with_scheme(value: &str) -> String {
     }
 }
 
+/// The proxy `value` names, as git is given it: `scheme://[userinfo@]host[:port]` (no scheme
+/// meaning http, as in Go), or `None` when there is no host, or the user information holds a
+/// line break. git quotes a proxy it cannot read, credentials and all, and refuses a path
+/// Go passes over.
+pub fn for_git(value: &str) -> Option<String> {
+    let uri = with_scheme(value).parse::<http::Uri>().ok()?;
+    let authority = uri.authority()?;
+    let userinfo = authority.as_str().rsplit_once('@').map(|(u, _)| u);
+    let breaks = userinfo.is_some_and(|u| {
+        let lower = u.to_ascii_lowercase();
+        lower.contains("%0a") || lower.contains("%0d")
+    });
+    if authority.host().is_empty() || breaks {
+        return None;
+    }
+    Some(format!("{}://{authority}", uri.scheme_str()?))
+}
+
 /// The `NO_PROXY`/`no_proxy` values to start convoy again with, as [`tidy_no_proxy`] makes
 /// them from `env`; empty when kube can read both as they are. Go reads a `NO_PROXY` of only
 /// blanks as set, naming no host: emptied, it would let `no_proxy` be read in its place, so
@@ -276,7 +294,24 @@ fn exempt(server: &http::Uri, env: &impl Fn(&str) -> Option<String>) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{for_server, for_source, tidy_no_proxy};
+    use super::{for_git, for_server, for_source, tidy_no_proxy};
+
+    #[test]
+    fn a_proxy_is_given_to_git_as_scheme_user_and_host_only() {
+        for (value, given) in [
+            ("10.1.2.3:3128", Some("http://10.1.2.3:3128")),
+            (
+                "http://user:secret@proxy.example.com:3128/path?q",
+                Some("http://user:secret@proxy.example.com:3128"),
+            ),
+            ("socks5h://s:1080", Some("socks5h://s:1080")),
+            ("http://user:a%0Ab@proxy:3128", None),
+            ("http://", None),
+            ("http:// spaced", None),
+        ] {
+            assert_eq!(for_git(value).as_deref(), given, "{value}");
+        }
+    }
 
     /// The chosen cluster's proxy-url is kept for `choose`, and no cluster's is left for kube
     /// to test against NO_PROXY.

@@ -1466,5 +1466,27 @@ fn kustomize_fetches_remote_bases_through_the_environments_proxy() {
         assert_eq!(code, 4, "{resource}: {stderr}");
         assert!(!stderr.contains("403"), "{resource}: {stderr}");
         assert_eq!(through(), before, "{resource} through the proxy");
+        // A proxy with credentials and a path (Go passes over the path, curl refuses it and
+        // quotes the whole value): given as scheme, user and host, and never shown.
+        let before = through();
+        let with_path = format!("http://user:s3cret@127.0.0.2:{port}/path");
+        let (code, _, stderr) =
+            render_through(Path::new(&file), &dir, ("HTTP_PROXY", &with_path), "");
+        assert_eq!(code, 4, "{resource}: {stderr}");
+        assert!(stderr.contains("403"), "{resource}: {stderr}");
+        assert!(!stderr.contains("s3cret"), "{resource}: {stderr}");
+        assert!(through() > before, "{resource} not through the proxy");
     }
+    // A proxy no tool could read is refused before kustomize runs, by its name alone.
+    let (code, _, stderr) = render_through(
+        Path::new(&file),
+        &dir,
+        ("http_proxy", "http://user:s3cret%0A@127.0.0.2:1"),
+        "",
+    );
+    assert_eq!(code, 4, "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        "error: render Release apps/web (step Rendering, reason DeployFailed): kustomize cannot be given convoy's proxy: http_proxy does not parse as a proxy URL (scheme://[user:password@]host:port)"
+    );
 }

@@ -284,17 +284,11 @@ pub fn command(t: &Template) -> std::process::Command {
     if let Some(path) = std::env::var_os("PATH") {
         cmd.env("PATH", path);
     }
-    if t.network {
-        // Where the operator allows schemas from the network, helm reaches them as convoy
-        // would: through its proxy, trusting its certificate authorities.
-        cmd.envs(super::no_network::network_env(|v| std::env::var(v).ok()));
-    } else {
-        // Nowhere to go: the schema check refuses every reference out, and this holds
-        // should helm read one the check does not see.
-        for var in super::no_network::PROXY_VARS {
-            cmd.env(var, super::no_network::NOWHERE);
-        }
-    }
+    // Where the operator allows schemas from the network, helm reaches them as convoy would:
+    // through its proxy, trusting its certificate authorities. Otherwise nowhere to go: the
+    // schema check refuses every reference out, and this holds should helm read one the
+    // check does not see.
+    super::no_network::give_network(&mut cmd, t.network);
     for (var, sub) in [
         ("HOME", "home"),
         ("TMPDIR", "tmp"),
@@ -340,6 +334,10 @@ pub async fn template(
         &serde_json::to_vec(values).unwrap_or_default(),
     )
     .map_err(|e| RenderError::Tool(format!("cannot write the values file: {e}")))?;
+    if !schema_refs.is_empty() {
+        super::no_network::network_env(|v| std::env::var(v).ok())
+            .map_err(|e| RenderError::Tool(format!("helm cannot be given convoy's proxy: {e}")))?;
+    }
     let mut cmd = Command::from(command(&Template {
         helm: &helm,
         chart,

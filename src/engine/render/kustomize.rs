@@ -61,6 +61,11 @@ pub async fn build(
     .await
     .map_err(|e| RenderError::Tool(format!("checking the kustomization failed: {e}")))??;
     let root = staging.as_path();
+    if allow_remote {
+        super::no_network::network_env(|v| std::env::var(v).ok()).map_err(|e| {
+            RenderError::Tool(format!("kustomize cannot be given convoy's proxy: {e}"))
+        })?;
+    }
     let mut child = Command::from(command(&kustomize, &start, home.path(), allow_remote))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -122,15 +127,9 @@ pub fn command(
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_TERMINAL_PROMPT", "0")
         .envs(remote_git_env(allow_remote));
-    if allow_remote {
-        // Remote bases and files are fetched as convoy fetches sources: through the proxy of
-        // its environment (cleared above with the rest).
-        cmd.envs(super::no_network::network_env(|v| std::env::var(v).ok()));
-    } else {
-        for name in super::no_network::PROXY_VARS {
-            cmd.env(name, super::no_network::NOWHERE);
-        }
-    }
+    // Remote bases and files are fetched as convoy fetches sources: through the proxy of its
+    // environment (cleared above with the rest).
+    super::no_network::give_network(&mut cmd, allow_remote);
     if let Some(path) = std::env::var_os("PATH") {
         cmd.env("PATH", path);
     }

@@ -303,24 +303,6 @@ struct GitAuth {
     _files: tempfile::TempDir,
 }
 
-/// The proxy `value` names, as git is given it: `scheme://[userinfo@]host[:port]` (no scheme
-/// meaning http, as in Go), or `None` when there is no host, or the user information holds a
-/// line break. git quotes a proxy it cannot read, credentials and all, and refuses a path
-/// Go passes over.
-fn proxy_for_git(value: &str) -> Option<String> {
-    let uri = env_proxy::with_scheme(value).parse::<http::Uri>().ok()?;
-    let authority = uri.authority()?;
-    let userinfo = authority.as_str().rsplit_once('@').map(|(u, _)| u);
-    let breaks = userinfo.is_some_and(|u| {
-        let lower = u.to_ascii_lowercase();
-        lower.contains("%0a") || lower.contains("%0d")
-    });
-    if authority.host().is_empty() || breaks {
-        return None;
-    }
-    Some(format!("{}://{authority}", uri.scheme_str()?))
-}
-
 /// `scheme://authority` of an http(s) URL, which decides its proxy.
 fn http_origin(url: &str) -> Option<&str> {
     let scheme = ["http://", "https://"]
@@ -391,7 +373,7 @@ impl GitAuth {
                 SourceError::Unsupported(format!("Git URL {url:?} names a host convoy cannot read"))
             })?;
             let proxy = match env_proxy::for_source(&uri, |v| std::env::var(v).ok()) {
-                Some((variable, value)) => proxy_for_git(&value).ok_or_else(|| {
+                Some((variable, value)) => env_proxy::for_git(&value).ok_or_else(|| {
                     SourceError::Unsupported(format!(
                         "{variable} does not parse as a proxy URL (scheme://[user:password@]host:port)"
                     ))
@@ -665,23 +647,6 @@ mod tests {
         assert_eq!(http_origin("https://h?x"), Some("https://h"));
         assert_eq!(http_origin("ssh://git@h/r.git"), None);
         assert_eq!(http_origin("file:///tmp/r"), None);
-    }
-
-    #[test]
-    fn a_proxy_is_given_to_git_as_scheme_user_and_host_only() {
-        for (value, given) in [
-            ("10.1.2.3:3128", Some("http://10.1.2.3:3128")),
-            (
-                "http://user:secret@proxy.example.com:3128/path?q",
-                Some("http://user:secret@proxy.example.com:3128"),
-            ),
-            ("socks5h://s:1080", Some("socks5h://s:1080")),
-            ("http://user:a%0Ab@proxy:3128", None),
-            ("http://", None),
-            ("http:// spaced", None),
-        ] {
-            assert_eq!(proxy_for_git(value).as_deref(), given, "{value}");
-        }
     }
 
     /// An unpack whose fetch was given up stops at git's next write, and git is killed: the
