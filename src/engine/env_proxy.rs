@@ -80,22 +80,69 @@ pub fn with_scheme(value: &str) -> String {
     }
 }
 
-/// The proxy `value` names, as git is given it: `scheme://[userinfo@]host[:port]` (no scheme
-/// meaning http, as in Go), or `None` when there is no host, or the user information holds a
-/// line break. git quotes a proxy it cannot read, credentials and all, and refuses a path
-/// Go passes over.
+/// The proxy `value` names, as git is given it: `scheme://[userinfo@]host:port` (no scheme
+/// meaning http and no port the scheme's, as in Go: curl's default port is 1080 whatever the
+/// scheme), or `None` when there is no host, the port is no port number, or a line break is
+/// escaped anywhere in it. git quotes a proxy it cannot read, credentials and all, and refuses
+/// a path Go passes over.
 pub fn for_git(value: &str) -> Option<String> {
     let uri = with_scheme(value).parse::<http::Uri>().ok()?;
+    let scheme = uri.scheme_str()?;
     let authority = uri.authority()?;
-    let userinfo = authority.as_str().rsplit_once('@').map(|(u, _)| u);
-    let breaks = userinfo.is_some_and(|u| {
-        let lower = u.to_ascii_lowercase();
-        lower.contains("%0a") || lower.contains("%0d")
-    });
-    if authority.host().is_empty() || breaks {
+    let lower = authority.as_str().to_ascii_lowercase();
+    if authority.host().is_empty() || lower.contains("%0a") || lower.contains("%0d") {
         return None;
     }
-    Some(format!("{}://{authority}", uri.scheme_str()?))
+    // After the host (an IPv6 host is bracketed): nothing, or `:` and a port number.
+    let host_port = lower.rsplit_once('@').map_or(lower.as_str(), |(_, h)| h);
+    let after_host = match host_port.strip_prefix('[') {
+        Some(rest) => rest.split_once(']')?.1,
+        None => host_port.find(':').map_or("", |i| &host_port[i..]),
+    };
+    match after_host.strip_prefix(':') {
+        Some(port) => {
+            port.parse::<u16>().ok().filter(|p| *p != 0)?;
+            Some(format!("{scheme}://{authority}"))
+        }
+        None if after_host.is_empty() => {
+            let port = match scheme {
+                "https" => 443,
+                "socks5" | "socks5h" | "socks4" | "socks4a" => 1080,
+                _ => 80,
+            };
+            Some(format!("{scheme}://{authority}:{port}"))
+        }
+        None => None,
+    }
+}
+
+/// `NO_PROXY` as curl (the git a render tool runs) reads it to mean what Go reads in it: Go
+/// never proxies loopback, curl does unless told; curl takes `*.example.com` and
+/// `host:port` entries for names of no host (`.example.com` and `host` are what it reads; a
+/// host named with a port is then not proxied on its other ports either, as before render
+/// tools were given a proxy at all).
+pub fn no_proxy_for_curl(go_no_proxy: &str) -> String {
+    let mut entries: Vec<String> = go_no_proxy
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|entry| {
+            let host = match entry.strip_prefix('[') {
+                Some(rest) => rest.split_once(']').map_or(rest, |(h, _)| h),
+                // One colon: `host:port`; more: an IPv6 address without a port.
+                None if entry.matches(':').count() == 1 => {
+                    entry.split_once(':').map_or(entry, |(h, _)| h)
+                }
+                None => entry,
+            };
+            host.strip_prefix('*')
+                .filter(|h| h.starts_with('.'))
+                .unwrap_or(host)
+                .to_string()
+        })
+        .collect();
+    entries.extend(["localhost", "127.0.0.0/8", "::1"].map(String::from));
+    entries.join(",")
 }
 
 /// The `NO_PROXY`/`no_proxy` values to start convoy again with, as [`tidy_no_proxy`] makes
@@ -294,7 +341,7 @@ fn exempt(server: &http::Uri, env: &impl Fn(&str) -> Option<String>) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{for_git, for_server, for_source, tidy_no_proxy};
+    use super::{for_git, for_server, for_source, no_proxy_for_curl, tidy_no_proxy};
 
     #[test]
     fn a_proxy_is_given_to_git_as_scheme_user_and_host_only() {
@@ -308,9 +355,33 @@ mod tests {
             ("http://user:a%0Ab@proxy:3128", None),
             ("http://", None),
             ("http:// spaced", None),
+            // Go's default port for the scheme, where curl would use 1080.
+            ("http://proxy", Some("http://proxy:80")),
+            ("https://u:p@proxy/", Some("https://u:p@proxy:443")),
+            ("socks5://s", Some("socks5://s:1080")),
+            ("http://[fd00::1]", Some("http://[fd00::1]:80")),
+            ("http://[fd00::1]:3128", Some("http://[fd00::1]:3128")),
+            // A line break anywhere, or a port that is none.
+            ("http://user:secret@[fe80::1%0a]:3128", None),
+            ("http://user:secret@proxy:31%0d28", None),
+            ("http://proxy:abc", None),
+            ("http://proxy:99999", None),
+            ("http://proxy:", None),
+            ("http://proxy:0", None),
         ] {
             assert_eq!(for_git(value).as_deref(), given, "{value}");
         }
+    }
+
+    /// Go's `NO_PROXY` as curl must read it to mean the same: loopback always, `*.d` as `.d`,
+    /// a host's port dropped (IPv6 in brackets or not).
+    #[test]
+    fn no_proxy_is_translated_for_curl() {
+        assert_eq!(
+            no_proxy_for_curl("*.corp.example:443, .svc,10.0.0.0/8,[fd00::2]:80,fd00::3,*,"),
+            ".corp.example,.svc,10.0.0.0/8,fd00::2,fd00::3,*,localhost,127.0.0.0/8,::1"
+        );
+        assert_eq!(no_proxy_for_curl(""), "localhost,127.0.0.0/8,::1");
     }
 
     /// The chosen cluster's proxy-url is kept for `choose`, and no cluster's is left for kube

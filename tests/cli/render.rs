@@ -1426,7 +1426,8 @@ fn rendered_values_with_control_characters_print_escaped_and_unchanged() {
 
 /// With `allowRemoteBases`, kustomize fetches remote files and bases through the proxy of
 /// convoy's environment (it ran with none), git included, which reads `http_proxy` in lower
-/// case only (given `HTTP_PROXY` alone it went direct); direct where `NO_PROXY` names the host.
+/// case only (given `HTTP_PROXY` alone it went direct); direct where Go would go direct
+/// (`NO_PROXY`, loopback), git too, whose curl reads `NO_PROXY` by other rules.
 #[test]
 fn kustomize_fetches_remote_bases_through_the_environments_proxy() {
     let (port, connections) = crate::support::servers::refusing_proxy("127.0.0.2:0");
@@ -1477,6 +1478,44 @@ fn kustomize_fetches_remote_bases_through_the_environments_proxy() {
         assert!(!stderr.contains("s3cret"), "{resource}: {stderr}");
         assert!(through() > before, "{resource} not through the proxy");
     }
+    // The git kustomize runs goes direct where Go would: loopback (curl proxied it), and hosts
+    // NO_PROXY names as `*.domain` or `host:port` (entries curl took for no host's).
+    let write = |resource: &str| {
+        std::fs::write(
+            source.path().join("app/kustomization.yaml"),
+            format!("resources:\n- {resource}\n"),
+        )
+        .unwrap()
+    };
+    for (resource, no_proxy) in [
+        ("http://127.0.0.1:9/repo.git//base?ref=main", ""),
+        (
+            "http://git.example.invalid:9/repo.git//base?ref=main",
+            "*.example.invalid",
+        ),
+        (
+            "http://git.example.invalid:9/repo.git//base?ref=main",
+            "git.example.invalid:9",
+        ),
+    ] {
+        write(resource);
+        let before = through();
+        let (code, _, stderr) =
+            render_through(Path::new(&file), &dir, ("HTTP_PROXY", &proxy), no_proxy);
+        assert_eq!(code, 4, "{resource} {no_proxy}: {stderr}");
+        assert_eq!(
+            through(),
+            before,
+            "{resource} {no_proxy}: through the proxy"
+        );
+    }
+    // https through HTTPS_PROXY (a CONNECT the proxy refuses).
+    write("https://git.example.invalid:9/repo.git//base?ref=main");
+    let before = through();
+    let (code, _, stderr) = render_through(Path::new(&file), &dir, ("HTTPS_PROXY", &proxy), "");
+    assert_eq!(code, 4, "{stderr}");
+    assert!(stderr.contains("403"), "{stderr}");
+    assert!(through() > before, "not through HTTPS_PROXY");
     // A proxy no tool could read is refused before kustomize runs, by its name alone.
     let (code, _, stderr) = render_through(
         Path::new(&file),

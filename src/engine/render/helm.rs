@@ -288,7 +288,7 @@ pub fn command(t: &Template) -> std::process::Command {
     // through its proxy, trusting its certificate authorities. Otherwise nowhere to go: the
     // schema check refuses every reference out, and this holds should helm read one the
     // check does not see.
-    super::no_network::give_network(&mut cmd, t.network);
+    super::no_network::give_network(&mut cmd, t.network, false);
     for (var, sub) in [
         ("HOME", "home"),
         ("TMPDIR", "tmp"),
@@ -334,10 +334,6 @@ pub async fn template(
         &serde_json::to_vec(values).unwrap_or_default(),
     )
     .map_err(|e| RenderError::Tool(format!("cannot write the values file: {e}")))?;
-    if !schema_refs.is_empty() {
-        super::no_network::network_env(|v| std::env::var(v).ok())
-            .map_err(|e| RenderError::Tool(format!("helm cannot be given convoy's proxy: {e}")))?;
-    }
     let mut cmd = Command::from(command(&Template {
         helm: &helm,
         chart,

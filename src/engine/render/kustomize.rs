@@ -62,7 +62,7 @@ pub async fn build(
     .map_err(|e| RenderError::Tool(format!("checking the kustomization failed: {e}")))??;
     let root = staging.as_path();
     if allow_remote {
-        super::no_network::network_env(|v| std::env::var(v).ok()).map_err(|e| {
+        super::no_network::network_env(|v| std::env::var(v).ok(), true).map_err(|e| {
             RenderError::Tool(format!("kustomize cannot be given convoy's proxy: {e}"))
         })?;
     }
@@ -129,7 +129,7 @@ pub fn command(
         .envs(remote_git_env(allow_remote));
     // Remote bases and files are fetched as convoy fetches sources: through the proxy of its
     // environment (cleared above with the rest).
-    super::no_network::give_network(&mut cmd, allow_remote);
+    super::no_network::give_network(&mut cmd, allow_remote, true);
     if let Some(path) = std::env::var_os("PATH") {
         cmd.env("PATH", path);
     }

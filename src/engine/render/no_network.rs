@@ -15,31 +15,36 @@ pub const NOWHERE: &str = "http://127.0.0.1:0";
 use crate::engine::env_proxy;
 
 /// What a render tool allowed on the network gets of convoy's environment: the proxy Go picks
-/// (upper case first, an empty value unset), under both names, because the git a tool runs
-/// (kustomize, for a remote base) reads them as curl does: `http_proxy` in lower case only,
-/// `no_proxy` before `NO_PROXY`. So git goes where the tool's own requests go, as convoy's own
-/// git fetches do. Each proxy is given as convoy gives git one (`scheme://[userinfo@]host`,
-/// [`env_proxy::for_git`]): curl quotes a proxy it cannot read, credentials and all, into an
-/// error that would reach the Release's status. curl's `ALL_PROXY` and the certificate
-/// authorities convoy trusts pass as they are. `env` reads a variable; `Err` names the
-/// variable that is no proxy URL, never its value.
+/// (upper case first, an empty value unset), under both names. The tools are Go; a git one of
+/// them runs (`runs_git`: kustomize, for a remote base) reads them as curl does: `http_proxy`
+/// in lower case only, `no_proxy` before `NO_PROXY` and with rules of its own, loopback not
+/// exempt. For it, so that git goes where the tool's own requests go (as convoy's own git
+/// fetches do), each proxy is given as convoy gives git one ([`env_proxy::for_git`]: curl
+/// quotes a proxy it cannot read, credentials and all, into an error that would reach the
+/// Release's status), curl's `ALL_PROXY` too, and `no_proxy` is Go's `NO_PROXY` as curl reads
+/// it ([`env_proxy::no_proxy_for_curl`]: without it, git sent a remote base at 127.0.0.1
+/// through the operator's proxy, to the proxy's own loopback). The certificate authorities
+/// convoy trusts pass as they are. `env` reads a variable; `Err` names the variable that is
+/// no proxy URL, never its value.
 pub fn network_env(
     env: impl Fn(&str) -> Option<String>,
+    runs_git: bool,
 ) -> Result<Vec<(&'static str, String)>, String> {
-    let mut vars = Vec::new();
-    for (upper, lower, proxy) in [
-        ("HTTP_PROXY", "http_proxy", true),
-        ("HTTPS_PROXY", "https_proxy", true),
-        ("ALL_PROXY", "all_proxy", true),
-        ("NO_PROXY", "no_proxy", false),
-    ] {
-        let chosen = [upper, lower]
+    let chosen = |upper: &'static str, lower: &'static str| {
+        [upper, lower]
             .into_iter()
-            .find_map(|name| Some((name, env(name).filter(|value| !value.is_empty())?)));
-        let Some((name, value)) = chosen else {
+            .find_map(|name| Some((name, env(name).filter(|value| !value.is_empty())?)))
+    };
+    let mut vars = Vec::new();
+    let mut proxies = vec![("HTTP_PROXY", "http_proxy"), ("HTTPS_PROXY", "https_proxy")];
+    if runs_git {
+        proxies.push(("ALL_PROXY", "all_proxy"));
+    }
+    for (upper, lower) in proxies {
+        let Some((name, value)) = chosen(upper, lower) else {
             continue;
         };
-        let value = if proxy {
+        let value = if runs_git {
             env_proxy::for_git(&value).ok_or_else(|| {
                 format!("{name} does not parse as a proxy URL (scheme://[user:password@]host:port)")
             })?
@@ -48,6 +53,19 @@ pub fn network_env(
         };
         vars.push((upper, value.clone()));
         vars.push((lower, value));
+    }
+    if !vars.is_empty() {
+        let no_proxy = chosen("NO_PROXY", "no_proxy").map(|(_, value)| value);
+        if runs_git {
+            // Go reads `NO_PROXY` first and curl `no_proxy`: each gets its own. Go never
+            // proxies localhost, so naming it is Go's "none" and keeps Go off curl's value.
+            let curl = env_proxy::no_proxy_for_curl(no_proxy.as_deref().unwrap_or_default());
+            vars.push(("NO_PROXY", no_proxy.unwrap_or_else(|| "localhost".into())));
+            vars.push(("no_proxy", curl));
+        } else if let Some(value) = no_proxy {
+            vars.push(("NO_PROXY", value.clone()));
+            vars.push(("no_proxy", value));
+        }
     }
     for name in ["SSL_CERT_FILE", "SSL_CERT_DIR"] {
         if let Some(value) = env(name) {
@@ -60,8 +78,8 @@ pub fn network_env(
 /// Give a render tool the network (`open`: through convoy's proxy, [`network_env`]) or fence
 /// it off ([`NOWHERE`]). A proxy that cannot be given fences the tool too: its caller refuses
 /// the render with [`network_env`]'s error before the tool runs.
-pub fn give_network(cmd: &mut std::process::Command, open: bool) {
-    match open.then(|| network_env(|v| std::env::var(v).ok())) {
+pub fn give_network(cmd: &mut std::process::Command, open: bool, runs_git: bool) {
+    match open.then(|| network_env(|v| std::env::var(v).ok(), runs_git)) {
         Some(Ok(vars)) => {
             cmd.envs(vars);
         }
@@ -85,44 +103,79 @@ mod tests {
         move |name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
     }
 
-    /// Go's choice under both names: upper case wins, an empty value counts as unset, and a
-    /// proxy is given as scheme, user and host.
+    fn pairs(list: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+        list.iter().map(|(k, v)| (*k, v.to_string())).collect()
+    }
+
+    /// Go's choice under both names: upper case wins, an empty value counts as unset; for a
+    /// tool that runs git, a proxy as scheme, user and host, and `no_proxy` as curl reads it.
     #[test]
     fn the_tool_and_its_git_get_the_proxy_go_picks() {
-        let got = network_env(env_of(&[
+        let env = env_of(&[
             ("HTTP_PROXY", "http://upper:1/path"),
             ("http_proxy", "http://lower:1"),
             ("HTTPS_PROXY", ""),
             ("https_proxy", "lower:2"),
-            ("no_proxy", ".example.com"),
+            ("ALL_PROXY", "socks5://s"),
+            ("no_proxy", "*.example.com"),
             ("SSL_CERT_FILE", "/etc/ca.pem"),
             ("HOME", "/root"),
-        ]));
-        let pairs = |list: &[(&'static str, &str)]| -> Vec<(&'static str, String)> {
-            list.iter().map(|(k, v)| (*k, v.to_string())).collect()
-        };
+        ]);
         assert_eq!(
-            got,
+            network_env(&env, true),
             Ok(pairs(&[
                 ("HTTP_PROXY", "http://upper:1"),
                 ("http_proxy", "http://upper:1"),
                 ("HTTPS_PROXY", "http://lower:2"),
                 ("https_proxy", "http://lower:2"),
-                ("NO_PROXY", ".example.com"),
-                ("no_proxy", ".example.com"),
+                ("ALL_PROXY", "socks5://s:1080"),
+                ("all_proxy", "socks5://s:1080"),
+                ("NO_PROXY", "*.example.com"),
+                ("no_proxy", ".example.com,localhost,127.0.0.0/8,::1"),
                 ("SSL_CERT_FILE", "/etc/ca.pem"),
             ]))
         );
-        assert_eq!(network_env(env_of(&[("HTTP_PROXY", "")])), Ok(Vec::new()));
+        // helm runs no git: Go's values as they are, no ALL_PROXY (Go does not read it).
+        assert_eq!(
+            network_env(&env, false),
+            Ok(pairs(&[
+                ("HTTP_PROXY", "http://upper:1/path"),
+                ("http_proxy", "http://upper:1/path"),
+                ("HTTPS_PROXY", "lower:2"),
+                ("https_proxy", "lower:2"),
+                ("NO_PROXY", "*.example.com"),
+                ("no_proxy", "*.example.com"),
+                ("SSL_CERT_FILE", "/etc/ca.pem"),
+            ]))
+        );
+        // No NO_PROXY: Go's "none" (it never proxies localhost) keeps Go off curl's value.
+        assert_eq!(
+            network_env(env_of(&[("HTTPS_PROXY", "http://p:3128")]), true),
+            Ok(pairs(&[
+                ("HTTPS_PROXY", "http://p:3128"),
+                ("https_proxy", "http://p:3128"),
+                ("NO_PROXY", "localhost"),
+                ("no_proxy", "localhost,127.0.0.0/8,::1"),
+            ]))
+        );
+        assert_eq!(
+            network_env(env_of(&[("HTTP_PROXY", "")]), true),
+            Ok(Vec::new())
+        );
     }
 
     /// A proxy curl cannot read is refused by its name: curl would quote it, password and all.
+    /// helm (no git) is given it as Go reads it.
     #[test]
     fn a_proxy_that_is_no_url_is_refused_by_name_only() {
-        let err = network_env(env_of(&[("https_proxy", "http://u:secret%0A@p:1")])).unwrap_err();
+        let env = env_of(&[("https_proxy", "http://u:secret%0A@p:1")]);
         assert_eq!(
-            err,
-            "https_proxy does not parse as a proxy URL (scheme://[user:password@]host:port)"
+            network_env(&env, true),
+            Err(
+                "https_proxy does not parse as a proxy URL (scheme://[user:password@]host:port)"
+                    .into()
+            )
         );
+        assert!(network_env(&env, false).is_ok());
     }
 }
