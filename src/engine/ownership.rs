@@ -189,7 +189,8 @@ fn merge_fields(into: &mut Value, from: &Value) {
 /// controller writes to (a Deployment's status, an HPA's replicas) has often moved on since.
 /// A stale precondition (409) reads the object again and takes over from that, up to
 /// [`TAKE_OVER_ATTEMPTS`] times; it failed the whole sync (`DeployFailed`) before. An object
-/// deleted meanwhile has nothing to take over: the apply creates it.
+/// deleted meanwhile has nothing to take over: the apply creates it. One whose ownership
+/// labels changed meanwhile is left alone: the dry-run gate judged the owner `live` named.
 pub async fn take_over_kubectl_fields(
     applier: &Applier,
     key: &ObjectKey,
@@ -204,6 +205,7 @@ pub async fn take_over_kubectl_fields(
         key: key.to_string(),
         source: Box::new(source),
     };
+    let judged = Owner::of_live(live);
     let mut fresh: Option<Value> = None;
     let mut attempt = 1;
     loop {
@@ -236,10 +238,20 @@ pub async fn take_over_kubectl_fields(
             Err(kube::Error::Api(s)) if s.code == 409 && attempt < TAKE_OVER_ATTEMPTS => {
                 match api.get_opt(&key.name).await {
                     Ok(Some(object)) => {
-                        fresh = Some(
-                            serde_json::to_value(object)
-                                .map_err(|e| failed(kube::Error::SerdeError(e)))?,
-                        );
+                        let object = serde_json::to_value(object)
+                            .map_err(|e| failed(kube::Error::SerdeError(e)))?;
+                        // The admission gate judged the owner `live` named; another one now
+                        // is the next sync's to judge.
+                        if Owner::of_live(&object) != judged {
+                            return Err(ApplyError::Failed {
+                                applied: Vec::new(),
+                                failures: vec![Rejection {
+                                    key: key.clone(),
+                                    message: "its owner changed while it was adopted from kubectl; the next sync looks again".into(),
+                                }],
+                            });
+                        }
+                        fresh = Some(object);
                     }
                     Ok(None) => return Ok(Vec::new()),
                     Err(source) => return Err(failed(source)),

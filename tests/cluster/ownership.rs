@@ -754,29 +754,35 @@ async fn hook_entries_naming_objects_no_hook_made_read_and_delete_nothing() {
 /// Adoption takes over kubectl's fields of the object as it is now: one read before the
 /// waves (a controller has written to it since, as to a Deployment's status) is read again,
 /// and the other writer's field stays theirs. A stale read failed the whole sync (a bare 422
-/// from a JSON patch `test`); an object deleted meanwhile has nothing to take over.
+/// from a JSON patch `test`); an object deleted meanwhile has nothing to take over, and one
+/// labelled for another Release meanwhile is not taken over.
 #[tokio::test]
 async fn adoption_from_a_stale_read_takes_over_the_object_as_it_is_now() {
     let env = crate::support::TestEnv::new("owner-stale-adopt").await;
     let ns = env.namespace.clone();
-    env.kubectl_apply_text(
-        &format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: b, namespace: {ns}}}\ndata: {{value: \"1\"}}\n"
-        ),
-        &[],
-    );
     let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &ns);
-    let stale = serde_json::to_value(cms.get("b").await.unwrap()).unwrap();
-    cms.patch(
-        "b",
-        &kube::api::PatchParams {
-            field_manager: Some("team-controller".into()),
-            ..Default::default()
-        },
-        &kube::api::Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}})),
-    )
-    .await
-    .unwrap();
+    // kubectl makes `name` (client-side); it is read; then another writer labels it.
+    let read_then_labelled = |name: &'static str, labels: Value| {
+        let (env, cms) = (&env, &cms);
+        async move {
+            env.kubectl_apply_text(
+                &format!(
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {}}}\ndata: {{value: \"1\"}}\n",
+                    env.namespace
+                ),
+                &[],
+            );
+            let read = serde_json::to_value(cms.get(name).await.unwrap()).unwrap();
+            let params = kube::api::PatchParams {
+                field_manager: Some("team-controller".into()),
+                ..Default::default()
+            };
+            let patch = kube::api::Patch::Merge(json!({"metadata": {"labels": labels}}));
+            cms.patch(name, &params, &patch).await.unwrap();
+            read
+        }
+    };
+    let stale = read_then_labelled("b", json!({"team": "a"})).await;
     let applier = convoy::engine::apply::Applier::new(env.client.clone(), 4);
     let key = core_key("ConfigMap", &ns, "b");
     let managers = convoy::engine::ownership::take_over_kubectl_fields(&applier, &key, &stale)
@@ -788,6 +794,31 @@ async fn adoption_from_a_stale_read_takes_over_the_object_as_it_is_now() {
     assert_eq!(
         owners_of(&live, &["f:metadata", "f:labels", "f:team"]),
         ["team-controller"]
+    );
+
+    // Labelled for another Release since the read: not taken over (the dry-run gate judged
+    // the owner the read named); the next sync judges the new one.
+    let read = read_then_labelled(
+        "c",
+        json!({"convoy.kumodo.io/release": "other", "convoy.kumodo.io/release-namespace": ns}),
+    )
+    .await;
+    let err = convoy::engine::ownership::take_over_kubectl_fields(
+        &applier,
+        &core_key("ConfigMap", &ns, "c"),
+        &read,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("its owner changed while it was adopted from kubectl"),
+        "{err}"
+    );
+    let live = serde_json::to_value(cms.get("c").await.unwrap()).unwrap();
+    assert_eq!(
+        owners_of(&live, &["f:data", "f:value"]),
+        ["kubectl-client-side-apply"]
     );
 
     // Deleted since the read: nothing to take over, no error.
