@@ -1529,3 +1529,52 @@ fn kustomize_fetches_remote_bases_through_the_environments_proxy() {
         "error: render Release apps/web (step Rendering, reason DeployFailed): kustomize cannot be given convoy's proxy: http_proxy does not parse as a proxy URL (scheme://[user:password@]host:port)"
     );
 }
+
+/// helm fetches an allowed values schema through the proxy of convoy's environment, with the
+/// proxy's credentials never shown, and direct where `NO_PROXY` names the host.
+#[test]
+fn helm_fetches_allowed_values_schemas_through_the_environments_proxy() {
+    let (port, connections) = crate::support::servers::refusing_proxy("127.0.0.2:0");
+    let through = || connections.load(std::sync::atomic::Ordering::SeqCst);
+    let prefix = "https://schemas.example.invalid:9/k8s/";
+    let (source, file) = source_tree(
+        &[
+            (
+                "chart/Chart.yaml",
+                "apiVersion: v2\nname: web\nversion: 1.0.0\n".into(),
+            ),
+            (
+                "chart/templates/cm.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\n".into(),
+            ),
+            ("chart/values.yaml", "port: 80\n".into()),
+            (
+                "chart/values.schema.json",
+                format!(r#"{{"properties": {{"port": {{"$ref": "{prefix}port.json"}}}}}}"#),
+            ),
+        ],
+        "chart",
+        "{type: helm}",
+    );
+    let args = [
+        "--source-dir",
+        source.path().to_str().unwrap(),
+        "--allow-values-schema-ref",
+        prefix,
+    ];
+    let proxy = format!("http://user:s3cret@127.0.0.2:{port}");
+    let (code, _, stderr) = render_through(Path::new(&file), &args, ("HTTPS_PROXY", &proxy), "");
+    assert_eq!(code, 4, "{stderr}");
+    assert!(stderr.contains("port.json\": Forbidden"), "{stderr}");
+    assert!(through() > 0, "not through the proxy: {stderr}");
+    assert!(!stderr.contains("s3cret"), "{stderr}");
+    let before = through();
+    let (code, _, stderr) = render_through(
+        Path::new(&file),
+        &args,
+        ("HTTPS_PROXY", &proxy),
+        "schemas.example.invalid",
+    );
+    assert_eq!(code, 4, "{stderr}");
+    assert_eq!(through(), before, "through the proxy: {stderr}");
+}
