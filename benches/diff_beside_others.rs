@@ -1,8 +1,10 @@
 //! Benchmark: `convoy diff` of a Release of 20 Secrets in a namespace of its own, and the same
 //! Release in a namespace that also holds 600 Helm-style release Secrets of ~150 KB each (what
-//! a namespace shared with Helm-managed apps holds), on one API server. Prints the median wall
-//! time and peak RSS of each and their ratios. Goal: the neighbours cost at most 1.5× the time
-//! and memory of the diff alone (at c3c4576~, which listed them all: 3.94× and 8.89×).
+//! a namespace shared with Helm-managed apps holds), and in one that holds 600 such Secrets
+//! applied client-side (`kubectl apply`: each body again in the last-applied annotation, so
+//! their metadata is as large as they are), on one API server. Prints the median wall time
+//! and peak RSS of each and their ratios. Goal: the neighbours cost at most 1.5× the time and
+//! memory of the diff alone (at c3c4576~, which listed them all: 3.94× and 8.89× beside Helm's).
 //!
 //! `cargo bench --bench diff_beside_others`; `CONVOY_BENCH_NEIGHBOURS` (600) and
 //! `CONVOY_BENCH_ROUNDS` (7) change the run. Under `cargo test` (no `--bench` flag) it does
@@ -81,6 +83,38 @@ fn diff(env: &TestEnv, file: &Path, dir: &Path) -> (Duration, f64) {
     (elapsed, peak)
 }
 
+/// `count` Secrets of ~150 KB in `env`'s namespace: Helm's release Secrets (created), or,
+/// `applied`, Secrets as `kubectl apply` leaves them (the body again in the last-applied
+/// annotation).
+async fn neighbours_of(env: &TestEnv, count: usize, applied: bool) {
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), &env.namespace);
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for i in 0..count {
+        let blob: Vec<u8> = (0..110_000)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u8
+            })
+            .collect();
+        let mut secret = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("sh.helm.release.v1.app{i:03}.v1"), "namespace": env.namespace},
+            "type": "helm.sh/release.v1",
+            "data": {"release": base64::engine::general_purpose::STANDARD.encode(&blob)},
+        });
+        if applied {
+            secret["metadata"]["name"] = format!("app-{i:03}").into();
+            let body = secret.to_string();
+            secret["metadata"]["annotations"] =
+                serde_json::json!({"kubectl.kubernetes.io/last-applied-configuration": body});
+        }
+        let secret: Secret = serde_json::from_value(secret).unwrap();
+        secrets.create(&Default::default(), &secret).await.unwrap();
+    }
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
@@ -95,76 +129,58 @@ async fn main() {
     let rounds = common::env_number("CONVOY_BENCH_ROUNDS", 7usize).max(1);
     let alone = TestEnv::new("diff-alone").await;
     let beside = TestEnv::new("diff-beside").await;
+    let applied = TestEnv::new("diff-beside-applied").await;
     let work = tempfile::tempdir().unwrap();
     let alone_dir = work.path().join("alone");
     let beside_dir = work.path().join("beside");
+    let applied_dir = work.path().join("applied");
     let alone_file = release(&alone_dir, &alone.namespace);
     let beside_file = release(&beside_dir, &beside.namespace);
-
+    let applied_file = release(&applied_dir, &applied.namespace);
     // Helm's release Secrets: created, not applied (no last-applied annotation). Their names
-    // (`sh.helm.…`) sort before the Release's (`web-…`), so a LIST reaches those last.
-    let secrets: Api<Secret> = Api::namespaced(beside.client.clone(), &beside.namespace);
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    for i in 0..neighbours {
-        let blob: Vec<u8> = (0..110_000)
-            .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                seed as u8
-            })
-            .collect();
-        let secret: Secret = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": format!("sh.helm.release.v1.app{i:03}.v1")},
-            "type": "helm.sh/release.v1",
-            "data": {"release": base64::engine::general_purpose::STANDARD.encode(&blob)},
-        }))
-        .unwrap();
-        secrets.create(&Default::default(), &secret).await.unwrap();
-    }
+    // (`sh.helm.…`) sort before the Release's (`web-…`), so a LIST reaches those last; so do
+    // kubectl's (`app-…`).
+    neighbours_of(&beside, neighbours, false).await;
+    neighbours_of(&applied, neighbours, true).await;
 
-    let mut times = (Vec::new(), Vec::new());
-    let mut peaks = (Vec::new(), Vec::new());
+    let scenarios = [
+        (&alone, &alone_file, &alone_dir),
+        (&beside, &beside_file, &beside_dir),
+        (&applied, &applied_file, &applied_dir),
+    ];
+    let mut times = vec![Vec::new(); scenarios.len()];
+    let mut peaks = vec![Vec::new(); scenarios.len()];
     for round in 0..rounds {
-        // Alternate which runs first, so neither always runs on a warmer server.
-        let order = if round % 2 == 0 {
-            [true, false]
-        } else {
-            [false, true]
-        };
-        for is_alone in order {
-            let (env, file, dir) = if is_alone {
-                (&alone, &alone_file, &alone_dir)
-            } else {
-                (&beside, &beside_file, &beside_dir)
-            };
+        // Rotate which runs first, so none always runs on a warmer server.
+        for k in 0..scenarios.len() {
+            let i = (round + k) % scenarios.len();
+            let (env, file, dir) = scenarios[i];
             let (t, rss) = diff(env, file, dir);
-            let (ts, ps) = if is_alone {
-                (&mut times.0, &mut peaks.0)
-            } else {
-                (&mut times.1, &mut peaks.1)
-            };
-            ts.push(t.as_secs_f64() * 1000.0);
-            ps.push(rss);
+            times[i].push(t.as_secs_f64() * 1000.0);
+            peaks[i].push(rss);
         }
     }
-    let (t_alone, t_beside) = (median(times.0), median(times.1));
-    let (m_alone, m_beside) = (median(peaks.0), median(peaks.1));
+    let t: Vec<f64> = times.into_iter().map(median).collect();
+    let m: Vec<f64> = peaks.into_iter().map(median).collect();
     let verdict = |ratio: f64| if ratio <= 1.5 { "✓" } else { "✗" };
     println!(
         "diff_beside_others: convoy diff of a Release of {WANTED} Secrets, median of {rounds} rounds"
     );
-    println!("  alone                        : {t_alone:8.0} ms, peak RSS {m_alone:6.1} MiB");
-    println!(
-        "  beside {neighbours} Secrets of ~150 KB: {t_beside:8.0} ms, peak RSS {m_beside:6.1} MiB"
-    );
-    let (rt, rm) = (t_beside / t_alone, m_beside / m_alone);
-    println!(
-        "  beside / alone, time         : {rt:8.2}x (goal <= 1.5 {})",
-        verdict(rt)
-    );
-    println!(
-        "  beside / alone, memory       : {rm:8.2}x (goal <= 1.5 {})",
-        verdict(rm)
-    );
+    let names = [
+        "alone".to_string(),
+        format!("beside {neighbours} Secrets of ~150 KB"),
+        format!("beside {neighbours} of them applied client-side"),
+    ];
+    for (i, name) in names.iter().enumerate() {
+        println!("  {name:<44}: {:8.0} ms, peak RSS {:6.1} MiB", t[i], m[i]);
+    }
+    for (i, name) in names.iter().enumerate().skip(1) {
+        let (rt, rm) = (t[i] / t[0], m[i] / m[0]);
+        println!(
+            "  {:<44}: time {rt:.2}x, memory {rm:.2}x (goal <= 1.5: {} {})",
+            format!("{name} / alone"),
+            verdict(rt),
+            verdict(rm)
+        );
+    }
 }
