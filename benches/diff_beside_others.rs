@@ -6,6 +6,13 @@
 //! and peak RSS of each and their ratios. Goal: the neighbours cost at most 1.5× the time and
 //! memory of the diff alone (at c3c4576~, which listed them all: 3.94× and 8.89× beside Helm's).
 //!
+//! Then the read the daemon's drift loop makes from the API server's watch cache (a Release
+//! that leaves fields to other managers), in process, of 20 Secrets that carry a Release's
+//! labels in each namespace: asking for the objects with those labels (as convoy does) and,
+//! side by side, for the same objects without labels to select by (the whole kind, as before
+//! it did): the median time and the LIST bytes the API server sent per read
+//! (`apiserver_response_sizes_sum`).
+//!
 //! `cargo bench --bench diff_beside_others`; `CONVOY_BENCH_NEIGHBOURS` (600) and
 //! `CONVOY_BENCH_ROUNDS` (7) change the run. Under `cargo test` (no `--bench` flag) it does
 //! nothing.
@@ -115,6 +122,67 @@ async fn neighbours_of(env: &TestEnv, count: usize, applied: bool) {
     }
 }
 
+/// The drift loop's read from the API server's watch cache in each namespace: 20 Secrets
+/// that carry the labels of a Release (`drift`), read with those labels and without them.
+async fn watch_cache_reads(envs: &[&TestEnv], names: &[String], rounds: usize) {
+    use convoy::engine::api::labels::{RELEASE_NAME, RELEASE_NAMESPACE};
+    use convoy::engine::apply::{Applier, Freshness};
+    use convoy::engine::render::Object;
+    println!("drift loop's read from the watch cache of {WANTED} Secrets, median of {rounds}:");
+    for (env, name) in envs.iter().zip(names) {
+        let secret = |i: usize, labelled: bool| {
+            let mut s = serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": format!("drift-{i:02}"), "namespace": env.namespace},
+                "stringData": {"k": "v"}});
+            if labelled {
+                s["metadata"]["labels"] = serde_json::json!({RELEASE_NAME: "drift",
+                    RELEASE_NAMESPACE: env.namespace});
+            }
+            s
+        };
+        let secrets: Api<Secret> = Api::namespaced(env.client.clone(), &env.namespace);
+        for i in 0..WANTED {
+            let object: Secret = serde_json::from_value(secret(i, true)).unwrap();
+            secrets.create(&Default::default(), &object).await.unwrap();
+        }
+        let applier = Applier::new(env.client.clone(), 4);
+        let mut line = format!("  {name:<44}:");
+        for labelled in [true, false] {
+            let objects: Vec<Object> = (0..WANTED).map(|i| Object(secret(i, labelled))).collect();
+            let mut times = Vec::new();
+            let before = list_bytes(env).await;
+            for _ in 0..rounds {
+                let start = Instant::now();
+                let live = applier
+                    .live_objects_as(&objects, Freshness::ServerWatchCache)
+                    .await
+                    .unwrap();
+                times.push(start.elapsed().as_secs_f64() * 1000.0);
+                assert_eq!(live.len(), WANTED);
+            }
+            let bytes = (list_bytes(env).await - before) / rounds as f64;
+            line.push_str(&format!(
+                " {} {:6.1} ms, {:8.1} KB listed;",
+                if labelled { "by labels" } else { "whole kind" },
+                median(times),
+                bytes / 1000.0
+            ));
+        }
+        println!("{}", line.trim_end_matches(';'));
+    }
+}
+
+/// The bytes of the LIST responses for Secrets the API server has sent so far.
+async fn list_bytes(env: &TestEnv) -> f64 {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = env.client.request_text(request).await.unwrap();
+    common::metric_sum(
+        &text,
+        "apiserver_response_sizes_sum",
+        &[("verb", "LIST"), ("resource", "secrets")],
+    )
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
@@ -183,4 +251,5 @@ async fn main() {
             verdict(rm)
         );
     }
+    watch_cache_reads(&scenarios.map(|(env, _, _)| env), &names, rounds).await;
 }

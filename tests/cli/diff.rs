@@ -500,14 +500,14 @@ async fn create_others(f: &Fixture, prefix: &str, count: usize) {
         .await;
 }
 
-/// Beside more objects of the kind than a page of their metadata holds (250 listed before the
-/// Release's 20: the first LIST reads 40 of them, the metadata pages of 100 go on from there,
-/// and only the third reaches the Release's), the Release's objects are still found: none is
+/// Beside more objects of the kind than a page of their metadata holds (600 listed before the
+/// Release's 20: the first LIST reads 40 of them, the metadata pages of 500 go on from there,
+/// and only the second reaches the Release's), the Release's objects are still found: none is
 /// taken for one to create.
 #[tokio::test]
 async fn objects_beyond_the_first_page_of_the_kinds_metadata_are_found() {
     let f = twenty_config_maps("diff-pages").await;
-    create_others(&f, "a-other", 250).await;
+    create_others(&f, "a-other", 600).await;
     f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "cm-05", "namespace": f.env.namespace}, "data": {"value": "tampered"}}))
         .await;

@@ -119,3 +119,57 @@ async fn watched_live_objects_follow_the_cluster_and_see_no_more_than_their_iden
         "convoy's own identity sees it"
     );
 }
+
+/// A read from the API server's watch cache (the drift loop's, for a Release that leaves
+/// fields to other managers) asks for the objects that carry the Release's labels, not for
+/// every object of the kind in the namespace; a wanted object without them (removed by hand)
+/// is still read, by name, and one that is gone is absent.
+#[tokio::test]
+async fn a_watch_cache_read_lists_the_releases_labelled_objects_and_reads_the_rest_by_name() {
+    use convoy::engine::apply::{Applier, Freshness};
+    use convoy::engine::render::Object;
+    let env = TestEnv::new("live-owned").await;
+    let ns = env.namespace.clone();
+    let mut text: Vec<String> = (0..20)
+        .map(|i| config_map(&ns, &format!("cm-{i:02}"), "1", true))
+        .collect();
+    text.extend((0..100).map(|i| config_map(&ns, &format!("other-{i:03}"), "x", false)));
+    env.kubectl_apply_text(&text.join("\n"), &[]);
+    env.kubectl_ok(&[
+        "label",
+        "configmap",
+        "cm-05",
+        "-n",
+        &ns,
+        &format!("{RELEASE_NAME}-"),
+    ]);
+    env.kubectl_ok(&["delete", "configmap", "cm-19", "-n", &ns]);
+    let objects: Vec<Object> = (0..20)
+        .map(|i| {
+            Object(
+                serde_json::from_str(&config_map(&ns, &format!("cm-{i:02}"), "1", true)).unwrap(),
+            )
+        })
+        .collect();
+    let applier = Applier::new(env.client.clone(), 4);
+    let expected: Vec<String> = (0..19).map(|i| format!("cm-{i:02}")).collect();
+    let live = eventually(
+        "the watch cache to hold the label removal and the deletion",
+        Duration::from_secs(10),
+        || async {
+            let live = applier
+                .live_objects_as(&objects, Freshness::ServerWatchCache)
+                .await
+                .unwrap();
+            let mut names: Vec<String> = live.keys().map(|k| k.name.clone()).collect();
+            names.sort();
+            let unlabelled = live
+                .iter()
+                .find(|(k, _)| k.name == "cm-05")
+                .is_some_and(|(_, v)| v["metadata"]["labels"].get(RELEASE_NAME).is_none());
+            (names == expected && unlabelled).then_some(live)
+        },
+    )
+    .await;
+    assert!(live.values().all(|v| v["data"]["value"] == "1"));
+}

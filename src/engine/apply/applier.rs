@@ -175,12 +175,26 @@ const GETS_UP_TO: usize = 16;
 /// `convoy diff` of a Release of 20 Secrets held 200 MB and took 1.0–1.2 s (24 MB and 0.6 s
 /// now; 23 MB and 0.45 s without them).
 const LIST_UP_TO_TIMES_WANTED: usize = 2;
-/// Objects per page of the metadata LIST that tells which of the rest exist. An object's
-/// metadata holds its last-applied annotation when it was applied client-side (up to 256 KiB:
-/// the whole object): beside 600 such Secrets of ~150 KB, pages of 500 made `convoy diff` of a
-/// Release of 20 Secrets hold 210 MB (`diff_beside_others`). Smaller pages bound that, and
-/// make a GET of each of the rest the quicker choice sooner.
-const METADATA_PAGE: u32 = 100;
+/// About how many bytes of metadata one page of the metadata LIST (which tells which of the
+/// rest exist) may hold. An object's metadata holds its last-applied annotation when it was
+/// applied client-side (up to 256 KiB: the whole object): beside 600 such Secrets of ~150 KB,
+/// pages of 500 made `convoy diff` of a Release of 20 Secrets hold 210 MB (`diff_beside_others`).
+/// So a page holds as many objects as this fits at the size the first LIST's objects' metadata
+/// has, between [`METADATA_PAGE_MIN`] and [`METADATA_PAGE_MAX`]; large metadata thus makes a GET
+/// of each of the rest the quicker choice.
+const METADATA_PAGE_BYTES: usize = 4 << 20;
+const METADATA_PAGE_MIN: usize = 10;
+const METADATA_PAGE_MAX: usize = 500;
+
+/// Objects per page of the metadata LIST, from the metadata of `sample` (the first LIST's).
+fn metadata_page(sample: &[DynamicObject]) -> usize {
+    let bytes: usize = sample
+        .iter()
+        .map(|o| serde_json::to_vec(&o.metadata).map_or(0, |v| v.len()))
+        .sum();
+    let each = (bytes / sample.len().max(1)).max(1);
+    (METADATA_PAGE_BYTES / each).clamp(METADATA_PAGE_MIN, METADATA_PAGE_MAX)
+}
 
 /// GETs in flight for one kind and namespace.
 const GETS_IN_FLIGHT_PER_GROUP: usize = 4;
@@ -190,6 +204,33 @@ struct ListGroup {
     resource: Resource,
     namespace: Option<String>,
     wanted: Vec<(String, ObjectKey)>,
+    /// The ownership labels every wanted object is sent with (one Release's), as a selector.
+    owner: Option<crate::engine::selectors::Selector>,
+}
+
+/// The selector of the ownership labels all of `members` carry, if they carry the same ones
+/// (the objects of one Release, as the sync and the drift check read them).
+fn owner_selector(members: &[&Prepared]) -> Option<crate::engine::selectors::Selector> {
+    use crate::engine::api::labels;
+    use crate::engine::selectors::Expression;
+    let owner_of = |p: &Prepared| {
+        let labels = &p.body["metadata"]["labels"];
+        Some((
+            labels[labels::RELEASE_NAME].as_str()?.to_string(),
+            labels[labels::RELEASE_NAMESPACE].as_str()?.to_string(),
+        ))
+    };
+    let (name, namespace) = owner_of(members.first()?)?;
+    if !members
+        .iter()
+        .all(|p| owner_of(p).is_some_and(|o| o.0 == name && o.1 == namespace))
+    {
+        return None;
+    }
+    Some(crate::engine::selectors::Selector::from_iter([
+        Expression::Equal(labels::RELEASE_NAME.into(), name),
+        Expression::Equal(labels::RELEASE_NAMESPACE.into(), namespace),
+    ]))
 }
 
 /// An object ready to send: where it goes and the body.
@@ -501,6 +542,7 @@ impl Applier {
                     .iter()
                     .map(|p| (p.name.clone(), p.key.clone()))
                     .collect(),
+                owner: owner_selector(&members),
             })
             .collect();
         let results: Vec<Result<Vec<(ObjectKey, Value)>, ApplyError>> = stream::iter(owned)
@@ -662,20 +704,29 @@ impl Applier {
         // kind in the namespace it is all of them, as before; beside many others it stops
         // there, and the rest are read by name. Only a read of the latest state can stop: a
         // read from the watch cache (resourceVersion=0) cannot be paged (kube drops the
-        // resourceVersion of a LIST given a limit, which would move it to etcd), so it still
-        // reads the whole kind, from the API server's memory.
+        // resourceVersion of a LIST given a limit, which would move it to etcd), so it reads
+        // the objects that carry the Release's labels instead, or else the whole kind, from
+        // the API server's memory.
         let bounded = matches!(freshness, Freshness::Latest | Freshness::Watched);
         let mut params = freshness.list_params();
         if bounded {
             params = params.limit(
                 u32::try_from(LIST_UP_TO_TIMES_WANTED * group.wanted.len()).unwrap_or(u32::MAX),
             );
+        } else if let Some(owner) = &group.owner {
+            // From the watch cache, only the objects that carry the Release's labels: the
+            // server filters them in its memory, where an unfiltered LIST sent every object of
+            // the kind in the namespace at every drift pass (beside 600 Helm release Secrets
+            // of ~150 KB, 90 MB for a Release of 20 Secrets). A wanted object without them
+            // (they were removed, or another Release took it) is read by name below.
+            return self.list_owned(api, group.wanted, owner, freshness).await;
         }
         let list = match api.list(&params).await {
             Ok(list) => list,
             Err(e) if is_unreachable(&e) => return Err(ApplyError::Unreachable(Box::new(e))),
             Err(_) => return self.get_each(api, &group.wanted, freshness).await,
         };
+        let page = metadata_page(&list.items);
         let wanted: BTreeMap<&str, &ObjectKey> =
             group.wanted.iter().map(|(n, k)| (n.as_str(), k)).collect();
         let mut found: Vec<(ObjectKey, Value)> = list
@@ -706,11 +757,11 @@ impl Applier {
             .metadata
             .remaining_item_count
             .and_then(|n| usize::try_from(n).ok())
-            .map_or(usize::MAX, |n| n.div_ceil(METADATA_PAGE as usize));
+            .map_or(usize::MAX, |n| n.div_ceil(page));
         let rest = if pages.saturating_mul(GETS_IN_FLIGHT_PER_GROUP) >= rest.len() {
             rest
         } else {
-            match existing_names(api, &rest, &token).await {
+            match existing_names(api, &rest, &token, page).await {
                 Ok(existing) => rest
                     .into_iter()
                     .filter(|(name, _)| existing.contains(name.as_str()))
@@ -722,6 +773,40 @@ impl Applier {
                 Err(_) => rest,
             }
         };
+        found.extend(self.get_each(api, &rest, freshness).await?);
+        Ok(found)
+    }
+
+    /// The wanted objects among those that carry `owner`'s labels (one LIST), and the rest
+    /// read by name.
+    async fn list_owned(
+        &self,
+        api: &Api<DynamicObject>,
+        wanted: Vec<(String, ObjectKey)>,
+        owner: &crate::engine::selectors::Selector,
+        freshness: Freshness,
+    ) -> Result<Vec<(ObjectKey, Value)>, ApplyError> {
+        let list = match api.list(&freshness.list_params().labels_from(owner)).await {
+            Ok(list) => list,
+            Err(e) if is_unreachable(&e) => return Err(ApplyError::Unreachable(Box::new(e))),
+            Err(_) => return self.get_each(api, &wanted, freshness).await,
+        };
+        let by_name: BTreeMap<&str, &ObjectKey> =
+            wanted.iter().map(|(n, k)| (n.as_str(), k)).collect();
+        let mut found: Vec<(ObjectKey, Value)> = list
+            .items
+            .into_iter()
+            .filter_map(|o| {
+                let key = (*by_name.get(o.metadata.name.as_deref()?)?).clone();
+                Some((key, serde_json::to_value(o).ok()?))
+            })
+            .collect();
+        let seen: BTreeSet<&ObjectKey> = found.iter().map(|(k, _)| k).collect();
+        let rest: Vec<(String, ObjectKey)> = wanted
+            .iter()
+            .filter(|(_, key)| !seen.contains(key))
+            .cloned()
+            .collect();
         found.extend(self.get_each(api, &rest, freshness).await?);
         Ok(found)
     }
@@ -934,18 +1019,20 @@ pub fn api_message(e: &kube::Error) -> String {
     }
 }
 
-/// The names among `wanted` that exist, from a metadata-only LIST in pages on from `from` (a
-/// LIST's continue token: the same snapshot, where that LIST stopped). An object's metadata is
-/// small whatever its data, unless it was applied client-side: its last-applied annotation
-/// holds all of it.
+/// The names among `wanted` that exist, from a metadata-only LIST in pages of `page` objects
+/// on from `from` (a LIST's continue token: the same snapshot, where that LIST stopped). An
+/// object's metadata is small whatever its data, unless it was applied client-side: its
+/// last-applied annotation holds all of it (see [`METADATA_PAGE_BYTES`]).
 async fn existing_names(
     api: &Api<DynamicObject>,
     wanted: &[(String, ObjectKey)],
     from: &str,
+    page: usize,
 ) -> Result<std::collections::HashSet<String>, kube::Error> {
+    let limit = u32::try_from(page).unwrap_or(u32::MAX);
     let wanted: std::collections::HashSet<&str> = wanted.iter().map(|(n, _)| n.as_str()).collect();
     let mut params = kube::api::ListParams::default()
-        .limit(METADATA_PAGE)
+        .limit(limit)
         .continue_token(from);
     let mut existing = std::collections::HashSet::new();
     loop {
@@ -962,7 +1049,7 @@ async fn existing_names(
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => {
                 params = kube::api::ListParams::default()
-                    .limit(METADATA_PAGE)
+                    .limit(limit)
                     .continue_token(&token);
             }
             None => return Ok(existing),
@@ -972,8 +1059,23 @@ async fn existing_names(
 
 #[cfg(test)]
 mod tests {
-    use super::holds;
+    use super::{holds, metadata_page};
     use serde_json::json;
+
+    /// Pages of small metadata hold the most objects; metadata carrying a client-side apply's
+    /// copy of the object makes them small (4 MiB each, about), never under 10.
+    #[test]
+    fn a_metadata_page_holds_what_fits_at_the_sampled_size() {
+        let object = |annotation: usize| -> kube::api::DynamicObject {
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "s", "annotations": {"a": "x".repeat(annotation)}}}))
+            .unwrap()
+        };
+        assert_eq!(metadata_page(&[]), 500);
+        assert_eq!(metadata_page(&[object(100), object(200)]), 500);
+        assert_eq!(metadata_page(&[object(200_000), object(200_000)]), 20);
+        assert_eq!(metadata_page(&[object(1_000_000)]), 10);
+    }
 
     #[test]
     fn live_objects_hold_what_was_applied_despite_defaults() {
