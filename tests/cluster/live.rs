@@ -121,16 +121,17 @@ async fn watched_live_objects_follow_the_cluster_and_see_no_more_than_their_iden
 }
 
 /// A read from the API server's watch cache (the drift loop's, for a Release that leaves
-/// fields to other managers) asks for the objects that carry the Release's labels, not for
-/// every object of the kind in the namespace; a wanted object without them (removed by hand)
-/// is still read, by name, and one that is gone is absent.
+/// fields to other managers) LISTs the objects that carry the Release's labels, not every
+/// object of the kind in the namespace, and reads by name a wanted object without them
+/// (removed by hand: still read) or gone (absent). When more than 16 lack them, it LISTs the
+/// whole kind as before. The requests are read off the client.
 #[tokio::test]
 async fn a_watch_cache_read_lists_the_releases_labelled_objects_and_reads_the_rest_by_name() {
-    use convoy::engine::apply::{Applier, Freshness};
+    use convoy::engine::apply::Applier;
     use convoy::engine::render::Object;
     let env = TestEnv::new("live-owned").await;
     let ns = env.namespace.clone();
-    let mut text: Vec<String> = (0..20)
+    let mut text: Vec<String> = (0..40)
         .map(|i| config_map(&ns, &format!("cm-{i:02}"), "1", true))
         .collect();
     text.extend((0..100).map(|i| config_map(&ns, &format!("other-{i:03}"), "x", false)));
@@ -144,32 +145,96 @@ async fn a_watch_cache_read_lists_the_releases_labelled_objects_and_reads_the_re
         &format!("{RELEASE_NAME}-"),
     ]);
     env.kubectl_ok(&["delete", "configmap", "cm-19", "-n", &ns]);
-    let objects: Vec<Object> = (0..20)
-        .map(|i| {
-            Object(
-                serde_json::from_str(&config_map(&ns, &format!("cm-{i:02}"), "1", true)).unwrap(),
-            )
-        })
-        .collect();
-    let applier = Applier::new(env.client.clone(), 4);
+    let (client, requests) = crate::support::recording_client(&env.kubeconfig).await;
+    let applier = Applier::new(client, 4);
+    let wanted = |range: std::ops::Range<usize>| -> Vec<Object> {
+        range
+            .map(|i| {
+                Object(
+                    serde_json::from_str(&config_map(&ns, &format!("cm-{i:02}"), "1", true))
+                        .unwrap(),
+                )
+            })
+            .collect()
+    };
+    let (applier, requests, ns_ref) = (&applier, &requests, ns.as_str());
     let expected: Vec<String> = (0..19).map(|i| format!("cm-{i:02}")).collect();
-    let live = eventually(
+    let expected = &expected;
+    let sent = eventually(
         "the watch cache to hold the label removal and the deletion",
         Duration::from_secs(10),
-        || async {
-            let live = applier
-                .live_objects_as(&objects, Freshness::ServerWatchCache)
-                .await
-                .unwrap();
-            let mut names: Vec<String> = live.keys().map(|k| k.name.clone()).collect();
-            names.sort();
-            let unlabelled = live
-                .iter()
-                .find(|(k, _)| k.name == "cm-05")
-                .is_some_and(|(_, v)| v["metadata"]["labels"].get(RELEASE_NAME).is_none());
-            (names == expected && unlabelled).then_some(live)
+        || async move {
+            let (names, sent) = read_config_maps(applier, requests, ns_ref, wanted(0..20)).await;
+            (&names == expected).then_some(sent)
         },
     )
     .await;
-    assert!(live.values().all(|v| v["data"]["value"] == "1"));
+    let selector = "labelSelector=convoy.kumodo.io%2Frelease%3Dweb%2Cconvoy.kumodo.io%2Frelease-namespace%3DNS";
+    let mut sent = sent;
+    sent.sort();
+    assert_eq!(
+        sent,
+        [
+            "GET /api/v1/namespaces/NS/configmaps/cm-05?&resourceVersion=0".to_string(),
+            "GET /api/v1/namespaces/NS/configmaps/cm-19?&resourceVersion=0".to_string(),
+            format!(
+                "GET /api/v1/namespaces/NS/configmaps?&{selector}&resourceVersion=0&resourceVersionMatch=NotOlderThan"
+            ),
+        ]
+    );
+    // 17 of 20 without the labels: the whole kind, after the labelled LIST.
+    for i in 20..37 {
+        env.kubectl_ok(&[
+            "label",
+            "configmap",
+            &format!("cm-{i:02}"),
+            "-n",
+            &ns,
+            &format!("{RELEASE_NAME}-"),
+        ]);
+    }
+    let expected: Vec<String> = (20..40).map(|i| format!("cm-{i:02}")).collect();
+    let expected = &expected;
+    let sent = eventually(
+        "the watch cache to hold the label removals",
+        Duration::from_secs(10),
+        || async move {
+            let (names, sent) = read_config_maps(applier, requests, ns_ref, wanted(20..40)).await;
+            let unlabelled = &names == expected && sent.len() == 2;
+            unlabelled.then_some(sent)
+        },
+    )
+    .await;
+    assert_eq!(
+        sent,
+        [
+            format!("GET /api/v1/namespaces/NS/configmaps?&{selector}&resourceVersion=0&resourceVersionMatch=NotOlderThan"),
+            "GET /api/v1/namespaces/NS/configmaps?&resourceVersion=0&resourceVersionMatch=NotOlderThan".to_string(),
+        ]
+    );
+}
+
+/// One watch-cache read of `objects`: the names found, and the requests for ConfigMaps it sent
+/// (the namespace written NS).
+async fn read_config_maps(
+    applier: &convoy::engine::apply::Applier,
+    requests: &std::sync::Mutex<Vec<String>>,
+    ns: &str,
+    objects: Vec<convoy::engine::render::Object>,
+) -> (Vec<String>, Vec<String>) {
+    requests.lock().unwrap().clear();
+    let live = applier
+        .live_objects_as(&objects, convoy::engine::apply::Freshness::ServerWatchCache)
+        .await
+        .unwrap();
+    let mut names: Vec<String> = live.keys().map(|k| k.name.clone()).collect();
+    names.sort();
+    let sent: Vec<String> = requests
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.contains("/configmaps"))
+        .map(|r| r.replace(ns, "NS"))
+        .collect();
+    (names, sent)
 }

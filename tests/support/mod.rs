@@ -11,8 +11,8 @@ pub mod servers;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -499,4 +499,63 @@ current-context: gone\n",
     )
     .expect("write kubeconfig");
     path
+}
+
+/// A client for `kubeconfig` that writes down each request it sends (`METHOD path?query`): to
+/// check which requests a read makes against the real API server.
+pub async fn recording_client(kubeconfig: &Path) -> (Client, Arc<std::sync::Mutex<Vec<String>>>) {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("read kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("kubeconfig");
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let client = kube::client::ClientBuilder::try_from(config)
+        .expect("client")
+        .with_layer(&Recorder(log.clone()))
+        .build();
+    (client, log)
+}
+
+/// The layer behind [`recording_client`].
+#[derive(Clone)]
+struct Recorder(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl<S> tower::Layer<S> for Recorder {
+    type Service = Recording<S>;
+    fn layer(&self, inner: S) -> Recording<S> {
+        Recording {
+            inner,
+            log: self.0.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Recording<S> {
+    inner: S,
+    log: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for Recording<S>
+where
+    S: tower::Service<http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("{} {}", request.method(), request.uri()));
+        self.inner.call(request)
+    }
 }

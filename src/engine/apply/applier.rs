@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use futures::{StreamExt, stream};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, DynamicObject, Preconditions, PropagationPolicy};
 use kube::{Api, Client};
 use serde_json::Value;
@@ -179,21 +180,30 @@ const LIST_UP_TO_TIMES_WANTED: usize = 2;
 /// rest exist) may hold. An object's metadata holds its last-applied annotation when it was
 /// applied client-side (up to 256 KiB: the whole object): beside 600 such Secrets of ~150 KB,
 /// pages of 500 made `convoy diff` of a Release of 20 Secrets hold 210 MB (`diff_beside_others`).
-/// So a page holds as many objects as this fits at the size the first LIST's objects' metadata
-/// has, between [`METADATA_PAGE_MIN`] and [`METADATA_PAGE_MAX`]; large metadata thus makes a GET
-/// of each of the rest the quicker choice.
+/// So a page holds as many objects as this fits at the largest metadata seen so far (the first
+/// LIST's others', then each page's), between [`METADATA_PAGE_MIN`] and [`METADATA_PAGE_MAX`],
+/// the first at most [`METADATA_FIRST_PAGE`]; large metadata thus makes a GET of each of the
+/// rest the quicker choice.
 const METADATA_PAGE_BYTES: usize = 4 << 20;
 const METADATA_PAGE_MIN: usize = 10;
 const METADATA_PAGE_MAX: usize = 500;
+/// The first metadata page's most: the objects the first LIST read may weigh less than those
+/// after them.
+const METADATA_FIRST_PAGE: usize = 100;
 
-/// Objects per page of the metadata LIST, from the metadata of `sample` (the first LIST's).
-fn metadata_page(sample: &[DynamicObject]) -> usize {
-    let bytes: usize = sample
-        .iter()
-        .map(|o| serde_json::to_vec(&o.metadata).map_or(0, |v| v.len()))
-        .sum();
-    let each = (bytes / sample.len().max(1)).max(1);
-    (METADATA_PAGE_BYTES / each).clamp(METADATA_PAGE_MIN, METADATA_PAGE_MAX)
+/// Objects per page of the metadata LIST for metadata of `largest` bytes each (the largest
+/// seen: objects differ, and one page of client-side-applied ones among small ones must not
+/// hold hundreds of them).
+fn metadata_page(largest: usize) -> usize {
+    (METADATA_PAGE_BYTES / largest.max(1)).clamp(METADATA_PAGE_MIN, METADATA_PAGE_MAX)
+}
+
+/// The largest serialized metadata among `objects`.
+fn largest_metadata<'a>(objects: impl Iterator<Item = &'a ObjectMeta>) -> usize {
+    objects
+        .map(|m| serde_json::to_vec(m).map_or(0, |v| v.len()))
+        .max()
+        .unwrap_or(0)
 }
 
 /// GETs in flight for one kind and namespace.
@@ -206,6 +216,17 @@ struct ListGroup {
     wanted: Vec<(String, ObjectKey)>,
     /// The ownership labels every wanted object is sent with (one Release's), as a selector.
     owner: Option<crate::engine::selectors::Selector>,
+}
+
+/// The objects among `items` whose names `wanted` holds, under its keys.
+fn pick(items: Vec<DynamicObject>, wanted: &BTreeMap<&str, &ObjectKey>) -> Vec<(ObjectKey, Value)> {
+    items
+        .into_iter()
+        .filter_map(|o| {
+            let key = (*wanted.get(o.metadata.name.as_deref()?)?).clone();
+            Some((key, serde_json::to_value(o).ok()?))
+        })
+        .collect()
 }
 
 /// The selector of the ownership labels all of `members` carry, if they carry the same ones
@@ -707,37 +728,45 @@ impl Applier {
         // resourceVersion of a LIST given a limit, which would move it to etcd), so it reads
         // the objects that carry the Release's labels instead, or else the whole kind, from
         // the API server's memory.
-        let bounded = matches!(freshness, Freshness::Latest | Freshness::Watched);
-        let mut params = freshness.list_params();
-        if bounded {
-            params = params.limit(
-                u32::try_from(LIST_UP_TO_TIMES_WANTED * group.wanted.len()).unwrap_or(u32::MAX),
-            );
-        } else if let Some(owner) = &group.owner {
-            // From the watch cache, only the objects that carry the Release's labels: the
-            // server filters them in its memory, where an unfiltered LIST sent every object of
-            // the kind in the namespace at every drift pass (beside 600 Helm release Secrets
-            // of ~150 KB, 90 MB for a Release of 20 Secrets). A wanted object without them
-            // (they were removed, or another Release took it) is read by name below.
-            return self.list_owned(api, group.wanted, owner, freshness).await;
+        if !matches!(freshness, Freshness::Latest | Freshness::Watched) {
+            return match &group.owner {
+                // From the watch cache, only the objects that carry the Release's labels: the
+                // server filters them in its memory, where an unfiltered LIST sent every
+                // object of the kind in the namespace at every drift pass (beside 600 Helm
+                // release Secrets of ~150 KB, 88 MB for a Release of 20 Secrets).
+                Some(owner) => self.list_owned(api, group.wanted, owner, freshness).await,
+                None => self.list_whole_kind(api, &group.wanted, freshness).await,
+            };
         }
+        let params = freshness
+            .list_params()
+            .limit(u32::try_from(LIST_UP_TO_TIMES_WANTED * group.wanted.len()).unwrap_or(u32::MAX));
         let list = match api.list(&params).await {
             Ok(list) => list,
             Err(e) if is_unreachable(&e) => return Err(ApplyError::Unreachable(Box::new(e))),
             Err(_) => return self.get_each(api, &group.wanted, freshness).await,
         };
-        let page = metadata_page(&list.items);
         let wanted: BTreeMap<&str, &ObjectKey> =
             group.wanted.iter().map(|(n, k)| (n.as_str(), k)).collect();
-        let mut found: Vec<(ObjectKey, Value)> = list
-            .items
-            .into_iter()
-            .filter_map(|o| {
-                let key = (*wanted.get(o.metadata.name.as_deref()?)?).clone();
-                Some((key, serde_json::to_value(o).ok()?))
-            })
-            .collect();
-        let Some(token) = list.metadata.continue_.filter(|c| !c.is_empty()) else {
+        let token = list.metadata.continue_.clone().filter(|c| !c.is_empty());
+        // How much the others' metadata weighs, for a scan of the rest (the wanted objects',
+        // convoy's own, say little of theirs).
+        let others = match token {
+            Some(_) => largest_metadata(
+                list.items
+                    .iter()
+                    .filter(|o| {
+                        !o.metadata
+                            .name
+                            .as_deref()
+                            .is_some_and(|n| wanted.contains_key(n))
+                    })
+                    .map(|o| &o.metadata),
+            ),
+            None => 0,
+        };
+        let mut found = pick(list.items, &wanted);
+        let Some(token) = token else {
             return Ok(found);
         };
         let seen: BTreeSet<&ObjectKey> = found.iter().map(|(k, _)| k).collect();
@@ -757,11 +786,11 @@ impl Applier {
             .metadata
             .remaining_item_count
             .and_then(|n| usize::try_from(n).ok())
-            .map_or(usize::MAX, |n| n.div_ceil(page));
+            .map_or(usize::MAX, |n| n.div_ceil(metadata_page(others)));
         let rest = if pages.saturating_mul(GETS_IN_FLIGHT_PER_GROUP) >= rest.len() {
             rest
         } else {
-            match existing_names(api, &rest, &token, page).await {
+            match existing_names(api, &rest, &token, others).await {
                 Ok(existing) => rest
                     .into_iter()
                     .filter(|(name, _)| existing.contains(name.as_str()))
@@ -793,22 +822,40 @@ impl Applier {
         };
         let by_name: BTreeMap<&str, &ObjectKey> =
             wanted.iter().map(|(n, k)| (n.as_str(), k)).collect();
-        let mut found: Vec<(ObjectKey, Value)> = list
-            .items
-            .into_iter()
-            .filter_map(|o| {
-                let key = (*by_name.get(o.metadata.name.as_deref()?)?).clone();
-                Some((key, serde_json::to_value(o).ok()?))
-            })
-            .collect();
+        let mut found = pick(list.items, &by_name);
         let seen: BTreeSet<&ObjectKey> = found.iter().map(|(k, _)| k).collect();
         let rest: Vec<(String, ObjectKey)> = wanted
             .iter()
             .filter(|(_, key)| !seen.contains(key))
             .cloned()
             .collect();
-        found.extend(self.get_each(api, &rest, freshness).await?);
+        // A wanted object without the labels (removed, another Release's now, or gone) is
+        // read by name; many of them (objects deleted by hand, labels a webhook strips) as
+        // before, with the whole kind.
+        if rest.len() > GETS_UP_TO {
+            found.extend(self.list_whole_kind(api, &rest, freshness).await?);
+        } else {
+            found.extend(self.get_each(api, &rest, freshness).await?);
+        }
         Ok(found)
+    }
+
+    /// The wanted objects among every object of the kind (one LIST, from the watch cache as
+    /// `freshness` asks); a refused LIST reads each by name.
+    async fn list_whole_kind(
+        &self,
+        api: &Api<DynamicObject>,
+        wanted: &[(String, ObjectKey)],
+        freshness: Freshness,
+    ) -> Result<Vec<(ObjectKey, Value)>, ApplyError> {
+        let list = match api.list(&freshness.list_params()).await {
+            Ok(list) => list,
+            Err(e) if is_unreachable(&e) => return Err(ApplyError::Unreachable(Box::new(e))),
+            Err(_) => return self.get_each(api, wanted, freshness).await,
+        };
+        let by_name: BTreeMap<&str, &ObjectKey> =
+            wanted.iter().map(|(n, k)| (n.as_str(), k)).collect();
+        Ok(pick(list.items, &by_name))
     }
 
     /// GET each wanted object (concurrently); a missing or unreadable one is left out.
@@ -1019,24 +1066,27 @@ pub fn api_message(e: &kube::Error) -> String {
     }
 }
 
-/// The names among `wanted` that exist, from a metadata-only LIST in pages of `page` objects
-/// on from `from` (a LIST's continue token: the same snapshot, where that LIST stopped). An
-/// object's metadata is small whatever its data, unless it was applied client-side: its
-/// last-applied annotation holds all of it (see [`METADATA_PAGE_BYTES`]).
+/// The names among `wanted` that exist, from a metadata-only LIST in pages on from `from` (a
+/// LIST's continue token: the same snapshot, where that LIST stopped), each page sized by the
+/// largest metadata seen so far (`largest`: the first LIST's others'), see
+/// [`METADATA_PAGE_BYTES`]. An object's metadata is small whatever its data, unless it was
+/// applied client-side: its last-applied annotation holds all of it.
 async fn existing_names(
     api: &Api<DynamicObject>,
     wanted: &[(String, ObjectKey)],
     from: &str,
-    page: usize,
+    mut largest: usize,
 ) -> Result<std::collections::HashSet<String>, kube::Error> {
-    let limit = u32::try_from(page).unwrap_or(u32::MAX);
     let wanted: std::collections::HashSet<&str> = wanted.iter().map(|(n, _)| n.as_str()).collect();
-    let mut params = kube::api::ListParams::default()
-        .limit(limit)
-        .continue_token(from);
+    let mut token = from.to_string();
+    let mut limit = metadata_page(largest).min(METADATA_FIRST_PAGE);
     let mut existing = std::collections::HashSet::new();
     loop {
+        let params = kube::api::ListParams::default()
+            .limit(u32::try_from(limit).unwrap_or(u32::MAX))
+            .continue_token(&token);
         let page = api.list_metadata(&params).await?;
+        largest = largest.max(largest_metadata(page.items.iter().map(|o| &o.metadata)));
         existing.extend(
             page.items
                 .into_iter()
@@ -1047,10 +1097,9 @@ async fn existing_names(
             return Ok(existing);
         }
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => {
-                params = kube::api::ListParams::default()
-                    .limit(limit)
-                    .continue_token(&token);
+            Some(next) => {
+                token = next;
+                limit = metadata_page(largest);
             }
             None => return Ok(existing),
         }
@@ -1059,22 +1108,29 @@ async fn existing_names(
 
 #[cfg(test)]
 mod tests {
-    use super::{holds, metadata_page};
+    use super::{ObjectMeta, holds, largest_metadata, metadata_page};
     use serde_json::json;
 
     /// Pages of small metadata hold the most objects; metadata carrying a client-side apply's
-    /// copy of the object makes them small (4 MiB each, about), never under 10.
+    /// copy of the object makes them small (4 MiB each, about), never under 10. The largest
+    /// metadata counts, not the mean: one heavy object among light ones sizes the page.
     #[test]
-    fn a_metadata_page_holds_what_fits_at_the_sampled_size() {
-        let object = |annotation: usize| -> kube::api::DynamicObject {
-            serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": "s", "annotations": {"a": "x".repeat(annotation)}}}))
+    fn a_metadata_page_holds_what_fits_at_the_largest_size_seen() {
+        let meta = |annotation: usize| -> ObjectMeta {
+            serde_json::from_value(
+                json!({"name": "s", "annotations": {"a": "x".repeat(annotation)}}),
+            )
             .unwrap()
         };
-        assert_eq!(metadata_page(&[]), 500);
-        assert_eq!(metadata_page(&[object(100), object(200)]), 500);
-        assert_eq!(metadata_page(&[object(200_000), object(200_000)]), 20);
-        assert_eq!(metadata_page(&[object(1_000_000)]), 10);
+        let largest = |sizes: &[usize]| {
+            let metas: Vec<ObjectMeta> = sizes.iter().map(|s| meta(*s)).collect();
+            metadata_page(largest_metadata(metas.iter()))
+        };
+        assert_eq!(largest(&[]), 500);
+        assert_eq!(largest(&[100, 200]), 500);
+        assert_eq!(largest(&[200_000, 200_000]), 20);
+        assert_eq!(largest(&[100, 100, 100, 200_000]), 20);
+        assert_eq!(largest(&[1_000_000]), 10);
     }
 
     #[test]
