@@ -501,9 +501,9 @@ async fn create_others(f: &Fixture, prefix: &str, count: usize) {
 }
 
 /// Beside more objects of the kind than a page of their metadata holds (600 listed before the
-/// Release's 20: the first LIST reads 40 of them, the metadata pages of 500 go on from there,
-/// and only the second reaches the Release's), the Release's objects are still found: none is
-/// taken for one to create.
+/// Release's 20: the first LIST reads 40 of them, the metadata pages go on from there, 100
+/// then 500, and only the second reaches the Release's), the Release's objects are still
+/// found: none is taken for one to create.
 #[tokio::test]
 async fn objects_beyond_the_first_page_of_the_kinds_metadata_are_found() {
     let f = twenty_config_maps("diff-pages").await;
