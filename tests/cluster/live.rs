@@ -238,3 +238,63 @@ async fn read_config_maps(
         .collect();
     (names, sent)
 }
+
+/// A read of the latest state of 20 objects not created yet, beside 600 others of the kind
+/// listed before them: one LIST of 40, then a metadata scan that goes on from where that LIST
+/// stopped (its continue token, no resourceVersion), and no GET of the 20, which the scan
+/// shows absent.
+#[tokio::test]
+async fn a_latest_read_beside_many_others_scans_on_from_where_its_list_stopped() {
+    use convoy::engine::apply::Applier;
+    use convoy::engine::render::Object;
+    use futures::StreamExt;
+    let env = TestEnv::new("live-scan").await;
+    let ns = env.namespace.clone();
+    let api: kube::Api<ConfigMap> = kube::Api::namespaced(env.client.clone(), &ns);
+    futures::stream::iter(0..600)
+        .map(|i| {
+            let (api, ns) = (api.clone(), ns.clone());
+            async move {
+                let cm: ConfigMap =
+                    serde_json::from_str(&config_map(&ns, &format!("a-other-{i:03}"), "x", false))
+                        .unwrap();
+                api.create(&Default::default(), &cm).await.unwrap();
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+    let (client, requests) = crate::support::recording_client(&env.kubeconfig).await;
+    let applier = Applier::new(client, 4);
+    let objects: Vec<Object> = (0..20)
+        .map(|i| {
+            Object(
+                serde_json::from_str(&config_map(&ns, &format!("cm-{i:02}"), "1", true)).unwrap(),
+            )
+        })
+        .collect();
+    let live = applier.live_objects(&objects).await.unwrap();
+    assert!(live.is_empty(), "{:?}", live.keys().collect::<Vec<_>>());
+    let sent: Vec<String> = requests
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.contains("/configmaps"))
+        .map(|r| {
+            // The continue token is opaque: only that there is one.
+            let r = r.replace(&ns, "NS");
+            match r.split_once("&continue=") {
+                Some((head, _)) => format!("{head}&continue=TOKEN"),
+                None => r,
+            }
+        })
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            "GET /api/v1/namespaces/NS/configmaps?&limit=40",
+            "GET /api/v1/namespaces/NS/configmaps?&limit=100&continue=TOKEN",
+            "GET /api/v1/namespaces/NS/configmaps?&limit=500&continue=TOKEN",
+        ]
+    );
+}
