@@ -207,6 +207,7 @@ pub async fn take_over_kubectl_fields(
     };
     let judged = Owner::of_live(live);
     let mut fresh: Option<Value> = None;
+    let mut resolved: Option<Api<DynamicObject>> = None;
     let mut attempt = 1;
     loop {
         let live = fresh.as_ref().unwrap_or(live);
@@ -222,8 +223,13 @@ pub async fn take_over_kubectl_fields(
             {"op": "replace", "path": "/metadata/managedFields", "value": managed},
         ]))
         .map_err(|e| failed(kube::Error::SerdeError(e)))?;
-        let Ok(Some(api)) = api_for(applier, key).await else {
-            return Ok(Vec::new());
+        // Resolved once, when there is something to take over.
+        let api = match resolved.take() {
+            Some(api) => api,
+            None => match api_for(applier, key).await {
+                Ok(Some(found)) => found,
+                _ => return Ok(Vec::new()),
+            },
         };
         match api
             .patch(
@@ -252,6 +258,7 @@ pub async fn take_over_kubectl_fields(
                             });
                         }
                         fresh = Some(object);
+                        resolved = Some(api);
                     }
                     Ok(None) => return Ok(Vec::new()),
                     Err(source) => return Err(failed(source)),

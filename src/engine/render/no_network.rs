@@ -6,13 +6,13 @@
 //! same text differently (an attack found eight such ways for kustomize). Where a render may
 //! reach the network, the tool gets convoy's proxy instead ([`network_env`]).
 
+use crate::engine::env_proxy;
+
 /// The variables Go's `http.ProxyFromEnvironment` reads.
 pub const PROXY_VARS: [&str; 4] = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"];
 
 /// A proxy no connection can be made to (port 0).
 pub const NOWHERE: &str = "http://127.0.0.1:0";
-
-use crate::engine::env_proxy;
 
 /// What a render tool allowed on the network gets of convoy's environment: the proxy Go picks
 /// (upper case first, an empty value unset), under both names. The tools are Go; a git one of

@@ -15,6 +15,7 @@ use super::{Applier, ApplyError, Freshness, Prepared};
 use crate::engine::api::ObjectKey;
 use crate::engine::apply::resources::Resource;
 use crate::engine::connect::is_unreachable;
+use crate::engine::selectors::{Expression, Selector};
 
 /// Up to this many objects of one kind and namespace are read with GETs, more with one LIST.
 /// A LIST returns every object of the kind in the namespace: with a thousand Releases in one
@@ -65,7 +66,7 @@ struct ListGroup {
     namespace: Option<String>,
     wanted: Vec<(String, ObjectKey)>,
     /// The ownership labels every wanted object is sent with (one Release's), as a selector.
-    owner: Option<crate::engine::selectors::Selector>,
+    owner: Option<Selector>,
 }
 
 /// The objects among `items` whose names `wanted` holds, under its keys.
@@ -79,11 +80,23 @@ fn pick(items: Vec<DynamicObject>, wanted: &BTreeMap<&str, &ObjectKey>) -> Vec<(
         .collect()
 }
 
+/// The wanted entries `found` does not hold.
+fn unfound(
+    wanted: &[(String, ObjectKey)],
+    found: &[(ObjectKey, Value)],
+) -> Vec<(String, ObjectKey)> {
+    let seen: BTreeSet<&ObjectKey> = found.iter().map(|(k, _)| k).collect();
+    wanted
+        .iter()
+        .filter(|(_, key)| !seen.contains(key))
+        .cloned()
+        .collect()
+}
+
 /// The selector of the ownership labels all of `members` carry, if they carry the same ones
 /// (the objects of one Release, as the sync and the drift check read them).
-fn owner_selector(members: &[&Prepared]) -> Option<crate::engine::selectors::Selector> {
+fn owner_selector(members: &[&Prepared]) -> Option<Selector> {
     use crate::engine::api::labels;
-    use crate::engine::selectors::Expression;
     let owner_of = |p: &Prepared| {
         let labels = &p.body["metadata"]["labels"];
         Some((
@@ -98,7 +111,7 @@ fn owner_selector(members: &[&Prepared]) -> Option<crate::engine::selectors::Sel
     {
         return None;
     }
-    Some(crate::engine::selectors::Selector::from_iter([
+    Some(Selector::from_iter([
         Expression::Equal(labels::RELEASE_NAME.into(), name),
         Expression::Equal(labels::RELEASE_NAMESPACE.into(), namespace),
     ]))
@@ -239,13 +252,7 @@ impl Applier {
         let Some(token) = token else {
             return Ok(found);
         };
-        let seen: BTreeSet<&ObjectKey> = found.iter().map(|(k, _)| k).collect();
-        let rest: Vec<(String, ObjectKey)> = group
-            .wanted
-            .iter()
-            .filter(|(_, key)| !seen.contains(key))
-            .cloned()
-            .collect();
+        let rest = unfound(&group.wanted, &found);
         if rest.is_empty() {
             return Ok(found);
         }
@@ -282,26 +289,17 @@ impl Applier {
         &self,
         api: &Api<DynamicObject>,
         wanted: Vec<(String, ObjectKey)>,
-        owner: &crate::engine::selectors::Selector,
+        owner: &Selector,
         freshness: Freshness,
     ) -> Result<Vec<(ObjectKey, Value)>, ApplyError> {
-        let list = match api.list(&freshness.list_params().labels_from(owner)).await {
-            Ok(list) => list,
-            Err(e) if is_unreachable(&e) => return Err(ApplyError::Unreachable(Box::new(e))),
-            Err(_) => return self.get_each(api, &wanted, freshness).await,
+        let params = freshness.list_params().labels_from(owner);
+        let Some(mut found) = list_wanted(api, &params, &wanted).await? else {
+            return self.get_each(api, &wanted, freshness).await;
         };
-        let by_name: BTreeMap<&str, &ObjectKey> =
-            wanted.iter().map(|(n, k)| (n.as_str(), k)).collect();
-        let mut found = pick(list.items, &by_name);
-        let seen: BTreeSet<&ObjectKey> = found.iter().map(|(k, _)| k).collect();
-        let rest: Vec<(String, ObjectKey)> = wanted
-            .iter()
-            .filter(|(_, key)| !seen.contains(key))
-            .cloned()
-            .collect();
         // A wanted object without the labels (removed, another Release's now, or gone) is
         // read by name; many of them (objects deleted by hand, labels a webhook strips) as
         // before, with the whole kind.
+        let rest = unfound(&wanted, &found);
         if rest.len() > GETS_UP_TO {
             found.extend(self.list_whole_kind(api, &rest, freshness).await?);
         } else {
@@ -318,14 +316,10 @@ impl Applier {
         wanted: &[(String, ObjectKey)],
         freshness: Freshness,
     ) -> Result<Vec<(ObjectKey, Value)>, ApplyError> {
-        let list = match api.list(&freshness.list_params()).await {
-            Ok(list) => list,
-            Err(e) if is_unreachable(&e) => return Err(ApplyError::Unreachable(Box::new(e))),
-            Err(_) => return self.get_each(api, wanted, freshness).await,
-        };
-        let by_name: BTreeMap<&str, &ObjectKey> =
-            wanted.iter().map(|(n, k)| (n.as_str(), k)).collect();
-        Ok(pick(list.items, &by_name))
+        match list_wanted(api, &freshness.list_params(), wanted).await? {
+            Some(found) => Ok(found),
+            None => self.get_each(api, wanted, freshness).await,
+        }
     }
 
     /// GET each wanted object (concurrently); a missing or unreadable one is left out.
@@ -366,6 +360,24 @@ impl Applier {
             found.extend(r?);
         }
         Ok(found)
+    }
+}
+
+/// The wanted objects among those one LIST with `params` returns; `None` when the LIST is
+/// refused (the caller reads them by name).
+async fn list_wanted(
+    api: &Api<DynamicObject>,
+    params: &kube::api::ListParams,
+    wanted: &[(String, ObjectKey)],
+) -> Result<Option<Vec<(ObjectKey, Value)>>, ApplyError> {
+    match api.list(params).await {
+        Ok(list) => {
+            let by_name: BTreeMap<&str, &ObjectKey> =
+                wanted.iter().map(|(n, k)| (n.as_str(), k)).collect();
+            Ok(Some(pick(list.items, &by_name)))
+        }
+        Err(e) if is_unreachable(&e) => Err(ApplyError::Unreachable(Box::new(e))),
+        Err(_) => Ok(None),
     }
 }
 
