@@ -12,6 +12,8 @@
 
 use serde_json::Value;
 
+use crate::engine::sync_options::{self, ARGO_SYNC_OPTIONS};
+
 /// Which deletion asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Deleting {
@@ -22,7 +24,6 @@ pub enum Deleting {
 }
 
 const HELM_RESOURCE_POLICY: &str = "helm.sh/resource-policy";
-const ARGO_SYNC_OPTIONS: &str = "argocd.argoproj.io/sync-options";
 const FLUX_PRUNE: &str = "kustomize.toolkit.fluxcd.io/prune";
 
 /// Why the live object `live` is not to be deleted by `deleting`, naming the annotation as it
@@ -51,16 +52,9 @@ pub fn keep_reason(live: &Value, deleting: Deleting) -> Option<String> {
         Deleting::Prune => "Prune",
         Deleting::Release => "Delete",
     };
-    let value = get(ARGO_SYNC_OPTIONS)?;
-    value
-        .split(',')
-        .map(str::trim)
-        .find(|o| {
-            o.split_once('=').is_some_and(|(name, setting)| {
-                name.trim() == option && matches!(setting.trim(), "false" | "confirm")
-            })
-        })
-        .map(|o| format!("{ARGO_SYNC_OPTIONS}: {o}"))
+    sync_options::options(live)
+        .find(|(name, setting)| *name == option && matches!(*setting, "false" | "confirm"))
+        .map(|(name, setting)| format!("{ARGO_SYNC_OPTIONS}: {name}={setting}"))
 }
 
 #[cfg(test)]

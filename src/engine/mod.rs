@@ -39,6 +39,7 @@ pub mod source;
 pub mod ssa;
 pub mod status;
 pub mod store;
+pub mod sync_options;
 pub mod tenancy;
 pub mod tenant_cache;
 pub mod tools;

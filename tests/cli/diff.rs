@@ -673,3 +673,51 @@ async fn a_release_of_many_cluster_scoped_objects_beside_many_others_is_read_who
         @r#"{"change":1,"create":1,"drifted":1,"prune":0,"rejected":0,"unchanged":18}"#
     );
 }
+
+/// Objects whose kind the cluster does not serve yet, as the sync treats them: one a CRD of
+/// the render defines and one that says Argo CD's `SkipDryRunOnMissingResource=true` are
+/// shown to create, as rendered, saying why they were not dry-run; an object of a missing
+/// kind that says neither is refused, and the exit is 4 (an unknown kind).
+#[tokio::test]
+async fn objects_whose_kind_is_not_served_yet_are_shown_to_create_without_a_dry_run() {
+    let awaited = json!({"apiVersion": "awaited.convoy.test/v1", "kind": "Gizmo",
+        "metadata": {"name": "g", "annotations": {
+            "argocd.argoproj.io/sync-wave": "1",
+            "argocd.argoproj.io/sync-options": "SkipDryRunOnMissingResource=true"}},
+        "spec": {"size": 1}})
+    .to_string();
+    let crd = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: doohickeys.defined.convoy.test\nspec:\n  group: defined.convoy.test\n  scope: Namespaced\n  names: {kind: Doohickey, plural: doohickeys}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}\n";
+    let defined = "apiVersion: defined.convoy.test/v1\nkind: Doohickey\nmetadata:\n  name: d\nspec:\n  size: 2\n";
+    let f = Fixture::new(
+        "diff-kinds-to-come",
+        &[
+            ("gizmo.yaml", &awaited),
+            ("crd.yaml", crd),
+            ("doohickey.yaml", defined),
+        ],
+        json!({}),
+    )
+    .await;
+    let (code, text, stderr) = out(f.env.convoy(&["diff", "web"]));
+    assert_eq!(code, 1, "{stderr}");
+    let (_, json_out, _) = out(f.env.convoy(&["diff", "web", "-o", "json"]));
+    let diff: serde_json::Value = serde_json::from_str(&json_out).unwrap();
+    let notes: Vec<(&str, &str)> = diff["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|o| Some((o["key"].as_str()?, o["notDryRun"].as_str()?)))
+        .collect();
+    assert_eq!(notes.len(), 2, "{json_out}");
+    settings(&f.env.namespace).bind(|| insta::assert_snapshot!("diff_kinds_to_come", text));
+
+    // Without the option, a missing kind is the render's mistake.
+    let unannotated = awaited.replace("SkipDryRunOnMissingResource=true", "Prune=false");
+    f.commit(&[("gizmo.yaml", &unannotated)]);
+    let (code, text, stderr) = out(f.env.convoy(&["diff", "web"]));
+    assert_eq!(code, 4, "{stderr}");
+    assert!(
+        text.contains("the cluster does not serve kind Gizmo in awaited.convoy.test/v1"),
+        "{text}"
+    );
+}

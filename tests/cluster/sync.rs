@@ -871,26 +871,11 @@ async fn failures_are_reported_in_the_spec_order_although_fetch_and_cluster_run_
 async fn a_crd_installed_later_is_found_without_a_restart() {
     let gadget = "apiVersion: discovery.convoy.test/v1\nkind: Gadget\nmetadata:\n  name: one\nspec:\n  size: 1\n";
     let f = Fixture::new("sync-late-crd", &[("gadget.yaml", gadget)], json!({})).await;
-    let crd = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: gadgets.discovery.convoy.test\nspec:\n  group: discovery.convoy.test\n  scope: Namespaced\n  names: {kind: Gadget, plural: gadgets, singular: gadget, listKind: GadgetList}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}\n";
-    // A control plane reused across runs may hold the CRD from an earlier one.
-    let _ = f.env.kubectl(&[
-        "delete",
-        "crd",
-        "gadgets.discovery.convoy.test",
-        "--ignore-not-found",
-        "--wait",
-    ]);
+    remove_crd(&f, "gadgets.discovery.convoy.test");
     let outcome = f.sync().await.outcome.unwrap();
     assert_eq!(outcome.reason, Reason::Unappliable, "{}", outcome.message);
     assert!(outcome.message.contains("Gadget"), "{}", outcome.message);
-    f.env.kubectl_apply_text(crd, &[]);
-    let out = f.env.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/gadgets.discovery.convoy.test",
-        "--timeout=60s",
-    ]);
-    assert!(out.status.success());
+    install_crd(&f, "discovery.convoy.test", "Gadget", "gadgets");
     eventually(
         "the Release to apply the Gadget",
         Duration::from_secs(60),
@@ -900,6 +885,137 @@ async fn a_crd_installed_later_is_found_without_a_restart() {
         },
     )
     .await;
+}
+
+/// Install a CRD of `kind` in `group` (v1, namespaced, any fields), as an operator would, and
+/// wait until it is Established.
+fn install_crd(f: &Fixture, group: &str, kind: &str, plural: &str) {
+    let crd = format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: {plural}.{group}\nspec:\n  group: {group}\n  scope: Namespaced\n  names: {{kind: {kind}, plural: {plural}, singular: {singular}, listKind: {kind}List}}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}\n",
+        singular = kind.to_lowercase()
+    );
+    f.env.kubectl_apply_text(&crd, &[]);
+    let out = f.env.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        &format!("crd/{plural}.{group}"),
+        "--timeout=60s",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Delete the CRD `name`: a control plane reused across runs may hold it from an earlier one.
+fn remove_crd(f: &Fixture, name: &str) {
+    let _ = f
+        .env
+        .kubectl(&["delete", "crd", name, "--ignore-not-found", "--wait"]);
+}
+
+/// Argo CD's `SkipDryRunOnMissingResource=true`: an object whose CRD something else installs
+/// during the sync (an operator of an earlier wave) is left out of the dry run while its kind
+/// is missing, and applied in its wave once the kind is served; until then its wave fails,
+/// naming it, after the waves before it are applied and recorded. The option skips a missing
+/// kind only: an object of a served kind is dry-run, and refused, like any other.
+#[tokio::test]
+async fn an_object_that_skips_the_dry_run_while_its_kind_is_missing_is_applied_once_it_is_served() {
+    let group = "skip.convoy.test";
+    let sprocket = json!({"apiVersion": format!("{group}/v1"), "kind": "Sprocket",
+        "metadata": {"name": "one", "annotations": {
+            "argocd.argoproj.io/sync-wave": "1",
+            "argocd.argoproj.io/sync-options": "Prune=false, SkipDryRunOnMissingResource=true"}},
+        "spec": {"teeth": 12}})
+    .to_string();
+    // A served kind with the option, and a body the server refuses.
+    let refused = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "refused", "annotations": {
+            "argocd.argoproj.io/sync-options": "SkipDryRunOnMissingResource=true"}},
+        "data": {"count": 3}})
+    .to_string();
+    let operator = config_map("operator", 0, "1");
+    let f = Fixture::new(
+        "sync-skip-dry-run",
+        &[
+            ("operator.yaml", &operator),
+            ("sprocket.yaml", &sprocket),
+            ("refused.yaml", &refused),
+        ],
+        json!({}),
+    )
+    .await;
+    remove_crd(&f, &format!("sprockets.{group}"));
+
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Unappliable, "{}", outcome.message);
+    assert!(
+        outcome.message.contains("rejected 1 of 3")
+            && outcome.message.contains("ConfigMap")
+            && !outcome.message.contains("Sprocket"),
+        "only the served kind's refusal stops the sync: {}",
+        outcome.message
+    );
+    assert!(f.config_map("operator").await.is_none(), "nothing applied");
+
+    // Without the refused object, the dry run passes; wave 0 is applied, wave 1 waits for
+    // its kind.
+    f.commit(&[("operator.yaml", &operator), ("sprocket.yaml", &sprocket)]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::DeployFailed, "{}", outcome.message);
+    assert!(
+        outcome.message.contains(&format!(
+            "the cluster does not serve kind Sprocket in {group}/v1 yet: argocd.argoproj.io/sync-options: SkipDryRunOnMissingResource=true left it out of the dry run, and a sync applies it once its kind is served"
+        )),
+        "{}",
+        outcome.message
+    );
+    let cm = f.config_map("operator").await.expect("wave 0 is applied");
+    assert_eq!(owners_of(&cm, &["f:data", "f:value"]), ["convoy-release"]);
+    let inventories: Api<ReleaseInventory> =
+        Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let recorded = |inventory: ReleaseInventory| -> Vec<String> {
+        let mut names: Vec<String> = inventory
+            .spec
+            .inventory
+            .iter()
+            .map(|e| format!("{}/{}", e.kind, e.name))
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        recorded(inventories.get("web").await.unwrap()),
+        ["ConfigMap/operator"]
+    );
+
+    // The operator installs the CRD; the next sync, seconds after discovery last said the
+    // kind was missing, asks again and applies the Sprocket.
+    install_crd(&f, group, "Sprocket", "sprockets");
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
+    let sprockets: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        f.env.client.clone(),
+        &f.env.namespace,
+        &kube::api::ApiResource {
+            group: group.into(),
+            version: "v1".into(),
+            api_version: format!("{group}/v1"),
+            kind: "Sprocket".into(),
+            plural: "sprockets".into(),
+        },
+    );
+    let applied = serde_json::to_value(sprockets.get("one").await.unwrap()).unwrap();
+    assert_eq!(applied["spec"]["teeth"], 12);
+    assert_eq!(
+        owners_of(&applied, &["f:spec", "f:teeth"]),
+        ["convoy-release"]
+    );
+    assert_eq!(
+        recorded(inventories.get("web").await.unwrap()),
+        ["ConfigMap/operator", "Sprocket/one"]
+    );
 }
 
 /// A ConfigMap `name` carrying `annotations` (a chart's or a repository's keep policy).

@@ -21,7 +21,10 @@ use crate::engine::digest_key::DigestKey;
 use crate::engine::render::Object;
 use crate::engine::ssa;
 
+mod kinds_to_come;
 mod live_read;
+
+pub use kinds_to_come::{KindToCome, defined_kinds};
 
 /// Default number of requests in flight.
 pub const DEFAULT_CONCURRENCY: usize = 16;
@@ -236,29 +239,15 @@ impl Applier {
 
     /// stageSync step 1, the dry-run gate: a server-side apply dry run of every object.
     /// Objects whose namespace or CRD the render itself creates cannot be dry-run before it
-    /// exists, so their "not found" is not a rejection.
+    /// exists, so their "not found" is not a rejection; nor is a missing kind for an object
+    /// that says it awaits its kind ([`KindToCome`]).
     pub async fn dry_run_gate(&self, objects: &[Object]) -> Result<DryRunReport, ApplyError> {
         let created_namespaces: BTreeSet<String> = objects
             .iter()
             .filter(|o| o.kind() == "Namespace" && o.group().is_empty())
             .map(|o| o.name().to_string())
             .collect();
-        let created_kinds: BTreeSet<(String, String)> = objects
-            .iter()
-            .filter(|o| o.kind() == "CustomResourceDefinition")
-            .map(|o| {
-                (
-                    o.0["spec"]["group"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string(),
-                    o.0["spec"]["names"]["kind"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string(),
-                )
-            })
-            .collect();
+        let created_kinds = defined_kinds(objects);
         let results: Vec<Result<Option<Rejection>, ApplyError>> =
             stream::iter(objects.iter().cloned())
                 .map(|object| self.gate_one(object, &created_namespaces, &created_kinds))
@@ -293,6 +282,7 @@ impl Applier {
         if !crds.is_empty() {
             self.await_crds(&crds).await;
         }
+        self.ask_again_for_awaited_kinds(&rest).await;
         self.apply_set(&rest, &mut applied, &mut failures).await?;
         if failures.is_empty() {
             Ok(applied)
@@ -510,7 +500,11 @@ impl Applier {
         let prepared = match self.prepare(&object).await {
             Ok(p) => p,
             Err(_) if defined_here => return Ok(None),
-            Err(rejection) => return Ok(Some(rejection)),
+            Err(rejection) => {
+                let awaited = crate::engine::sync_options::skips_dry_run_when_missing(&object.0)
+                    && self.kind_unserved(&object).await;
+                return Ok((!awaited).then_some(rejection));
+            }
         };
         match self.send(&prepared, true).await {
             Ok(_) => Ok(None),
@@ -536,7 +530,12 @@ impl Applier {
     async fn apply_one(&self, object: Object) -> Result<Result<ObjectKey, Rejection>, ApplyError> {
         let prepared = match self.prepare(&object).await {
             Ok(p) => p,
-            Err(rejection) => return Ok(Err(rejection)),
+            Err(mut rejection) => {
+                if let Some(why) = self.still_awaited(&object).await {
+                    rejection.message.push_str(&why);
+                }
+                return Ok(Err(rejection));
+            }
         };
         match self.send(&prepared, false).await {
             Ok(_) => Ok(Ok(prepared.key)),

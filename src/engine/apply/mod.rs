@@ -9,7 +9,7 @@ pub mod watched;
 pub mod waves;
 
 pub use applier::{
-    Applier, ApplyError, DEFAULT_CONCURRENCY, DryRunReport, Freshness, PruneReport, PruneTarget,
-    Rejection,
+    Applier, ApplyError, DEFAULT_CONCURRENCY, DryRunReport, Freshness, KindToCome, PruneReport,
+    PruneTarget, Rejection, defined_kinds,
 };
 pub use watched::{WatchedObjects, WatchedTargets};

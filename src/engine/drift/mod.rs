@@ -76,6 +76,10 @@ pub struct ObjectDiff {
     /// why, as its live object says (an annotation that keeps it, another Release's labels).
     #[serde(rename = "notPruned", skip_serializing_if = "Option::is_none")]
     pub not_pruned: Option<String>,
+    /// Shown as rendered, without a dry run: its kind is not served yet, and the sync
+    /// applies it once it is (engine::apply's `KindToCome`); why.
+    #[serde(rename = "notDryRun", skip_serializing_if = "Option::is_none")]
+    pub not_dry_run: Option<String>,
 }
 
 fn serialize_key<S: serde::Serializer>(key: &ObjectKey, s: S) -> Result<S::Ok, S::Error> {
@@ -110,6 +114,9 @@ impl ObjectDiff {
         }
         if let Some(why) = &self.not_pruned {
             notes.push(format!("not pruned: {why}"));
+        }
+        if let Some(why) = &self.not_dry_run {
+            notes.push(why.clone());
         }
         let action = self.describe_action();
         if notes.is_empty() {
@@ -284,15 +291,23 @@ pub async fn diff_objects(
             .collect()
             .await;
     let mut report = DiffReport::default();
+    let defined = crate::engine::apply::defined_kinds(desired);
     // The desired object of each ObjectDiff pushed below, in order.
     let mut sources: Vec<&Object> = Vec::new();
     for ((object, key), result) in desired.iter().zip(&keys).zip(results) {
         let diff = match result? {
             None => unchanged_diff(key.clone(), object, live.get(key), digest_key),
-            Some((_, Err(rejection))) => {
-                report.rejections.push(rejection);
-                continue;
-            }
+            // As the dry-run gate leaves it out, and the sync creates it.
+            Some((key, Err(rejection))) => match applier.kind_to_come(object, &defined).await {
+                Some(why) => ObjectDiff {
+                    not_dry_run: Some(why.note()),
+                    ..dry_run_diff(key, object, &object.0, None, digest_key)
+                },
+                None => {
+                    report.rejections.push(rejection);
+                    continue;
+                }
+            },
             Some((key, Ok(dry))) => {
                 let live_object = live.get(&key);
                 dry_run_diff(key, object, &dry, live_object, digest_key)
@@ -365,6 +380,7 @@ fn object_diff(key: ObjectKey, action: Action, secret: bool) -> ObjectDiff {
         owned_by: None,
         adopt_from: Vec::new(),
         not_pruned: None,
+        not_dry_run: None,
     }
 }
 
