@@ -3,9 +3,10 @@
 //! (names and values exact, case included; spaces around an option and its `=` ignored).
 //!
 //! convoy honours the options that say what may happen to an object: `Prune=false` and
-//! `Delete=false` (engine::keep_policy) and `SkipDryRunOnMissingResource=true` (the dry-run
-//! gate leaves out such an object while the cluster does not serve its kind). The others
-//! (`ServerSideApply`, `Replace`, `Validate`…) ask for what convoy always or never does.
+//! `Delete=false` (engine::keep_policy), `SkipDryRunOnMissingResource=true` (the dry-run gate
+//! leaves out such an object while the cluster does not serve its kind) and `Force=true`
+//! (re-created when it cannot change in place: engine::apply's applier::recreate). The others
+//! (`ServerSideApply`, `PruneLast`, `Replace`…) ask for what convoy does anyway or instead.
 
 use serde_json::Value;
 

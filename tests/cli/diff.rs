@@ -721,3 +721,33 @@ async fn objects_whose_kind_is_not_served_yet_are_shown_to_create_without_a_dry_
         "{text}"
     );
 }
+
+/// A change the server will not make in place, where the render asks for a re-create: shown
+/// against the object as it would be created, saying so and why; without the ask, refused.
+#[tokio::test]
+async fn an_object_to_re_create_is_shown_against_the_object_as_created() {
+    let immutable = |value: &str, annotations: serde_json::Value| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "immutable": true,
+            "metadata": {"name": "settings", "annotations": annotations},
+            "data": {"value": value}})
+        .to_string()
+    };
+    let force = json!({"kustomize.toolkit.fluxcd.io/force": "enabled"});
+    let f = Fixture::new(
+        "diff-recreate",
+        &[("cm.yaml", &immutable("one", force.clone()))],
+        json!({}),
+    )
+    .await;
+    f.sync().await;
+    f.commit(&[("cm.yaml", &immutable("two", force))]);
+    let (code, text, stderr) = out(f.env.convoy(&["diff", "web"]));
+    assert_eq!(code, 1, "{stderr}");
+    settings(&f.env.namespace).bind(|| insta::assert_snapshot!("diff_recreate", text));
+
+    f.commit(&[("cm.yaml", &immutable("two", json!({})))]);
+    let (code, text, stderr) = out(f.env.convoy(&["diff", "web"]));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(text.contains("(rejected by the dry run)"), "{text}");
+    assert!(text.contains("field is immutable"), "{text}");
+}

@@ -1018,6 +1018,117 @@ async fn an_object_that_skips_the_dry_run_while_its_kind_is_missing_is_applied_o
     );
 }
 
+/// An immutable ConfigMap `name` holding `value`, with `annotations`.
+fn immutable_config_map(name: &str, value: &str, annotations: serde_json::Value) -> String {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "immutable": true,
+        "metadata": {"name": name, "annotations": annotations}, "data": {"value": value}})
+    .to_string()
+}
+
+/// A change the server will not make in place (an immutable ConfigMap's data here; a Job's
+/// template, a Deployment's selector alike) stops the sync at the dry-run gate, unless the
+/// render asks for a re-create as Flux or Argo CD read it: then the live object is deleted
+/// and applied again (a new uid, convoy's fields). An object that is not this Release's
+/// (kubectl made it) is never deleted: the gate refuses it, naming why, and it stays.
+#[tokio::test]
+async fn an_object_that_cannot_change_in_place_is_re_created_where_the_render_asks() {
+    let flux = json!({"kustomize.toolkit.fluxcd.io/force": "enabled"});
+    let argo = json!({"argocd.argoproj.io/sync-options": "Replace=true,Force=true"});
+    let f = Fixture::new(
+        "sync-recreate",
+        &[
+            (
+                "flux.yaml",
+                &immutable_config_map("flux", "one", flux.clone()),
+            ),
+            (
+                "argo.yaml",
+                &immutable_config_map("argo", "one", argo.clone()),
+            ),
+        ],
+        json!({}),
+    )
+    .await;
+    assert_eq!(f.sync().await.outcome.unwrap().reason, Reason::Applied);
+    let uid = |cm: &serde_json::Value| cm["metadata"]["uid"].as_str().unwrap().to_string();
+    let first = uid(&f.config_map("flux").await.unwrap());
+
+    f.commit(&[
+        (
+            "flux.yaml",
+            &immutable_config_map("flux", "two", flux.clone()),
+        ),
+        (
+            "argo.yaml",
+            &immutable_config_map("argo", "two", argo.clone()),
+        ),
+    ]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
+    for name in ["flux", "argo"] {
+        let cm = f.config_map(name).await.unwrap();
+        assert_eq!(cm["data"]["value"], "two", "{name}");
+        assert_eq!(owners_of(&cm, &["f:data", "f:value"]), ["convoy-release"]);
+    }
+    assert_ne!(
+        uid(&f.config_map("flux").await.unwrap()),
+        first,
+        "re-created"
+    );
+
+    // Without the annotation, the gate refuses the change and nothing is applied.
+    f.commit(&[
+        (
+            "flux.yaml",
+            &immutable_config_map("flux", "three", json!({})),
+        ),
+        (
+            "argo.yaml",
+            &immutable_config_map("argo", "three", argo.clone()),
+        ),
+    ]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Unappliable, "{}", outcome.message);
+    assert!(
+        outcome.message.contains("rejected 1 of 2") && outcome.message.contains("immutable"),
+        "{}",
+        outcome.message
+    );
+    assert_eq!(f.config_map("argo").await.unwrap()["data"]["value"], "two");
+
+    // kubectl's object of the same name is not this Release's to delete.
+    f.env.kubectl_apply_text(
+        &immutable_config_map("theirs", "kubectl", json!({})),
+        &["-n", &f.env.namespace],
+    );
+    let theirs = uid(&f.config_map("theirs").await.unwrap());
+    f.commit(&[
+        (
+            "flux.yaml",
+            &immutable_config_map("flux", "two", flux.clone()),
+        ),
+        (
+            "theirs.yaml",
+            &immutable_config_map("theirs", "convoy", flux),
+        ),
+    ]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Unappliable, "{}", outcome.message);
+    assert!(
+        outcome.message.contains(&format!("ConfigMap/{}/theirs", f.env.namespace))
+            && outcome.message.contains(
+                "not re-created, though kustomize.toolkit.fluxcd.io/force: enabled asks: the live object does not carry this Release's labels, and convoy deletes only its own"
+            ),
+        "{}",
+        outcome.message
+    );
+    let cm = f.config_map("theirs").await.unwrap();
+    assert_eq!(
+        (uid(&cm), cm["data"]["value"].as_str()),
+        (theirs, Some("kubectl"))
+    );
+}
+
 /// A ConfigMap `name` carrying `annotations` (a chart's or a repository's keep policy).
 fn annotated_config_map(name: &str, annotations: serde_json::Value) -> String {
     json!({"apiVersion": "v1", "kind": "ConfigMap",

@@ -23,6 +23,7 @@ use crate::engine::ssa;
 
 mod kinds_to_come;
 mod live_read;
+mod recreate;
 
 pub use kinds_to_come::{KindToCome, defined_kinds};
 
@@ -433,23 +434,35 @@ impl Applier {
     }
 
     /// Server-side dry run of one object as the controller would apply it: what it would
-    /// become (the drift check uses this), or the server's refusal.
+    /// become (the drift check uses this) and, when the apply would re-create it, why; or the
+    /// server's refusal.
     pub async fn dry_run_one(
         &self,
         object: &Object,
-    ) -> Result<Result<DynamicObject, Rejection>, ApplyError> {
+    ) -> Result<Result<(DynamicObject, Option<String>), Rejection>, ApplyError> {
         let prepared = match self.prepare(object).await {
             Ok(p) => p,
             Err(rejection) => return Ok(Err(rejection)),
         };
-        match self.send(&prepared, true).await {
-            Ok(dry) => Ok(Ok(dry)),
-            Err(e) if is_unreachable(&e) => Err(ApplyError::Unreachable(Box::new(e))),
-            Err(e) => Ok(Err(Rejection {
-                key: prepared.key.clone(),
-                message: api_message(&e),
-            })),
-        }
+        let refused = match self.send(&prepared, true).await {
+            Ok(dry) => return Ok(Ok((dry, None))),
+            Err(e) if is_unreachable(&e) => return Err(ApplyError::Unreachable(Box::new(e))),
+            Err(e) => e,
+        };
+        let rejection = |e: &kube::Error| Rejection {
+            key: prepared.key.clone(),
+            message: api_message(e),
+        };
+        let Some(why) = Self::recreates(&prepared, &refused) else {
+            return Ok(Err(rejection(&refused)));
+        };
+        Ok(self
+            .recreate_check(&prepared, &refused, &why)
+            .await?
+            .map(|(new, _)| {
+                let note = format!("to re-create, as {why} asks: {}", api_message(&refused));
+                (new, Some(note))
+            }))
     }
 
     /// stageSync step 5: delete `targets`, later waves first. Objects already gone count as
@@ -509,21 +522,25 @@ impl Applier {
         match self.send(&prepared, true).await {
             Ok(_) => Ok(None),
             Err(e) if is_unreachable(&e) => Err(ApplyError::Unreachable(Box::new(e))),
-            Err(e) => {
-                let namespace_created_here = prepared
-                    .namespace
-                    .as_ref()
-                    .is_some_and(|ns| created_namespaces.contains(ns))
-                    && is_not_found(&e);
-                if namespace_created_here || defined_here {
-                    Ok(None)
-                } else {
-                    Ok(Some(Rejection {
-                        key: prepared.key.clone(),
-                        message: api_message(&e),
-                    }))
+            // To be re-created: passes when it can be.
+            Err(e) => match Self::recreates(&prepared, &e) {
+                Some(why) => Ok(self.recreate_check(&prepared, &e, &why).await?.err()),
+                None => {
+                    let namespace_created_here = prepared
+                        .namespace
+                        .as_ref()
+                        .is_some_and(|ns| created_namespaces.contains(ns))
+                        && is_not_found(&e);
+                    if namespace_created_here || defined_here {
+                        Ok(None)
+                    } else {
+                        Ok(Some(Rejection {
+                            key: prepared.key.clone(),
+                            message: api_message(&e),
+                        }))
+                    }
                 }
-            }
+            },
         }
     }
 
@@ -540,10 +557,13 @@ impl Applier {
         match self.send(&prepared, false).await {
             Ok(_) => Ok(Ok(prepared.key)),
             Err(e) if is_unreachable(&e) => Err(ApplyError::Unreachable(Box::new(e))),
-            Err(e) => Ok(Err(Rejection {
-                key: prepared.key,
-                message: api_message(&e),
-            })),
+            Err(e) => match Self::recreates(&prepared, &e) {
+                Some(why) => self.recreate(&prepared, e, &why).await,
+                None => Ok(Err(Rejection {
+                    key: prepared.key,
+                    message: api_message(&e),
+                })),
+            },
         }
     }
 

@@ -80,6 +80,10 @@ pub struct ObjectDiff {
     /// applies it once it is (engine::apply's `KindToCome`); why.
     #[serde(rename = "notDryRun", skip_serializing_if = "Option::is_none")]
     pub not_dry_run: Option<String>,
+    /// The apply deletes the live object and creates it again (the server will not change it
+    /// in place, and the render asks for that): why. Shown against the object as created.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recreate: Option<String>,
 }
 
 fn serialize_key<S: serde::Serializer>(key: &ObjectKey, s: S) -> Result<S::Ok, S::Error> {
@@ -116,6 +120,9 @@ impl ObjectDiff {
             notes.push(format!("not pruned: {why}"));
         }
         if let Some(why) = &self.not_dry_run {
+            notes.push(why.clone());
+        }
+        if let Some(why) = &self.recreate {
             notes.push(why.clone());
         }
         let action = self.describe_action();
@@ -217,8 +224,9 @@ impl DiffReport {
     }
 }
 
-/// One object's dry run: its key, and the result or the server's refusal.
-type DryRun = (ObjectKey, Result<Value, Rejection>);
+/// One object's dry run: its key, and the result (with why the apply re-creates it, if it
+/// does) or the server's refusal.
+type DryRun = (ObjectKey, Result<(Value, Option<String>), Rejection>);
 
 /// One object's key and dry run.
 async fn dry_run(applier: &Applier, object: Object) -> Result<DryRun, ApplyError> {
@@ -227,7 +235,10 @@ async fn dry_run(applier: &Applier, object: Object) -> Result<DryRun, ApplyError
         .await
         .unwrap_or_else(|_| object.key());
     match applier.dry_run_one(&object).await? {
-        Ok(dry) => Ok((key, Ok(serde_json::to_value(dry).unwrap_or(Value::Null)))),
+        Ok((dry, recreate)) => Ok((
+            key,
+            Ok((serde_json::to_value(dry).unwrap_or(Value::Null), recreate)),
+        )),
         Err(rejection) => Ok((key, Err(rejection))),
     }
 }
@@ -308,9 +319,12 @@ pub async fn diff_objects(
                     continue;
                 }
             },
-            Some((key, Ok(dry))) => {
+            Some((key, Ok((dry, recreate)))) => {
                 let live_object = live.get(&key);
-                dry_run_diff(key, object, &dry, live_object, digest_key)
+                ObjectDiff {
+                    recreate,
+                    ..dry_run_diff(key, object, &dry, live_object, digest_key)
+                }
             }
         };
         report.objects.push(diff);
@@ -381,6 +395,7 @@ fn object_diff(key: ObjectKey, action: Action, secret: bool) -> ObjectDiff {
         adopt_from: Vec::new(),
         not_pruned: None,
         not_dry_run: None,
+        recreate: None,
     }
 }
 

@@ -1,0 +1,279 @@
+//! Re-creating an object the server will not change in place (an immutable field: a Job's
+//! template, a Deployment's selector, a StatefulSet's volumeClaimTemplates), where the render
+//! asks for it as Flux and Argo CD read it: `kustomize.toolkit.fluxcd.io/force: enabled`, or
+//! `argocd.argoproj.io/sync-options` holding `Force=true`. Without that, such a change stops
+//! the sync at the dry-run gate, as before; with it, the gate lets it through, `convoy diff`
+//! shows it to re-create, and the apply deletes the live object and applies the render again.
+//!
+//! What keeps a delete from losing an object (kubectl's and Flux's `--force` take any refused
+//! patch for an immutable one, and delete first): only a refusal as invalid (422) counts, the
+//! object must be valid as a new one (a dry-run create of it, whose "already exists" comes only
+//! after validation and admission), and the live object must carry this Release's labels
+//! (never another's or kubectl's); the delete is preconditioned on the uid read.
+
+use std::time::Duration;
+
+use kube::Api;
+use kube::api::{DeleteParams, DynamicObject, PostParams, Preconditions, PropagationPolicy};
+use serde_json::Value;
+
+use super::{Applier, ApplyError, Prepared, Rejection, api_message};
+use crate::engine::api::{ObjectKey, field_managers, labels};
+use crate::engine::connect::is_unreachable;
+use crate::engine::sync_options;
+
+const FLUX_FORCE: &str = "kustomize.toolkit.fluxcd.io/force";
+
+/// How long a re-create waits for the deleted object to be gone (its finalizers to run).
+const GONE_WITHIN: Duration = Duration::from_secs(60);
+
+/// The annotation, as it reads, by which `body` asks to be re-created when it cannot be
+/// changed in place; `None` when it does not ask.
+fn recreate_policy(body: &Value) -> Option<String> {
+    let flux = body["metadata"]["annotations"][FLUX_FORCE].as_str();
+    if flux.is_some_and(|v| v.trim() == "enabled") {
+        return Some(format!("{FLUX_FORCE}: enabled"));
+    }
+    sync_options::options(body)
+        .any(|option| option == ("Force", "true"))
+        .then(|| format!("{}: Force=true", sync_options::ARGO_SYNC_OPTIONS))
+}
+
+/// A refusal of the object as invalid: the kind of refusal an immutable field gets.
+fn is_invalid(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 422)
+}
+
+fn is_code(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+impl Applier {
+    fn api_for(&self, prepared: &Prepared) -> Api<DynamicObject> {
+        match &prepared.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &prepared.resource.api),
+            None => Api::all_with(self.client.clone(), &prepared.resource.api),
+        }
+    }
+
+    /// Whether a refusal `refused` of `prepared` would be a re-create instead, and why: the
+    /// render asks for one and the refusal is one an immutable field gets.
+    pub(super) fn recreates(prepared: &Prepared, refused: &kube::Error) -> Option<String> {
+        is_invalid(refused)
+            .then(|| recreate_policy(&prepared.body))
+            .flatten()
+    }
+
+    /// A dry-run create of `prepared` under a generated name: the object as the server would
+    /// create it (defaults, admission), named as rendered; or why it is not valid as new.
+    async fn dry_run_as_new(&self, prepared: &Prepared) -> Result<DynamicObject, kube::Error> {
+        let mut body = prepared.body.clone();
+        if let Some(meta) = body["metadata"].as_object_mut() {
+            meta.remove("name");
+            meta.insert(
+                "generateName".into(),
+                Value::String(format!("{}-", prepared.name)),
+            );
+        }
+        let object: DynamicObject =
+            serde_json::from_value(body).map_err(kube::Error::SerdeError)?;
+        let mut created = self
+            .api_for(prepared)
+            .create(&dry_run_create(), &object)
+            .await?;
+        created.metadata.name = Some(prepared.name.clone());
+        created.metadata.generate_name = None;
+        Ok(created)
+    }
+
+    /// Whether `prepared`, refused in place (`refused`) with a re-create asked for (`why`),
+    /// can be re-created: the object as it would be created, and the live object to delete
+    /// (`None`: gone meanwhile); or the refusal, saying why not.
+    pub(super) async fn recreate_check(
+        &self,
+        prepared: &Prepared,
+        refused: &kube::Error,
+        why: &str,
+    ) -> Result<Result<(DynamicObject, Option<DynamicObject>), Rejection>, ApplyError> {
+        let refusal = |detail: String| Ok(Err(not_recreated(prepared, refused, why, &detail)));
+        let new = match self.dry_run_as_new(prepared).await {
+            Ok(new) => new,
+            Err(e) if is_unreachable(&e) => return Err(ApplyError::Unreachable(Box::new(e))),
+            Err(e) => {
+                return refusal(format!(
+                    "it would not be valid as a new object either: {}",
+                    api_message(&e)
+                ));
+            }
+        };
+        let live = match self.api_for(prepared).get_opt(&prepared.name).await {
+            Ok(live) => live,
+            Err(e) if is_unreachable(&e) => return Err(ApplyError::Unreachable(Box::new(e))),
+            Err(e) => return refusal(format!("cannot read it: {}", api_message(&e))),
+        };
+        if let Some(live) = &live {
+            let ours = |name: &str| {
+                prepared.body["metadata"]["labels"][name].as_str()
+                    == live
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(name))
+                        .map(String::as_str)
+            };
+            if !(ours(labels::RELEASE_NAME) && ours(labels::RELEASE_NAMESPACE)) {
+                return refusal(
+                    "the live object does not carry this Release's labels, and convoy deletes only its own".into(),
+                );
+            }
+        }
+        Ok(Ok((new, live)))
+    }
+
+    /// The apply of `prepared` was refused (`refused`) and the render asks for a re-create
+    /// (`why`): delete the live object, wait until it is gone, apply again.
+    pub(super) async fn recreate(
+        &self,
+        prepared: &Prepared,
+        refused: kube::Error,
+        why: &str,
+    ) -> Result<Result<ObjectKey, Rejection>, ApplyError> {
+        let live = match self.recreate_check(prepared, &refused, why).await? {
+            Ok((_, live)) => live,
+            Err(rejection) => return Ok(Err(rejection)),
+        };
+        let api = self.api_for(prepared);
+        let refusal = |detail: String| Ok(Err(not_recreated(prepared, &refused, why, &detail)));
+        let unreachable = |e: kube::Error| Err(ApplyError::Unreachable(Box::new(e)));
+        if let Some(live) = live {
+            // Valid under its own name too (validation and admission pass before the server
+            // finds the name taken): nothing is deleted that cannot be created again.
+            let object: DynamicObject = match serde_json::from_value(prepared.body.clone()) {
+                Ok(object) => object,
+                Err(e) => return refusal(e.to_string()),
+            };
+            match api.create(&dry_run_create(), &object).await {
+                Err(e) if is_code(&e, 409) => {}
+                Err(e) if is_unreachable(&e) => return unreachable(e),
+                Err(e) => {
+                    return refusal(format!(
+                        "it would not be valid as a new object either: {}",
+                        api_message(&e)
+                    ));
+                }
+                Ok(_) => {}
+            }
+            let uid = live.metadata.uid.clone().unwrap_or_default();
+            let params = DeleteParams {
+                propagation_policy: Some(PropagationPolicy::Background),
+                preconditions: Some(Preconditions {
+                    uid: Some(uid.clone()),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            match api.delete(&prepared.name, &params).await {
+                Ok(_) => {}
+                Err(e) if is_code(&e, 404) => {}
+                Err(e) if is_unreachable(&e) => return unreachable(e),
+                Err(e) if is_code(&e, 409) => {
+                    return refusal("another object took its name since it was read".into());
+                }
+                Err(e) => return refusal(format!("cannot delete it: {}", api_message(&e))),
+            }
+            if let Err(detail) = gone(&api, &prepared.name, &uid).await {
+                return refusal(detail);
+            }
+            tracing::info!(object = %prepared.key, %why, "deleted to re-create: {}", api_message(&refused));
+        }
+        match self.send(prepared, false).await {
+            Ok(_) => Ok(Ok(prepared.key.clone())),
+            Err(e) if is_unreachable(&e) => unreachable(e),
+            Err(e) => Ok(Err(Rejection {
+                key: prepared.key.clone(),
+                message: format!(
+                    "deleted to re-create, as {why} asks, and the apply was then refused: {}",
+                    api_message(&e)
+                ),
+            })),
+        }
+    }
+}
+
+/// The refusal of `prepared`'s apply (`refused`), not re-created though `why` asks, because
+/// of `detail`.
+fn not_recreated(prepared: &Prepared, refused: &kube::Error, why: &str, detail: &str) -> Rejection {
+    Rejection {
+        key: prepared.key.clone(),
+        message: format!(
+            "{}; not re-created, though {why} asks: {detail}",
+            api_message(refused)
+        ),
+    }
+}
+
+/// A dry-run create under the controller's field manager.
+fn dry_run_create() -> PostParams {
+    PostParams {
+        dry_run: true,
+        field_manager: Some(field_managers::CONTROLLER.to_string()),
+    }
+}
+
+/// Wait (bounded) until the object `name` of `uid` is gone; why not, naming its finalizers.
+async fn gone(api: &Api<DynamicObject>, name: &str, uid: &str) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + GONE_WITHIN;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        let still = match api.get_opt(name).await {
+            Ok(Some(o)) if o.metadata.uid.as_deref() == Some(uid) => o,
+            Ok(_) => return Ok(()),
+            Err(e) => {
+                return Err(format!(
+                    "cannot tell whether it is gone: {}",
+                    api_message(&e)
+                ));
+            }
+        };
+        if tokio::time::Instant::now() >= deadline {
+            let finalizers = still.metadata.finalizers.unwrap_or_default().join(", ");
+            return Err(format!(
+                "deleted, but still there after {}s (finalizers: {finalizers}); the next sync creates it once it is gone",
+                GONE_WITHIN.as_secs()
+            ));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn flux_and_argo_cd_ask_for_a_re_create_each_in_its_own_words() {
+        let with = |annotations: Value| json!({"metadata": {"annotations": annotations}});
+        assert_eq!(
+            recreate_policy(&with(json!({FLUX_FORCE: "enabled"}))).as_deref(),
+            Some("kustomize.toolkit.fluxcd.io/force: enabled")
+        );
+        assert_eq!(
+            recreate_policy(&with(
+                json!({"argocd.argoproj.io/sync-options": "Replace=true, Force=true"})
+            ))
+            .as_deref(),
+            Some("argocd.argoproj.io/sync-options: Force=true")
+        );
+        for no in [
+            json!({FLUX_FORCE: "disabled"}),
+            json!({"argocd.argoproj.io/sync-options": "Force=false"}),
+            json!({"argocd.argoproj.io/sync-options": "Replace=true"}),
+            json!({"example.com/force": "enabled"}),
+        ] {
+            assert_eq!(recreate_policy(&with(no.clone())), None, "{no}");
+        }
+        assert_eq!(recreate_policy(&json!({"metadata": {}})), None);
+    }
+}
