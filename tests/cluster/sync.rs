@@ -1127,6 +1127,25 @@ async fn an_object_that_cannot_change_in_place_is_re_created_where_the_render_as
         (uid(&cm), cm["data"]["value"].as_str()),
         (theirs, Some("kubectl"))
     );
+
+    // A refusal for what `metadata` holds (a uid copied from `kubectl get -o yaml`) is no
+    // immutable field: the apply would refuse the uid after a delete too, losing the object.
+    let mut stale = serde_json::from_str::<serde_json::Value>(&immutable_config_map(
+        "flux",
+        "five",
+        json!({"kustomize.toolkit.fluxcd.io/force": "enabled"}),
+    ))
+    .unwrap();
+    stale["metadata"]["uid"] = json!("00000000-0000-0000-0000-000000000000");
+    f.commit(&[("flux.yaml", &stale.to_string())]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Unappliable, "{}", outcome.message);
+    assert!(
+        outcome.message.contains("metadata.uid"),
+        "{}",
+        outcome.message
+    );
+    assert_eq!(f.config_map("flux").await.unwrap()["data"]["value"], "two");
 }
 
 /// A ConfigMap `name` carrying `annotations` (a chart's or a repository's keep policy).

@@ -30,18 +30,37 @@ const GONE_WITHIN: Duration = Duration::from_secs(60);
 /// The annotation, as it reads, by which `body` asks to be re-created when it cannot be
 /// changed in place; `None` when it does not ask.
 fn recreate_policy(body: &Value) -> Option<String> {
-    let flux = body["metadata"]["annotations"][FLUX_FORCE].as_str();
-    if flux.is_some_and(|v| v.trim() == "enabled") {
-        return Some(format!("{FLUX_FORCE}: enabled"));
+    // Flux reads its annotation, or a label of that name, in any case.
+    for place in ["annotations", "labels"] {
+        if let Some(value) = body["metadata"][place][FLUX_FORCE].as_str()
+            && value.eq_ignore_ascii_case("enabled")
+        {
+            return Some(format!("{FLUX_FORCE}: {value}"));
+        }
     }
     sync_options::options(body)
         .any(|option| option == ("Force", "true"))
         .then(|| format!("{}: Force=true", sync_options::ARGO_SYNC_OPTIONS))
 }
 
-/// A refusal of the object as invalid: the kind of refusal an immutable field gets.
+/// A refusal of the object as invalid for what its body holds (an immutable field gets one):
+/// 422, each cause naming a field outside `metadata`. A cause in `metadata` (a stale `uid`
+/// copied from `kubectl get -o yaml`) would be refused by the apply after a delete too: the
+/// dry-run create, which ignores it, said yes, and the object was lost (found by a review).
 fn is_invalid(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 422)
+    let kube::Error::Api(status) = e else {
+        return false;
+    };
+    let causes = status
+        .details
+        .as_ref()
+        .map(|d| d.causes.as_slice())
+        .unwrap_or_default();
+    status.code == 422
+        && !causes.is_empty()
+        && causes
+            .iter()
+            .all(|c| !c.field.is_empty() && !c.field.starts_with("metadata"))
 }
 
 fn is_code(e: &kube::Error, code: u16) -> bool {
@@ -112,6 +131,15 @@ impl Applier {
             Err(e) => return refusal(format!("cannot read it: {}", api_message(&e))),
         };
         if let Some(live) = &live {
+            // Deleted already, and waiting on finalizers: waiting again at every sync would
+            // hold the wave a minute each time.
+            if live.metadata.deletion_timestamp.is_some() {
+                let finalizers = live.metadata.finalizers.clone().unwrap_or_default();
+                return refusal(format!(
+                    "it is being deleted, waiting on its finalizers ({}); a sync creates it once it is gone",
+                    finalizers.join(", ")
+                ));
+            }
             let ours = |name: &str| {
                 prepared.body["metadata"]["labels"][name].as_str()
                     == live
@@ -145,6 +173,7 @@ impl Applier {
         let api = self.api_for(prepared);
         let refusal = |detail: String| Ok(Err(not_recreated(prepared, &refused, why, &detail)));
         let unreachable = |e: kube::Error| Err(ApplyError::Unreachable(Box::new(e)));
+        let deleted = live.is_some();
         if let Some(live) = live {
             // Valid under its own name too (validation and admission pass before the server
             // finds the name taken): nothing is deleted that cannot be created again.
@@ -163,12 +192,14 @@ impl Applier {
                 }
                 Ok(_) => {}
             }
+            // The object whose labels were checked, unchanged since: not one another Release
+            // adopted meanwhile.
             let uid = live.metadata.uid.clone().unwrap_or_default();
             let params = DeleteParams {
                 propagation_policy: Some(PropagationPolicy::Background),
                 preconditions: Some(Preconditions {
                     uid: Some(uid.clone()),
-                    resource_version: None,
+                    resource_version: live.metadata.resource_version.clone(),
                 }),
                 ..Default::default()
             };
@@ -177,7 +208,9 @@ impl Applier {
                 Err(e) if is_code(&e, 404) => {}
                 Err(e) if is_unreachable(&e) => return unreachable(e),
                 Err(e) if is_code(&e, 409) => {
-                    return refusal("another object took its name since it was read".into());
+                    return refusal(
+                        "it changed since it was read, so it was not deleted; the next sync looks again".into(),
+                    );
                 }
                 Err(e) => return refusal(format!("cannot delete it: {}", api_message(&e))),
             }
@@ -189,12 +222,16 @@ impl Applier {
         match self.send(prepared, false).await {
             Ok(_) => Ok(Ok(prepared.key.clone())),
             Err(e) if is_unreachable(&e) => unreachable(e),
-            Err(e) => Ok(Err(Rejection {
+            Err(e) if deleted => Ok(Err(Rejection {
                 key: prepared.key.clone(),
                 message: format!(
                     "deleted to re-create, as {why} asks, and the apply was then refused: {}",
                     api_message(&e)
                 ),
+            })),
+            Err(e) => Ok(Err(Rejection {
+                key: prepared.key.clone(),
+                message: api_message(&e),
             })),
         }
     }
@@ -266,8 +303,13 @@ mod tests {
             .as_deref(),
             Some("argocd.argoproj.io/sync-options: Force=true")
         );
+        assert_eq!(
+            recreate_policy(&json!({"metadata": {"labels": {FLUX_FORCE: "Enabled"}}})).as_deref(),
+            Some("kustomize.toolkit.fluxcd.io/force: Enabled")
+        );
         for no in [
             json!({FLUX_FORCE: "disabled"}),
+            json!({FLUX_FORCE: " enabled"}),
             json!({"argocd.argoproj.io/sync-options": "Force=false"}),
             json!({"argocd.argoproj.io/sync-options": "Replace=true"}),
             json!({"example.com/force": "enabled"}),
