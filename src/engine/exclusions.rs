@@ -1,5 +1,6 @@
 //! Fields and objects convoy leaves to others: per object `convoy.kumodo.io/ssa:
-//! IfNotPresent | Ignore`, per Release `spec.driftExclusions`.
+//! IfNotPresent | Ignore` (or Flux's `kustomize.toolkit.fluxcd.io/ssa`, read as Flux reads
+//! it), per Release `spec.driftExclusions`.
 //!
 //! Design: DESIGN.md section 7 ("fields others own"). An excluded field is not sent by the
 //! apply, so the writer that owns it (an HPA, a certificate job) keeps it, and because the
@@ -20,6 +21,12 @@ use crate::engine::selectors;
 
 /// The per-object annotation.
 pub const SSA_ANNOTATION: &str = "convoy.kumodo.io/ssa";
+/// Flux's annotation (or label) of the same meaning, read where convoy's is absent: a
+/// repository written for Flux says with it which objects are created once (a Secret another
+/// tool rotates) or left alone, and convoy overwrote them at every sync.
+pub const FLUX_SSA: &str = "kustomize.toolkit.fluxcd.io/ssa";
+/// Flux's older way to say `Ignore`: `kustomize.toolkit.fluxcd.io/reconcile: disabled`.
+const FLUX_RECONCILE: &str = "kustomize.toolkit.fluxcd.io/reconcile";
 
 /// What the per-object annotation says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,17 +37,41 @@ pub enum SsaPolicy {
     IfNotPresent,
     /// Never applied, never pruned.
     Ignore,
+    /// Applied as usual, but the fields kubectl's managers own stay theirs: not adopted from
+    /// kubectl (Flux's `Merge`, which keeps Flux from removing them).
+    Merge,
 }
 
 /// The object's policy, or why its annotation is not one.
 pub fn ssa_policy(object: &Object) -> Result<SsaPolicy, Invalid> {
     match object.0["metadata"]["annotations"][SSA_ANNOTATION].as_str() {
-        None => Ok(SsaPolicy::Apply),
+        None => Ok(flux_policy(object)),
         Some("IfNotPresent") => Ok(SsaPolicy::IfNotPresent),
         Some("Ignore") => Ok(SsaPolicy::Ignore),
         Some(other) => Err(Invalid(format!(
             "{object}: annotation {SSA_ANNOTATION} is {other:?}; accepted values are IfNotPresent and Ignore"
         ))),
+    }
+}
+
+/// What Flux's annotations say, as Flux reads them: an annotation or a label, its value in
+/// any case; a value Flux does not know applies the object as usual, as in Flux.
+fn flux_policy(object: &Object) -> SsaPolicy {
+    let says = |name: &str, value: &str| {
+        ["annotations", "labels"].iter().any(|place| {
+            object.0["metadata"][place][name]
+                .as_str()
+                .is_some_and(|v| v.eq_ignore_ascii_case(value))
+        })
+    };
+    if says(FLUX_SSA, "Ignore") || says(FLUX_RECONCILE, "disabled") {
+        SsaPolicy::Ignore
+    } else if says(FLUX_SSA, "IfNotPresent") {
+        SsaPolicy::IfNotPresent
+    } else if says(FLUX_SSA, "Merge") {
+        SsaPolicy::Merge
+    } else {
+        SsaPolicy::Apply
     }
 }
 
@@ -110,6 +141,8 @@ pub struct ForCluster {
     pub keep_as_is: BTreeSet<ObjectKey>,
     /// Effective keys of `Ignore` objects: neither applied nor recorded nor pruned.
     pub ignored: BTreeSet<ObjectKey>,
+    /// Effective keys of `Merge` objects: kubectl's fields on them stay kubectl's.
+    pub not_adopted: BTreeSet<ObjectKey>,
 }
 
 /// Apply the exclusions to `objects` (with their effective keys, for `live`): drop `Ignore`
@@ -129,6 +162,9 @@ pub fn for_cluster(
             }
             SsaPolicy::IfNotPresent if live.contains_key(&key) => {
                 out.keep_as_is.insert(key.clone());
+            }
+            SsaPolicy::Merge => {
+                out.not_adopted.insert(key.clone());
             }
             _ => {}
         }
@@ -423,6 +459,52 @@ mod tests {
         // Everything else the exclusions name is left to others.
         assert_eq!(out.objects[0].0["metadata"]["labels"], owner);
         assert_eq!(out.objects[1].0["metadata"]["labels"], owner);
+    }
+
+    /// Flux's annotation or label, as Flux reads it, where convoy's is absent; convoy's own
+    /// wins, and is checked strictly.
+    #[test]
+    fn fluxs_ssa_annotation_is_read_where_convoys_is_absent() {
+        let object = |metadata: Value| {
+            let mut value = json!({"apiVersion": "v1", "kind": "Secret", "metadata": metadata});
+            value["metadata"]["name"] = json!("s");
+            Object(value)
+        };
+        let policy = |metadata: Value| ssa_policy(&object(metadata)).unwrap();
+        let annotated = |name: &str, value: &str| json!({"annotations": {name: value}});
+        assert_eq!(
+            policy(annotated(FLUX_SSA, "IfNotPresent")),
+            SsaPolicy::IfNotPresent
+        );
+        assert_eq!(
+            policy(annotated(FLUX_SSA, "ifnotpresent")),
+            SsaPolicy::IfNotPresent
+        );
+        assert_eq!(
+            policy(json!({"labels": {FLUX_SSA: "Ignore"}})),
+            SsaPolicy::Ignore
+        );
+        assert_eq!(
+            policy(annotated(
+                "kustomize.toolkit.fluxcd.io/reconcile",
+                "disabled"
+            )),
+            SsaPolicy::Ignore
+        );
+        assert_eq!(policy(annotated(FLUX_SSA, "Merge")), SsaPolicy::Merge);
+        // Flux applies an object whose value it does not know; so does convoy.
+        assert_eq!(policy(annotated(FLUX_SSA, "Sometimes")), SsaPolicy::Apply);
+        assert_eq!(
+            policy(json!({"annotations": {SSA_ANNOTATION: "IfNotPresent", FLUX_SSA: "Ignore"}})),
+            SsaPolicy::IfNotPresent
+        );
+        let merged = for_cluster(
+            &release(json!([])),
+            vec![(key("Secret", "s"), object(annotated(FLUX_SSA, "Merge")))],
+            &HashMap::new(),
+        );
+        assert_eq!(merged.objects.len(), 1);
+        assert!(merged.not_adopted.contains(&key("Secret", "s")));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 use crate::support::fixture::{Fixture, deployment};
+use crate::support::owners_of;
 
 /// What an HPA does: scale through the scale subresource under its own manager.
 async fn hpa_scales(f: &Fixture, replicas: i32) {
@@ -132,6 +133,82 @@ async fn an_if_not_present_secret_is_created_once_and_then_left_as_it_is() {
         Some(0),
         "{}",
         String::from_utf8_lossy(&diff.stdout)
+    );
+}
+
+/// A repository written for Flux says with `kustomize.toolkit.fluxcd.io/ssa` which objects are
+/// created once (`IfNotPresent`: a rotated value stays), left alone (`Ignore`: never
+/// applied) or keep kubectl's fields (`Merge`: a field kubectl set stays kubectl's, where an
+/// adoption would take it over and drop it once the render does not name it).
+#[tokio::test]
+async fn fluxs_ssa_annotation_is_honoured_as_flux_honours_it() {
+    let once = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "once",
+        "annotations": {"kustomize.toolkit.fluxcd.io/ssa": "IfNotPresent"}},
+        "stringData": {"token": "initial"}})
+    .to_string();
+    let ignored = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ignored",
+        "labels": {"kustomize.toolkit.fluxcd.io/ssa": "ignore"}}, "data": {"a": "1"}})
+    .to_string();
+    let merged = |extra: bool| {
+        let mut data = json!({"a": "1"});
+        if extra {
+            data["kubectl"] = json!("yes");
+        }
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "merged",
+            "annotations": {"kustomize.toolkit.fluxcd.io/ssa": "Merge"}}, "data": data})
+    };
+    let f = Fixture::new(
+        "excl-flux",
+        &[
+            ("once.yaml", &once),
+            ("ignored.yaml", &ignored),
+            ("merged.yaml", &merged(false).to_string()),
+        ],
+        json!({}),
+    )
+    .await;
+    // kubectl made `merged` first, with a field the render does not name.
+    let mut by_kubectl = merged(true);
+    by_kubectl["metadata"]["namespace"] = json!(f.env.namespace);
+    f.env.kubectl_apply_text(&by_kubectl.to_string(), &[]);
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let token = |s: k8s_openapi::api::core::v1::Secret| {
+        String::from_utf8(s.data.unwrap()["token"].0.clone()).unwrap()
+    };
+
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
+    assert_eq!(token(secrets.get("once").await.unwrap()), "initial");
+    assert!(f.config_map("ignored").await.is_none(), "never applied");
+    let cm = f.config_map("merged").await.unwrap();
+    assert_eq!(cm["data"]["kubectl"], "yes", "{cm}");
+    assert_eq!(
+        owners_of(&cm, &["f:data", "f:kubectl"]),
+        ["kubectl-client-side-apply"]
+    );
+    assert_eq!(owners_of(&cm, &["f:data", "f:a"]).len(), 2, "{cm}");
+
+    // Someone rotates the Secret; a new commit syncs and leaves it rotated.
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "once", "namespace": f.env.namespace},
+        "stringData": {"token": "rotated"}}))
+        .await;
+    f.commit(&[
+        ("once.yaml", &once),
+        ("ignored.yaml", &ignored),
+        ("merged.yaml", &merged(false).to_string()),
+        (
+            "new.yaml",
+            &crate::support::fixture::config_map("new", 0, "1"),
+        ),
+    ]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
+    assert_eq!(token(secrets.get("once").await.unwrap()), "rotated");
+    assert_eq!(
+        f.config_map("merged").await.unwrap()["data"]["kubectl"],
+        "yes"
     );
 }
 

@@ -321,16 +321,25 @@ pub async fn diff_objects(
             },
             Some((key, Ok((dry, recreate)))) => {
                 let live_object = live.get(&key);
-                ObjectDiff {
-                    recreate,
-                    ..dry_run_diff(key, object, &dry, live_object, digest_key)
+                let mut diff = dry_run_diff(key, object, &dry, live_object, digest_key);
+                // A re-create is a change, even where no field differs but one the server
+                // sets.
+                if recreate.is_some() {
+                    diff.action = Action::Change;
                 }
+                ObjectDiff { recreate, ..diff }
             }
         };
         report.objects.push(diff);
         sources.push(object);
     }
-    name_owners(&mut report.objects, &sources, &live, inventory);
+    name_owners(
+        &mut report.objects,
+        &sources,
+        &live,
+        inventory,
+        &for_cluster.not_adopted,
+    );
     let desired_keys: BTreeSet<ObjectKey> = keys.into_iter().collect();
     let mut pruned = prunes(inventory, &desired_keys, &for_cluster.ignored);
     leave_what_the_sync_leaves(applier, release, &mut pruned).await?;
@@ -478,12 +487,14 @@ fn dry_run_diff(
 }
 
 /// Who owns or made what is about to be applied: another Release (unless the render adopts
-/// the object), or kubectl's managers of an object not recorded yet.
+/// the object), or kubectl's managers of an object not recorded yet (unless the render keeps
+/// their fields theirs, `not_adopted`).
 fn name_owners(
     diffs: &mut [ObjectDiff],
     sources: &[&Object],
     live: &HashMap<ObjectKey, Value>,
     inventory: Option<&ReleaseInventory>,
+    not_adopted: &BTreeSet<ObjectKey>,
 ) {
     let recorded: BTreeSet<ObjectKey> = inventory
         .map(|inv| members(inv).into_iter().map(|e| e.key()).collect())
@@ -498,7 +509,7 @@ fn name_owners(
         {
             diff.owned_by = Some(theirs.to_string());
         }
-        if !recorded.contains(&diff.key) {
+        if !recorded.contains(&diff.key) && !not_adopted.contains(&diff.key) {
             diff.adopt_from = crate::engine::ownership::kubectl_managers(live_object);
         }
     }

@@ -363,7 +363,8 @@ pub(super) async fn withdraw_first_intent(
 }
 
 /// Adoption from kubectl: an object recorded for the first time takes over the fields
-/// kubectl's managers own, so the render is its whole truth from now on.
+/// kubectl's managers own, so the render is its whole truth from now on; not one whose render
+/// says Flux's `Merge` (engine::exclusions).
 async fn adopt_from_kubectl(
     plan: &SyncPlan,
     hooks: &HookRun<'_>,
@@ -371,7 +372,10 @@ async fn adopt_from_kubectl(
     wave: i32,
 ) -> Result<(), WaveError> {
     let recorded: BTreeSet<&ObjectKey> = plan.recorded.iter().map(|m| &m.key).collect();
-    for key in sending.iter().filter(|k| !recorded.contains(k)) {
+    let adopted = sending
+        .iter()
+        .filter(|k| !recorded.contains(k) && !plan.for_cluster.not_adopted.contains(*k));
+    for key in adopted {
         if let Some(live) = plan.live.get(key) {
             ownership::take_over_kubectl_fields(hooks.applier, key, live)
                 .await
