@@ -1018,6 +1018,92 @@ async fn an_object_that_skips_the_dry_run_while_its_kind_is_missing_is_applied_o
     );
 }
 
+/// A cluster-scoped kind an operator installs during the sync (Argo CD's
+/// `SkipDryRunOnMissingResource`): its object is recorded under its cluster-scoped key, known
+/// only once the kind is served, so a later render without it prunes it. (The render gave it
+/// the target namespace, the kind unknown; recorded under that key, it was applied but never
+/// recorded, so never pruned.)
+#[tokio::test]
+async fn a_cluster_scoped_object_of_a_kind_installed_during_the_sync_is_recorded_and_pruned() {
+    let group = "scoped.convoy.test";
+    let f = Fixture::new(
+        "sync-scoped-crd",
+        &[("cm.yaml", &config_map("operator", 0, "1"))],
+        json!({}),
+    )
+    .await;
+    remove_crd(&f, &format!("clusterwidgets.{group}"));
+    // Named per run: the kind is cluster-wide and runs share a control plane.
+    let name = format!("w-{}", f.env.namespace);
+    let widget = json!({"apiVersion": format!("{group}/v1"), "kind": "ClusterWidget",
+        "metadata": {"name": name, "annotations": {
+            "argocd.argoproj.io/sync-options": "SkipDryRunOnMissingResource=true"}},
+        "spec": {"size": 1}})
+    .to_string();
+    f.commit(&[
+        ("cm.yaml", &config_map("operator", 0, "1")),
+        ("widget.yaml", &widget),
+    ]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::DeployFailed, "{}", outcome.message);
+    let crd = format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: clusterwidgets.{group}\nspec:\n  group: {group}\n  scope: Cluster\n  names: {{kind: ClusterWidget, plural: clusterwidgets, singular: clusterwidget, listKind: ClusterWidgetList}}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}\n"
+    );
+    f.env.kubectl_apply_text(&crd, &[]);
+    let out = f.env.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        &format!("crd/clusterwidgets.{group}"),
+        "--timeout=60s",
+    ]);
+    assert!(out.status.success());
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
+    let inventories: Api<ReleaseInventory> =
+        Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let recorded: Vec<(String, String, String)> = inventories
+        .get("web")
+        .await
+        .unwrap()
+        .spec
+        .inventory
+        .iter()
+        .map(|e| (e.kind.clone(), e.namespace.clone(), e.name.clone()))
+        .collect();
+    assert!(
+        recorded.contains(&("ClusterWidget".into(), String::new(), name.clone())),
+        "{recorded:?}"
+    );
+
+    f.commit(&[("cm.yaml", &config_map("operator", 0, "1"))]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
+    assert!(outcome.message.contains("1 pruned"), "{}", outcome.message);
+    let widgets: Api<kube::api::DynamicObject> = Api::all_with(
+        f.env.client.clone(),
+        &kube::api::ApiResource {
+            group: group.into(),
+            version: "v1".into(),
+            api_version: format!("{group}/v1"),
+            kind: "ClusterWidget".into(),
+            plural: "clusterwidgets".into(),
+        },
+    );
+    eventually(
+        "the ClusterWidget to go",
+        Duration::from_secs(30),
+        || async {
+            widgets
+                .get_opt(&name)
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+}
+
 /// An immutable ConfigMap `name` holding `value`, with `annotations`.
 fn immutable_config_map(name: &str, value: &str, annotations: serde_json::Value) -> String {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "immutable": true,

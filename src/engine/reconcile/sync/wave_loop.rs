@@ -403,9 +403,14 @@ async fn record_wave(
 ) -> Result<(), InventoryError> {
     let applied_now: BTreeSet<&ObjectKey> = applied_now.iter().collect();
     for object in objects {
-        let key = plan.effective_key(object);
+        let mut key = plan.effective_key(object);
         if plan.to_send_keys.contains(&object.key()) && !applied_now.contains(&key) {
-            continue;
+            // A kind discovery learned only at this wave (an operator of an earlier one
+            // installed it) has its key only now: cluster-scoped, it has no namespace.
+            match hooks.applier.effective_key(object).await {
+                Ok(now) if applied_now.contains(&now) => key = now,
+                _ => continue,
+            }
         }
         applied.members.push(Member {
             key,
