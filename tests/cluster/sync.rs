@@ -1104,6 +1104,42 @@ async fn a_cluster_scoped_object_of_a_kind_installed_during_the_sync_is_recorded
     .await;
 }
 
+/// A render naming many made-up kinds that skip the dry run costs a bounded number of
+/// discovery requests at its wave: at most 16 group-versions are asked about again (the rest
+/// keep the miss discovery gave moments ago), where each was asked again, one at a time, on
+/// the discovery cache every Release of the cluster shares.
+#[tokio::test]
+async fn awaited_kinds_are_asked_about_again_a_bounded_number_of_times_a_wave() {
+    let env = crate::support::TestEnv::new("sync-awaited-many").await;
+    let (client, requests) = crate::support::recording_client(&env.kubeconfig).await;
+    let applier = convoy::engine::apply::Applier::new(client, 4);
+    let objects: Vec<convoy::engine::render::Object> = (0..40)
+        .map(|i| {
+            convoy::engine::render::Object(json!({
+                "apiVersion": format!("g{i}.awaited.convoy.test/v1"), "kind": "Thing",
+                "metadata": {"name": "t", "namespace": env.namespace, "annotations": {
+                    "argocd.argoproj.io/sync-options": "SkipDryRunOnMissingResource=true"}}}))
+        })
+        .collect();
+    let gate = applier.dry_run_gate(&objects).await.unwrap();
+    assert!(gate.rejections.is_empty(), "{:?}", gate.rejections);
+    let discovery = |log: &[String]| {
+        log.iter()
+            .filter(|r| r.starts_with("GET /apis/") && r.contains(".awaited.convoy.test/v1"))
+            .count()
+    };
+    let asked = discovery(&requests.lock().unwrap());
+    assert_eq!(asked, 40, "the gate asks once each");
+    requests.lock().unwrap().clear();
+    let Err(convoy::engine::apply::ApplyError::Failed { failures, .. }) =
+        applier.apply(&objects).await
+    else {
+        panic!("no kind is served");
+    };
+    assert_eq!(failures.len(), 40);
+    assert_eq!(discovery(&requests.lock().unwrap()), 16);
+}
+
 /// An immutable ConfigMap `name` holding `value`, with `annotations`.
 fn immutable_config_map(name: &str, value: &str, annotations: serde_json::Value) -> String {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "immutable": true,

@@ -12,6 +12,9 @@ use crate::engine::apply::resources::ResolveKindError;
 use crate::engine::render::Object;
 use crate::engine::sync_options::{self, ARGO_SYNC_OPTIONS, SKIP_DRY_RUN_ON_MISSING_RESOURCE};
 
+/// Group-versions asked about again at most before a wave's apply.
+const ASK_AGAIN_UP_TO: usize = 16;
+
 /// Why an object of a kind the cluster does not serve is not refused for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KindToCome {
@@ -80,10 +83,17 @@ impl Applier {
 
     /// Before a wave's apply: forget what discovery said of the kinds its awaited objects are
     /// missing, so the apply asks again (the dry run's answer is seconds old, and the kind
-    /// may have come since: the operator of an earlier wave installed its CRD).
+    /// may have come since: the operator of an earlier wave installed its CRD). At most
+    /// [`ASK_AGAIN_UP_TO`] group-versions a wave: a render naming a thousand made-up ones
+    /// would otherwise send as many discovery requests at each sync, one at a time, on the
+    /// cache every Release of the cluster shares (beyond them, discovery's answer is asked
+    /// again once it is [`MISS_RETRY`](crate::engine::apply::resources::MISS_RETRY) old).
     pub(super) async fn ask_again_for_awaited_kinds(&self, objects: &[&Object]) {
         let mut forgotten = BTreeSet::new();
         for object in objects {
+            if forgotten.len() >= ASK_AGAIN_UP_TO {
+                break;
+            }
             if sync_options::skips_dry_run_when_missing(&object.0)
                 && !forgotten.contains(object.api_version())
                 && self.kind_unserved(object).await
