@@ -1270,6 +1270,42 @@ async fn an_object_that_cannot_change_in_place_is_re_created_where_the_render_as
     assert_eq!(f.config_map("flux").await.unwrap()["data"]["value"], "two");
 }
 
+/// A CRD is never deleted to re-create it, whatever the render asks: that deletes every
+/// object of its kind. (Its scope cannot change in place.)
+#[tokio::test]
+async fn a_crd_is_never_re_created() {
+    let group = "holder.convoy.test";
+    let crd = |scope: &str| {
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("holders.{group}"),
+                "annotations": {"kustomize.toolkit.fluxcd.io/force": "enabled"}},
+            "spec": {"group": group, "scope": scope,
+                "names": {"kind": "Holder", "plural": "holders"},
+                "versions": [{"name": "v1", "served": true, "storage": true, "schema":
+                    {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}})
+        .to_string()
+    };
+    let f = Fixture::new(
+        "sync-recreate-crd",
+        &[("crd.yaml", &crd("Namespaced"))],
+        json!({}),
+    )
+    .await;
+    remove_crd(&f, &format!("holders.{group}"));
+    assert_eq!(f.sync().await.outcome.unwrap().reason, Reason::Applied);
+    f.commit(&[("crd.yaml", &crd("Cluster"))]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Unappliable, "{}", outcome.message);
+    assert!(
+        outcome.message.contains(
+            "not re-created, though kustomize.toolkit.fluxcd.io/force: enabled asks: convoy never deletes a CustomResourceDefinition to re-create it"
+        ),
+        "{}",
+        outcome.message
+    );
+    remove_crd(&f, &format!("holders.{group}"));
+}
+
 /// A ConfigMap `name` carrying `annotations` (a chart's or a repository's keep policy).
 fn annotated_config_map(name: &str, annotations: serde_json::Value) -> String {
     json!({"apiVersion": "v1", "kind": "ConfigMap",

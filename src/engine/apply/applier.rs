@@ -460,7 +460,10 @@ impl Applier {
             .recreate_check(&prepared, &refused, &why)
             .await?
             .map(|(new, _)| {
-                let note = format!("to re-create, as {why} asks: {}", api_message(&refused));
+                let note = format!(
+                    "to re-create, as {why} asks: {}",
+                    recreate::in_short(&refused)
+                );
                 (new, Some(note))
             }))
     }

@@ -24,6 +24,10 @@ use crate::engine::sync_options;
 
 const FLUX_FORCE: &str = "kustomize.toolkit.fluxcd.io/force";
 
+/// Kinds whose deletion takes what they hold with them (every object of a CRD, everything in
+/// a Namespace): never deleted to re-create.
+const HOLDERS: [&str; 2] = ["CustomResourceDefinition", "Namespace"];
+
 /// How long a re-create waits for the deleted object to be gone (its finalizers to run).
 const GONE_WITHIN: Duration = Duration::from_secs(60);
 
@@ -63,6 +67,30 @@ fn is_invalid(e: &kube::Error) -> bool {
             .all(|c| !c.field.is_empty() && !c.field.starts_with("metadata"))
 }
 
+/// The refusal in short: each cause's field and the end of its message (the server quotes a
+/// Job's whole template, Go field names and all, before "field is immutable").
+pub(super) fn in_short(e: &kube::Error) -> String {
+    let kube::Error::Api(status) = e else {
+        return api_message(e);
+    };
+    let causes = status
+        .details
+        .as_ref()
+        .map(|d| d.causes.as_slice())
+        .unwrap_or_default();
+    if causes.is_empty() {
+        return api_message(e);
+    }
+    causes
+        .iter()
+        .map(|c| {
+            let end = c.message.rsplit(": ").next().unwrap_or_default();
+            format!("{}: {end}", c.field)
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 fn is_code(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
 }
@@ -96,11 +124,21 @@ impl Applier {
         }
         let object: DynamicObject =
             serde_json::from_value(body).map_err(kube::Error::SerdeError)?;
-        let mut created = self
+        let created = self
             .api_for(prepared)
             .create(&dry_run_create(), &object)
             .await?;
-        created.metadata.name = Some(prepared.name.clone());
+        // Named as rendered wherever the server wrote the generated name (a Job's
+        // `job-name` labels too); it is unique, so nothing else reads the same.
+        let Some(generated) = created.metadata.name.clone().filter(|n| !n.is_empty()) else {
+            return Ok(created);
+        };
+        let text = serde_json::to_string(&created).map_err(kube::Error::SerdeError)?;
+        let mut created: DynamicObject = serde_json::from_str(&text.replace(
+            &format!("\"{generated}\""),
+            &format!("\"{}\"", prepared.name),
+        ))
+        .map_err(kube::Error::SerdeError)?;
         created.metadata.generate_name = None;
         Ok(created)
     }
@@ -115,6 +153,11 @@ impl Applier {
         why: &str,
     ) -> Result<Result<(DynamicObject, Option<DynamicObject>), Rejection>, ApplyError> {
         let refusal = |detail: String| Ok(Err(not_recreated(prepared, refused, why, &detail)));
+        if let Some(kind) = HOLDERS.iter().find(|k| prepared.resource.api.kind == **k) {
+            return refusal(format!(
+                "convoy never deletes a {kind} to re-create it: that deletes everything it holds"
+            ));
+        }
         let new = match self.dry_run_as_new(prepared).await {
             Ok(new) => new,
             Err(e) if is_unreachable(&e) => return Err(ApplyError::Unreachable(Box::new(e))),
@@ -217,7 +260,7 @@ impl Applier {
             if let Err(detail) = gone(&api, &prepared.name, &uid).await {
                 return refusal(detail);
             }
-            tracing::info!(object = %prepared.key, %why, "deleted to re-create: {}", api_message(&refused));
+            tracing::info!(object = %prepared.key, %why, "deleted to re-create: {}", in_short(&refused));
         }
         match self.send(prepared, false).await {
             Ok(_) => Ok(Ok(prepared.key.clone())),
@@ -244,7 +287,7 @@ fn not_recreated(prepared: &Prepared, refused: &kube::Error, why: &str, detail: 
         key: prepared.key.clone(),
         message: format!(
             "{}; not re-created, though {why} asks: {detail}",
-            api_message(refused)
+            in_short(refused)
         ),
     }
 }
