@@ -25,8 +25,13 @@ use crate::engine::sync_options;
 const FLUX_FORCE: &str = "kustomize.toolkit.fluxcd.io/force";
 
 /// Kinds whose deletion takes what they hold with them (every object of a CRD, everything in
-/// a Namespace): never deleted to re-create.
-const HOLDERS: [&str; 2] = ["CustomResourceDefinition", "Namespace"];
+/// a Namespace, a volume's data): never deleted to re-create, whatever the render asks.
+const HOLDERS: [&str; 4] = [
+    "CustomResourceDefinition",
+    "Namespace",
+    "PersistentVolumeClaim",
+    "PersistentVolume",
+];
 
 /// How long a re-create waits for the deleted object to be gone (its finalizers to run).
 const GONE_WITHIN: Duration = Duration::from_secs(60);
