@@ -1250,6 +1250,37 @@ async fn an_object_that_cannot_change_in_place_is_re_created_where_the_render_as
         (theirs, Some("kubectl"))
     );
 
+    // An object with finalizers: deleting it would run them (an operator's clean-up).
+    let finalizers = |list: serde_json::Value| {
+        let patch = json!({"metadata": {"finalizers": list}}).to_string();
+        f.env.kubectl_ok(&[
+            "patch",
+            "configmap",
+            "argo",
+            "-n",
+            &f.env.namespace,
+            "--type=merge",
+            "-p",
+            &patch,
+        ]);
+    };
+    finalizers(json!(["example.com/hold"]));
+    f.commit(&[(
+        "argo.yaml",
+        &immutable_config_map("argo", "six", argo.clone()),
+    )]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Unappliable, "{}", outcome.message);
+    assert!(
+        outcome.message.contains(
+            "data: field is immutable when `immutable` is set; not re-created, though argocd.argoproj.io/sync-options: Force=true asks: it has finalizers (example.com/hold), which a deletion would run"
+        ),
+        "{}",
+        outcome.message
+    );
+    finalizers(json!(null));
+    assert_eq!(f.config_map("argo").await.unwrap()["data"]["value"], "two");
+
     // A refusal for what `metadata` holds (a uid copied from `kubectl get -o yaml`) is no
     // immutable field: the apply would refuse the uid after a delete too, losing the object.
     let mut stale = serde_json::from_str::<serde_json::Value>(&immutable_config_map(
@@ -1271,7 +1302,8 @@ async fn an_object_that_cannot_change_in_place_is_re_created_where_the_render_as
 }
 
 /// A CRD is never deleted to re-create it, whatever the render asks: that deletes every
-/// object of its kind. (Its scope cannot change in place.)
+/// object of its kind (its scope cannot change in place). Only built-in kinds whose deletion
+/// takes nothing else with it are re-created.
 #[tokio::test]
 async fn a_crd_is_never_re_created() {
     let group = "holder.convoy.test";
@@ -1298,7 +1330,7 @@ async fn a_crd_is_never_re_created() {
     assert_eq!(outcome.reason, Reason::Unappliable, "{}", outcome.message);
     assert!(
         outcome.message.contains(
-            "not re-created, though kustomize.toolkit.fluxcd.io/force: enabled asks: convoy never deletes a CustomResourceDefinition to re-create it"
+            "not re-created, though kustomize.toolkit.fluxcd.io/force: enabled asks: convoy re-creates only built-in kinds whose deletion takes nothing else with it, not a CustomResourceDefinition; delete it by hand and sync"
         ),
         "{}",
         outcome.message

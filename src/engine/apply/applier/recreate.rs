@@ -24,14 +24,34 @@ use crate::engine::sync_options;
 
 const FLUX_FORCE: &str = "kustomize.toolkit.fluxcd.io/force";
 
-/// Kinds whose deletion takes what they hold with them (every object of a CRD, everything in
-/// a Namespace, a volume's data): never deleted to re-create, whatever the render asks.
-const HOLDERS: [&str; 4] = [
-    "CustomResourceDefinition",
-    "Namespace",
-    "PersistentVolumeClaim",
-    "PersistentVolume",
+/// The kinds convoy deletes to re-create, as (group, kind): built-in ones whose deletion takes
+/// nothing with it but what the new object makes again (a Job's or a Deployment's Pods). Not
+/// a custom resource (an operator's finalizer may take a database or a cluster with it), a
+/// CRD or a Namespace (everything they hold), a volume or its claim (the data), a CronJob (its
+/// running Jobs); a StatefulSet only while its claims outlive it ([`claims_outlive_it`]).
+/// Flux and Argo CD re-create any kind they are told to.
+const RECREATED: [(&str, &str); 12] = [
+    ("", "ConfigMap"),
+    ("", "Secret"),
+    ("", "Service"),
+    ("", "Pod"),
+    ("batch", "Job"),
+    ("apps", "Deployment"),
+    ("apps", "DaemonSet"),
+    ("apps", "ReplicaSet"),
+    ("apps", "StatefulSet"),
+    ("policy", "PodDisruptionBudget"),
+    ("rbac.authorization.k8s.io", "RoleBinding"),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
 ];
+
+/// Whether a StatefulSet's claims stay when it is deleted (the default): the new one takes
+/// them up again by name. With `whenDeleted: Delete` they would go, and their data.
+fn claims_outlive_it(live: &DynamicObject) -> bool {
+    live.data["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"]
+        .as_str()
+        .is_none_or(|policy| policy == "Retain")
+}
 
 /// How long a re-create waits for the deleted object to be gone (its finalizers to run).
 const GONE_WITHIN: Duration = Duration::from_secs(60);
@@ -52,10 +72,13 @@ fn recreate_policy(body: &Value) -> Option<String> {
         .then(|| format!("{}: Force=true", sync_options::ARGO_SYNC_OPTIONS))
 }
 
-/// A refusal of the object as invalid for what its body holds (an immutable field gets one):
-/// 422, each cause naming a field outside `metadata`. A cause in `metadata` (a stale `uid`
-/// copied from `kubectl get -o yaml`) would be refused by the apply after a delete too: the
-/// dry-run create, which ignores it, said yes, and the object was lost (found by a review).
+/// A refusal of the object as invalid for what its body holds, as an immutable field gets one:
+/// 422, each cause naming a field outside `metadata`, and not an admission policy's (a webhook
+/// or a ValidatingAdmissionPolicy that refuses an update, "replicas may not decrease", would
+/// let the create through: the re-create would go round the policy). A cause in `metadata` (a
+/// stale `uid` copied from `kubectl get -o yaml`) would be refused by the apply after a delete
+/// too: the dry-run create, which ignores it, said yes, and the object was lost (found by a
+/// review).
 fn is_invalid(e: &kube::Error) -> bool {
     let kube::Error::Api(status) = e else {
         return false;
@@ -65,7 +88,10 @@ fn is_invalid(e: &kube::Error) -> bool {
         .as_ref()
         .map(|d| d.causes.as_slice())
         .unwrap_or_default();
+    let by_admission = status.message.starts_with("admission webhook")
+        || status.message.contains("ValidatingAdmissionPolicy");
     status.code == 422
+        && !by_admission
         && !causes.is_empty()
         && causes
             .iter()
@@ -89,7 +115,10 @@ pub(super) fn in_short(e: &kube::Error) -> String {
     causes
         .iter()
         .map(|c| {
-            let end = c.message.rsplit(": ").next().unwrap_or_default();
+            // The first line only: a Pod's refusal goes on with a diff of its spec (env
+            // values and all).
+            let first = c.message.lines().next().unwrap_or_default();
+            let end = first.rsplit(": ").next().unwrap_or_default();
             format!("{}: {end}", c.field)
         })
         .collect::<Vec<_>>()
@@ -158,9 +187,20 @@ impl Applier {
         why: &str,
     ) -> Result<Result<(DynamicObject, Option<DynamicObject>), Rejection>, ApplyError> {
         let refusal = |detail: String| Ok(Err(not_recreated(prepared, refused, why, &detail)));
-        if let Some(kind) = HOLDERS.iter().find(|k| prepared.resource.api.kind == **k) {
+        let (group, kind) = (&prepared.resource.api.group, &prepared.resource.api.kind);
+        if !RECREATED.contains(&(group.as_str(), kind.as_str())) {
             return refusal(format!(
-                "convoy never deletes a {kind} to re-create it: that deletes everything it holds"
+                "convoy re-creates only built-in kinds whose deletion takes nothing else with it, not a {kind}; delete it by hand and sync"
+            ));
+        }
+        // What the server keeps of an object, copied into the render, that a create after the
+        // delete could refuse where the dry runs do not.
+        if let Some(field) = ["uid", "resourceVersion", "creationTimestamp"]
+            .iter()
+            .find(|f| !prepared.body["metadata"][**f].is_null())
+        {
+            return refusal(format!(
+                "the render sets metadata.{field}; leave it to the server"
             ));
         }
         let new = match self.dry_run_as_new(prepared).await {
@@ -187,6 +227,18 @@ impl Applier {
                     "it is being deleted, waiting on its finalizers ({}); a sync creates it once it is gone",
                     finalizers.join(", ")
                 ));
+            }
+            // An operator's finalizer runs what the deletion means to it.
+            if let Some(finalizers) = live.metadata.finalizers.as_ref().filter(|f| !f.is_empty()) {
+                return refusal(format!(
+                    "it has finalizers ({}), which a deletion would run",
+                    finalizers.join(", ")
+                ));
+            }
+            if kind == "StatefulSet" && !claims_outlive_it(live) {
+                return refusal(
+                    "its persistentVolumeClaimRetentionPolicy deletes its claims with it, and their data".into(),
+                );
             }
             let ours = |name: &str| {
                 prepared.body["metadata"]["labels"][name].as_str()
