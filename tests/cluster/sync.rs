@@ -1074,11 +1074,6 @@ async fn a_cluster_scoped_object_of_a_kind_installed_during_the_sync_is_recorded
         recorded.contains(&("ClusterWidget".into(), String::new(), name.clone())),
         "{recorded:?}"
     );
-
-    f.commit(&[("cm.yaml", &config_map("operator", 0, "1"))]);
-    let outcome = f.sync().await.outcome.unwrap();
-    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
-    assert!(outcome.message.contains("1 pruned"), "{}", outcome.message);
     let widgets: Api<kube::api::DynamicObject> = Api::all_with(
         f.env.client.clone(),
         &kube::api::ApiResource {
@@ -1089,6 +1084,47 @@ async fn a_cluster_scoped_object_of_a_kind_installed_during_the_sync_is_recorded
             plural: "clusterwidgets".into(),
         },
     );
+
+    // A sync that stopped after that wave's apply left it pending under the comparison's
+    // namespaced key: the next sync applies it again and must not prune what it just applied.
+    let handle = convoy::engine::inventory::InventoryHandle::new(
+        f.env.client.clone(),
+        &f.env.namespace,
+        "web",
+    );
+    let inventory = inventories.get("web").await.unwrap();
+    let members: Vec<convoy::engine::inventory::Member> = inventory
+        .spec
+        .inventory
+        .iter()
+        .map(convoy::engine::inventory::Member::from_entry)
+        .filter(|m| m.key.kind != "ClusterWidget")
+        .collect();
+    let leftover = convoy::engine::api::ObjectKey {
+        group: group.into(),
+        kind: "ClusterWidget".into(),
+        namespace: f.env.namespace.clone(),
+        name: name.clone(),
+    };
+    handle
+        .put_with_pending(&members, &[leftover])
+        .await
+        .unwrap();
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
+    assert!(!outcome.message.contains("pruned"), "{}", outcome.message);
+    assert!(widgets.get_opt(&name).await.unwrap().is_some());
+    let inventory = inventories.get("web").await.unwrap();
+    assert!(
+        inventory.spec.pending.is_empty(),
+        "{:?}",
+        inventory.spec.pending
+    );
+
+    f.commit(&[("cm.yaml", &config_map("operator", 0, "1"))]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
+    assert!(outcome.message.contains("1 pruned"), "{}", outcome.message);
     eventually(
         "the ClusterWidget to go",
         Duration::from_secs(30),

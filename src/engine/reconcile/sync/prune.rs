@@ -49,7 +49,8 @@ pub(super) async fn prune_refs(
     plan: &SyncPlan,
     applied: &Applied,
 ) -> Pruned {
-    let targets = prune_targets(plan, &applied.members);
+    let targets =
+        not_applied_elsewhere(applier, prune_targets(plan, &applied.members), applied).await;
     let mut pruned = Pruned {
         deleted: 0,
         not_pruned: Vec::new(),
@@ -159,6 +160,37 @@ fn prune_targets(plan: &SyncPlan, applied: &[Member]) -> Vec<PruneTarget> {
             uid: None,
         })
         .collect()
+}
+
+/// `targets` without those this sync applied under their cluster-scoped key: a kind the
+/// cluster served only from its wave on (an operator of an earlier one installed it) was
+/// recorded pending under the namespaced key of the comparison, and a sync resuming from that
+/// intent found the object it had just applied "not applied" and deleted it (found by a
+/// review). Only a target whose cluster-scoped key was applied asks discovery.
+async fn not_applied_elsewhere(
+    applier: &Applier,
+    targets: Vec<PruneTarget>,
+    applied: &Applied,
+) -> Vec<PruneTarget> {
+    let applied: BTreeSet<&ObjectKey> = applied.members.iter().map(|m| &m.key).collect();
+    let mut kept = Vec::with_capacity(targets.len());
+    for target in targets {
+        let mut unscoped = target.key.clone();
+        unscoped.namespace.clear();
+        let cluster_scoped = !target.key.namespace.is_empty()
+            && applied.contains(&unscoped)
+            && matches!(
+                applier
+                    .resources()
+                    .resolve_group_kind(&target.key.group, &target.key.kind)
+                    .await,
+                Ok(Some(resource)) if !resource.namespaced
+            );
+        if !cluster_scoped {
+            kept.push(target);
+        }
+    }
+    kept
 }
 
 /// How step 6 writes the inventory.
