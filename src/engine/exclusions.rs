@@ -57,22 +57,33 @@ pub fn ssa_policy(object: &Object) -> Result<SsaPolicy, Invalid> {
 /// What Flux's annotations say, as Flux reads them: an annotation or a label, its value in
 /// any case; a value Flux does not know applies the object as usual, as in Flux.
 fn flux_policy(object: &Object) -> SsaPolicy {
-    let says = |name: &str, value: &str| {
-        ["annotations", "labels"].iter().any(|place| {
-            object.0["metadata"][place][name]
-                .as_str()
-                .is_some_and(|v| v.eq_ignore_ascii_case(value))
-        })
-    };
-    if says(FLUX_SSA, "Ignore") || says(FLUX_RECONCILE, "disabled") {
+    if flux_paused(&object.0).is_some() {
         SsaPolicy::Ignore
-    } else if says(FLUX_SSA, "IfNotPresent") {
+    } else if flux_says(&object.0, FLUX_SSA, "IfNotPresent").is_some() {
         SsaPolicy::IfNotPresent
-    } else if says(FLUX_SSA, "Merge") {
+    } else if flux_says(&object.0, FLUX_SSA, "Merge").is_some() {
         SsaPolicy::Merge
     } else {
         SsaPolicy::Apply
     }
+}
+
+/// `name: value` as `object` says it, the way Flux reads it (an annotation or a label, the
+/// value in any case), or `None`.
+fn flux_says(object: &Value, name: &str, value: &str) -> Option<String> {
+    ["annotations", "labels"].iter().find_map(|place| {
+        let said = object["metadata"][place][name].as_str()?;
+        said.eq_ignore_ascii_case(value)
+            .then(|| format!("{name}: {said}"))
+    })
+}
+
+/// Whether `object` (rendered or live) tells Flux to leave it alone (`ssa: Ignore`, or the
+/// older `reconcile: disabled`), as it reads: Flux then neither applies nor prunes it,
+/// whichever of the two says so; `kubectl annotate … kustomize.toolkit.fluxcd.io/reconcile=
+/// disabled` is how Flux's users pause one object in the cluster.
+pub fn flux_paused(object: &Value) -> Option<String> {
+    flux_says(object, FLUX_SSA, "Ignore").or_else(|| flux_says(object, FLUX_RECONCILE, "disabled"))
 }
 
 /// Check the annotations of a render and the Release's exclusions (stageRender: a bad one
@@ -155,7 +166,21 @@ pub fn for_cluster(
 ) -> ForCluster {
     let mut out = ForCluster::default();
     for (key, mut object) in objects {
-        match ssa_policy(&object).unwrap_or(SsaPolicy::Apply) {
+        let live_object = live.get(&key);
+        let policy = ssa_policy(&object).unwrap_or(SsaPolicy::Apply);
+        // An existing object Flux is told to leave alone (by the render's annotation or the
+        // live object's) stays a member, never sent, as Flux keeps it in its inventory; by
+        // convoy's own `Ignore`, it leaves the inventory (DESIGN.md).
+        let own = object.0["metadata"]["annotations"][SSA_ANNOTATION].is_string();
+        let paused = !(own && policy == SsaPolicy::Ignore)
+            && live_object.is_some_and(|l| {
+                flux_paused(l).is_some() || (!own && flux_paused(&object.0).is_some())
+            });
+        if paused {
+            out.keep_as_is.insert(key.clone());
+        }
+        match policy {
+            _ if paused => {}
             SsaPolicy::Ignore => {
                 out.ignored.insert(key);
                 continue;

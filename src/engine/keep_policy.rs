@@ -32,10 +32,16 @@ const FLUX_PRUNE: &str = "kustomize.toolkit.fluxcd.io/prune";
 /// - `helm.sh/resource-policy: keep`: neither (Helm keeps it on upgrade and uninstall).
 /// - `kustomize.toolkit.fluxcd.io/prune: disabled`: neither (Flux's garbage collection and
 ///   deletion).
+/// - `kustomize.toolkit.fluxcd.io/ssa: Ignore` or `kustomize.toolkit.fluxcd.io/reconcile:
+///   disabled`, an annotation or a label: neither (Flux leaves such an object alone).
 /// - `argocd.argoproj.io/sync-options` holding `Prune=false` (or `Prune=confirm`): not
 ///   pruned; holding `Delete=false` (or `Delete=confirm`): not deleted with the Release.
 ///   convoy has no confirmation step, so a `confirm` keeps the object.
 pub fn keep_reason(live: &Value, deleting: Deleting) -> Option<String> {
+    // Read from labels too, as Flux reads them.
+    if let Some(paused) = crate::engine::exclusions::flux_paused(live) {
+        return Some(paused);
+    }
     let annotations = live["metadata"]["annotations"].as_object()?;
     let get = |name: &str| annotations.get(name).and_then(Value::as_str);
     if let Some(value) = get(HELM_RESOURCE_POLICY)
@@ -48,6 +54,7 @@ pub fn keep_reason(live: &Value, deleting: Deleting) -> Option<String> {
     {
         return Some(format!("{FLUX_PRUNE}: {value}"));
     }
+
     let option = match deleting {
         Deleting::Prune => "Prune",
         Deleting::Release => "Delete",
@@ -91,6 +98,26 @@ mod tests {
             assert_eq!(keep_reason(&live, Deleting::Prune), None, "{name}: {value}");
         }
         assert_eq!(keep_reason(&json!({"metadata": {}}), Deleting::Prune), None);
+    }
+
+    #[test]
+    fn an_object_flux_leaves_alone_is_kept_from_both_deletions() {
+        for (live, said) in [
+            (
+                json!({"metadata": {"labels": {"kustomize.toolkit.fluxcd.io/ssa": "ignore"}}}),
+                "kustomize.toolkit.fluxcd.io/ssa: ignore",
+            ),
+            (
+                annotated(json!({"kustomize.toolkit.fluxcd.io/reconcile": "disabled"})),
+                "kustomize.toolkit.fluxcd.io/reconcile: disabled",
+            ),
+        ] {
+            for deleting in [Deleting::Prune, Deleting::Release] {
+                assert_eq!(keep_reason(&live, deleting).as_deref(), Some(said));
+            }
+        }
+        let merge = annotated(json!({"kustomize.toolkit.fluxcd.io/ssa": "Merge"}));
+        assert_eq!(keep_reason(&merge, Deleting::Prune), None);
     }
 
     #[test]

@@ -210,6 +210,42 @@ async fn fluxs_ssa_annotation_is_honoured_as_flux_honours_it() {
         f.config_map("merged").await.unwrap()["data"]["kubectl"],
         "yes"
     );
+
+    // Flux's way to pause one object in the cluster: neither sent nor pruned while paused.
+    f.env.kubectl_ok(&[
+        "annotate",
+        "configmap",
+        "new",
+        "-n",
+        &f.env.namespace,
+        "kustomize.toolkit.fluxcd.io/reconcile=disabled",
+    ]);
+    f.commit(&[
+        ("once.yaml", &once),
+        ("merged.yaml", &merged(false).to_string()),
+        (
+            "new.yaml",
+            &crate::support::fixture::config_map("new", 0, "2"),
+        ),
+    ]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
+    assert_eq!(f.config_map("new").await.unwrap()["data"]["value"], "1");
+    f.commit(&[
+        ("once.yaml", &once),
+        ("merged.yaml", &merged(false).to_string()),
+    ]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
+    assert!(
+        outcome.message.contains(&format!(
+            "kept by their annotations, not pruned (no longer recorded): ConfigMap/{}/new (kustomize.toolkit.fluxcd.io/reconcile: disabled)",
+            f.env.namespace
+        )),
+        "{}",
+        outcome.message
+    );
+    assert!(f.config_map("new").await.is_some());
 }
 
 #[tokio::test]
