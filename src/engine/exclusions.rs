@@ -179,6 +179,10 @@ pub fn for_cluster(
         if paused {
             out.keep_as_is.insert(key.clone());
         }
+        // Flux reads `Merge` on the live object too.
+        if live_object.is_some_and(|l| flux_says(l, FLUX_SSA, "Merge").is_some()) {
+            out.not_adopted.insert(key.clone());
+        }
         match policy {
             _ if paused => {}
             SsaPolicy::Ignore => {
@@ -530,6 +534,28 @@ mod tests {
         );
         assert_eq!(merged.objects.len(), 1);
         assert!(merged.not_adopted.contains(&key("Secret", "s")));
+        // Flux's Merge and Ignore on the live object count too.
+        let live = HashMap::from([
+            (
+                key("Secret", "m"),
+                json!({"metadata": {"labels": {FLUX_SSA: "merge"}}}),
+            ),
+            (
+                key("Secret", "p"),
+                json!({"metadata": {"annotations": {FLUX_SSA: "Ignore"}}}),
+            ),
+        ]);
+        let out = for_cluster(
+            &release(json!([])),
+            vec![
+                (key("Secret", "m"), object(json!({}))),
+                (key("Secret", "p"), object(json!({}))),
+            ],
+            &live,
+        );
+        assert!(out.not_adopted.contains(&key("Secret", "m")));
+        assert!(out.keep_as_is.contains(&key("Secret", "p")));
+        assert!(!out.keep_as_is.contains(&key("Secret", "m")));
     }
 
     #[test]
