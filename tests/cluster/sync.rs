@@ -1018,6 +1018,75 @@ async fn an_object_that_skips_the_dry_run_while_its_kind_is_missing_is_applied_o
     );
 }
 
+/// An awaited object whose kind comes during the sync is not applied over another Release's
+/// object of its name: the comparison could not read it (its kind was unknown), so the
+/// ownership check ran at its wave instead.
+#[tokio::test]
+async fn an_awaited_object_does_not_take_another_releases_object() {
+    let group = "claimed.convoy.test";
+    let cog = |owner: Option<(&str, &str)>| {
+        let mut value = json!({"apiVersion": format!("{group}/v1"), "kind": "Cog",
+            "metadata": {"name": "one", "annotations": {
+                "argocd.argoproj.io/sync-wave": "1",
+                "argocd.argoproj.io/sync-options": "SkipDryRunOnMissingResource=true"}},
+            "spec": {"teeth": 12}});
+        if let Some((name, namespace)) = owner {
+            value["metadata"]["namespace"] = json!(namespace);
+            value["metadata"]["labels"] = json!({"convoy.kumodo.io/release": name,
+                "convoy.kumodo.io/release-namespace": namespace});
+            value["spec"]["teeth"] = json!(7);
+        }
+        value.to_string()
+    };
+    let operator = config_map("operator", 0, "1");
+    let f = Fixture::new(
+        "sync-awaited-claimed",
+        &[("operator.yaml", &operator), ("cog.yaml", &cog(None))],
+        json!({}),
+    )
+    .await;
+    remove_crd(&f, &format!("cogs.{group}"));
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::DeployFailed, "{}", outcome.message);
+
+    // The kind comes, and another Release's object of that name with it.
+    install_crd(&f, group, "Cog", "cogs");
+    f.add_release("other", "elsewhere", json!({})).await;
+    let ns = f.env.namespace.clone();
+    f.env.kubectl_apply_text(&cog(Some(("other", &ns))), &[]);
+    let outcome = f.sync().await.outcome.unwrap();
+    // Refused at its wave (or, should the discovery miss have expired, before the dry run).
+    assert!(
+        matches!(outcome.reason, Reason::DeployFailed | Reason::Unappliable),
+        "{:?}: {}",
+        outcome.reason,
+        outcome.message
+    );
+    assert!(
+        outcome
+            .message
+            .contains(&format!("belongs to Release {ns}/other")),
+        "{}",
+        outcome.message
+    );
+    let live = f.env.kubectl(&[
+        "get",
+        "cogs.claimed.convoy.test",
+        "one",
+        "-n",
+        &ns,
+        "-o",
+        "json",
+    ]);
+    let live: serde_json::Value = serde_json::from_slice(&live.stdout).unwrap();
+    assert_eq!(
+        live["metadata"]["labels"]["convoy.kumodo.io/release"],
+        "other"
+    );
+    assert_eq!(live["spec"]["teeth"], 7);
+    remove_crd(&f, &format!("cogs.{group}"));
+}
+
 /// A cluster-scoped kind an operator installs during the sync (Argo CD's
 /// `SkipDryRunOnMissingResource`): its object is recorded under its cluster-scoped key, known
 /// only once the kind is served, so a later render without it prunes it. (The render gave it

@@ -273,7 +273,7 @@ impl Applier {
             .partition(|o| matches!(o.kind(), "Namespace" | "CustomResourceDefinition"));
         let mut applied = Vec::new();
         let mut failures = Vec::new();
-        self.apply_set(&foundation, &mut applied, &mut failures)
+        self.apply_set(&foundation, &BTreeSet::new(), &mut applied, &mut failures)
             .await?;
         let crds: Vec<&Object> = foundation
             .iter()
@@ -283,8 +283,9 @@ impl Applier {
         if !crds.is_empty() {
             self.await_crds(&crds).await;
         }
-        self.ask_again_for_awaited_kinds(&rest).await;
-        self.apply_set(&rest, &mut applied, &mut failures).await?;
+        let awaited = self.ask_again_for_awaited_kinds(&rest).await;
+        self.apply_set(&rest, &awaited, &mut applied, &mut failures)
+            .await?;
         if failures.is_empty() {
             Ok(applied)
         } else {
@@ -293,15 +294,21 @@ impl Applier {
         }
     }
 
+    /// Apply `objects`; those of the group-versions in `awaited` (kinds asked about again at
+    /// this wave) are checked for another Release's claim first.
     async fn apply_set(
         &self,
         objects: &[&Object],
+        awaited: &BTreeSet<String>,
         applied: &mut Vec<ObjectKey>,
         failures: &mut Vec<Rejection>,
     ) -> Result<(), ApplyError> {
         let owned: Vec<Object> = objects.iter().map(|o| (*o).clone()).collect();
         let results: Vec<Result<Result<ObjectKey, Rejection>, ApplyError>> = stream::iter(owned)
-            .map(|object| self.apply_one(object))
+            .map(|object| {
+                let awaited = awaited.contains(object.api_version());
+                self.apply_one(object, awaited)
+            })
             .buffer_unordered(self.concurrency)
             .collect()
             .await;
@@ -547,7 +554,11 @@ impl Applier {
         }
     }
 
-    async fn apply_one(&self, object: Object) -> Result<Result<ObjectKey, Rejection>, ApplyError> {
+    async fn apply_one(
+        &self,
+        object: Object,
+        awaited: bool,
+    ) -> Result<Result<ObjectKey, Rejection>, ApplyError> {
         let prepared = match self.prepare(&object).await {
             Ok(p) => p,
             Err(mut rejection) => {
@@ -557,6 +568,12 @@ impl Applier {
                 return Ok(Err(rejection));
             }
         };
+        if awaited && let Some(refused) = self.claimed_at_its_wave(&object, &prepared).await {
+            return Ok(Err(Rejection {
+                key: prepared.key,
+                message: refused,
+            }));
+        }
         match self.send(&prepared, false).await {
             Ok(_) => Ok(Ok(prepared.key)),
             Err(e) if is_unreachable(&e) => Err(ApplyError::Unreachable(Box::new(e))),
@@ -658,11 +675,16 @@ impl Applier {
         })
     }
 
-    async fn send(&self, prepared: &Prepared, dry_run: bool) -> Result<DynamicObject, kube::Error> {
-        let api: Api<DynamicObject> = match &prepared.namespace {
+    /// The API of `prepared`'s kind, where it lives.
+    fn api_for(&self, prepared: &Prepared) -> Api<DynamicObject> {
+        match &prepared.namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &prepared.resource.api),
             None => Api::all_with(self.client.clone(), &prepared.resource.api),
-        };
+        }
+    }
+
+    async fn send(&self, prepared: &Prepared, dry_run: bool) -> Result<DynamicObject, kube::Error> {
+        let api = self.api_for(prepared);
         if dry_run {
             ssa::dry_run(
                 &api,

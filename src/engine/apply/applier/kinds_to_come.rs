@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use super::Applier;
+use super::{Applier, Prepared};
 use crate::engine::apply::resources::ResolveKindError;
 use crate::engine::render::Object;
 use crate::engine::sync_options::{self, ARGO_SYNC_OPTIONS, SKIP_DRY_RUN_ON_MISSING_RESOURCE};
@@ -88,7 +88,10 @@ impl Applier {
     /// would otherwise send as many discovery requests at each sync, one at a time, on the
     /// cache every Release of the cluster shares (beyond them, discovery's answer is asked
     /// again once it is [`MISS_RETRY`](crate::engine::apply::resources::MISS_RETRY) old).
-    pub(super) async fn ask_again_for_awaited_kinds(&self, objects: &[&Object]) {
+    pub(super) async fn ask_again_for_awaited_kinds(
+        &self,
+        objects: &[&Object],
+    ) -> BTreeSet<String> {
         let mut forgotten = BTreeSet::new();
         for object in objects {
             if forgotten.len() >= ASK_AGAIN_UP_TO {
@@ -102,6 +105,31 @@ impl Applier {
                 forgotten.insert(object.api_version());
             }
         }
+        forgotten.into_iter().map(str::to_string).collect()
+    }
+
+    /// An awaited object whose kind came by its wave, when the live object of its name is
+    /// another Release's and the render does not adopt it: why it is refused. The comparison
+    /// could not read it (its kind was unknown), so the ownership check every other object
+    /// gets before the dry run did not see it; without this, the forced apply took it over.
+    pub(super) async fn claimed_at_its_wave(
+        &self,
+        object: &Object,
+        prepared: &Prepared,
+    ) -> Option<String> {
+        use crate::engine::ownership::{Owner, adopts};
+        let ours = Owner::of_live(&prepared.body)?;
+        let live = self
+            .api_for(prepared)
+            .get_opt(&prepared.name)
+            .await
+            .ok()??;
+        let theirs = Owner::of_live(&serde_json::to_value(live).ok()?)?;
+        (ours != theirs && !adopts(object)).then(|| {
+            format!(
+                "belongs to {theirs}: its kind was served only from this wave on, after the check of whose objects the render takes; convoy.kumodo.io/adopt: \"true\" hands it over"
+            )
+        })
     }
 
     /// What an awaited object's refusal adds when its kind is still missing at its wave.

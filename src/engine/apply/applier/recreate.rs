@@ -130,13 +130,6 @@ fn is_code(e: &kube::Error, code: u16) -> bool {
 }
 
 impl Applier {
-    fn api_for(&self, prepared: &Prepared) -> Api<DynamicObject> {
-        match &prepared.namespace {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &prepared.resource.api),
-            None => Api::all_with(self.client.clone(), &prepared.resource.api),
-        }
-    }
-
     /// Whether a refusal `refused` of `prepared` would be a re-create instead, and why: the
     /// render asks for one and the refusal is one an immutable field gets.
     pub(super) fn recreates(prepared: &Prepared, refused: &kube::Error) -> Option<String> {
