@@ -890,8 +890,13 @@ async fn a_crd_installed_later_is_found_without_a_restart() {
 /// Install a CRD of `kind` in `group` (v1, namespaced, any fields), as an operator would, and
 /// wait until it is Established.
 fn install_crd(f: &Fixture, group: &str, kind: &str, plural: &str) {
+    install_crd_scoped(f, group, kind, plural, "Namespaced");
+}
+
+/// [`install_crd`] of the given scope (`Namespaced` or `Cluster`).
+fn install_crd_scoped(f: &Fixture, group: &str, kind: &str, plural: &str, scope: &str) {
     let crd = format!(
-        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: {plural}.{group}\nspec:\n  group: {group}\n  scope: Namespaced\n  names: {{kind: {kind}, plural: {plural}, singular: {singular}, listKind: {kind}List}}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}\n",
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: {plural}.{group}\nspec:\n  group: {group}\n  scope: {scope}\n  names: {{kind: {kind}, plural: {plural}, singular: {singular}, listKind: {kind}List}}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}\n",
         singular = kind.to_lowercase()
     );
     f.env.kubectl_apply_text(&crd, &[]);
@@ -906,6 +911,28 @@ fn install_crd(f: &Fixture, group: &str, kind: &str, plural: &str) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The API of the custom kind `kind` (`plural`) in `group`/v1.
+fn custom_api(
+    f: &Fixture,
+    group: &str,
+    kind: &str,
+    plural: &str,
+    namespaced: bool,
+) -> Api<kube::api::DynamicObject> {
+    let resource = kube::api::ApiResource {
+        group: group.into(),
+        version: "v1".into(),
+        api_version: format!("{group}/v1"),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    if namespaced {
+        Api::namespaced_with(f.env.client.clone(), &f.env.namespace, &resource)
+    } else {
+        Api::all_with(f.env.client.clone(), &resource)
+    }
 }
 
 /// Delete the CRD `name`: a control plane reused across runs may hold it from an earlier one.
@@ -995,17 +1022,7 @@ async fn an_object_that_skips_the_dry_run_while_its_kind_is_missing_is_applied_o
     install_crd(&f, group, "Sprocket", "sprockets");
     let outcome = f.sync().await.outcome.unwrap();
     assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
-    let sprockets: Api<kube::api::DynamicObject> = Api::namespaced_with(
-        f.env.client.clone(),
-        &f.env.namespace,
-        &kube::api::ApiResource {
-            group: group.into(),
-            version: "v1".into(),
-            api_version: format!("{group}/v1"),
-            kind: "Sprocket".into(),
-            plural: "sprockets".into(),
-        },
-    );
+    let sprockets = custom_api(&f, group, "Sprocket", "sprockets", true);
     let applied = serde_json::to_value(sprockets.get("one").await.unwrap()).unwrap();
     assert_eq!(applied["spec"]["teeth"], 12);
     assert_eq!(
@@ -1069,16 +1086,11 @@ async fn an_awaited_object_does_not_take_another_releases_object() {
         "{}",
         outcome.message
     );
-    let live = f.env.kubectl(&[
-        "get",
-        "cogs.claimed.convoy.test",
-        "one",
-        "-n",
-        &ns,
-        "-o",
-        "json",
-    ]);
-    let live: serde_json::Value = serde_json::from_slice(&live.stdout).unwrap();
+    let live = custom_api(&f, group, "Cog", "cogs", true)
+        .get("one")
+        .await
+        .unwrap();
+    let live = serde_json::to_value(live).unwrap();
     assert_eq!(
         live["metadata"]["labels"]["convoy.kumodo.io/release"],
         "other"
@@ -1115,17 +1127,7 @@ async fn a_cluster_scoped_object_of_a_kind_installed_during_the_sync_is_recorded
     ]);
     let outcome = f.sync().await.outcome.unwrap();
     assert_eq!(outcome.reason, Reason::DeployFailed, "{}", outcome.message);
-    let crd = format!(
-        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: clusterwidgets.{group}\nspec:\n  group: {group}\n  scope: Cluster\n  names: {{kind: ClusterWidget, plural: clusterwidgets, singular: clusterwidget, listKind: ClusterWidgetList}}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}\n"
-    );
-    f.env.kubectl_apply_text(&crd, &[]);
-    let out = f.env.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        &format!("crd/clusterwidgets.{group}"),
-        "--timeout=60s",
-    ]);
-    assert!(out.status.success());
+    install_crd_scoped(&f, group, "ClusterWidget", "clusterwidgets", "Cluster");
     let outcome = f.sync().await.outcome.unwrap();
     assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
     let inventories: Api<ReleaseInventory> =
@@ -1143,16 +1145,7 @@ async fn a_cluster_scoped_object_of_a_kind_installed_during_the_sync_is_recorded
         recorded.contains(&("ClusterWidget".into(), String::new(), name.clone())),
         "{recorded:?}"
     );
-    let widgets: Api<kube::api::DynamicObject> = Api::all_with(
-        f.env.client.clone(),
-        &kube::api::ApiResource {
-            group: group.into(),
-            version: "v1".into(),
-            api_version: format!("{group}/v1"),
-            kind: "ClusterWidget".into(),
-            plural: "clusterwidgets".into(),
-        },
-    );
+    let widgets = custom_api(&f, group, "ClusterWidget", "clusterwidgets", false);
 
     // A sync that stopped after that wave's apply left it pending under the comparison's
     // namespaced key: the next sync applies it again and must not prune what it just applied.

@@ -17,7 +17,7 @@ use kube::Api;
 use kube::api::{DeleteParams, DynamicObject, PostParams, Preconditions, PropagationPolicy};
 use serde_json::Value;
 
-use super::{Applier, ApplyError, Prepared, Rejection, api_message};
+use super::{Applier, ApplyError, Prepared, Rejection, api_message, is_not_found};
 use crate::engine::api::{ObjectKey, field_managers, labels};
 use crate::engine::connect::is_unreachable;
 use crate::engine::sync_options;
@@ -83,11 +83,7 @@ fn is_invalid(e: &kube::Error) -> bool {
     let kube::Error::Api(status) = e else {
         return false;
     };
-    let causes = status
-        .details
-        .as_ref()
-        .map(|d| d.causes.as_slice())
-        .unwrap_or_default();
+    let causes = causes(status);
     let by_admission = status.message.starts_with("admission webhook")
         || status.message.contains("ValidatingAdmissionPolicy");
     status.code == 422
@@ -98,17 +94,22 @@ fn is_invalid(e: &kube::Error) -> bool {
             .all(|c| !c.field.is_empty() && !c.field.starts_with("metadata"))
 }
 
+/// The fields a refusal names, with what it says of each.
+fn causes(status: &kube::core::Status) -> &[kube::core::response::StatusCause] {
+    status
+        .details
+        .as_ref()
+        .map(|d| d.causes.as_slice())
+        .unwrap_or_default()
+}
+
 /// The refusal in short: each cause's field and the end of its message (the server quotes a
 /// Job's whole template, Go field names and all, before "field is immutable").
 pub(super) fn in_short(e: &kube::Error) -> String {
     let kube::Error::Api(status) = e else {
         return api_message(e);
     };
-    let causes = status
-        .details
-        .as_ref()
-        .map(|d| d.causes.as_slice())
-        .unwrap_or_default();
+    let causes = causes(status);
     if causes.is_empty() {
         return api_message(e);
     }
@@ -298,7 +299,7 @@ impl Applier {
             };
             match api.delete(&prepared.name, &params).await {
                 Ok(_) => {}
-                Err(e) if is_code(&e, 404) => {}
+                Err(e) if is_not_found(&e) => {}
                 Err(e) if is_unreachable(&e) => return unreachable(e),
                 Err(e) if is_code(&e, 409) => {
                     return refusal(
