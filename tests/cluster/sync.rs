@@ -5,10 +5,10 @@ use std::time::Duration;
 use convoy::engine::api::{Reason, ReleaseInventory, field_managers};
 use convoy::engine::ssa;
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{ListParams, PostParams};
 use serde_json::json;
 
 use crate::support::fixture::{Fixture, config_map, deployment};
@@ -1397,6 +1397,111 @@ async fn an_object_that_cannot_change_in_place_is_re_created_where_the_render_as
         outcome.message
     );
     assert_eq!(f.config_map("flux").await.unwrap()["data"]["value"], "two");
+}
+
+/// A StatefulSet, asked to re-create for a new `volumeClaimTemplates` (immutable), keeps its
+/// Pods: deleted leaving them (`--cascade=orphan`), the new one takes them up by the selector
+/// it keeps, as an operator does by hand. A Pod of the old one is the same Pod under the new
+/// one (the same uid, the new owner); deleted with its dependents, it would be made again.
+#[tokio::test]
+async fn a_stateful_set_re_created_keeps_its_pods() {
+    let sts = |storage: &str| {
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db",
+            "annotations": {"kustomize.toolkit.fluxcd.io/force": "enabled"}},
+            // Both Pods at once: their claims stay unbound here (no storage class), so
+            // an OrderedReady second Pod would wait for the first forever.
+            "spec": {"replicas": 2, "serviceName": "db", "podManagementPolicy": "Parallel",
+                "selector": {"matchLabels": {"app": "db"}},
+                "template": {"metadata": {"labels": {"app": "db"}},
+                    "spec": {"containers": [{"name": "db", "image": "postgres:17"}]}},
+                "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                    "spec": {"accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": storage}}}}]}})
+        .to_string()
+    };
+    let f = Fixture::new("sync-recreate-sts", &[("sts.yaml", &sts("1Gi"))], json!({})).await;
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
+    let stateful_sets: Api<StatefulSet> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let pods: Api<Pod> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    // Each Pod's uid, and the uid of the StatefulSet that controls it.
+    let owned_pods = || async {
+        let list = pods
+            .list(&ListParams::default().labels("app=db"))
+            .await
+            .unwrap();
+        let mut owned: Vec<(String, String, String)> = list
+            .items
+            .iter()
+            .map(|pod| {
+                let owner = pod
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .find(|r| r.controller == Some(true))
+                    .map(|r| r.uid.clone())
+                    .unwrap_or_default();
+                let name = pod.metadata.name.clone().unwrap();
+                (name, pod.metadata.uid.clone().unwrap(), owner)
+            })
+            .collect();
+        owned.sort();
+        owned
+    };
+    let uid_of = |sts: StatefulSet| sts.metadata.uid.unwrap();
+    let first = uid_of(stateful_sets.get("db").await.unwrap());
+    let before = eventually(
+        "the StatefulSet's two Pods",
+        Duration::from_secs(60),
+        || async {
+            let owned = owned_pods().await;
+            (owned.len() == 2 && owned.iter().all(|(_, _, owner)| *owner == first)).then_some(owned)
+        },
+    )
+    .await;
+
+    f.commit(&[("sts.yaml", &sts("2Gi"))]);
+    let diff = f.env.convoy(&["diff", "web"]);
+    let text = String::from_utf8_lossy(&diff.stdout);
+    assert_eq!(diff.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(
+            "to re-create, its Pods kept for the new one, as kustomize.toolkit.fluxcd.io/force: enabled asks: spec: updates to statefulset spec for fields other than"
+        ),
+        "{text}"
+    );
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
+    let live = stateful_sets.get("db").await.unwrap();
+    let claims = &live
+        .spec
+        .as_ref()
+        .unwrap()
+        .volume_claim_templates
+        .as_ref()
+        .unwrap()[0];
+    let requests = claims.spec.as_ref().unwrap().resources.as_ref().unwrap();
+    assert_eq!(requests.requests.as_ref().unwrap()["storage"].0, "2Gi");
+    let second = uid_of(live);
+    assert_ne!(second, first, "re-created");
+    let after = eventually(
+        "the Pods taken up by the new StatefulSet",
+        Duration::from_secs(60),
+        || async {
+            let owned = owned_pods().await;
+            (owned.len() == 2 && owned.iter().all(|(_, _, owner)| *owner == second))
+                .then_some(owned)
+        },
+    )
+    .await;
+    let pod_uids = |owned: &[(String, String, String)]| {
+        owned
+            .iter()
+            .map(|(name, uid, _)| (name.clone(), uid.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(pod_uids(&after), pod_uids(&before), "the same Pods");
 }
 
 /// A CRD is never deleted to re-create it, whatever the render asks: that deletes every

@@ -466,9 +466,12 @@ impl Applier {
         Ok(self
             .recreate_check(&prepared, &refused, &why)
             .await?
-            .map(|(new, _)| {
+            .map(|(new, live)| {
+                let kept = live
+                    .filter(|live| recreate::orphans_dependents(&prepared, live))
+                    .map_or("", |_| ", its Pods kept for the new one");
                 let note = format!(
-                    "to re-create, as {why} asks: {}",
+                    "to re-create{kept}, as {why} asks: {}",
                     recreate::in_short(&refused)
                 );
                 (new, Some(note))

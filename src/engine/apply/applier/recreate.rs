@@ -28,7 +28,8 @@ const FLUX_FORCE: &str = "kustomize.toolkit.fluxcd.io/force";
 /// nothing with it but what the new object makes again (a Job's or a Deployment's Pods). Not
 /// a custom resource (an operator's finalizer may take a database or a cluster with it), a
 /// CRD or a Namespace (everything they hold), a volume or its claim (the data), a CronJob (its
-/// running Jobs); a StatefulSet only while its claims outlive it ([`claims_outlive_it`]).
+/// running Jobs); a StatefulSet only while its claims outlive it (left to the new one,
+/// [`orphans_dependents`], or kept by its retention policy, [`claims_outlive_it`]).
 /// Flux and Argo CD re-create any kind they are told to.
 const RECREATED: [(&str, &str); 12] = [
     ("", "ConfigMap"),
@@ -51,6 +52,22 @@ fn claims_outlive_it(live: &DynamicObject) -> bool {
     live.data["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"]
         .as_str()
         .is_none_or(|policy| policy == "Retain")
+}
+
+/// Whether deleting `live` to re-create it as `prepared` leaves its dependents to the new
+/// object, as `kubectl delete --cascade=orphan` before a re-apply does: a StatefulSet whose
+/// selector the render keeps. Its Pods keep running (a database re-created for a new
+/// `volumeClaimTemplates` stays up) and so do its claims, whatever its retention policy says;
+/// the new StatefulSet takes them up by its selector and rolls them as its `updateStrategy`
+/// says. Any other object, and a StatefulSet whose selector changes (Pods the new one would
+/// not take up, holding the names it creates), goes with its dependents, as Flux's engine
+/// deletes every object it re-creates (background propagation).
+pub(super) fn orphans_dependents(prepared: &Prepared, live: &DynamicObject) -> bool {
+    let selector = &live.data["spec"]["selector"];
+    prepared.resource.api.group == "apps"
+        && prepared.resource.api.kind == "StatefulSet"
+        && !selector.is_null()
+        && *selector == prepared.body["spec"]["selector"]
 }
 
 /// How long a re-create waits for the deleted object to be gone (its finalizers to run).
@@ -289,8 +306,13 @@ impl Applier {
             // The object whose labels were checked, unchanged since: not one another Release
             // adopted meanwhile.
             let uid = live.metadata.uid.clone().unwrap_or_default();
+            let orphans = orphans_dependents(prepared, &live);
             let params = DeleteParams {
-                propagation_policy: Some(PropagationPolicy::Background),
+                propagation_policy: Some(if orphans {
+                    PropagationPolicy::Orphan
+                } else {
+                    PropagationPolicy::Background
+                }),
                 preconditions: Some(Preconditions {
                     uid: Some(uid.clone()),
                     resource_version: live.metadata.resource_version.clone(),
@@ -311,7 +333,7 @@ impl Applier {
             if let Err(detail) = gone(&api, &prepared.name, &uid).await {
                 return refusal(detail);
             }
-            tracing::info!(object = %prepared.key, %why, "deleted to re-create: {}", in_short(&refused));
+            tracing::info!(object = %prepared.key, %why, orphans, "deleted to re-create: {}", in_short(&refused));
         }
         match self.send(prepared, false).await {
             Ok(_) => Ok(Ok(prepared.key.clone())),
