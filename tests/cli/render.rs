@@ -1333,6 +1333,50 @@ fn a_values_schema_may_refer_to_an_allowed_https_prefix() {
     );
 }
 
+/// helm quotes values in its errors (a values schema's, a chart's `fail`); those of a Secret
+/// layer never reach the message, which goes to the Release's status and Events.
+#[test]
+fn a_secret_layers_values_are_kept_out_of_helms_errors() {
+    for (extra, said) in [
+        (
+            (
+                "chart/values.schema.json",
+                r#"{"properties": {"db": {"properties": {"password": {"type": "string", "pattern": "^[a-z]+$"}}}}}"#,
+            ),
+            "at '/db/password': '<redacted>' does not match pattern '^[a-z]+$'",
+        ),
+        (
+            (
+                "chart/templates/check.yaml",
+                r#"{{ fail (printf "the password %s is weak" .Values.db.password) }}"#,
+            ),
+            "the password <redacted> is weak",
+        ),
+    ] {
+        let (source, file) = source_tree(
+            &[
+                ("chart/Chart.yaml", "apiVersion: v2\nname: web\nversion: 1.0.0\n".into()),
+                (
+                    "chart/templates/cm.yaml",
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\ndata: {user: \"{{ .Values.db.user }}\"}\n".into(),
+                ),
+                (extra.0, extra.1.into()),
+            ],
+            "chart",
+            "{type: helm, helm: {valuesFrom: [{kind: Secret, name: db}], values: {db: {user: admin}}}}",
+        );
+        let mut text = std::fs::read_to_string(&file).unwrap();
+        text.push_str(
+            "---\napiVersion: v1\nkind: Secret\nmetadata: {name: db, namespace: apps}\nstringData:\n  values.yaml: |\n    db: {password: Sup3r-S3cret-Value}\n",
+        );
+        std::fs::write(&file, text).unwrap();
+        let (code, stdout, stderr) = render_in(source.path(), &file);
+        assert_eq!(code, 4, "{stdout}{stderr}");
+        assert!(stderr.contains(said), "{stderr}");
+        assert!(!stderr.contains("S3cret"), "{stderr}");
+    }
+}
+
 /// A chart whose template loops prints far more than any render holds: convoy reads no more
 /// than its limit, closes the pipe (helm ends) and names the reason.
 #[test]

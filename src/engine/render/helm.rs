@@ -22,6 +22,7 @@ use super::error::RenderError;
 use super::helm_schema::SchemaRefs;
 use super::manifests::StreamingParse;
 use super::object::Object;
+use super::secret_values::SecretValues;
 use crate::engine::tools::Tool;
 
 /// What a render knows about the target cluster.
@@ -304,12 +305,14 @@ pub fn command(t: &Template) -> std::process::Command {
     cmd
 }
 
-/// Run `helm template` and parse what it prints.
+/// Run `helm template` and parse what it prints. `secret`: the values from Secret layers,
+/// replaced in helm's error.
 pub async fn template(
     chart: &Path,
     release_name: &str,
     namespace: &str,
     values: &Value,
+    secret: &SecretValues,
     cluster: Option<&ClusterInfo>,
     schema_refs: &SchemaRefs,
 ) -> Result<Vec<Object>, RenderError> {
@@ -373,10 +376,10 @@ pub async fn template(
     let errors = read.errors;
     let status = child.wait().await.map_err(read_failed)?;
     if !status.success() {
-        return Err(RenderError::Helm(tool_message(
-            &errors,
-            &[&values_file, chart],
-        )));
+        // helm quotes values in its errors (a schema's, a chart's `fail`).
+        return Err(RenderError::Helm(
+            secret.redact(&tool_message(&errors, &[&values_file, chart])),
+        ));
     }
     tracing::debug!("helm template finished");
     // Joining the parse workers blocks: off the async threads.

@@ -17,6 +17,7 @@ pub mod order;
 pub mod plain_yaml;
 pub mod release;
 pub mod render_ref;
+pub mod secret_values;
 pub mod tool_output;
 pub mod values;
 

@@ -303,7 +303,8 @@ async fn render_content_now(
                 &chart,
                 name,
                 namespace,
-                &values,
+                &values.values,
+                &values.secret,
                 ctx.cluster,
                 ctx.schema_refs,
             )

@@ -12,6 +12,7 @@ use serde_json::Value;
 use crate::engine::api::{Release, ValuesFrom, ValuesFromKind};
 use crate::engine::objects::ObjectReader;
 use crate::engine::render::manifests::yaml_options;
+use crate::engine::render::secret_values::SecretValues;
 use crate::engine::source::Coordinator;
 use crate::engine::source::resolve::{git_request, secret_data};
 
@@ -48,6 +49,14 @@ pub fn merge_values(base: &mut Value, overlay: Value) {
     }
 }
 
+/// The user values of a Helm Release, and what of them came from Secrets.
+#[derive(Default)]
+pub struct UserValues {
+    pub values: Value,
+    /// The Secret layers' values, to keep out of helm's messages.
+    pub secret: SecretValues,
+}
+
 /// The user values of a Helm Release: every `valuesFrom` layer in order, then inline values.
 ///
 /// `waiter`: who a layer's repository fetch is kept for when the pass stops waiting for it.
@@ -56,17 +65,23 @@ pub async fn resolve_value_layers(
     reader: &ObjectReader,
     coordinator: &Coordinator,
     waiter: Option<&str>,
-) -> Result<Value, ValuesError> {
-    let Some(helm) = &release.spec.content.helm else {
-        return Ok(Value::Object(Default::default()));
+) -> Result<UserValues, ValuesError> {
+    let mut merged = UserValues {
+        values: Value::Object(Default::default()),
+        secret: SecretValues::default(),
     };
-    let mut merged = Value::Object(Default::default());
+    let Some(helm) = &release.spec.content.helm else {
+        return Ok(merged);
+    };
     for (i, layer) in helm.values_from.iter().enumerate() {
         let values = read_layer(layer, i + 1, release, reader, coordinator, waiter).await?;
-        merge_values(&mut merged, values);
+        if layer.kind == ValuesFromKind::Secret {
+            merged.secret.add(&values);
+        }
+        merge_values(&mut merged.values, values);
     }
     if let Some(inline) = &helm.values {
-        merge_values(&mut merged, inline.clone());
+        merge_values(&mut merged.values, inline.clone());
     }
     Ok(merged)
 }
@@ -251,7 +266,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(
-            values,
+            values.values,
             json!({"replicas": 5, "image": {"tag": "2.0"}, "region": "eu"})
         );
     }
@@ -307,9 +322,9 @@ mod tests {
         let reader = ObjectReader::Local(Default::default());
         let dir = tempfile::tempdir().unwrap();
         let coordinator = Coordinator::new(crate::engine::source::Cache::new(dir.path()));
-        let err = resolve_value_layers(&release, &reader, &coordinator, None)
-            .await
-            .unwrap_err();
+        let Err(err) = resolve_value_layers(&release, &reader, &coordinator, None).await else {
+            panic!("a missing layer was read");
+        };
         assert_eq!(
             err.to_string(),
             "values layer 1 (Secret apps/gone key values.yaml): not found"
