@@ -1399,6 +1399,72 @@ async fn an_object_that_cannot_change_in_place_is_re_created_where_the_render_as
     assert_eq!(f.config_map("flux").await.unwrap()["data"]["value"], "two");
 }
 
+/// A render the server stores in other words than it was written in (quantities in their
+/// canonical form, a Secret's `stringData` as `data`, zeros left out) is applied once: the
+/// next sync of the same render sends nothing and writes no inventory. Each was sent at every
+/// sync (and every daemon pass, as "drift put back") before.
+#[tokio::test]
+async fn a_render_the_server_stores_in_other_words_is_not_sent_again() {
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "api"},
+        "spec": {"replicas": 1, "minReadySeconds": 0,
+            "selector": {"matchLabels": {"app": "api"}},
+            "template": {"metadata": {"labels": {"app": "api"}},
+                "spec": {"hostNetwork": false, "priorityClassName": "",
+                    "containers": [{"name": "api", "image": "api:1",
+                        "resources": {"requests": {"cpu": 0.1, "memory": "1.5Gi"},
+                            "limits": {"cpu": 2, "memory": "2048Mi"}}}]}}}});
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"},
+        "stringData": {"password": "s3cret"}});
+    let f = Fixture::new(
+        "sync-same-words",
+        &[
+            ("deploy.yaml", &deployment.to_string()),
+            ("secret.yaml", &secret.to_string()),
+        ],
+        json!({}),
+    )
+    .await;
+    let first = f.sync().await.outcome.unwrap();
+    assert_eq!(first.reason, Reason::Applied, "{}", first.message);
+    assert_eq!(first.objects_sent, 2);
+    let inventories: Api<ReleaseInventory> =
+        Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let before = inventories
+        .get("web")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    let again = f.sync().await.outcome.unwrap();
+    assert_eq!(again.reason, Reason::Applied, "{}", again.message);
+    assert_eq!(again.objects_sent, 0, "{}", again.message);
+    let after = inventories
+        .get("web")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    assert_eq!(after, before, "no inventory write");
+
+    // A changed value is still sent.
+    let mut changed = deployment.clone();
+    changed["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] =
+        json!("200m");
+    f.commit(&[("deploy.yaml", &changed.to_string())]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.objects_sent, 1, "{}", outcome.message);
+    let live: Api<Deployment> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let live = live.get("api").await.unwrap();
+    let requests = live.spec.unwrap().template.spec.unwrap().containers[0]
+        .resources
+        .clone()
+        .unwrap()
+        .requests
+        .unwrap();
+    assert_eq!(requests["cpu"].0, "200m");
+}
+
 /// A StatefulSet, asked to re-create for a new `volumeClaimTemplates` (immutable), keeps its
 /// Pods: deleted leaving them (`--cascade=orphan`), the new one takes them up by the selector
 /// it keeps, as an operator does by hand. A Pod of the old one is the same Pod under the new

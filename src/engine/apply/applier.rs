@@ -21,10 +21,12 @@ use crate::engine::digest_key::DigestKey;
 use crate::engine::render::Object;
 use crate::engine::ssa;
 
+mod held;
 mod kinds_to_come;
 mod live_read;
 mod recreate;
 
+pub use held::holds;
 pub use kinds_to_come::{KindToCome, defined_kinds};
 
 /// Default number of requests in flight.
@@ -411,7 +413,8 @@ impl Applier {
                 let Some(object) = live.get(&p.key) else {
                     return true;
                 };
-                !holds(object, &without_type(&p.body))
+                let secret = p.resource.api.group.is_empty() && p.resource.api.kind == "Secret";
+                !holds(object, &without_type(&p.body), secret)
             })
             .collect()
     }
@@ -718,33 +721,6 @@ fn without_type(desired: &Value) -> Value {
     d
 }
 
-/// Whether `live` holds every value `desired` sets (maps: every key; lists: same length,
-/// item by item; numbers by value). Defaults and other managers' fields in `live` do not
-/// matter; an empty or null desired value matches an absent one.
-pub fn holds(live: &Value, desired: &Value) -> bool {
-    match (desired, live) {
-        (Value::Object(d), Value::Object(l)) => d.iter().all(|(k, dv)| match l.get(k) {
-            Some(lv) => holds(lv, dv),
-            None => is_empty(dv),
-        }),
-        (Value::Array(d), Value::Array(l)) => {
-            d.len() == l.len() && d.iter().zip(l).all(|(dv, lv)| holds(lv, dv))
-        }
-        (Value::Number(a), Value::Number(b)) => a == b || a.as_f64() == b.as_f64(),
-        (d, Value::Null) => is_empty(d),
-        (d, l) => d == l,
-    }
-}
-
-fn is_empty(v: &Value) -> bool {
-    match v {
-        Value::Null => true,
-        Value::Object(m) => m.is_empty(),
-        Value::Array(a) => a.is_empty(),
-        _ => false,
-    }
-}
-
 fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
@@ -760,49 +736,5 @@ pub fn api_message(e: &kube::Error) -> String {
             }
         }
         other => crate::engine::error::chain(other),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::holds;
-    use serde_json::json;
-
-    #[test]
-    fn live_objects_hold_what_was_applied_despite_defaults() {
-        let desired = json!({"spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "a", "image": "x:1"}]}}}, "metadata": {"labels": {"app": "a"}}});
-        let live = json!({"spec": {"replicas": 2, "strategy": {"type": "RollingUpdate"},
-            "template": {"spec": {"containers": [{"name": "a", "image": "x:1", "imagePullPolicy": "IfNotPresent"}]}}},
-            "metadata": {"labels": {"app": "a", "other": "b"}, "uid": "u"}, "status": {}});
-        assert!(holds(&live, &desired));
-    }
-
-    #[test]
-    fn a_changed_value_a_removed_field_or_an_extra_item_is_not_held() {
-        let desired = json!({"data": {"a": "1"}, "spec": {"ports": [{"port": 80}]}});
-        assert!(!holds(
-            &json!({"data": {"a": "2"}, "spec": {"ports": [{"port": 80}]}}),
-            &desired
-        ));
-        assert!(!holds(
-            &json!({"data": {}, "spec": {"ports": [{"port": 80}]}}),
-            &desired
-        ));
-        assert!(!holds(
-            &json!({"data": {"a": "1"}, "spec": {"ports": [{"port": 80}, {"port": 81}]}}),
-            &desired
-        ));
-        assert!(holds(
-            &json!({"data": {"a": "1"}, "spec": {"ports": [{"port": 80.0}]}}),
-            &desired
-        ));
-    }
-
-    #[test]
-    fn empty_desired_values_match_absent_ones() {
-        assert!(holds(
-            &json!({"metadata": {}}),
-            &json!({"metadata": {"annotations": {}}, "data": null})
-        ));
     }
 }

@@ -1,0 +1,302 @@
+//! Whether a live object already holds what the render sets: the comparison that lets a sync
+//! skip an object applied before exactly as rendered now (stageSync's apply of only what
+//! changed). Read against what the API server stores, not the text sent: it keeps a Secret's
+//! `stringData` as `data` and writes quantities in their canonical form (`cpu: 0.1` as `100m`,
+//! `2048Mi` as `2Gi`), so a literal reading found such objects changed at every sync, and
+//! each sync (each daemon pass) sent them and wrote the inventory again (found on Argo CD's
+//! and real charts' manifests).
+
+use std::borrow::Cow;
+
+use base64::Engine as _;
+use kube_quantity::ParsedQuantity;
+use serde_json::Value;
+
+/// Keys whose value is a map of quantities in the built-in kinds: a container's and a claim's
+/// `requests`/`limits`, a quota's `hard`, a Pod's `overhead`, a volume's `capacity`, a
+/// LimitRange item's `default`, `defaultRequest`, `max`, `min` and `maxLimitRequestRatio`.
+const QUANTITY_MAPS: [&str; 11] = [
+    "requests",
+    "limits",
+    "hard",
+    "overhead",
+    "capacity",
+    "allocatable",
+    "default",
+    "defaultRequest",
+    "max",
+    "min",
+    "maxLimitRequestRatio",
+];
+
+/// Keys whose value is one quantity: an `emptyDir`'s `sizeLimit`, a metric target's
+/// `averageValue`.
+const QUANTITY_FIELDS: [&str; 2] = ["sizeLimit", "averageValue"];
+
+/// Keys whose value is a map that keeps every entry it is given, an empty string too.
+const MAPS: [&str; 7] = [
+    "labels",
+    "annotations",
+    "data",
+    "binaryData",
+    "matchLabels",
+    "nodeSelector",
+    "selector",
+];
+
+/// What a value under a key is read as.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    Plain,
+    /// A map ([`MAPS`]): an entry it lacks was never there or was taken out.
+    Map,
+    /// A map whose values are quantities.
+    Quantities,
+    Quantity,
+}
+
+/// Whether `live` holds every value `desired` sets (maps: every key; lists: same length,
+/// item by item; numbers by value; quantities by the amount they name). Defaults and other
+/// managers' fields in `live` do not matter; an empty or null desired value matches an absent
+/// one, and so does a zero (`0`, `false`, `""`) outside the maps that keep every entry: the
+/// server leaves a field at its zero out of what it stores (a chart's `minReadySeconds: 0`,
+/// `hostNetwork: false`, `priorityClassName: ""`). `secret`: `desired` is a core Secret, whose
+/// `stringData` the server stores in `data`.
+pub fn holds(live: &Value, desired: &Value, secret: bool) -> bool {
+    let desired = if secret {
+        as_stored_secret(desired)
+    } else {
+        Cow::Borrowed(desired)
+    };
+    holds_as(live, &desired, Reading::Plain)
+}
+
+fn holds_as(live: &Value, desired: &Value, reading: Reading) -> bool {
+    match (desired, live) {
+        (Value::Object(d), Value::Object(l)) => d.iter().all(|(k, dv)| match l.get(k) {
+            Some(lv) => holds_as(lv, dv, reading_under(reading, k)),
+            None => is_empty(dv) || (reading != Reading::Map && is_zero(dv)),
+        }),
+        (Value::Array(d), Value::Array(l)) => {
+            // A list item is read as the list is (LimitRange's `limits` holds maps).
+            d.len() == l.len()
+                && d.iter()
+                    .zip(l)
+                    .all(|(dv, lv)| holds_as(lv, dv, Reading::Plain))
+        }
+        (Value::Number(a), Value::Number(b)) => a == b || a.as_f64() == b.as_f64(),
+        (d, Value::Null) => is_empty(d),
+        (d, Value::String(l)) if reading == Reading::Quantity && d != live => same_amount(d, l),
+        (d, l) => d == l,
+    }
+}
+
+fn reading_under(reading: Reading, key: &str) -> Reading {
+    match reading {
+        Reading::Quantities => Reading::Quantity,
+        _ if QUANTITY_MAPS.contains(&key) => Reading::Quantities,
+        _ if QUANTITY_FIELDS.contains(&key) => Reading::Quantity,
+        _ if MAPS.contains(&key) => Reading::Map,
+        _ => Reading::Plain,
+    }
+}
+
+/// Whether the rendered quantity `desired` (a string, or a number YAML made of `cpu: 2`)
+/// names the amount the server stored as `live`. A value that is not a quantity is not the
+/// same (sent again, as before).
+fn same_amount(desired: &Value, live: &str) -> bool {
+    let text = match desired {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        _ => return false,
+    };
+    match (
+        ParsedQuantity::try_from(text.as_str()),
+        ParsedQuantity::try_from(live),
+    ) {
+        (Ok(d), Ok(l)) => d == l,
+        _ => false,
+    }
+}
+
+/// A Secret as the server stores it: each `stringData` entry in `data`, base64-encoded,
+/// over a `data` entry of the same key (the API's rule).
+fn as_stored_secret(desired: &Value) -> Cow<'_, Value> {
+    let Some(string_data) = desired.get("stringData").and_then(Value::as_object) else {
+        return Cow::Borrowed(desired);
+    };
+    let mut stored = desired.clone();
+    let mut data = desired
+        .get("data")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    for (key, value) in string_data {
+        let Some(text) = value.as_str() else {
+            // Not a string: the server refuses it; compared as rendered (not held).
+            return Cow::Borrowed(desired);
+        };
+        data.insert(
+            key.clone(),
+            Value::String(base64::engine::general_purpose::STANDARD.encode(text)),
+        );
+    }
+    if let Some(map) = stored.as_object_mut() {
+        map.remove("stringData");
+        map.insert("data".into(), Value::Object(data));
+    }
+    Cow::Owned(stored)
+}
+
+/// The zero of a scalar, which the server does not store for a field that omits it.
+fn is_zero(v: &Value) -> bool {
+    match v {
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
+        _ => false,
+    }
+}
+
+fn is_empty(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Object(m) => m.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holds;
+    use serde_json::{Value, json};
+
+    fn plain(live: &Value, desired: &Value) -> bool {
+        holds(live, desired, false)
+    }
+
+    #[test]
+    fn live_objects_hold_what_was_applied_despite_defaults() {
+        let desired = json!({"spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "a", "image": "x:1"}]}}}, "metadata": {"labels": {"app": "a"}}});
+        let live = json!({"spec": {"replicas": 2, "strategy": {"type": "RollingUpdate"},
+            "template": {"spec": {"containers": [{"name": "a", "image": "x:1", "imagePullPolicy": "IfNotPresent"}]}}},
+            "metadata": {"labels": {"app": "a", "other": "b"}, "uid": "u"}, "status": {}});
+        assert!(plain(&live, &desired));
+    }
+
+    #[test]
+    fn a_changed_value_a_removed_field_or_an_extra_item_is_not_held() {
+        let desired = json!({"data": {"a": "1"}, "spec": {"ports": [{"port": 80}]}});
+        assert!(!plain(
+            &json!({"data": {"a": "2"}, "spec": {"ports": [{"port": 80}]}}),
+            &desired
+        ));
+        assert!(!plain(
+            &json!({"data": {}, "spec": {"ports": [{"port": 80}]}}),
+            &desired
+        ));
+        assert!(!plain(
+            &json!({"data": {"a": "1"}, "spec": {"ports": [{"port": 80}, {"port": 81}]}}),
+            &desired
+        ));
+        assert!(plain(
+            &json!({"data": {"a": "1"}, "spec": {"ports": [{"port": 80.0}]}}),
+            &desired
+        ));
+    }
+
+    #[test]
+    fn empty_desired_values_match_absent_ones() {
+        assert!(plain(
+            &json!({"metadata": {}}),
+            &json!({"metadata": {"annotations": {}}, "data": null})
+        ));
+    }
+
+    /// What the helper's run of Argo CD's manifests and real charts found sent at every sync.
+    #[test]
+    fn quantities_are_held_in_the_servers_canonical_form() {
+        let container = |resources: Value| json!({"spec": {"template": {"spec": {"containers": [{"name": "a", "resources": resources}]}}}});
+        for (rendered, stored) in [
+            (json!(2), "2"),
+            (json!(0.1), "100m"),
+            (json!("1000m"), "1"),
+            (json!("0.5"), "500m"),
+            (json!("2048Mi"), "2Gi"),
+            (json!("1.5Gi"), "1536Mi"),
+            (json!(1e9), "1G"),
+            (json!("1e3"), "1k"),
+        ] {
+            let desired = container(json!({"limits": {"cpu": rendered.clone()}}));
+            let live = container(json!({"limits": {"cpu": stored}}));
+            assert!(plain(&live, &desired), "{rendered} as {stored}");
+        }
+        for (rendered, stored) in [(json!("2"), "3"), (json!("1Gi"), "1G"), (json!("x"), "x1")] {
+            let desired = container(json!({"requests": {"memory": rendered.clone()}}));
+            let live = container(json!({"requests": {"memory": stored}}));
+            assert!(!plain(&live, &desired), "{rendered} is not {stored}");
+        }
+        // A claim's size, a quota, a LimitRange item, an emptyDir, a metric target.
+        assert!(plain(
+            &json!({"spec": {"resources": {"requests": {"storage": "1Gi"}}}}),
+            &json!({"spec": {"resources": {"requests": {"storage": "1024Mi"}}}})
+        ));
+        assert!(plain(
+            &json!({"spec": {"hard": {"requests.cpu": "1500m"}}}),
+            &json!({"spec": {"hard": {"requests.cpu": 1.5}}})
+        ));
+        assert!(plain(
+            &json!({"spec": {"limits": [{"type": "Container", "default": {"memory": "512Mi"}}]}}),
+            &json!({"spec": {"limits": [{"type": "Container", "default": {"memory": "0.5Gi"}}]}})
+        ));
+        assert!(plain(
+            &json!({"volumes": [{"emptyDir": {"sizeLimit": "1Gi"}}]}),
+            &json!({"volumes": [{"emptyDir": {"sizeLimit": "1024Mi"}}]})
+        ));
+        // Elsewhere a string is read as it is: a ConfigMap's data is what was sent.
+        assert!(!plain(
+            &json!({"data": {"cpu": "1"}}),
+            &json!({"data": {"cpu": "1000m"}})
+        ));
+        assert!(!plain(
+            &json!({"spec": {"replicas": "2"}}),
+            &json!({"spec": {"replicas": 2}})
+        ));
+    }
+
+    /// What ingress-nginx's chart renders (`minReadySeconds: 0`), sent at every sync.
+    #[test]
+    fn a_zero_the_server_leaves_out_is_held() {
+        let desired = json!({"spec": {"minReadySeconds": 0, "template": {"spec": {
+            "hostNetwork": false, "priorityClassName": "", "containers": [{"name": "a"}]}}}});
+        let live = json!({"spec": {"template": {"spec": {"containers": [{"name": "a"}]}}}});
+        assert!(plain(&live, &desired));
+        assert!(!plain(
+            &json!({"spec": {"minReadySeconds": 5}}),
+            &json!({"spec": {"minReadySeconds": 0}})
+        ));
+        assert!(!plain(&live, &json!({"spec": {"minReadySeconds": 1}})));
+        // A map keeps an empty value: one it lacks was taken out.
+        for map in ["labels", "annotations", "data", "nodeSelector"] {
+            assert!(!plain(&json!({map: {}}), &json!({map: {"k": ""}})), "{map}");
+            assert!(plain(&json!({map: {"k": ""}}), &json!({map: {"k": ""}})));
+        }
+    }
+
+    #[test]
+    fn a_secrets_string_data_is_held_as_its_data() {
+        let desired = json!({"stringData": {"password": "s3cret", "both": "from stringData"},
+            "data": {"both": "ZnJvbSBkYXRh", "other": "eA=="}});
+        let live = json!({"data": {"password": "czNjcmV0", "both": "ZnJvbSBzdHJpbmdEYXRh", "other": "eA=="}});
+        assert!(holds(&live, &desired, true));
+        assert!(!holds(&live, &desired, false), "only a Secret");
+        let changed = json!({"data": {"password": "b3RoZXI=", "both": "ZnJvbSBzdHJpbmdEYXRh", "other": "eA=="}});
+        assert!(!holds(&changed, &desired, true));
+        assert!(!holds(
+            &json!({"data": {}}),
+            &json!({"stringData": {"a": "b"}}),
+            true
+        ));
+    }
+}
