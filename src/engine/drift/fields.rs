@@ -155,7 +155,11 @@ pub fn field_changes(
             .filter(|m| m.as_str() != field_managers::CONTROLLER.as_str())
             .cloned()
             .collect();
-        let cause = if others.is_empty() {
+        // A field the controller still owns holds the value it applied: co-owners applied
+        // the same value (a `kubectl apply --server-side` of the same file), and a manager
+        // that changed it would have taken it over. So the change is the render's.
+        let ours = live_owners.len() > others.len();
+        let cause = if others.is_empty() || ours {
             Cause::Render
         } else {
             Cause::Drift { managers: others }
@@ -466,6 +470,25 @@ mod tests {
         )];
         let changes = field_changes(&live, &desired, &mf, &mf);
         assert_eq!(changes[0].cause, Cause::Render);
+    }
+
+    /// kubectl applied the same file once (a migration step): it co-owns the field with the
+    /// value convoy applied, and a new value in the render is the render's change, not drift
+    /// by kubectl (found on Argo CD's manifests).
+    #[test]
+    fn a_field_convoy_still_owns_with_another_changes_by_the_render() {
+        let live = json!({"data": {"url": "a"}});
+        let desired = json!({"data": {"url": "b"}});
+        let both = [
+            entry("convoy-release", json!({"f:data": {"f:url": {}}})),
+            entry("kubectl", json!({"f:data": {"f:url": {}}})),
+        ];
+        let ours = [entry("convoy-release", json!({"f:data": {"f:url": {}}}))];
+        let changes = field_changes(&live, &desired, &both, &ours);
+        assert_eq!(changes[0].cause, Cause::Render);
+        let theirs = [entry("kubectl", json!({"f:data": {"f:url": {}}}))];
+        let changes = field_changes(&live, &desired, &theirs, &ours);
+        assert_eq!(changes[0].cause.to_string(), "drift by kubectl");
     }
 
     #[test]
