@@ -91,9 +91,15 @@ pub fn chain(error: &(dyn Error + 'static)) -> String {
         (*e).source()
     }
     let causes: Vec<&(dyn Error + 'static)> = std::iter::successors(Some(error), source).collect();
+    // An error kept boxed (`source: Box<kube::Error>`, to keep its holder small) is the Box
+    // in the chain, not the kube::Error.
+    fn as_kube<'a>(e: &'a (dyn Error + 'static)) -> Option<&'a kube::Error> {
+        e.downcast_ref::<kube::Error>()
+            .or_else(|| e.downcast_ref::<Box<kube::Error>>().map(|b| &**b))
+    }
     let answers: Vec<(String, String)> = causes
         .iter()
-        .filter_map(|e| match e.downcast_ref::<kube::Error>() {
+        .filter_map(|e| match as_kube(*e) {
             Some(kube::Error::Api(status)) => Some((e.to_string(), status_text(status))),
             _ => None,
         })
@@ -108,10 +114,7 @@ pub fn chain(error: &(dyn Error + 'static)) -> String {
             after_api_error = false;
             continue;
         }
-        after_api_error = matches!(
-            cause.downcast_ref::<kube::Error>(),
-            Some(kube::Error::Api(_))
-        );
+        after_api_error = matches!(as_kube(cause), Some(kube::Error::Api(_)));
         let mut text = cause.to_string();
         for (raw, answer) in &answers {
             text = text.replace(raw.as_str(), answer);
@@ -229,6 +232,18 @@ mod tests {
         assert_eq!(
             chain(&watch),
             "failed to perform initial object list: unable to parse requirement: found '(', expected: identifier (BadRequest)"
+        );
+        // An error that keeps it boxed (engine::objects::ReadError) says the same, once
+        // (found by a run of real charts: the Status's debug dump, the message three times).
+        let read = crate::engine::objects::ReadError::Api {
+            kind: "Secret".into(),
+            namespace: "sec".into(),
+            name: "dbvals".into(),
+            source: Box::new(bad_request()),
+        };
+        assert_eq!(
+            chain(&read),
+            "cannot read Secret sec/dbvals: unable to parse requirement: found '(', expected: identifier (BadRequest)"
         );
         // Other errors: their chain as anyhow prints it.
         let error = anyhow::anyhow!("connection refused").context("cannot reach the API server");
