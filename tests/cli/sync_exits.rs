@@ -92,6 +92,39 @@ async fn bad_yaml_in_the_source_is_invalid_input_for_sync_diff_and_render() {
     }
 }
 
+/// `convoy sync` of a Release being deleted runs its deletion (as a daemon's pass would) and
+/// says so: it used to say "nothing to sync" and exit 1 after deleting everything.
+#[tokio::test]
+async fn a_sync_of_a_release_being_deleted_says_it_ran_the_deletion() {
+    let f = Fixture::new(
+        "cli-sync-deleting",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        json!({}),
+    )
+    .await;
+    let (code, stdout, stderr) = out(&f.env.convoy(&["sync", "web"]));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    f.env.kubectl_ok(&[
+        "delete",
+        "release",
+        "web",
+        "-n",
+        &f.env.namespace,
+        "--wait=false",
+    ]);
+    let (code, stdout, stderr) = out(&f.env.convoy(&["sync", "web"]));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert_eq!(
+        stdout.trim_end(),
+        format!(
+            "Release {}/web was being deleted: its deletion ran here (what it applied is pruned but what asks to be kept, its inventory and renders removed) and it is gone",
+            f.env.namespace
+        )
+    );
+    assert!(f.config_map("a").await.is_none(), "pruned");
+    assert!(f.releases().get_opt("web").await.unwrap().is_none());
+}
+
 #[tokio::test]
 async fn a_kind_the_cluster_does_not_serve_is_invalid_input_for_sync_and_diff() {
     let widget =

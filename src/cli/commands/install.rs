@@ -27,12 +27,16 @@ pub const DEFAULT_IMAGE: &str = concat!("ghcr.io/kumodo/convoy:", env!("CARGO_PK
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
 convoy install --dry-run > convoy.yaml                  # everything, as YAML\n  \
-convoy install --crds-only                              # just the API, for the CLI alone\n  \
+convoy install --crds-only                              # just the API: render, diff, get\n  \
 convoy install --wait                                   # then wait until the daemon runs\n  \
 convoy install --tenant team-a                          # let team-a's Releases deploy in team-a\n  \
 convoy install --image registry.local/convoy:dev -n convoy-system")]
 pub struct InstallArgs {
-    /// Install only the CRDs (enough for `convoy sync` from a laptop).
+    /// Install only the CRDs: enough for `convoy render`, `diff` and `get`. `convoy sync` also
+    /// keeps its renders in convoy's namespace and digests Secrets with the installation's key,
+    /// both of which a full install makes: after this alone, sync with `--render-store dir:PATH`
+    /// (or `none`); each CLI process then digests Secrets with a key of its own, so Secrets are
+    /// sent again at every sync.
     #[arg(long)]
     pub crds_only: bool,
     /// Print what would be installed instead of applying it.

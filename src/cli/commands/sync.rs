@@ -163,12 +163,40 @@ pub async fn run(global: &GlobalArgs, args: SyncArgs, printer: &mut Printer) -> 
                 None => Ok(status),
             }
         }
-        None => {
-            printer
-                .line("the Release is being deleted; nothing to sync")
-                .map_err(io_error)?;
-            Ok(ExitStatus::No)
-        }
+        // A Release being deleted: the pass ran its deletion (finalize: pre-delete hooks,
+        // the prune of what it applied, its inventory and renders, its finalizer), which
+        // "nothing to sync" hid (found by a run of Argo CD's manifests).
+        None => match api.get_opt(&args.name).await {
+            Ok(None) => {
+                printer
+                    .line(&format!(
+                        "Release {namespace}/{} was being deleted: its deletion ran here (what it applied is pruned but what asks to be kept, its inventory and renders removed) and it is gone",
+                        args.name
+                    ))
+                    .map_err(io_error)?;
+                Ok(ExitStatus::Success)
+            }
+            Ok(Some(_)) => {
+                printer
+                    .line(&format!(
+                        "Release {namespace}/{} is being deleted: its deletion ran here and is not finished (its pre-delete hooks, or another finalizer); `convoy status {}` says what it waits for",
+                        args.name, args.name
+                    ))
+                    .map_err(io_error)?;
+                Ok(ExitStatus::No)
+            }
+            Err(e) => Err(CliError::new(
+                if crate::engine::connect::is_unreachable(&e) {
+                    ExitStatus::Unreachable
+                } else {
+                    ExitStatus::No
+                },
+                anyhow::Error::new(e).context(format!(
+                    "Release {namespace}/{} was being deleted and its deletion ran here; cannot tell whether it is gone",
+                    args.name
+                )),
+            )),
+        },
     }
 }
 
