@@ -1314,6 +1314,12 @@ async fn an_object_that_cannot_change_in_place_is_re_created_where_the_render_as
         "{}",
         outcome.message
     );
+    // It says how to ask for a re-create.
+    assert!(
+        outcome.message.contains("(the server will not change this in place: annotate the object kustomize.toolkit.fluxcd.io/force: enabled, or argocd.argoproj.io/sync-options: Force=true, to have convoy re-create it)"),
+        "{}",
+        outcome.message
+    );
     assert_eq!(f.config_map("argo").await.unwrap()["data"]["value"], "two");
 
     // kubectl's object of the same name is not this Release's to delete.

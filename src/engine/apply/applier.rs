@@ -461,7 +461,7 @@ impl Applier {
         };
         let rejection = |e: &kube::Error| Rejection {
             key: prepared.key.clone(),
-            message: api_message(e),
+            message: recreate::refusal_message(&prepared, e),
         };
         let Some(why) = Self::recreates(&prepared, &refused) else {
             return Ok(Err(rejection(&refused)));
@@ -552,7 +552,7 @@ impl Applier {
                     } else {
                         Ok(Some(Rejection {
                             key: prepared.key.clone(),
-                            message: api_message(&e),
+                            message: recreate::refusal_message(&prepared, &e),
                         }))
                     }
                 }
@@ -586,8 +586,8 @@ impl Applier {
             Err(e) => match Self::recreates(&prepared, &e) {
                 Some(why) => self.recreate(&prepared, e, &why).await,
                 None => Ok(Err(Rejection {
+                    message: recreate::refusal_message(&prepared, &e),
                     key: prepared.key,
-                    message: api_message(&e),
                 })),
             },
         }

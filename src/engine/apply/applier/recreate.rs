@@ -143,6 +143,32 @@ pub(super) fn in_short(e: &kube::Error) -> String {
         .join("; ")
 }
 
+/// The message of a refusal that no re-create was asked for: the server's, and, for a change
+/// it will not make in place to a kind convoy re-creates, how to ask for one (a user of Flux or
+/// Argo CD knows the annotation; one of convoy did not learn it from the refusal).
+pub(super) fn refusal_message(prepared: &Prepared, refused: &kube::Error) -> String {
+    let message = api_message(refused);
+    let api = &prepared.resource.api;
+    let immutable = |status: &kube::core::Status| {
+        causes(status)
+            .iter()
+            .any(|c| c.message.contains("immutable") || c.message.contains("updates to"))
+    };
+    match refused {
+        kube::Error::Api(status)
+            if is_invalid(refused)
+                && immutable(status)
+                && RECREATED.contains(&(api.group.as_str(), api.kind.as_str())) =>
+        {
+            format!(
+                "{message} (the server will not change this in place: annotate the object {FLUX_FORCE}: enabled, or {}: Force=true, to have convoy re-create it)",
+                sync_options::ARGO_SYNC_OPTIONS
+            )
+        }
+        _ => message,
+    }
+}
+
 fn is_code(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
 }
