@@ -177,7 +177,7 @@ pub fn render_status(
                     w.wave.to_string(),
                     w.objects.to_string(),
                     yes_no(w.applied),
-                    yes_no(w.healthy),
+                    wave_health(w, &status, inventory),
                 ]
             })
             .collect();
@@ -307,6 +307,35 @@ fn waiting_line(
     line
 }
 
+/// A wave's health as a word: "not yet" where the health loop has not judged the wave's
+/// objects as they are now applied (a "no" read as unhealthy beside a verdict saying health
+/// was not assessed yet; found by a run of Argo CD's manifests).
+fn wave_health(
+    wave: &crate::engine::api::WaveStatus,
+    status: &crate::engine::api::ReleaseStatus,
+    inventory: Option<&ReleaseInventory>,
+) -> String {
+    if wave.healthy {
+        return yes_no(true);
+    }
+    let unjudged = match inventory {
+        Some(inventory) => inventory
+            .spec
+            .inventory
+            .iter()
+            .filter(|e| e.wave == Some(wave.wave))
+            .any(|e| e.state.is_none() || e.assessed_render_ref != e.render_ref),
+        None => status
+            .condition(crate::engine::api::condition_types::HEALTHY)
+            .is_none_or(|c| c.reason == crate::engine::api::HealthyReason::Pending),
+    };
+    if unjudged && wave.applied {
+        "not yet".into()
+    } else {
+        yes_no(false)
+    }
+}
+
 fn yes_no(b: bool) -> String {
     if b { "yes".into() } else { "no".into() }
 }
@@ -347,4 +376,57 @@ fn attempt_line(label: &str, attempt: Option<&Attempt>, now: jiff::Timestamp) ->
         })
         .unwrap_or_default();
     format!("{label}  render {render}{phase}{failure}{when}{source}\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::api::{HealthState, InventoryEntry, ReleaseStatus, WaveStatus};
+
+    fn inventory(entries: Vec<InventoryEntry>) -> ReleaseInventory {
+        let mut inventory = ReleaseInventory::new("web", Default::default());
+        inventory.spec.inventory = entries;
+        inventory
+    }
+
+    fn entry(state: Option<HealthState>, assessed: Option<&str>) -> InventoryEntry {
+        InventoryEntry {
+            name: "a".into(),
+            kind: "ConfigMap".into(),
+            render_ref: Some("r2".into()),
+            wave: Some(0),
+            state,
+            assessed_render_ref: assessed.map(str::to_string),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_wave_not_judged_for_its_render_is_not_yet_healthy_rather_than_unhealthy() {
+        let status = ReleaseStatus::default();
+        let wave = |healthy| WaveStatus {
+            wave: 0,
+            objects: 1,
+            applied: true,
+            healthy,
+        };
+        let shown =
+            |entries, healthy| wave_health(&wave(healthy), &status, Some(&inventory(entries)));
+        assert_eq!(shown(vec![entry(None, None)], false), "not yet");
+        assert_eq!(
+            shown(vec![entry(Some(HealthState::Healthy), Some("r1"))], false),
+            "not yet",
+            "judged for the render before"
+        );
+        assert_eq!(
+            shown(
+                vec![entry(Some(HealthState::Progressing), Some("r2"))],
+                false
+            ),
+            "no"
+        );
+        assert_eq!(shown(vec![entry(None, None)], true), "yes");
+        // Without the inventory: the Healthy condition says whether it was assessed.
+        assert_eq!(wave_health(&wave(false), &status, None), "not yet");
+    }
 }
