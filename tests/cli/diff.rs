@@ -722,6 +722,61 @@ async fn objects_whose_kind_is_not_served_yet_are_shown_to_create_without_a_dry_
     );
 }
 
+/// A CRD the render no longer holds is to prune, and its deletion takes every object of its
+/// kind with it: the diff says so (a render that dropped Argo CD's CRDs showed them only "to
+/// prune"); a kept one says neither.
+#[tokio::test]
+async fn a_crd_to_prune_says_it_deletes_every_object_of_its_kind() {
+    let crd = |plural: &str, kind: &str, keep: bool| {
+        let annotations = if keep {
+            json!({"helm.sh/resource-policy": "keep"})
+        } else {
+            json!({})
+        };
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{plural}.prune.convoy.test"), "annotations": annotations},
+            "spec": {"group": "prune.convoy.test", "scope": "Namespaced",
+                "names": {"kind": kind, "plural": plural},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object",
+                        "x-kubernetes-preserve-unknown-fields": true}}}]}})
+        .to_string()
+    };
+    let f = Fixture::new(
+        "diff-prune-crd",
+        &[
+            ("apps.yaml", &crd("apps", "App", false)),
+            ("kept.yaml", &crd("keeps", "Keep", true)),
+            ("cm.yaml", &config_map("a", 0, "1")),
+        ],
+        json!({}),
+    )
+    .await;
+    let outcome = f.sync().await.outcome.unwrap();
+    assert!(outcome.message.contains("applied"), "{}", outcome.message);
+    f.commit(&[("cm.yaml", &config_map("a", 0, "1"))]);
+    let (code, text, stderr) = out(f.env.convoy(&["diff", "web"]));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        text.contains("CustomResourceDefinition.apiextensions.k8s.io/apps.prune.convoy.test (to prune; deletes every apps.prune.convoy.test in the cluster with it, whoever made them)"),
+        "{text}"
+    );
+    let kept = text
+        .lines()
+        .find(|l| l.contains("keeps.prune.convoy.test"))
+        .unwrap_or_default();
+    assert!(
+        kept.contains("not pruned: kept by helm.sh/resource-policy: keep")
+            && !kept.contains("deletes every"),
+        "{text}"
+    );
+    let (_, json_out, _) = out(f.env.convoy(&["diff", "web", "-o", "json"]));
+    assert!(
+        json_out.contains("\"alsoDeletes\": \"apps.prune.convoy.test\""),
+        "{json_out}"
+    );
+}
+
 /// A change the server will not make in place, where the render asks for a re-create: shown
 /// against the object as it would be created, saying so and why; without the ask, refused.
 #[tokio::test]

@@ -84,6 +84,10 @@ pub struct ObjectDiff {
     /// in place, and the render asks for that): why. Shown against the object as created.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recreate: Option<String>,
+    /// What the deletion takes with it: a CustomResourceDefinition to prune deletes every
+    /// object of its kind in the cluster (`plural.group`), which "to prune" alone did not say.
+    #[serde(rename = "alsoDeletes", skip_serializing_if = "Option::is_none")]
+    pub also_deletes: Option<String>,
 }
 
 fn serialize_key<S: serde::Serializer>(key: &ObjectKey, s: S) -> Result<S::Ok, S::Error> {
@@ -124,6 +128,11 @@ impl ObjectDiff {
         }
         if let Some(why) = &self.recreate {
             notes.push(why.clone());
+        }
+        if let Some(what) = &self.also_deletes {
+            notes.push(format!(
+                "deletes every {what} in the cluster with it, whoever made them"
+            ));
         }
         let action = self.describe_action();
         if notes.is_empty() {
@@ -405,6 +414,7 @@ fn object_diff(key: ObjectKey, action: Action, secret: bool) -> ObjectDiff {
         not_pruned: None,
         not_dry_run: None,
         recreate: None,
+        also_deletes: None,
     }
 }
 
@@ -557,6 +567,7 @@ async fn leave_what_the_sync_leaves(
         if let Some(why) = why.remove(&diff.key) {
             diff.action = Action::Unchanged;
             diff.not_pruned = Some(why);
+            diff.also_deletes = None;
         }
     }
     Ok(())
@@ -576,7 +587,13 @@ fn prunes(
         .filter(|key| !desired.contains(key) && !ignored.contains(key))
         .map(|key| {
             let secret = key.kind == "Secret" && key.group.is_empty();
-            object_diff(key, Action::Prune, secret)
+            // A CRD's name is its kind's `plural.group`.
+            let crd = key.kind == "CustomResourceDefinition" && key.group == "apiextensions.k8s.io";
+            let also_deletes = crd.then(|| key.name.clone());
+            ObjectDiff {
+                also_deletes,
+                ..object_diff(key, Action::Prune, secret)
+            }
         })
         .collect()
 }
