@@ -1230,7 +1230,7 @@ async fn awaited_kinds_are_asked_about_again_a_bounded_number_of_times_a_wave() 
     assert_eq!(asked, 40, "the gate asks once each");
     requests.lock().unwrap().clear();
     let Err(convoy::engine::apply::ApplyError::Failed { failures, .. }) =
-        applier.apply(&objects).await
+        applier.apply(&objects, &mut Vec::new()).await
     else {
         panic!("no kind is served");
     };
@@ -1285,6 +1285,15 @@ async fn an_object_that_cannot_change_in_place_is_re_created_where_the_render_as
     ]);
     let outcome = f.sync().await.outcome.unwrap();
     assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
+    // The deletions are said, as prunes are.
+    let ns = &f.env.namespace;
+    assert!(
+        outcome.message.contains(&format!(
+            "re-created (deleted and created again, as their annotations ask): ConfigMap/{ns}/argo; ConfigMap/{ns}/flux"
+        )),
+        "{}",
+        outcome.message
+    );
     for name in ["flux", "argo"] {
         let cm = f.config_map(name).await.unwrap();
         assert_eq!(cm["data"]["value"], "two", "{name}");

@@ -173,6 +173,9 @@ pub struct Applier {
     watched: Option<Arc<dyn WatchedObjects>>,
 }
 
+/// One object's apply: its key and whether it was re-created, or why it was refused.
+type ApplyOne = Result<Result<(ObjectKey, bool), Rejection>, ApplyError>;
+
 /// An object ready to send: where it goes and the body.
 struct Prepared {
     key: ObjectKey,
@@ -268,15 +271,26 @@ impl Applier {
     }
 
     /// Apply one wave. Namespaces and CRDs go first (and CRDs must be Established) so that
-    /// what lives in them can follow in the same wave.
-    pub async fn apply(&self, objects: &[Object]) -> Result<Vec<ObjectKey>, ApplyError> {
+    /// what lives in them can follow in the same wave. `recreated` gains the objects deleted
+    /// and created again (applier::recreate), applied or not.
+    pub async fn apply(
+        &self,
+        objects: &[Object],
+        recreated: &mut Vec<ObjectKey>,
+    ) -> Result<Vec<ObjectKey>, ApplyError> {
         let (foundation, rest): (Vec<&Object>, Vec<&Object>) = objects
             .iter()
             .partition(|o| matches!(o.kind(), "Namespace" | "CustomResourceDefinition"));
         let mut applied = Vec::new();
         let mut failures = Vec::new();
-        self.apply_set(&foundation, &BTreeSet::new(), &mut applied, &mut failures)
-            .await?;
+        self.apply_set(
+            &foundation,
+            &BTreeSet::new(),
+            &mut applied,
+            recreated,
+            &mut failures,
+        )
+        .await?;
         let crds: Vec<&Object> = foundation
             .iter()
             .copied()
@@ -286,7 +300,7 @@ impl Applier {
             self.await_crds(&crds).await;
         }
         let awaited = self.ask_again_for_awaited_kinds(&rest).await;
-        self.apply_set(&rest, &awaited, &mut applied, &mut failures)
+        self.apply_set(&rest, &awaited, &mut applied, recreated, &mut failures)
             .await?;
         if failures.is_empty() {
             Ok(applied)
@@ -303,10 +317,11 @@ impl Applier {
         objects: &[&Object],
         awaited: &BTreeSet<String>,
         applied: &mut Vec<ObjectKey>,
+        recreated: &mut Vec<ObjectKey>,
         failures: &mut Vec<Rejection>,
     ) -> Result<(), ApplyError> {
         let owned: Vec<Object> = objects.iter().map(|o| (*o).clone()).collect();
-        let results: Vec<Result<Result<ObjectKey, Rejection>, ApplyError>> = stream::iter(owned)
+        let results: Vec<ApplyOne> = stream::iter(owned)
             .map(|object| {
                 let awaited = awaited.contains(object.api_version());
                 self.apply_one(object, awaited)
@@ -316,7 +331,12 @@ impl Applier {
             .await;
         for result in results {
             match result? {
-                Ok(key) => applied.push(key),
+                Ok((key, deleted)) => {
+                    if deleted {
+                        recreated.push(key.clone());
+                    }
+                    applied.push(key)
+                }
                 Err(rejection) => failures.push(rejection),
             }
         }
@@ -560,11 +580,8 @@ impl Applier {
         }
     }
 
-    async fn apply_one(
-        &self,
-        object: Object,
-        awaited: bool,
-    ) -> Result<Result<ObjectKey, Rejection>, ApplyError> {
+    /// Apply `object`: its key and whether it was re-created, or why not.
+    async fn apply_one(&self, object: Object, awaited: bool) -> ApplyOne {
         let prepared = match self.prepare(&object).await {
             Ok(p) => p,
             Err(mut rejection) => {
@@ -581,7 +598,7 @@ impl Applier {
             }));
         }
         match self.send(&prepared, false).await {
-            Ok(_) => Ok(Ok(prepared.key)),
+            Ok(_) => Ok(Ok((prepared.key, false))),
             Err(e) if is_unreachable(&e) => Err(ApplyError::Unreachable(Box::new(e))),
             Err(e) => match Self::recreates(&prepared, &e) {
                 Some(why) => self.recreate(&prepared, e, &why).await,

@@ -296,13 +296,14 @@ impl Applier {
     }
 
     /// The apply of `prepared` was refused (`refused`) and the render asks for a re-create
-    /// (`why`): delete the live object, wait until it is gone, apply again.
+    /// (`why`): delete the live object, wait until it is gone, apply again. Applied: its key,
+    /// and whether a live object was deleted for it.
     pub(super) async fn recreate(
         &self,
         prepared: &Prepared,
         refused: kube::Error,
         why: &str,
-    ) -> Result<Result<ObjectKey, Rejection>, ApplyError> {
+    ) -> Result<Result<(ObjectKey, bool), Rejection>, ApplyError> {
         let live = match self.recreate_check(prepared, &refused, why).await? {
             Ok((_, live)) => live,
             Err(rejection) => return Ok(Err(rejection)),
@@ -362,7 +363,7 @@ impl Applier {
             tracing::info!(object = %prepared.key, %why, orphans, "deleted to re-create: {}", in_short(&refused));
         }
         match self.send(prepared, false).await {
-            Ok(_) => Ok(Ok(prepared.key.clone())),
+            Ok(_) => Ok(Ok((prepared.key.clone(), deleted))),
             Err(e) if is_unreachable(&e) => unreachable(e),
             Err(e) if deleted => Ok(Err(Rejection {
                 key: prepared.key.clone(),

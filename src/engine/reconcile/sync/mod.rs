@@ -373,6 +373,15 @@ fn applied_outcome(
     let mut outcome = ReconcileOutcome::applied(run.attempt.clone(), message, applied.waves);
     outcome.objects_sent = applied.objects_sent;
     let mut notices = Vec::new();
+    // A deletion the sync made beside its applies is said, as the prunes are.
+    if !applied.recreated.is_empty() {
+        let mut recreated = applied.recreated.clone();
+        recreated.sort();
+        notices.push(format!(
+            "re-created (deleted and created again, as their annotations ask): {}",
+            crate::engine::explain::first_of(&recreated, 5)
+        ));
+    }
     if !pruned.handed_over.is_empty() {
         notices.push(format!(
             "left to other Releases, not pruned: {}",

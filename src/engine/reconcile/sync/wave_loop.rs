@@ -51,6 +51,8 @@ pub(super) struct Applied {
     /// The last wave whose intent is recorded (with this sync's intents before it).
     pub intent_through: Option<i32>,
     pub objects_sent: usize,
+    /// Objects deleted and created again, as their annotations ask (applier::recreate).
+    pub recreated: Vec<ObjectKey>,
     pub waves: Vec<WaveStatus>,
 }
 
@@ -70,6 +72,7 @@ pub(super) async fn apply_waves(
         pending_in_inventory: plan.pending_in_inventory || early_intent.is_some(),
         intent_through: early_intent,
         objects_sent: 0,
+        recreated: Vec::new(),
         waves: Vec::new(),
     };
     let groups: Vec<(i32, Vec<Object>)> = waves::group(&plan.for_cluster.objects)
@@ -253,7 +256,7 @@ async fn apply_wave(
     // it is put as members (its waves were only pending, and were sent again next time).
     let (keys, failure) = match adopt_from_kubectl(plan, hooks, &sending_keys, wave).await {
         Err(e) => (Vec::new(), Some(e)),
-        Ok(()) => match hooks.applier.apply(&sending).await {
+        Ok(()) => match hooks.applier.apply(&sending, &mut applied.recreated).await {
             Ok(keys) => (keys, None),
             Err(ApplyError::Failed { applied, failures }) => {
                 let source = ApplyError::Failed {
