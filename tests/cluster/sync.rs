@@ -1426,6 +1426,7 @@ async fn a_render_the_server_stores_in_other_words_is_not_sent_again() {
             "selector": {"matchLabels": {"app": "api"}},
             "template": {"metadata": {"labels": {"app": "api"}},
                 "spec": {"hostNetwork": false, "priorityClassName": "",
+                    "automountServiceAccountToken": false,
                     "containers": [{"name": "api", "image": "api:1",
                         "resources": {"requests": {"cpu": 0.1, "memory": "1.5Gi"},
                             "limits": {"cpu": 2, "memory": "2048Mi"}}}]}}}});
@@ -1461,6 +1462,32 @@ async fn a_render_the_server_stores_in_other_words_is_not_sent_again() {
         .metadata
         .resource_version;
     assert_eq!(after, before, "no inventory write");
+
+    // A pointer's `false` is stored: one taken out (here by a JSON patch) is drift, put back
+    // (a review found it read as a zero the server leaves out).
+    f.env.kubectl_ok(&[
+        "patch",
+        "deployment",
+        "api",
+        "-n",
+        &f.env.namespace,
+        "--type=json",
+        "-p",
+        r#"[{"op": "remove", "path": "/spec/template/spec/automountServiceAccountToken"}]"#,
+    ]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.objects_sent, 1, "{}", outcome.message);
+    let deployments: Api<Deployment> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
+    let pod = deployments
+        .get("api")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap();
+    assert_eq!(pod.automount_service_account_token, Some(false));
 
     // A changed value is still sent.
     let mut changed = deployment.clone();

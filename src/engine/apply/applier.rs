@@ -433,8 +433,8 @@ impl Applier {
                 let Some(object) = live.get(&p.key) else {
                     return true;
                 };
-                let secret = p.resource.api.group.is_empty() && p.resource.api.kind == "Secret";
-                !holds(object, &without_type(&p.body), secret)
+                let api = &p.resource.api;
+                !holds(object, &without_type(&p.body), &api.group, &api.kind)
             })
             .collect()
     }

@@ -30,73 +30,114 @@ const QUANTITY_MAPS: [&str; 11] = [
 ];
 
 /// Keys whose value is one quantity: an `emptyDir`'s `sizeLimit`, a metric target's
-/// `averageValue`.
-const QUANTITY_FIELDS: [&str; 2] = ["sizeLimit", "averageValue"];
+/// `averageValue` and `value`, a resource field reference's `divisor`.
+const QUANTITY_FIELDS: [&str; 4] = ["sizeLimit", "averageValue", "value", "divisor"];
 
-/// Keys whose value is a map that keeps every entry it is given, an empty string too.
-const MAPS: [&str; 7] = [
-    "labels",
-    "annotations",
-    "data",
-    "binaryData",
-    "matchLabels",
-    "nodeSelector",
-    "selector",
+/// Fields of the built-in kinds the server leaves out at their zero (plain Go fields with
+/// `omitempty`): a chart's `minReadySeconds: 0`, `hostNetwork: false`, `priorityClassName: ""`,
+/// an env var's `value: ""`. Only these: a pointer field (`automountServiceAccountToken`,
+/// `allowPrivilegeEscalation`) keeps its `false`, so one that is missing was taken out, and a
+/// custom resource keeps whatever it was given (found by a review: a removed
+/// `allowPrivilegeEscalation: false` read as held was never put back).
+const ZERO_LEFT_OUT: [&str; 22] = [
+    "minReadySeconds",
+    "hostNetwork",
+    "hostPID",
+    "hostIPC",
+    "priorityClassName",
+    "serviceAccountName",
+    "serviceAccount",
+    "subdomain",
+    "hostname",
+    "nodeName",
+    "value",
+    "stdin",
+    "stdinOnce",
+    "tty",
+    "readOnly",
+    "subPath",
+    "subPathExpr",
+    "workingDir",
+    "nodePort",
+    "paused",
+    "publishNotReadyAddresses",
+    "loadBalancerIP",
 ];
 
 /// What a value under a key is read as.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Reading {
     Plain,
-    /// A map ([`MAPS`]): an entry it lacks was never there or was taken out.
-    Map,
     /// A map whose values are quantities.
     Quantities,
     Quantity,
 }
 
+/// How the server stores the kind of an object.
+#[derive(Clone, Copy)]
+struct Stored {
+    /// A built-in kind, whose quantities and zeros the server rewrites; a custom resource
+    /// is stored as it was sent.
+    builtin: bool,
+}
+
 /// Whether `live` holds every value `desired` sets (maps: every key; lists: same length,
-/// item by item; numbers by value; quantities by the amount they name). Defaults and other
-/// managers' fields in `live` do not matter; an empty or null desired value matches an absent
-/// one, and so does a zero (`0`, `false`, `""`) outside the maps that keep every entry: the
-/// server leaves a field at its zero out of what it stores (a chart's `minReadySeconds: 0`,
-/// `hostNetwork: false`, `priorityClassName: ""`). `secret`: `desired` is a core Secret, whose
-/// `stringData` the server stores in `data`.
-pub fn holds(live: &Value, desired: &Value, secret: bool) -> bool {
-    let desired = if secret {
+/// item by item; numbers by value). Defaults and other managers' fields in `live` do not
+/// matter; an empty or null desired value matches an absent one. For a built-in kind (of
+/// `group`), values are read as the server stores them: quantities by the amount they name,
+/// a zero of a field it leaves out ([`ZERO_LEFT_OUT`]) as held; a core Secret's `stringData`
+/// as its `data`, and `data` by the bytes it encodes.
+pub fn holds(live: &Value, desired: &Value, group: &str, kind: &str) -> bool {
+    let stored = Stored {
+        builtin: is_builtin(group),
+    };
+    let desired = if group.is_empty() && kind == "Secret" {
         as_stored_secret(desired)
     } else {
         Cow::Borrowed(desired)
     };
-    holds_as(live, &desired, Reading::Plain)
+    holds_as(live, &desired, Reading::Plain, stored)
 }
 
-fn holds_as(live: &Value, desired: &Value, reading: Reading) -> bool {
+/// A group of the built-in kinds: the core group, one without a dot (`apps`, `batch`), or a
+/// `*.k8s.io` one (which a CRD may use only with the API reviewers' approval).
+fn is_builtin(group: &str) -> bool {
+    !group.contains('.') || group.ends_with(".k8s.io")
+}
+
+fn holds_as(live: &Value, desired: &Value, reading: Reading, stored: Stored) -> bool {
     match (desired, live) {
         (Value::Object(d), Value::Object(l)) => d.iter().all(|(k, dv)| match l.get(k) {
-            Some(lv) => holds_as(lv, dv, reading_under(reading, k)),
-            None => is_empty(dv) || (reading != Reading::Map && is_zero(dv)),
+            Some(lv) => holds_as(lv, dv, reading_under(reading, k, stored), stored),
+            None => {
+                is_empty(dv)
+                    || (stored.builtin && ZERO_LEFT_OUT.contains(&k.as_str()) && is_zero(dv))
+            }
         }),
         (Value::Array(d), Value::Array(l)) => {
             // A list item is read as the list is (LimitRange's `limits` holds maps).
             d.len() == l.len()
                 && d.iter()
                     .zip(l)
-                    .all(|(dv, lv)| holds_as(lv, dv, Reading::Plain))
+                    .all(|(dv, lv)| holds_as(lv, dv, Reading::Plain, stored))
         }
         (Value::Number(a), Value::Number(b)) => a == b || a.as_f64() == b.as_f64(),
         (d, Value::Null) => is_empty(d),
+        // A built-in kind stores a number as a string only where the field is a quantity.
+        (Value::Number(_), Value::String(l)) if stored.builtin => same_amount(desired, l),
         (d, Value::String(l)) if reading == Reading::Quantity && d != live => same_amount(d, l),
         (d, l) => d == l,
     }
 }
 
-fn reading_under(reading: Reading, key: &str) -> Reading {
+fn reading_under(reading: Reading, key: &str, stored: Stored) -> Reading {
+    if !stored.builtin {
+        return Reading::Plain;
+    }
     match reading {
         Reading::Quantities => Reading::Quantity,
         _ if QUANTITY_MAPS.contains(&key) => Reading::Quantities,
         _ if QUANTITY_FIELDS.contains(&key) => Reading::Quantity,
-        _ if MAPS.contains(&key) => Reading::Map,
         _ => Reading::Plain,
     }
 }
@@ -119,31 +160,49 @@ fn same_amount(desired: &Value, live: &str) -> bool {
     }
 }
 
-/// A Secret as the server stores it: each `stringData` entry in `data`, base64-encoded,
-/// over a `data` entry of the same key (the API's rule).
+/// Base64 as the API server decodes a Secret's `data`: padding bits it ignores.
+const LENIENT: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_allow_trailing_bits(true)
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
+
+/// A Secret as the server stores it: `data` re-encoded as the server encodes what it decoded
+/// (a value wrapped by `base64` at 76 columns, or with stray padding bits, is stored
+/// canonical), then each `stringData` entry in `data`, base64-encoded, over a `data` entry of
+/// the same key (the API's rule).
 fn as_stored_secret(desired: &Value) -> Cow<'_, Value> {
-    let Some(string_data) = desired.get("stringData").and_then(Value::as_object) else {
+    let string_data = desired.get("stringData").and_then(Value::as_object);
+    let data = desired.get("data").and_then(Value::as_object);
+    if string_data.is_none() && data.is_none() {
         return Cow::Borrowed(desired);
-    };
-    let mut stored = desired.clone();
-    let mut data = desired
-        .get("data")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
-    for (key, value) in string_data {
+    }
+    let mut stored_data = serde_json::Map::new();
+    for (key, value) in data.into_iter().flatten() {
+        let canonical = value.as_str().and_then(|text| {
+            let compact: String = text.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+            let bytes = LENIENT.decode(compact).ok()?;
+            Some(Value::String(
+                base64::engine::general_purpose::STANDARD.encode(bytes),
+            ))
+        });
+        stored_data.insert(key.clone(), canonical.unwrap_or_else(|| value.clone()));
+    }
+    for (key, value) in string_data.into_iter().flatten() {
         let Some(text) = value.as_str() else {
             // Not a string: the server refuses it; compared as rendered (not held).
             return Cow::Borrowed(desired);
         };
-        data.insert(
+        stored_data.insert(
             key.clone(),
             Value::String(base64::engine::general_purpose::STANDARD.encode(text)),
         );
     }
+    let mut stored = desired.clone();
     if let Some(map) = stored.as_object_mut() {
         map.remove("stringData");
-        map.insert("data".into(), Value::Object(data));
+        map.insert("data".into(), Value::Object(stored_data));
     }
     Cow::Owned(stored)
 }
@@ -170,10 +229,15 @@ fn is_empty(v: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::holds;
+    use base64::Engine as _;
     use serde_json::{Value, json};
 
     fn plain(live: &Value, desired: &Value) -> bool {
-        holds(live, desired, false)
+        holds(live, desired, "apps", "Deployment")
+    }
+
+    fn secret(live: &Value, desired: &Value) -> bool {
+        holds(live, desired, "", "Secret")
     }
 
     #[test]
@@ -260,7 +324,7 @@ mod tests {
             &json!({"data": {"cpu": "1000m"}})
         ));
         assert!(!plain(
-            &json!({"spec": {"replicas": "2"}}),
+            &json!({"spec": {"replicas": "two"}}),
             &json!({"spec": {"replicas": 2}})
         ));
     }
@@ -284,19 +348,83 @@ mod tests {
         }
     }
 
+    /// Found by a review: what the server keeps as written is read as written.
+    #[test]
+    fn a_pointers_false_and_a_custom_resources_values_are_read_as_written() {
+        // A pointer field keeps `false`: missing, it was taken out (drift to put back).
+        let desired = json!({"spec": {"template": {"spec": {"automountServiceAccountToken": false,
+            "containers": [{"name": "a", "securityContext": {"allowPrivilegeEscalation": false}}]}}}});
+        let live = json!({"spec": {"template": {"spec": {"containers": [{"name": "a", "securityContext": {}}]}}}});
+        assert!(!plain(&live, &desired));
+        // A custom resource keeps everything as sent: no zeros left out, no quantities.
+        let cr = |live: &Value, desired: &Value| {
+            holds(live, desired, "helm.toolkit.fluxcd.io", "HelmRelease")
+        };
+        assert!(!cr(
+            &json!({"spec": {"values": {}}}),
+            &json!({"spec": {"values": {"hostNetwork": false}}})
+        ));
+        assert!(!cr(
+            &json!({"spec": {"default": {"version": "1.1"}}}),
+            &json!({"spec": {"default": {"version": "1.10"}}})
+        ));
+        assert!(!cr(
+            &json!({"spec": {"size": "2"}}),
+            &json!({"spec": {"size": 2}})
+        ));
+        // A networking.k8s.io kind is built in.
+        assert!(holds(
+            &json!({"spec": {}}),
+            &json!({"spec": {"hostNetwork": false}}),
+            "networking.k8s.io",
+            "Ingress"
+        ));
+    }
+
+    #[test]
+    fn a_number_a_built_in_kind_stores_as_a_string_is_a_quantity() {
+        assert!(plain(
+            &json!({"spec": {"metrics": [{"resource": {"target": {"type": "Value", "value": "100"}}}]}}),
+            &json!({"spec": {"metrics": [{"resource": {"target": {"type": "Value", "value": 100}}}]}})
+        ));
+        assert!(plain(
+            &json!({"env": [{"valueFrom": {"resourceFieldRef": {"divisor": "1"}}}]}),
+            &json!({"env": [{"valueFrom": {"resourceFieldRef": {"divisor": 1}}}]})
+        ));
+        assert!(!plain(
+            &json!({"a": {"value": "101"}}),
+            &json!({"a": {"value": 100}})
+        ));
+    }
+
+    #[test]
+    fn a_secrets_data_is_held_by_the_bytes_it_encodes() {
+        // Wrapped by `base64` at 76 columns, and with padding bits the server drops.
+        let long = "x".repeat(80);
+        let canonical = base64::engine::general_purpose::STANDARD.encode(&long);
+        let wrapped = format!("{}\n{}\n", &canonical[..76], &canonical[76..]);
+        assert!(secret(
+            &json!({"data": {"k": canonical, "a": "YQ=="}}),
+            &json!({"data": {"k": wrapped, "a": "YR=="}})
+        ));
+        assert!(!secret(
+            &json!({"data": {"a": "Yg=="}}),
+            &json!({"data": {"a": "YR=="}})
+        ));
+    }
+
     #[test]
     fn a_secrets_string_data_is_held_as_its_data() {
         let desired = json!({"stringData": {"password": "s3cret", "both": "from stringData"},
             "data": {"both": "ZnJvbSBkYXRh", "other": "eA=="}});
         let live = json!({"data": {"password": "czNjcmV0", "both": "ZnJvbSBzdHJpbmdEYXRh", "other": "eA=="}});
-        assert!(holds(&live, &desired, true));
-        assert!(!holds(&live, &desired, false), "only a Secret");
+        assert!(secret(&live, &desired));
+        assert!(!plain(&live, &desired), "only a Secret");
         let changed = json!({"data": {"password": "b3RoZXI=", "both": "ZnJvbSBzdHJpbmdEYXRh", "other": "eA=="}});
-        assert!(!holds(&changed, &desired, true));
-        assert!(!holds(
+        assert!(!secret(&changed, &desired));
+        assert!(!secret(
             &json!({"data": {}}),
-            &json!({"stringData": {"a": "b"}}),
-            true
+            &json!({"stringData": {"a": "b"}})
         ));
     }
 }
