@@ -1352,6 +1352,14 @@ fn a_secret_layers_values_are_kept_out_of_helms_errors() {
             ),
             "the password <redacted> is weak",
         ),
+        // A multi-line value, its lines joined by the message (found by a review).
+        (
+            (
+                "chart/templates/check.yaml",
+                r#"{{ fail (printf "bad key: %s" .Values.db.key) }}"#,
+            ),
+            "bad key: <redacted>",
+        ),
     ] {
         let (source, file) = source_tree(
             &[
@@ -1367,7 +1375,7 @@ fn a_secret_layers_values_are_kept_out_of_helms_errors() {
         );
         let mut text = std::fs::read_to_string(&file).unwrap();
         text.push_str(
-            "---\napiVersion: v1\nkind: Secret\nmetadata: {name: db, namespace: apps}\nstringData:\n  values.yaml: |\n    db: {password: Sup3r-S3cret-Value}\n",
+            "---\napiVersion: v1\nkind: Secret\nmetadata: {name: db, namespace: apps}\nstringData:\n  values.yaml: |\n    db:\n      password: Sup3r-S3cret-Value\n      key: \"-----BEGIN KEY-----\\nMIIS3cretLINEone\\nTopS3cretLineTwo\\n-----END KEY-----\\n\"\n",
         );
         std::fs::write(&file, text).unwrap();
         let (code, stdout, stderr) = render_in(source.path(), &file);

@@ -376,9 +376,11 @@ pub async fn template(
     let errors = read.errors;
     let status = child.wait().await.map_err(read_failed)?;
     if !status.success() {
-        // helm quotes values in its errors (a schema's, a chart's `fail`).
+        // helm quotes values in its errors (a schema's, a chart's `fail`): redacted in what
+        // helm printed, before lines are trimmed and joined, and again after.
+        let errors = secret.redact(&String::from_utf8_lossy(&errors));
         return Err(RenderError::Helm(
-            secret.redact(&tool_message(&errors, &[&values_file, chart])),
+            secret.redact(&tool_message(errors.as_bytes(), &[&values_file, chart])),
         ));
     }
     tracing::debug!("helm template finished");

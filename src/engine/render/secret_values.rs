@@ -29,24 +29,35 @@ impl SecretValues {
     }
 
     /// `text` with each value replaced by `<redacted>`: the longest first (a value inside
-    /// another is not left half-shown); a short one only where quoted.
+    /// another is not left half-shown); a short one only where quoted. Each value also as helm
+    /// and its schema library quote it (Go's `%q`, a single-quoted form with `\'`, Rust's
+    /// escapes), and each line of a multi-line value on its own (helm's error joins or indents
+    /// lines; found by a review: a PEM in a chart's `fail` was shown whole).
     pub fn redact(&self, text: &str) -> String {
-        let mut values: Vec<&String> = self.0.iter().collect();
-        values.sort_by_key(|v| std::cmp::Reverse(v.len()));
-        values.dedup();
+        let mut forms: Vec<String> = Vec::new();
+        for value in &self.0 {
+            forms.push(value.clone());
+            forms.extend(quoted_forms(value));
+            if value.contains('\n') {
+                forms.extend(
+                    value
+                        .lines()
+                        .map(str::trim)
+                        .filter(|l| l.chars().count() >= SHORTEST_ANYWHERE)
+                        .map(str::to_string),
+                );
+            }
+        }
+        forms.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        forms.dedup();
         let mut text = text.to_string();
-        for value in values {
-            if value.chars().count() >= SHORTEST_ANYWHERE {
-                text = text.replace(value.as_str(), REDACTED);
-                // Quoted by helm with its escapes (`\n` in a multi-line value).
-                let escaped = value.escape_default().to_string();
-                if escaped != *value {
-                    text = text.replace(&escaped, REDACTED);
-                }
+        for form in forms {
+            if form.chars().count() >= SHORTEST_ANYWHERE {
+                text = text.replace(form.as_str(), REDACTED);
             } else {
                 for quote in ['\'', '"'] {
                     text = text.replace(
-                        &format!("{quote}{value}{quote}"),
+                        &format!("{quote}{form}{quote}"),
                         &format!("{quote}{REDACTED}{quote}"),
                     );
                 }
@@ -54,6 +65,35 @@ impl SecretValues {
         }
         text
     }
+}
+
+/// `value` as the tools quote it, where that differs from the value.
+fn quoted_forms(value: &str) -> Vec<String> {
+    let escape = |quote: char| {
+        let mut out = String::new();
+        for c in value.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\t' => out.push_str("\\t"),
+                '\r' => out.push_str("\\r"),
+                c if c == quote => {
+                    out.push('\\');
+                    out.push(c);
+                }
+                c => out.push(c),
+            }
+        }
+        out
+    };
+    let mut forms = vec![
+        escape('"'),
+        escape('\''),
+        value.escape_default().to_string(),
+        value.escape_debug().to_string(),
+    ];
+    forms.retain(|f| f != value);
+    forms
 }
 
 #[cfg(test)]
@@ -74,5 +114,33 @@ mod tests {
             "values don't meet the specifications of the schema(s) in the following chart(s): mini: at '/db/password': '<redacted>' does not match pattern '^[a-z]+$'; at '/db/user': '<redacted>' is too short; line <redacted>: <redacted> and <redacted>-2; at '/db/pem': \"<redacted>\""
         );
         assert_eq!(SecretValues::default().redact(message), message);
+    }
+
+    /// Found by a review, with helm's own output: a PEM in a chart's `fail` (lines joined by
+    /// the message), and passwords with quotes and backslashes as helm's schema errors quote
+    /// them.
+    #[test]
+    fn a_value_is_redacted_however_helm_quotes_or_splits_it() {
+        let mut secret = SecretValues::default();
+        secret.add(&json!({"pem": "-----BEGIN KEY-----\nMIIsecretLINEone\nTopSecretLineTwo\n-----END KEY-----\n",
+            "a": "Ab\"c\\d9xyz", "b": "pä\"ss\nwo'rd"}));
+        let joined =
+            "bad key: -----BEGIN KEY-----; MIIsecretLINEone; TopSecretLineTwo; -----END KEY-----";
+        let shown = secret.redact(joined);
+        assert!(
+            !shown.contains("secretLINE") && !shown.contains("SecretLine"),
+            "{shown}"
+        );
+        for quoted in [
+            "at '/a': 'Ab\"c\\\\d9xyz' does not match",
+            "at '/a': \"Ab\\\"c\\\\d9xyz\" does not match",
+            "at '/b': 'pä\"ss\\nwo\\'rd' does not match",
+        ] {
+            let shown = secret.redact(quoted);
+            assert!(
+                shown.contains(REDACTED) && !shown.contains("9xyz") && !shown.contains("wo"),
+                "{quoted} -> {shown}"
+            );
+        }
     }
 }
