@@ -157,8 +157,13 @@ pub fn field_changes(
             .collect();
         // A field the controller still owns holds the value it applied: co-owners applied
         // the same value (a `kubectl apply --server-side` of the same file), and a manager
-        // that changed it would have taken it over. So the change is the render's.
-        let ours = live_owners.len() > others.len();
+        // that changed it would have taken it over. So the change is the render's. Owned at
+        // the path itself: a Secret's `data.K` edited by kubectl is still "owned" through
+        // convoy's `stringData.K` (found by a review).
+        let ours = before.is_some()
+            && owners(live_managed, live, &path)
+                .iter()
+                .any(|m| m.as_str() == field_managers::CONTROLLER.as_str());
         let cause = if others.is_empty() || ours {
             Cause::Render
         } else {
@@ -489,6 +494,27 @@ mod tests {
         let theirs = [entry("kubectl", json!({"f:data": {"f:url": {}}}))];
         let changes = field_changes(&live, &desired, &theirs, &ours);
         assert_eq!(changes[0].cause.to_string(), "drift by kubectl");
+    }
+
+    /// convoy applied `stringData.password`; kubectl edited `data.password`: drift by kubectl,
+    /// though convoy "owns" the value through the alias.
+    #[test]
+    fn a_secret_value_edited_by_kubectl_is_its_drift() {
+        let live = json!({"kind": "Secret", "apiVersion": "v1", "data": {"password": "b2xk"}});
+        let desired = json!({"kind": "Secret", "apiVersion": "v1", "data": {"password": "bmV3"}});
+        let live_mf = [
+            entry(
+                "convoy-release",
+                json!({"f:stringData": {"f:password": {}}}),
+            ),
+            entry("kubectl-edit", json!({"f:data": {"f:password": {}}})),
+        ];
+        let desired_mf = [entry(
+            "convoy-release",
+            json!({"f:stringData": {"f:password": {}}}),
+        )];
+        let changes = field_changes(&live, &desired, &live_mf, &desired_mf);
+        assert_eq!(changes[0].cause.to_string(), "drift by kubectl-edit");
     }
 
     #[test]
