@@ -1610,6 +1610,29 @@ async fn a_stateful_set_re_created_keeps_its_pods() {
             .collect::<Vec<_>>()
     };
     assert_eq!(pod_uids(&after), pod_uids(&before), "the same Pods");
+
+    // A new serviceName: kept Pods would keep the old Service's DNS names, so they go with
+    // the old StatefulSet and the new one makes its own (found by a review).
+    f.commit(&[(
+        "sts.yaml",
+        &sts("2Gi").replace("\"serviceName\":\"db\"", "\"serviceName\":\"db2\""),
+    )]);
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
+    let third = uid_of(stateful_sets.get("db").await.unwrap());
+    assert_ne!(third, second, "re-created");
+    let renewed = eventually(
+        "new Pods of the new StatefulSet",
+        Duration::from_secs(60),
+        || async {
+            let owned = owned_pods().await;
+            (owned.len() == 2 && owned.iter().all(|(_, _, owner)| *owner == third)).then_some(owned)
+        },
+    )
+    .await;
+    for ((name, old), (_, new)) in pod_uids(&after).iter().zip(pod_uids(&renewed).iter()) {
+        assert_ne!(old, new, "{name} made again");
+    }
 }
 
 /// A CRD is never deleted to re-create it, whatever the render asks: that deletes every

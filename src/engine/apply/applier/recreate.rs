@@ -56,18 +56,24 @@ fn claims_outlive_it(live: &DynamicObject) -> bool {
 
 /// Whether deleting `live` to re-create it as `prepared` leaves its dependents to the new
 /// object, as `kubectl delete --cascade=orphan` before a re-apply does: a StatefulSet whose
-/// selector the render keeps. Its Pods keep running (a database re-created for a new
+/// selector and `serviceName` the render keeps. Its Pods keep running (a database re-created for a new
 /// `volumeClaimTemplates` stays up) and so do its claims, whatever its retention policy says;
 /// the new StatefulSet takes them up by its selector and rolls them as its `updateStrategy`
 /// says. Any other object, and a StatefulSet whose selector changes (Pods the new one would
-/// not take up, holding the names it creates), goes with its dependents, as Flux's engine
+/// not take up, holding the names it creates) or whose `serviceName` does, goes with its
+/// dependents, as Flux's engine
 /// deletes every object it re-creates (background propagation).
 pub(super) fn orphans_dependents(prepared: &Prepared, live: &DynamicObject) -> bool {
-    let selector = &live.data["spec"]["selector"];
+    let same = |field: &str| {
+        let live = &live.data["spec"][field];
+        !live.is_null() && *live == prepared.body["spec"][field]
+    };
+    // A new `serviceName` would leave the kept Pods under the old Service's DNS names: the
+    // new StatefulSet finds them current and never replaces them (found by a review).
     prepared.resource.api.group == "apps"
         && prepared.resource.api.kind == "StatefulSet"
-        && !selector.is_null()
-        && *selector == prepared.body["spec"]["selector"]
+        && same("selector")
+        && same("serviceName")
 }
 
 /// How long a re-create waits for the deleted object to be gone (its finalizers to run).
