@@ -166,6 +166,20 @@ pub async fn run(global: &GlobalArgs, args: SyncArgs, printer: &mut Printer) -> 
         // A Release being deleted: the pass ran its deletion (finalize: pre-delete hooks,
         // the prune of what it applied, its inventory and renders, its finalizer), which
         // "nothing to sync" hid (found by a run of Argo CD's manifests).
+        // No reconcile and no deletion (found by a review: this arm said "being deleted").
+        None if release.metadata.deletion_timestamp.is_none() => {
+            let why = match result.fetching {
+                Some(_) => "its source is still being fetched",
+                None => "the pass made none",
+            };
+            printer
+                .line(&format!(
+                    "Release {namespace}/{} was not reconciled: {why}; run convoy sync again",
+                    args.name
+                ))
+                .map_err(io_error)?;
+            Ok(ExitStatus::No)
+        }
         None => match api.get_opt(&args.name).await {
             Ok(None) => {
                 printer
