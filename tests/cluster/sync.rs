@@ -1463,6 +1463,25 @@ async fn a_render_the_server_stores_in_other_words_is_not_sent_again() {
         .resource_version;
     assert_eq!(after, before, "no inventory write");
 
+    // Another team's env var and a sidecar beside the rendered ones are theirs: nothing to
+    // send (each pass sent the Deployment and announced drift put back before).
+    let theirs = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "api"},
+        "spec": {"template": {"spec": {"containers": [
+            {"name": "api", "env": [{"name": "TEAM_B_FLAG", "value": "on"}]},
+            {"name": "sidecar", "image": "proxy:1"}]}}}});
+    f.env.kubectl_apply_text(
+        &theirs.to_string(),
+        &[
+            "-n",
+            &f.env.namespace,
+            "--server-side",
+            "--field-manager=team-b",
+        ],
+    );
+    let outcome = f.sync().await.outcome.unwrap();
+    assert_eq!(outcome.objects_sent, 0, "{}", outcome.message);
+
     // A pointer's `false` is stored: one taken out (here by a JSON patch) is drift, put back
     // (a review found it read as a zero the server leaves out).
     f.env.kubectl_ok(&[

@@ -114,6 +114,18 @@ fn holds_as(live: &Value, desired: &Value, reading: Reading, stored: Stored) -> 
                     || (stored.builtin && ZERO_LEFT_OUT.contains(&k.as_str()) && is_zero(dv))
             }
         }),
+        (Value::Array(d), Value::Array(l)) if stored.builtin && all_named(d) => {
+            // A built-in list of named items (containers, env, volumes, ports by name) merges
+            // by name: items another manager added (a team's env var, a sidecar an admission
+            // webhook injects) are theirs, and an apply would leave them. Each rendered item
+            // must be there by its name (found by a run of the daemon on Argo CD: a team's
+            // env var made every pass send the Deployment and announce drift put back).
+            d.iter().all(|dv| {
+                l.iter()
+                    .find(|lv| lv.get("name") == dv.get("name"))
+                    .is_some_and(|lv| holds_as(lv, dv, Reading::Plain, stored))
+            })
+        }
         (Value::Array(d), Value::Array(l)) => {
             // A list item is read as the list is (LimitRange's `limits` holds maps).
             d.len() == l.len()
@@ -205,6 +217,17 @@ fn as_stored_secret(desired: &Value) -> Cow<'_, Value> {
         map.insert("data".into(), Value::Object(stored_data));
     }
     Cow::Owned(stored)
+}
+
+/// Whether every item of a list is a map with a string `name`, each name once.
+fn all_named(items: &[Value]) -> bool {
+    let mut names = std::collections::HashSet::new();
+    !items.is_empty()
+        && items.iter().all(|i| {
+            i.get("name")
+                .and_then(Value::as_str)
+                .is_some_and(|n| names.insert(n))
+        })
 }
 
 /// The zero of a scalar, which the server does not store for a field that omits it.
@@ -378,6 +401,42 @@ mod tests {
             &json!({"spec": {"hostNetwork": false}}),
             "networking.k8s.io",
             "Ingress"
+        ));
+    }
+
+    /// What the daemon on Argo CD's manifests found sent at every pass: a team's env var.
+    #[test]
+    fn items_another_manager_added_to_a_named_list_do_not_matter() {
+        let container = |env: Value| json!({"spec": {"containers": [{"name": "a", "env": env}]}});
+        let desired = container(json!([{"name": "X", "value": "1"}]));
+        let live =
+            container(json!([{"name": "TEAM_B", "value": "on"}, {"name": "X", "value": "1"}]));
+        assert!(plain(&live, &desired));
+        // A rendered item changed or gone is not held.
+        assert!(!plain(
+            &container(json!([{"name": "X", "value": "2"}])),
+            &desired
+        ));
+        assert!(!plain(
+            &container(json!([{"name": "TEAM_B", "value": "on"}])),
+            &desired
+        ));
+        // A sidecar injected beside the rendered container.
+        assert!(plain(
+            &json!({"spec": {"containers": [{"name": "a"}, {"name": "istio-proxy"}]}}),
+            &json!({"spec": {"containers": [{"name": "a"}]}})
+        ));
+        // Lists without names, and a custom resource's (atomic unless its schema says so),
+        // still compare whole.
+        assert!(!plain(
+            &json!({"args": ["a", "b"]}),
+            &json!({"args": ["a"]})
+        ));
+        assert!(!holds(
+            &json!({"spec": {"items": [{"name": "a"}, {"name": "b"}]}}),
+            &json!({"spec": {"items": [{"name": "a"}]}}),
+            "example.com",
+            "Widget"
         ));
     }
 
