@@ -1202,6 +1202,55 @@ async fn a_cluster_scoped_object_of_a_kind_installed_during_the_sync_is_recorded
     .await;
 }
 
+/// An inventory key (group and kind, no version) is resolved by discovery once, not at each
+/// lookup: each health pass asked for the whole group of every entry outside the core group.
+/// A CRD applied for the group forgets it.
+#[tokio::test]
+async fn a_kind_of_an_inventory_key_is_discovered_once() {
+    let env = crate::support::TestEnv::new("sync-preferred-once").await;
+    let (client, requests) = crate::support::recording_client(&env.kubeconfig).await;
+    let applier = convoy::engine::apply::Applier::new(client, 4);
+    let resources = applier.resources();
+    let asked = || {
+        requests
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.starts_with("GET /apis/apps"))
+            .count()
+    };
+    for _ in 0..3 {
+        let resource = resources
+            .resolve_group_kind("apps", "Deployment")
+            .await
+            .unwrap();
+        assert_eq!(resource.unwrap().api.version, "v1");
+    }
+    let first = asked();
+    assert!(first >= 1, "asked once");
+    for _ in 0..3 {
+        resources
+            .resolve_group_kind("apps", "StatefulSet")
+            .await
+            .unwrap();
+        resources
+            .resolve_group_kind("apps", "Deployment")
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        asked(),
+        first * 2,
+        "StatefulSet asked once, Deployment not again"
+    );
+    resources.forget("apps/v1");
+    resources
+        .resolve_group_kind("apps", "Deployment")
+        .await
+        .unwrap();
+    assert_eq!(asked(), first * 3, "forgotten with its group");
+}
+
 /// A render naming many made-up kinds that skip the dry run costs a bounded number of
 /// discovery requests at its wave: at most 16 group-versions are asked about again (the rest
 /// keep the miss discovery gave moments ago), where each was asked again, one at a time, on
