@@ -200,13 +200,6 @@ pub async fn controller(shared: Arc<Shared>, key: String, failures: u32) -> Pass
     }
 }
 
-/// Whether the pass reconciled a spec the status had not seen yet (`release` is the Release
-/// as the pass read it, before it wrote its status).
-fn spec_changed(release: &Release) -> bool {
-    let observed = release.status.as_ref().and_then(|s| s.observed_generation);
-    observed.is_some() && observed != release.metadata.generation
-}
-
 /// What operators see of a reconcile whose outcome changed: one log line (Release, stage,
 /// reason, render), and Events: a Warning for a failure, Normal ones for a render applied, a
 /// rollback, drift put back, and objects handed to another Release.
@@ -268,15 +261,6 @@ async fn announce(
             EventType::Normal,
             "Applied",
             outcome.message.clone(),
-            "Apply",
-        ));
-    } else if outcome.applied_render && outcome.objects_sent > 0 && spec_changed(release) {
-        // The same render sent again for a new spec (driftExclusions, the service account):
-        // not drift (found by a run of the daemon on real charts).
-        events.push((
-            EventType::Normal,
-            "Applied",
-            format!("applied for a changed spec: {}", outcome.message),
             "Apply",
         ));
     } else if outcome.applied_render && outcome.objects_sent > 0 {
@@ -952,26 +936,6 @@ pub async fn oci(shared: Arc<Shared>, key: String, _failures: u32) -> PassResult
 #[cfg(test)]
 mod tests {
     use super::FetchedRevisions;
-
-    /// A pass for a spec the status has not seen sends for the spec, not for drift.
-    #[test]
-    fn a_spec_the_status_has_not_seen_is_a_change_of_spec() {
-        let release = |generation: i64, observed: Option<i64>| -> crate::engine::api::Release {
-            serde_json::from_value(serde_json::json!({
-                "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
-                "metadata": {"name": "web", "namespace": "apps", "generation": generation},
-                "spec": {"source": {"kind": "GitRepository", "name": "repo"}},
-                "status": {"observedGeneration": observed},
-            }))
-            .unwrap()
-        };
-        assert!(super::spec_changed(&release(3, Some(2))));
-        assert!(!super::spec_changed(&release(3, Some(3))));
-        assert!(
-            !super::spec_changed(&release(1, None)),
-            "the first pass applies anyway"
-        );
-    }
 
     #[test]
     fn a_fetch_moves_on_a_new_revision_or_a_new_object_of_the_name() {
