@@ -64,10 +64,27 @@ const ZERO_LEFT_OUT: [&str; 22] = [
     "loadBalancerIP",
 ];
 
+/// Lists of the built-in kinds that server-side apply merges by `name` (a map list keyed by
+/// it): a Pod spec's containers, init and ephemeral containers, volumes, image pull Secrets,
+/// a container's env, a webhook configuration's webhooks. Only these: an atomic list of named
+/// items (a RoleBinding's `subjects`) is replaced whole by whoever changes it, so an item
+/// added there is drift to take back (found by a review).
+const NAMED_LISTS: [&str; 7] = [
+    "containers",
+    "initContainers",
+    "ephemeralContainers",
+    "volumes",
+    "imagePullSecrets",
+    "env",
+    "webhooks",
+];
+
 /// What a value under a key is read as.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Reading {
     Plain,
+    /// A list merged by `name` ([`NAMED_LISTS`]).
+    Named,
     /// A map whose values are quantities.
     Quantities,
     Quantity,
@@ -114,16 +131,20 @@ fn holds_as(live: &Value, desired: &Value, reading: Reading, stored: Stored) -> 
                     || (stored.builtin && ZERO_LEFT_OUT.contains(&k.as_str()) && is_zero(dv))
             }
         }),
-        (Value::Array(d), Value::Array(l)) if stored.builtin && all_named(d) => {
+        (Value::Array(d), Value::Array(l)) if reading == Reading::Named && all_named(d) => {
             // A built-in list of named items (containers, env, volumes, ports by name) merges
             // by name: items another manager added (a team's env var, a sidecar an admission
             // webhook injects) are theirs, and an apply would leave them. Each rendered item
             // must be there by its name (found by a run of the daemon on Argo CD: a team's
             // env var made every pass send the Deployment and announce drift put back).
+            // A name twice in the live list (the later one wins in a container's env) is
+            // not what was applied.
             d.iter().all(|dv| {
-                l.iter()
-                    .find(|lv| lv.get("name") == dv.get("name"))
-                    .is_some_and(|lv| holds_as(lv, dv, Reading::Plain, stored))
+                let mut same = l.iter().filter(|lv| lv.get("name") == dv.get("name"));
+                match (same.next(), same.next()) {
+                    (Some(lv), None) => holds_as(lv, dv, Reading::Plain, stored),
+                    _ => false,
+                }
             })
         }
         (Value::Array(d), Value::Array(l)) => {
@@ -150,6 +171,7 @@ fn reading_under(reading: Reading, key: &str, stored: Stored) -> Reading {
         Reading::Quantities => Reading::Quantity,
         _ if QUANTITY_MAPS.contains(&key) => Reading::Quantities,
         _ if QUANTITY_FIELDS.contains(&key) => Reading::Quantity,
+        _ if NAMED_LISTS.contains(&key) => Reading::Named,
         _ => Reading::Plain,
     }
 }
@@ -425,6 +447,18 @@ mod tests {
         assert!(plain(
             &json!({"spec": {"containers": [{"name": "a"}, {"name": "istio-proxy"}]}}),
             &json!({"spec": {"containers": [{"name": "a"}]}})
+        ));
+        // An atomic list of named items: an added subject is drift (found by a review).
+        assert!(!holds(
+            &json!({"subjects": [{"kind": "User", "name": "a"}, {"kind": "User", "name": "mallory"}]}),
+            &json!({"subjects": [{"kind": "User", "name": "a"}]}),
+            "rbac.authorization.k8s.io",
+            "RoleBinding"
+        ));
+        // A name twice in the live env: the later value is the one a container sees.
+        assert!(!plain(
+            &container(json!([{"name": "X", "value": "1"}, {"name": "X", "value": "2"}])),
+            &desired
         ));
         // Lists without names, and a custom resource's (atomic unless its schema says so),
         // still compare whole.
