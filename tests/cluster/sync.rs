@@ -1202,9 +1202,10 @@ async fn a_cluster_scoped_object_of_a_kind_installed_during_the_sync_is_recorded
     .await;
 }
 
-/// An inventory key (group and kind, no version) is resolved by discovery once, not at each
-/// lookup: each health pass asked for the whole group of every entry outside the core group.
-/// A CRD applied for the group forgets it.
+/// An inventory key (group and kind, no version) is resolved by discovery once for the health
+/// loop's reads, not at each lookup: each health pass asked for the whole group of every entry
+/// outside the core group. A CRD applied for the group forgets it; deletes and ownership
+/// reads ask afresh (a stale version's 404 would read as "gone").
 #[tokio::test]
 async fn a_kind_of_an_inventory_key_is_discovered_once() {
     let env = crate::support::TestEnv::new("sync-preferred-once").await;
@@ -1221,7 +1222,7 @@ async fn a_kind_of_an_inventory_key_is_discovered_once() {
     };
     for _ in 0..3 {
         let resource = resources
-            .resolve_group_kind("apps", "Deployment")
+            .resolve_group_kind_cached("apps", "Deployment")
             .await
             .unwrap();
         assert_eq!(resource.unwrap().api.version, "v1");
@@ -1230,11 +1231,11 @@ async fn a_kind_of_an_inventory_key_is_discovered_once() {
     assert!(first >= 1, "asked once");
     for _ in 0..3 {
         resources
-            .resolve_group_kind("apps", "StatefulSet")
+            .resolve_group_kind_cached("apps", "StatefulSet")
             .await
             .unwrap();
         resources
-            .resolve_group_kind("apps", "Deployment")
+            .resolve_group_kind_cached("apps", "Deployment")
             .await
             .unwrap();
     }
@@ -1245,10 +1246,15 @@ async fn a_kind_of_an_inventory_key_is_discovered_once() {
     );
     resources.forget("apps/v1");
     resources
-        .resolve_group_kind("apps", "Deployment")
+        .resolve_group_kind_cached("apps", "Deployment")
         .await
         .unwrap();
     assert_eq!(asked(), first * 3, "forgotten with its group");
+    resources
+        .resolve_group_kind("apps", "Deployment")
+        .await
+        .unwrap();
+    assert_eq!(asked(), first * 4, "a delete's lookup asks afresh");
 }
 
 /// A render naming many made-up kinds that skip the dry run costs a bounded number of

@@ -133,6 +133,24 @@ impl ResourceCache {
         if crate::engine::render::object::group_trouble(group).is_some() {
             return Ok(None);
         }
+        self.preferred_now(group, kind).await
+    }
+
+    /// [`ResourceCache::resolve_group_kind`] from what was learned in the last 5 minutes (a
+    /// miss in the last 10 s): for the health loop's reads, which asked discovery for the
+    /// whole group of every entry outside the core group at every pass (found by a run of the
+    /// daemon: 38 discovery requests a minute at rest for three Releases). Deletes and
+    /// ownership reads ask afresh: an answer 5 minutes old may name a version a CRD no longer
+    /// serves, whose 404 would read as "already gone" (found by a review). A reader that finds
+    /// nothing calls [`ResourceCache::forget_preferred`] and asks again.
+    pub async fn resolve_group_kind_cached(
+        &self,
+        group: &str,
+        kind: &str,
+    ) -> Result<Option<Resource>, ResolveKindError> {
+        if group.is_empty() || crate::engine::render::object::group_trouble(group).is_some() {
+            return self.resolve_group_kind(group, kind).await;
+        }
         let key = (group.to_string(), kind.to_string());
         let cached = locks::lock(&self.preferred).get(&key).cloned();
         if let Some((at, resource)) = cached {
@@ -145,6 +163,21 @@ impl ResourceCache {
                 return Ok(resource);
             }
         }
+        self.preferred_now(group, kind).await
+    }
+
+    /// Forget what `group` prefers for `kind` (a read through it found nothing).
+    pub fn forget_preferred(&self, group: &str, kind: &str) {
+        locks::lock(&self.preferred).remove(&(group.to_string(), kind.to_string()));
+    }
+
+    /// Ask discovery what `group` prefers for `kind`, and keep the answer.
+    async fn preferred_now(
+        &self,
+        group: &str,
+        kind: &str,
+    ) -> Result<Option<Resource>, ResolveKindError> {
+        let key = (group.to_string(), kind.to_string());
         let resource = match oneshot::group(&self.client, group).await {
             Ok(g) => g.recommended_kind(kind).map(|(api, caps)| Resource {
                 api,

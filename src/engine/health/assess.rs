@@ -287,27 +287,56 @@ pub async fn read_object(
             why: format!("its {what} {why}"),
         });
     }
-    let resource = match applier
-        .resources()
-        .resolve_group_kind(&key.group, &key.kind)
-        .await
-    {
-        Ok(Some(r)) => r,
-        Ok(None) => return Ok(None),
-        Err(e) => {
-            return Err(AssessError::Discovery {
+    let resources = applier.resources();
+    let resolve = |fresh: bool| async move {
+        if fresh {
+            resources.forget_preferred(&key.group, &key.kind);
+        }
+        match resources
+            .resolve_group_kind_cached(&key.group, &key.kind)
+            .await
+        {
+            Ok(resolved) => Ok(resolved),
+            Err(e) => Err(AssessError::Discovery {
                 key: key.to_string(),
                 message: e.to_string(),
-            });
+            }),
         }
     };
+    let Some(resource) = resolve(false).await? else {
+        return Ok(None);
+    };
+    match read_as(applier, key, &resource, freshness, &read_err).await? {
+        Some(object) => Ok(Some(object)),
+        // Not found through what discovery said up to 5 minutes ago: asked again, and read
+        // again if the group now prefers another version or scope (a CRD changed).
+        None => match resolve(true).await? {
+            Some(fresh)
+                if fresh.api.api_version != resource.api.api_version
+                    || fresh.namespaced != resource.namespaced =>
+            {
+                read_as(applier, key, &fresh, freshness, &read_err).await
+            }
+            _ => Ok(None),
+        },
+    }
+}
+
+/// The live object of `key` as `resource`, or `None`.
+async fn read_as(
+    applier: &Applier,
+    key: &ObjectKey,
+    resource: &crate::engine::apply::resources::Resource,
+    freshness: Freshness,
+    read_err: &impl Fn(kube::Error) -> AssessError,
+) -> Result<Option<Value>, AssessError> {
     let api: Api<DynamicObject> = if resource.namespaced {
         Api::namespaced_with(applier.client().clone(), &key.namespace, &resource.api)
     } else {
         Api::all_with(applier.client().clone(), &resource.api)
     };
     let namespace = resource.namespaced.then_some(key.namespace.as_str());
-    let object = match applier.watched(&resource, namespace, &key.name, freshness) {
+    let object = match applier.watched(resource, namespace, &key.name, freshness) {
         Some(object) => Some(object),
         None => freshness.get(&api, &key.name).await.map_err(read_err)?,
     };
