@@ -1631,17 +1631,21 @@ async fn a_stateful_set_re_created_keeps_its_pods() {
         owned.sort();
         owned
     };
+    // The StatefulSet's two Pods once `owner` controls both.
+    let pods_of = |owner: &str, what: &'static str| {
+        let owner = owner.to_string();
+        let owned_pods = &owned_pods;
+        async move {
+            eventually(what, Duration::from_secs(60), || async {
+                let owned = owned_pods().await;
+                (owned.len() == 2 && owned.iter().all(|(_, _, o)| *o == owner)).then_some(owned)
+            })
+            .await
+        }
+    };
     let uid_of = |sts: StatefulSet| sts.metadata.uid.unwrap();
     let first = uid_of(stateful_sets.get("db").await.unwrap());
-    let before = eventually(
-        "the StatefulSet's two Pods",
-        Duration::from_secs(60),
-        || async {
-            let owned = owned_pods().await;
-            (owned.len() == 2 && owned.iter().all(|(_, _, owner)| *owner == first)).then_some(owned)
-        },
-    )
-    .await;
+    let before = pods_of(&first, "the StatefulSet's two Pods").await;
 
     f.commit(&[("sts.yaml", &sts("2Gi"))]);
     let diff = f.env.convoy(&["diff", "web"]);
@@ -1667,16 +1671,7 @@ async fn a_stateful_set_re_created_keeps_its_pods() {
     assert_eq!(requests.requests.as_ref().unwrap()["storage"].0, "2Gi");
     let second = uid_of(live);
     assert_ne!(second, first, "re-created");
-    let after = eventually(
-        "the Pods taken up by the new StatefulSet",
-        Duration::from_secs(60),
-        || async {
-            let owned = owned_pods().await;
-            (owned.len() == 2 && owned.iter().all(|(_, _, owner)| *owner == second))
-                .then_some(owned)
-        },
-    )
-    .await;
+    let after = pods_of(&second, "the Pods taken up by the new StatefulSet").await;
     let pod_uids = |owned: &[(String, String, String)]| {
         owned
             .iter()
@@ -1695,15 +1690,7 @@ async fn a_stateful_set_re_created_keeps_its_pods() {
     assert_eq!(outcome.reason, Reason::Applied, "{}", outcome.message);
     let third = uid_of(stateful_sets.get("db").await.unwrap());
     assert_ne!(third, second, "re-created");
-    let renewed = eventually(
-        "new Pods of the new StatefulSet",
-        Duration::from_secs(60),
-        || async {
-            let owned = owned_pods().await;
-            (owned.len() == 2 && owned.iter().all(|(_, _, owner)| *owner == third)).then_some(owned)
-        },
-    )
-    .await;
+    let renewed = pods_of(&third, "new Pods of the new StatefulSet").await;
     for ((name, old), (_, new)) in pod_uids(&after).iter().zip(pod_uids(&renewed).iter()) {
         assert_ne!(old, new, "{name} made again");
     }
