@@ -163,9 +163,6 @@ pub async fn run(global: &GlobalArgs, args: SyncArgs, printer: &mut Printer) -> 
                 None => Ok(status),
             }
         }
-        // A Release being deleted: the pass ran its deletion (finalize: pre-delete hooks,
-        // the prune of what it applied, its inventory and renders, its finalizer), which
-        // "nothing to sync" hid (found by a run of Argo CD's manifests).
         // No reconcile and no deletion (found by a review: this arm said "being deleted").
         None if release.metadata.deletion_timestamp.is_none() => {
             let why = match result.fetching {
@@ -180,6 +177,9 @@ pub async fn run(global: &GlobalArgs, args: SyncArgs, printer: &mut Printer) -> 
                 .map_err(io_error)?;
             Ok(ExitStatus::No)
         }
+        // A Release being deleted: the pass ran its deletion (finalize: pre-delete hooks,
+        // the prune of what it applied, its inventory and renders, its finalizer), which
+        // "nothing to sync" hid (found by a run of Argo CD's manifests).
         None => match api.get_opt(&args.name).await {
             Ok(None) => {
                 printer

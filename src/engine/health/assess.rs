@@ -292,16 +292,13 @@ pub async fn read_object(
         if fresh {
             resources.forget_preferred(&key.group, &key.kind);
         }
-        match resources
+        resources
             .resolve_group_kind_cached(&key.group, &key.kind)
             .await
-        {
-            Ok(resolved) => Ok(resolved),
-            Err(e) => Err(AssessError::Discovery {
+            .map_err(|e| AssessError::Discovery {
                 key: key.to_string(),
                 message: e.to_string(),
-            }),
-        }
+            })
     };
     let Some(resource) = resolve(false).await? else {
         return Ok(None);
