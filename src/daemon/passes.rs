@@ -49,6 +49,8 @@ pub struct Shared {
     pub controller_queue: WorkQueue,
     /// The health loop's queue (a pass put off while the controller syncs goes back on it).
     pub health_queue: WorkQueue,
+    /// The drift loop's queue (the live-object watches wake it, `daemon::drift_wake`).
+    pub drift_queue: WorkQueue,
     /// The Releases the controller is reconciling now.
     pub syncing: super::syncing::Syncing,
     /// The watches that answer the observer loops' reads of live objects.
@@ -263,12 +265,25 @@ async fn announce(
             outcome.message.clone(),
             "Apply",
         ));
-    } else if outcome.applied_render && outcome.objects_sent > 0 {
-        // The same render again over objects that had drifted: the drift is put back.
+    } else if outcome.applied_render && outcome.drift_put_back > 0 {
+        // The same render again over objects that no longer held what it applied.
         events.push((
             EventType::Normal,
             "DriftCorrected",
-            format!("drift put back: {}", outcome.message),
+            format!(
+                "drift put back on {}: {}",
+                crate::engine::explain::count(outcome.drift_put_back, "object"),
+                outcome.message
+            ),
+            "Apply",
+        ));
+    } else if outcome.applied_render && outcome.objects_sent > 0 {
+        // The same render sent again as the spec now asks (new `driftExclusions`, a
+        // mutation's target), with no drift among what was sent: an apply, not a correction.
+        events.push((
+            EventType::Normal,
+            "Applied",
+            outcome.message.clone(),
             "Apply",
         ));
     }

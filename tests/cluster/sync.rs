@@ -1499,6 +1499,7 @@ async fn a_render_the_server_stores_in_other_words_is_not_sent_again() {
     let first = f.sync().await.outcome.unwrap();
     assert_eq!(first.reason, Reason::Applied, "{}", first.message);
     assert_eq!(first.objects_sent, 2);
+    assert_eq!(first.drift_put_back, 0, "new objects are not drift");
     let inventories: Api<ReleaseInventory> =
         Api::namespaced(f.env.client.clone(), &f.env.namespace);
     let before = inventories
@@ -1551,6 +1552,7 @@ async fn a_render_the_server_stores_in_other_words_is_not_sent_again() {
     ]);
     let outcome = f.sync().await.outcome.unwrap();
     assert_eq!(outcome.objects_sent, 1, "{}", outcome.message);
+    assert_eq!(outcome.drift_put_back, 1, "the daemon says DriftCorrected");
     let deployments: Api<Deployment> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
     let pod = deployments
         .get("api")
@@ -1570,6 +1572,7 @@ async fn a_render_the_server_stores_in_other_words_is_not_sent_again() {
     f.commit(&[("deploy.yaml", &changed.to_string())]);
     let outcome = f.sync().await.outcome.unwrap();
     assert_eq!(outcome.objects_sent, 1, "{}", outcome.message);
+    assert_eq!(outcome.drift_put_back, 0, "a render change, not drift");
     let live: Api<Deployment> = Api::namespaced(f.env.client.clone(), &f.env.namespace);
     let live = live.get("api").await.unwrap();
     let requests = live.spec.unwrap().template.spec.unwrap().containers[0]

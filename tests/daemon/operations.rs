@@ -510,6 +510,8 @@ async fn operators_see_outcomes_in_logs_events_and_metrics() {
     })
     .await;
     assert_eq!(corrected.type_.as_deref(), Some("Normal"));
+    let note = corrected.message.unwrap_or_default();
+    assert!(note.starts_with("drift put back on 1 object: "), "{note}");
     assert_eq!(f.config_map("a").await.unwrap()["data"]["value"], "1");
 
     let ns = &f.env.namespace;

@@ -185,6 +185,18 @@ struct Prepared {
     body: Value,
 }
 
+/// Whether an object is sent, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhySend {
+    /// Applied before exactly as rendered now, and the live object still holds it.
+    Unchanged,
+    /// Rendered differently from what was applied (or never recorded, or unpreparable).
+    Rendered,
+    /// Applied before as rendered now, but the live object no longer holds it (or is gone):
+    /// drift to put back.
+    NotHeld,
+}
+
 impl Applier {
     pub fn new(client: Client, concurrency: usize) -> Self {
         Self {
@@ -391,10 +403,25 @@ impl Applier {
         digest_key: Option<&DigestKey>,
         live: &std::collections::HashMap<ObjectKey, Value>,
     ) -> Vec<bool> {
+        self.why_send_given_live(objects, applied_digests, digest_key, live)
+            .await
+            .into_iter()
+            .map(|why| why != WhySend::Unchanged)
+            .collect()
+    }
+
+    /// Per object, whether and why it is sent (`changed_given_live` with the reason).
+    pub async fn why_send_given_live(
+        &self,
+        objects: &[Object],
+        applied_digests: &std::collections::HashMap<ObjectKey, String>,
+        digest_key: Option<&DigestKey>,
+        live: &std::collections::HashMap<ObjectKey, Value>,
+    ) -> Vec<WhySend> {
         let prepared = self
             .skip_candidates(objects, applied_digests, digest_key)
             .await;
-        Self::compare(&prepared, live)
+        Self::why_send(&prepared, live)
     }
 
     /// Per object, the prepared form when it was applied before exactly as rendered now (its
@@ -426,15 +453,31 @@ impl Applier {
         prepared: &[Option<Prepared>],
         live: &std::collections::HashMap<ObjectKey, Value>,
     ) -> Vec<bool> {
+        Self::why_send(prepared, live)
+            .into_iter()
+            .map(|why| why != WhySend::Unchanged)
+            .collect()
+    }
+
+    fn why_send(
+        prepared: &[Option<Prepared>],
+        live: &std::collections::HashMap<ObjectKey, Value>,
+    ) -> Vec<WhySend> {
         prepared
             .iter()
             .map(|candidate| {
-                let Some(p) = candidate else { return true };
-                let Some(object) = live.get(&p.key) else {
-                    return true;
+                let Some(p) = candidate else {
+                    return WhySend::Rendered;
                 };
                 let api = &p.resource.api;
-                !holds(object, &without_type(&p.body), &api.group, &api.kind)
+                match live.get(&p.key) {
+                    Some(object)
+                        if holds(object, &without_type(&p.body), &api.group, &api.kind) =>
+                    {
+                        WhySend::Unchanged
+                    }
+                    _ => WhySend::NotHeld,
+                }
             })
             .collect()
     }

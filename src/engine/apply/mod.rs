@@ -10,6 +10,6 @@ pub mod waves;
 
 pub use applier::{
     Applier, ApplyError, DEFAULT_CONCURRENCY, DryRunReport, Freshness, KindToCome, PruneReport,
-    PruneTarget, Rejection, defined_kinds,
+    PruneTarget, Rejection, WhySend, defined_kinds,
 };
 pub use watched::{WatchedObjects, WatchedTargets};

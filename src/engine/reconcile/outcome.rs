@@ -43,9 +43,11 @@ pub struct ReconcileOutcome {
     pub notices: Vec<String>,
     /// How long each stage took (`render`, `sync`), for the daemon's histograms.
     pub stage_seconds: Vec<(&'static str, f64)>,
-    /// Objects this attempt sent to the cluster (unchanged ones are not sent): a render that
-    /// ran already and still sends some put drift back.
+    /// Objects this attempt sent to the cluster (unchanged ones are not sent).
     pub objects_sent: usize,
+    /// Of those, the ones applied before exactly as rendered now that the live object no
+    /// longer held: drift put back (the others were rendered or specified anew).
+    pub drift_put_back: usize,
     /// The inventory as this attempt last read or wrote it had no hook entries (set by
     /// `reconcile`): the lifecycle rollup then has nothing to read.
     pub inventory_without_hooks: bool,
@@ -83,6 +85,7 @@ impl ReconcileOutcome {
             stage_seconds: Vec::new(),
             unserved_kinds: Vec::new(),
             objects_sent: 0,
+            drift_put_back: 0,
             inventory_without_hooks: false,
             fetching: None,
         }
@@ -108,6 +111,7 @@ impl ReconcileOutcome {
             stage_seconds: Vec::new(),
             unserved_kinds: Vec::new(),
             objects_sent: 0,
+            drift_put_back: 0,
             inventory_without_hooks: false,
             fetching: None,
         }
@@ -143,6 +147,7 @@ impl ReconcileOutcome {
             stage_seconds: Vec::new(),
             unserved_kinds: Vec::new(),
             objects_sent: 0,
+            drift_put_back: 0,
             inventory_without_hooks: false,
             fetching: None,
         }
@@ -177,6 +182,7 @@ impl ReconcileOutcome {
             stage_seconds: Vec::new(),
             unserved_kinds: Vec::new(),
             objects_sent: 0,
+            drift_put_back: 0,
             inventory_without_hooks: false,
             fetching: None,
         }

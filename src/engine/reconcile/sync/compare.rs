@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use super::SyncRun;
 use crate::engine::api::{ObjectKey, ReleaseInventory};
-use crate::engine::apply::{Applier, ApplyError, Freshness};
+use crate::engine::apply::{Applier, ApplyError, Freshness, WhySend};
 use crate::engine::content_hooks::{self, ContentHook};
 use crate::engine::digest_key::DigestKey;
 use crate::engine::exclusions::{self, ForCluster};
@@ -44,6 +44,9 @@ pub(super) struct SyncPlan {
     /// The objects that must be sent (changed, or not known to be unchanged).
     pub to_send: Vec<Object>,
     pub to_send_keys: BTreeSet<ObjectKey>,
+    /// The effective keys of those of `to_send` applied before as rendered now, which the
+    /// live objects no longer hold: drift to put back, not a change of the render or spec.
+    pub drifted: BTreeSet<ObjectKey>,
     /// The key Secret digests are made with.
     pub digest_key: Option<DigestKey>,
 }
@@ -113,6 +116,7 @@ pub(super) async fn compare_with_cluster(
         live: HashMap::new(),
         to_send: Vec::new(),
         to_send_keys: BTreeSet::new(),
+        drifted: BTreeSet::new(),
         digest_key: Some(ctx.inventory_digest_key().await),
     };
     let first = first_read(ctx, run.release);
@@ -207,21 +211,29 @@ async fn choose_what_to_send(applier: &Applier, plan: &mut SyncPlan) {
         .filter_map(|m| m.digest.clone().map(|d| (m.key.clone(), d)))
         .collect();
     let objects = &plan.for_cluster.objects;
-    let changed = applier
-        .changed_given_live(
+    let why = applier
+        .why_send_given_live(
             objects,
             &applied_digests,
             plan.digest_key.as_ref(),
             &plan.live,
         )
         .await;
-    let to_send: Vec<Object> = objects
+    let sent: Vec<(&Object, WhySend, &ObjectKey)> = objects
         .iter()
-        .zip(&changed)
+        .zip(why)
         .zip(&plan.keys)
-        .filter(|((_, c), key)| **c && !plan.for_cluster.keep_as_is.contains(*key))
-        .map(|((o, _), _)| o.clone())
+        .filter(|((_, why), key)| {
+            *why != WhySend::Unchanged && !plan.for_cluster.keep_as_is.contains(*key)
+        })
+        .map(|((o, why), key)| (o, why, key))
         .collect();
+    plan.drifted = sent
+        .iter()
+        .filter(|(_, why, _)| *why == WhySend::NotHeld)
+        .map(|(_, _, key)| (*key).clone())
+        .collect();
+    let to_send: Vec<Object> = sent.iter().map(|(o, _, _)| (*o).clone()).collect();
     plan.to_send_keys = to_send.iter().map(Object::key).collect();
     plan.to_send = to_send;
 }

@@ -372,6 +372,7 @@ fn applied_outcome(
     }
     let mut outcome = ReconcileOutcome::applied(run.attempt.clone(), message, applied.waves);
     outcome.objects_sent = applied.objects_sent;
+    outcome.drift_put_back = applied.drift_put_back;
     let mut notices = Vec::new();
     // A deletion the sync made beside its applies is said, as the prunes are.
     if !applied.recreated.is_empty() {

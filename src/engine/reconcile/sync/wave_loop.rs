@@ -51,6 +51,8 @@ pub(super) struct Applied {
     /// The last wave whose intent is recorded (with this sync's intents before it).
     pub intent_through: Option<i32>,
     pub objects_sent: usize,
+    /// Of those, the ones sent because the live object no longer held what was applied.
+    pub drift_put_back: usize,
     /// Objects deleted and created again, as their annotations ask (applier::recreate).
     pub recreated: Vec<ObjectKey>,
     pub waves: Vec<WaveStatus>,
@@ -72,6 +74,7 @@ pub(super) async fn apply_waves(
         pending_in_inventory: plan.pending_in_inventory || early_intent.is_some(),
         intent_through: early_intent,
         objects_sent: 0,
+        drift_put_back: 0,
         recreated: Vec::new(),
         waves: Vec::new(),
     };
@@ -269,6 +272,7 @@ async fn apply_wave(
         },
     };
     applied.objects_sent += keys.len();
+    applied.drift_put_back += keys.iter().filter(|k| plan.drifted.contains(*k)).count();
     // A failed wave ends the sync: its members are put now, and no further intent.
     let next = if failure.is_some() { After::Stop } else { next };
     let put = record_wave(run, plan, hooks, applied, (wave, objects), &keys, next).await;
