@@ -19,6 +19,17 @@
 //!
 //! The engine asks through [`WatchedObjects`]; whatever a watch cannot vouch for (not listed
 //! yet, failing, or not among the kept objects) is read from the API server as before.
+//!
+//! The same watches tell the drift loop when someone else changed what convoy applied, so a
+//! `kubectl edit` shows as `InSync=False` (and is put back in automatic mode) within seconds,
+//! as Argo CD's self-heal does, not at the next interval. Not every change is drift: status,
+//! another controller's annotation (a Deployment's revision) or another team's field are not,
+//! and a drift pass is a dry run per object. A change counts when fields convoy applied
+//! (`convoy-release`'s Apply entry in `managedFields`) left convoy without convoy writing:
+//! the server moves a field to whoever changes its value (an update takes it, a forced apply
+//! takes it), and stamps convoy's entry with the time of each write of convoy's that changed
+//! the object. So convoy's fields changing while convoy's time stays is someone else's
+//! doing; and a kept object deleted is drift too. [`Notice`] is told the Release.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -31,12 +42,17 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
 use tokio::task::AbortHandle;
 
+use crate::engine::api::field_managers;
 use crate::engine::api::labels::{RELEASE_NAME, RELEASE_NAMESPACE};
 use crate::engine::apply::{WatchedObjects, WatchedTargets};
 use crate::engine::locks;
 
 /// Whether the objects of a Release (namespace, name) are kept.
 pub type Keep = Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
+
+/// Told the Release (namespace, name) whose applied fields someone else changed or whose
+/// object was deleted (see the module doc).
+pub type Notice = Arc<dyn Fn(&str, &str) + Send + Sync>;
 
 /// The first wait before a failed watch lists again; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -96,6 +112,7 @@ pub const RELIST_DELAY: Duration = Duration::from_secs(60);
 /// Every target client's watches (the engine's [`WatchedTargets`]).
 pub struct LiveTargets {
     keep: Keep,
+    notice: Option<Notice>,
     made: Mutex<Vec<Weak<LiveObjects>>>,
     /// Relists asked for so far (only the last one asked within [`RELIST_DELAY`] runs).
     relists: AtomicU64,
@@ -138,10 +155,17 @@ impl LiveTargets {
     pub fn with_limits(keep: Keep, limits: Limits) -> Self {
         Self {
             keep,
+            notice: None,
             made: Mutex::default(),
             relists: AtomicU64::new(0),
             allowed: Arc::new(Allowed::new(limits)),
         }
+    }
+
+    /// Tell `notice` of changes to convoy's fields by others (see the module doc).
+    pub fn with_notice(mut self, notice: Notice) -> Self {
+        self.notice = Some(notice);
+        self
     }
 
     /// [`LiveTargets::relist`] after `delay`, once for all the changes asked meanwhile.
@@ -181,6 +205,7 @@ impl LiveTargets {
         let objects = Arc::new(LiveObjects {
             client: client.clone(),
             keep: self.keep.clone(),
+            notice: self.notice.clone(),
             kinds: Mutex::default(),
             allowed: self.allowed.clone(),
         });
@@ -195,6 +220,7 @@ impl LiveTargets {
 pub struct LiveObjects {
     client: Client,
     keep: Keep,
+    notice: Option<Notice>,
     kinds: Mutex<HashMap<Scope, Watch>>,
     allowed: Arc<Allowed>,
 }
@@ -258,7 +284,7 @@ impl LiveObjects {
             api,
             resource.clone(),
             (objects.clone(), epoch),
-            self.keep.clone(),
+            (self.keep.clone(), self.notice.clone()),
             slot,
         ));
         Some(task.abort_handle())
@@ -352,9 +378,9 @@ impl WatchedObjects for LiveObjects {
 /// What one kind's watch holds, and whether it can be trusted now. Every kept byte is taken
 /// from the process's allowance and given back when the object goes (or these with it).
 struct Objects {
-    kept: HashMap<String, Arc<str>>,
+    kept: HashMap<String, Held>,
     /// The objects of a list in progress (between `Init` and `InitDone`).
-    listing: Option<HashMap<String, Arc<str>>>,
+    listing: Option<HashMap<String, Held>>,
     allowed: Arc<Allowed>,
     /// A list finished and no error came after it.
     current: bool,
@@ -366,6 +392,34 @@ struct Objects {
     epoch: u64,
 }
 
+/// One kept object: its compact text, and what convoy applied of it.
+#[derive(Debug, Clone)]
+struct Held {
+    text: Arc<str>,
+    ours: Option<Applied>,
+}
+
+/// Convoy's Apply entry in an object's `managedFields`: a hash of its fields and its time
+/// (whole seconds, as the server writes it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Applied {
+    fields: u64,
+    time: Option<i64>,
+}
+
+/// Whether fields convoy applied left it without a write of convoy's in between (see the
+/// module doc): its fields changed or went while its time stayed.
+fn taken(before: Option<Applied>, after: Option<Applied>) -> bool {
+    match (before, after) {
+        (Some(_), None) => true,
+        (Some(b), Some(a)) => b.fields != a.fields && b.time == a.time,
+        (None, _) => false,
+    }
+}
+
+/// A Release whose objects someone else changed: (namespace, name).
+type Changed = (String, String);
+
 impl Drop for Objects {
     fn drop(&mut self) {
         let held = bytes(&self.kept) + self.listing.as_ref().map_or(0, bytes);
@@ -373,8 +427,8 @@ impl Drop for Objects {
     }
 }
 
-fn bytes(map: &HashMap<String, Arc<str>>) -> usize {
-    map.values().map(|text| text.len()).sum()
+fn bytes(map: &HashMap<String, Held>) -> usize {
+    map.values().map(|held| held.text.len()).sum()
 }
 
 impl Objects {
@@ -390,25 +444,33 @@ impl Objects {
         }
     }
 
-    /// Put `text` under `key` in `map` if the allowance takes it (else nothing is kept of
-    /// it: it is read from the API server), giving back what it replaces.
-    fn put(allowed: &Allowed, map: &mut HashMap<String, Arc<str>>, key: String, text: Arc<str>) {
-        if let Some(old) = map.remove(&key) {
-            allowed.bytes.give(old.len());
+    /// Put `held` under `key` in `map` if the allowance takes it (else nothing is kept of
+    /// it: it is read from the API server), giving back what it replaces, which is returned.
+    fn put(
+        allowed: &Allowed,
+        map: &mut HashMap<String, Held>,
+        key: String,
+        held: Held,
+    ) -> Option<Held> {
+        let old = map.remove(&key);
+        if let Some(old) = &old {
+            allowed.bytes.give(old.text.len());
         }
-        if text.len() <= allowed.object_bytes && allowed.bytes.take(text.len()) {
-            map.insert(key, text);
+        let len = held.text.len();
+        if len <= allowed.object_bytes && allowed.bytes.take(len) {
+            map.insert(key, held);
         }
+        old
     }
 
-    fn remove(&mut self, key: &str) {
-        if let Some(old) = self.kept.remove(key) {
-            self.allowed.bytes.give(old.len());
-        }
+    fn remove(&mut self, key: &str) -> Option<Held> {
+        let old = self.kept.remove(key)?;
+        self.allowed.bytes.give(old.text.len());
+        Some(old)
     }
 
     /// Give back everything of `map`.
-    fn release(&self, map: HashMap<String, Arc<str>>) {
+    fn release(&self, map: HashMap<String, Held>) {
         self.allowed.bytes.give(bytes(&map));
     }
 
@@ -417,40 +479,71 @@ impl Objects {
         if !self.current {
             return None;
         }
-        self.kept.get(key).cloned()
+        self.kept.get(key).map(|held| held.text.clone())
     }
 
     /// One event of the watch; `keep` says what is kept of an object (`None`: nothing).
-    fn event(&mut self, event: Event<DynamicObject>, keep: impl Fn(DynamicObject) -> Kept) {
+    /// Returns the Release whose applied fields someone else changed, if any: only while the
+    /// watch vouches for what it holds (what it held before is what is compared).
+    fn event(
+        &mut self,
+        event: Event<DynamicObject>,
+        keep: impl Fn(DynamicObject) -> Option<Kept>,
+    ) -> Vec<Changed> {
         match event {
             Event::Init => {
                 if let Some(abandoned) = self.listing.replace(HashMap::new()) {
                     self.release(abandoned);
                 }
+                Vec::new()
             }
             Event::InitApply(object) => {
-                if let (Some(listing), Some((key, text))) = (&mut self.listing, keep(object)) {
-                    Self::put(&self.allowed, listing, key, text);
+                if let (Some(listing), Some(kept)) = (&mut self.listing, keep(object)) {
+                    Self::put(&self.allowed, listing, kept.key, kept.held);
                 }
+                Vec::new()
             }
             Event::InitDone => {
                 let listed = self.listing.take().unwrap_or_default();
+                // What changed while the watch was down (a relist after a failure or a
+                // desync): the objects held before and after; a first list held nothing.
+                // Deletions meanwhile wait for the interval.
+                let changed = changed_between(&self.kept, &listed);
                 let old = std::mem::replace(&mut self.kept, listed);
                 self.release(old);
                 self.current = true;
+                changed
             }
             Event::Apply(object) => {
                 let key = object_key(object.namespace().as_deref(), &object.name_any());
                 match keep(object) {
-                    Some((key, text)) => Self::put(&self.allowed, &mut self.kept, key, text),
-                    None => self.remove(&key),
+                    Some(kept) => {
+                        let after = kept.held.ours;
+                        let before = Self::put(&self.allowed, &mut self.kept, key, kept.held);
+                        let before = before.and_then(|held| held.ours);
+                        if self.current && taken(before, after) {
+                            vec![kept.release]
+                        } else {
+                            Vec::new()
+                        }
+                    }
+                    None => {
+                        self.remove(&key);
+                        Vec::new()
+                    }
                 }
             }
             Event::Delete(object) => {
-                self.remove(&object_key(
+                let old = self.remove(&object_key(
                     object.namespace().as_deref(),
                     &object.name_any(),
                 ));
+                match (old, release_of(&object)) {
+                    (Some(Held { ours: Some(_), .. }), Some(release)) if self.current => {
+                        vec![release]
+                    }
+                    _ => Vec::new(),
+                }
             }
         }
     }
@@ -468,8 +561,32 @@ impl Objects {
     }
 }
 
-/// What is kept of an object: its key and compact text.
-type Kept = Option<(String, Arc<str>)>;
+/// The Releases of the objects held in both `before` and `after` whose applied fields were
+/// taken in between.
+fn changed_between(before: &HashMap<String, Held>, after: &HashMap<String, Held>) -> Vec<Changed> {
+    let mut changed: Vec<Changed> = after
+        .iter()
+        .filter(|(key, held)| {
+            before
+                .get(*key)
+                .is_some_and(|old| taken(old.ours, held.ours))
+        })
+        .filter_map(|(_, held)| {
+            let object: DynamicObject = serde_json::from_str(&held.text).ok()?;
+            release_of(&object)
+        })
+        .collect();
+    changed.sort();
+    changed.dedup();
+    changed
+}
+
+/// What is kept of an object: its key, what is held, and its Release.
+struct Kept {
+    key: String,
+    held: Held,
+    release: Changed,
+}
 
 fn scope(resource: &ApiResource, namespace: Option<&str>) -> Scope {
     (
@@ -493,15 +610,44 @@ fn object_key(namespace: Option<&str>, name: &str) -> String {
     format!("{}/{name}", namespace.unwrap_or_default())
 }
 
+/// The Release an object's labels name: (namespace, name).
+fn release_of(object: &DynamicObject) -> Option<Changed> {
+    let labels = object.labels();
+    Some((
+        labels.get(RELEASE_NAMESPACE)?.clone(),
+        labels.get(RELEASE_NAME)?.clone(),
+    ))
+}
+
+/// Convoy's Apply entry of `object`'s `managedFields` (the main resource's, not a
+/// subresource's).
+fn applied_by_convoy(object: &DynamicObject) -> Option<Applied> {
+    use std::hash::{Hash, Hasher};
+    let entry = object.metadata.managed_fields.as_ref()?.iter().find(|e| {
+        e.manager.as_deref() == Some(field_managers::CONTROLLER.as_str())
+            && e.operation.as_deref() == Some("Apply")
+            && e.subresource.as_deref().unwrap_or_default().is_empty()
+    })?;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(&entry.fields_v1.as_ref()?.0)
+        .ok()?
+        .hash(&mut hasher);
+    Some(Applied {
+        fields: hasher.finish(),
+        time: entry.time.as_ref().map(|t| t.0.as_second()),
+    })
+}
+
 /// What is kept of `object`: nothing unless `keep` wants its Release's objects; else the
 /// object as a read would return it (apiVersion and kind included: list items have none),
-/// without `managedFields` (the loops that read ownership confirm on a fresh read).
-fn kept(mut object: DynamicObject, resource: &ApiResource, keep: &Keep) -> Kept {
-    let labels = object.labels();
-    let release = (labels.get(RELEASE_NAMESPACE)?, labels.get(RELEASE_NAME)?);
-    if !keep(release.0, release.1) {
+/// without `managedFields` (the loops that read ownership confirm on a fresh read), and what
+/// convoy applied of it.
+fn kept(mut object: DynamicObject, resource: &ApiResource, keep: &Keep) -> Option<Kept> {
+    let release = release_of(&object)?;
+    if !keep(&release.0, &release.1) {
         return None;
     }
+    let ours = applied_by_convoy(&object);
     object.metadata.managed_fields = None;
     object.types = Some(TypeMeta {
         api_version: resource.api_version.clone(),
@@ -509,7 +655,14 @@ fn kept(mut object: DynamicObject, resource: &ApiResource, keep: &Keep) -> Kept 
     });
     let key = object_key(object.namespace().as_deref(), &object.name_any());
     let text = serde_json::to_string(&object).ok()?;
-    Some((key, text.into()))
+    Some(Kept {
+        key,
+        held: Held {
+            text: text.into(),
+            ours,
+        },
+        release,
+    })
 }
 
 /// Watch `api`'s labelled objects into `objects` (while they are of `epoch`) until aborted.
@@ -519,7 +672,7 @@ async fn run(
     api: Api<DynamicObject>,
     resource: ApiResource,
     (objects, epoch): (Arc<RwLock<Objects>>, u64),
-    keep: Keep,
+    (keep, notice): (Keep, Option<Notice>),
     _slot: Slot,
 ) {
     let config = watcher::Config::default()
@@ -535,12 +688,19 @@ async fn run(
                     if matches!(event, Event::InitDone) {
                         backoff = FIRST_BACKOFF;
                     }
-                    let mut objects = locks::write(&objects);
-                    // Started over meanwhile (an abort takes effect at the next await).
-                    if objects.epoch != epoch {
-                        return;
+                    let changed = {
+                        let mut objects = locks::write(&objects);
+                        // Started over meanwhile (an abort takes effect at the next await).
+                        if objects.epoch != epoch {
+                            return;
+                        }
+                        objects.event(event, |o| kept(o, &resource, &keep))
+                    };
+                    if let Some(notice) = &notice {
+                        for (namespace, name) in &changed {
+                            notice(namespace, name);
+                        }
                     }
-                    objects.event(event, |o| kept(o, &resource, &keep));
                 }
                 Err(e) => {
                     let forbidden = is_forbidden(&e);
@@ -673,7 +833,8 @@ mod tests {
     fn what_the_watches_keep_is_bounded_whatever_the_cluster_holds() {
         let one = kept(cm("a", "ours", "1"), &resource(), &keep_ours())
             .unwrap()
-            .1
+            .held
+            .text
             .len();
         let allowed = Arc::new(Allowed::new(Limits {
             bytes: one + one / 2,
@@ -704,6 +865,124 @@ mod tests {
             "all given back"
         );
         assert!(allowed.watches.take(1) && !allowed.watches.take(1));
+    }
+
+    /// ConfigMap `a` of Release `ours` with these `managedFields` entries:
+    /// (manager, operation, fieldsV1, time).
+    fn managed(entries: &[(&str, &str, serde_json::Value, &str)]) -> DynamicObject {
+        let mut object = cm("a", "ours", "1");
+        let entries: Vec<_> = entries
+            .iter()
+            .map(|(manager, operation, fields, time)| {
+                serde_json::json!({"manager": manager, "operation": operation,
+                    "apiVersion": "v1", "fieldsType": "FieldsV1", "fieldsV1": fields,
+                    "time": time})
+            })
+            .collect();
+        object.metadata.managed_fields = serde_json::from_value(entries.into()).unwrap();
+        object
+    }
+
+    fn value_field() -> serde_json::Value {
+        serde_json::json!({"f:data": {"f:value": {}}})
+    }
+
+    const T0: &str = "2026-12-07T10:00:00Z";
+    const T1: &str = "2026-12-07T10:00:05Z";
+
+    fn changes(objects: &mut Objects, event: Event<DynamicObject>) -> Vec<Changed> {
+        let (resource, keep) = (resource(), keep_ours());
+        objects.event(event, |o| kept(o, &resource, &keep))
+    }
+
+    fn ours() -> Vec<Changed> {
+        vec![("ns".to_string(), "ours".to_string())]
+    }
+
+    /// A field convoy applied, taken by someone else's update or forced apply (convoy's
+    /// entry loses it, its time stays), names the Release; so does convoy's entry gone.
+    #[test]
+    fn a_field_convoy_applied_taken_by_someone_else_names_its_release() {
+        let mut objects = unbounded();
+        let applied = managed(&[("convoy-release", "Apply", value_field(), T0)]);
+        list(&mut objects, std::slice::from_ref(&applied));
+        let edited = managed(&[
+            (
+                "convoy-release",
+                "Apply",
+                serde_json::json!({"f:data": {}}),
+                T0,
+            ),
+            ("kubectl-edit", "Update", value_field(), T1),
+        ]);
+        assert_eq!(changes(&mut objects, Event::Apply(edited)), ours());
+        // convoy puts it back: its entry changes with a new time.
+        let put_back = managed(&[("convoy-release", "Apply", value_field(), T1)]);
+        assert_eq!(changes(&mut objects, Event::Apply(put_back)), []);
+        let all_taken = managed(&[("team-b", "Apply", value_field(), T1)]);
+        assert_eq!(changes(&mut objects, Event::Apply(all_taken)), ours());
+    }
+
+    /// Convoy's own writes, status, another manager's fields beside convoy's and an object
+    /// convoy never applied are not drift; nothing is named before the first list is done.
+    #[test]
+    fn changes_that_leave_convoys_fields_alone_name_nothing() {
+        let mut objects = unbounded();
+        let applied = managed(&[("convoy-release", "Apply", value_field(), T0)]);
+        feed(&mut objects, Event::Init);
+        let taken = managed(&[("kubectl-edit", "Update", value_field(), T1)]);
+        assert_eq!(changes(&mut objects, Event::InitApply(applied.clone())), []);
+        assert_eq!(changes(&mut objects, Event::Apply(taken.clone())), []);
+        list(&mut objects, std::slice::from_ref(&applied));
+        let a_new_render = managed(&[(
+            "convoy-release",
+            "Apply",
+            serde_json::json!({"f:data": {"f:value": {}, "f:other": {}}}),
+            T1,
+        )]);
+        assert_eq!(changes(&mut objects, Event::Apply(a_new_render)), []);
+        let beside = managed(&[
+            (
+                "convoy-release",
+                "Apply",
+                serde_json::json!({"f:data": {"f:value": {}, "f:other": {}}}),
+                T1,
+            ),
+            (
+                "kube-controller-manager",
+                "Update",
+                serde_json::json!({"f:metadata": {}}),
+                T1,
+            ),
+        ]);
+        assert_eq!(changes(&mut objects, Event::Apply(beside)), []);
+        let mut not_ours = managed(&[("kubectl-create", "Update", value_field(), T0)]);
+        not_ours.metadata.name = Some("b".into());
+        assert_eq!(changes(&mut objects, Event::Apply(not_ours.clone())), []);
+        let edited_again = managed(&[("kubectl-edit", "Update", value_field(), T1)]);
+        let mut other = edited_again.clone();
+        other.metadata.name = Some("b".into());
+        assert_eq!(changes(&mut objects, Event::Apply(other)), []);
+        assert_eq!(changes(&mut objects, Event::Delete(not_ours)), []);
+    }
+
+    /// An object convoy applied, deleted, names its Release; a change made while the watch
+    /// was down is named when it has listed again.
+    #[test]
+    fn a_deletion_and_a_change_seen_on_a_relist_name_the_release() {
+        let mut objects = unbounded();
+        let applied = managed(&[("convoy-release", "Apply", value_field(), T0)]);
+        list(&mut objects, std::slice::from_ref(&applied));
+        assert_eq!(
+            changes(&mut objects, Event::Delete(applied.clone())),
+            ours()
+        );
+        feed(&mut objects, Event::Apply(applied.clone()));
+        objects.failed(false);
+        let taken = managed(&[("kubectl-edit", "Update", value_field(), T1)]);
+        assert_eq!(changes(&mut objects, Event::Init), []);
+        assert_eq!(changes(&mut objects, Event::InitApply(taken)), []);
+        assert_eq!(changes(&mut objects, Event::InitDone), ours());
     }
 
     #[test]

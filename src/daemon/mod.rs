@@ -7,6 +7,7 @@
 //! `--role observer` of this one binary.
 
 pub mod checks;
+pub mod drift_wake;
 pub mod enqueue;
 pub mod http;
 pub mod informer;
@@ -289,11 +290,15 @@ fn shared_state(
     } else {
         trimmed_caches(held)
     };
-    let live = Arc::new(live::LiveTargets::new(keep_live(
-        config.shards > 0,
-        held,
-        &releases,
-    )));
+    let drift_queue = WorkQueue::new();
+    let mut live = live::LiveTargets::new(keep_live(config.shards > 0, held, &releases));
+    if config.role.observer() {
+        let wakes = drift_wake::DriftWakes::new(drift_queue.clone());
+        live = live.with_notice(Arc::new(move |namespace, name| {
+            wakes.changed(namespace, name)
+        }));
+    }
+    let live = Arc::new(live);
     ctx.watched = Some(live.clone());
     ctx.releases = Some(Arc::new(ReleasesByCluster(releases.clone())));
     let listers = listers::InformerListers {
@@ -322,6 +327,7 @@ fn shared_state(
         metrics,
         controller_queue: WorkQueue::new(),
         health_queue: WorkQueue::new(),
+        drift_queue,
         syncing: Default::default(),
         live,
         fetched: Default::default(),
@@ -345,8 +351,8 @@ fn keep_live(
     })
 }
 
-/// The work queue of each loop (the controller's and the health loop's live in [`Shared`]:
-/// passes queue on them).
+/// The work queue of each loop (the controller's, the health loop's and the drift loop's live
+/// in [`Shared`]: passes and the live-object watches queue on them).
 struct Queues {
     controller: WorkQueue,
     drift: WorkQueue,
@@ -361,7 +367,7 @@ impl Queues {
     fn new(shared: &Shared) -> Self {
         Self {
             controller: shared.controller_queue.clone(),
-            drift: WorkQueue::new(),
+            drift: shared.drift_queue.clone(),
             health: shared.health_queue.clone(),
             cluster: WorkQueue::new(),
             git: WorkQueue::new(),

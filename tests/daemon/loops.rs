@@ -94,6 +94,66 @@ async fn a_new_release_becomes_applied_in_sync_and_healthy_and_follows_commits_a
     assert!(daemon.metric("convoy_reconciles_total", &["loop=\"controller\""]) > 0.0);
 }
 
+/// Drift is seen and put back within seconds, not at the interval (an hour here, and the
+/// resync too): the live-object watches wake the drift loop when someone else takes a field
+/// convoy applied or deletes an object convoy made, as Argo CD's self-heal notices at once.
+#[tokio::test]
+async fn drift_is_put_back_without_waiting_for_the_interval() {
+    let mut spec = Fixture::default_health("5m");
+    spec["syncPolicy"] = json!({"interval": "1h"});
+    let f = Fixture::new(
+        "daemon-selfheal",
+        &[
+            ("a.yaml", &config_map("a", 0, "1")),
+            ("b.yaml", &config_map("b", 0, "1")),
+        ],
+        spec,
+    )
+    .await;
+    f.install_default_rules().await;
+    let ns = f.env.namespace.clone();
+    let daemon = Daemon::start(
+        &f.env.kubeconfig,
+        &["--watch-namespace", &ns, "--resync", "1h"],
+    )
+    .await;
+    all_true(&f).await;
+    let drift_passes = || daemon.metric("convoy_reconciles_total", &["loop=\"drift\""]);
+    let before = drift_passes();
+
+    // Another team's label beside convoy's fields is not drift and stays; the edit of a
+    // field convoy applied is.
+    f.env
+        .kubectl_ok(&["label", "configmap", "a", "-n", &ns, "team=b"]);
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "a", "namespace": ns}, "data": {"value": "tampered"}}))
+        .await;
+    config_map_holds(&f, "a", "1").await;
+    let cm = f.config_map("a").await.unwrap();
+    assert_eq!(
+        cm["metadata"]["labels"]["team"], "b",
+        "not convoy's to put back"
+    );
+
+    f.env.kubectl_ok(&["delete", "configmap", "b", "-n", &ns]);
+    eventually(
+        "ConfigMap b made again",
+        Duration::from_secs(30),
+        || async {
+            let cm = f.config_map("b").await?;
+            (cm["data"]["value"] == "1").then_some(())
+        },
+    )
+    .await;
+    all_true(&f).await;
+    let passes = drift_passes() - before;
+    assert!(
+        (2.0..=6.0).contains(&passes),
+        "a pass for the edit and one for the deletion (and those the syncs' inventory \
+         writes wake), not one per change: {passes}"
+    );
+}
+
 #[tokio::test]
 async fn a_steady_release_costs_no_writes_for_a_minute() {
     let f = Fixture::new(
