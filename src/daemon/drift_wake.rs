@@ -64,22 +64,21 @@ impl DriftWakes {
         }
     }
 
-    /// Someone else changed what convoy applied for Release `namespace/name`.
-    pub fn changed(&self, namespace: &str, name: &str) {
-        let key = format!("{namespace}/{name}");
+    /// Someone else changed what convoy applied for the Release of `key` (`namespace/name`).
+    pub fn changed(&self, key: &str) {
         let now = Instant::now();
         let due = {
             let mut wakes = locks::lock(&self.wakes);
             if wakes.len() >= REMEMBERED {
                 wakes.retain(|_, w| now < w.due + w.gap * 2);
             }
-            let wake = next(wakes.get(&key).copied(), now);
-            wakes.insert(key.clone(), wake);
+            let wake = next(wakes.get(key).copied(), now);
+            wakes.insert(key.to_string(), wake);
             wake.due
         };
         // The queue keeps the earliest pending add of a key; an event before it runs sooner.
         self.queue
-            .add_after(&key, due.saturating_duration_since(now));
+            .add_after(key, due.saturating_duration_since(now));
     }
 }
 

@@ -42,17 +42,25 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
 use tokio::task::AbortHandle;
 
-use crate::engine::api::field_managers;
 use crate::engine::api::labels::{RELEASE_NAME, RELEASE_NAMESPACE};
+use crate::engine::api::{ObjectKey, field_managers};
 use crate::engine::apply::{WatchedObjects, WatchedTargets};
 use crate::engine::locks;
 
 /// Whether the objects of a Release (namespace, name) are kept.
 pub type Keep = Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
 
-/// Told the Release (namespace, name) whose applied fields someone else changed or whose
-/// object was deleted (see the module doc).
-pub type Notice = Arc<dyn Fn(&str, &str) + Send + Sync>;
+/// Told of an object whose applied fields someone else changed, or that was deleted or
+/// relabelled away from its Release (see the module doc).
+pub type Notice = Arc<dyn Fn(&Changed) + Send + Sync>;
+
+/// An object convoy applied that someone else changed, and the Release its labels named.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Changed {
+    pub release_namespace: String,
+    pub release_name: String,
+    pub object: ObjectKey,
+}
 
 /// The first wait before a failed watch lists again; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -392,11 +400,13 @@ struct Objects {
     epoch: u64,
 }
 
-/// One kept object: its compact text, and what convoy applied of it.
+/// One kept object: its compact text, what convoy applied of it, and a hash of the Release
+/// its labels name (to tell an object relabelled away from its Release).
 #[derive(Debug, Clone)]
 struct Held {
     text: Arc<str>,
     ours: Option<Applied>,
+    release: u64,
 }
 
 /// Convoy's Apply entry in an object's `managedFields`: a hash of its fields and its time
@@ -417,8 +427,18 @@ fn taken(before: Option<Applied>, after: Option<Applied>) -> bool {
     }
 }
 
-/// A Release whose objects someone else changed: (namespace, name).
-type Changed = (String, String);
+/// A Release (namespace, name).
+type ReleaseName = (String, String);
+
+/// An object taken from convoy, by the Release its labels named and its `namespace/name`.
+type Taken = (ReleaseName, String);
+
+fn hash_of(value: &impl std::hash::Hash) -> u64 {
+    use std::hash::Hasher;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    value.hash(&mut hasher);
+    hasher.finish()
+}
 
 impl Drop for Objects {
     fn drop(&mut self) {
@@ -483,13 +503,14 @@ impl Objects {
     }
 
     /// One event of the watch; `keep` says what is kept of an object (`None`: nothing).
-    /// Returns the Release whose applied fields someone else changed, if any: only while the
-    /// watch vouches for what it holds (what it held before is what is compared).
+    /// Returns the object convoy applied that someone else changed, deleted or relabelled,
+    /// if any: only while the watch vouches for what it holds (what it held before is what
+    /// is compared).
     fn event(
         &mut self,
         event: Event<DynamicObject>,
         keep: impl Fn(DynamicObject) -> Option<Kept>,
-    ) -> Vec<Changed> {
+    ) -> Vec<Taken> {
         match event {
             Event::Init => {
                 if let Some(abandoned) = self.listing.replace(HashMap::new()) {
@@ -516,32 +537,39 @@ impl Objects {
             }
             Event::Apply(object) => {
                 let key = object_key(object.namespace().as_deref(), &object.name_any());
-                match keep(object) {
+                let (before, now) = match keep(object) {
                     Some(kept) => {
-                        let after = kept.held.ours;
-                        let before = Self::put(&self.allowed, &mut self.kept, key, kept.held);
-                        let before = before.and_then(|held| held.ours);
-                        if self.current && taken(before, after) {
-                            vec![kept.release]
-                        } else {
-                            Vec::new()
-                        }
+                        let now = (kept.held.ours, kept.held.release, kept.release);
+                        let before =
+                            Self::put(&self.allowed, &mut self.kept, key.clone(), kept.held);
+                        (before, Some(now))
                     }
-                    None => {
-                        self.remove(&key);
-                        Vec::new()
+                    None => (self.remove(&key), None),
+                };
+                let Some(before) = before.filter(|_| self.current) else {
+                    return Vec::new();
+                };
+                // Relabelled to another Release, or away from any kept one: drift of the
+                // Release it left.
+                let left = now.as_ref().is_none_or(|n| n.1 != before.release);
+                if before.ours.is_some() && left {
+                    return release_in(&before.text)
+                        .map(|r| vec![(r, key)])
+                        .unwrap_or_default();
+                }
+                match now {
+                    Some((after, _, release)) if taken(before.ours, after) => {
+                        vec![(release, key)]
                     }
+                    _ => Vec::new(),
                 }
             }
             Event::Delete(object) => {
-                let old = self.remove(&object_key(
-                    object.namespace().as_deref(),
-                    &object.name_any(),
-                ));
-                match (old, release_of(&object)) {
-                    (Some(Held { ours: Some(_), .. }), Some(release)) if self.current => {
-                        vec![release]
-                    }
+                let key = object_key(object.namespace().as_deref(), &object.name_any());
+                match self.remove(&key) {
+                    Some(old) if old.ours.is_some() && self.current => release_in(&old.text)
+                        .map(|r| vec![(r, key)])
+                        .unwrap_or_default(),
                     _ => Vec::new(),
                 }
             }
@@ -561,31 +589,33 @@ impl Objects {
     }
 }
 
-/// The Releases of the objects held in both `before` and `after` whose applied fields were
-/// taken in between.
-fn changed_between(before: &HashMap<String, Held>, after: &HashMap<String, Held>) -> Vec<Changed> {
-    let mut changed: Vec<Changed> = after
+/// The objects held in both `before` and `after` whose applied fields were taken in
+/// between.
+fn changed_between(before: &HashMap<String, Held>, after: &HashMap<String, Held>) -> Vec<Taken> {
+    let mut changed: Vec<Taken> = after
         .iter()
         .filter(|(key, held)| {
             before
                 .get(*key)
                 .is_some_and(|old| taken(old.ours, held.ours))
         })
-        .filter_map(|(_, held)| {
-            let object: DynamicObject = serde_json::from_str(&held.text).ok()?;
-            release_of(&object)
-        })
+        .filter_map(|(key, held)| Some((release_in(&held.text)?, key.clone())))
         .collect();
     changed.sort();
-    changed.dedup();
     changed
+}
+
+/// The Release named by the labels of a kept object's text.
+fn release_in(text: &str) -> Option<ReleaseName> {
+    let object: DynamicObject = serde_json::from_str(text).ok()?;
+    release_of(&object)
 }
 
 /// What is kept of an object: its key, what is held, and its Release.
 struct Kept {
     key: String,
     held: Held,
-    release: Changed,
+    release: ReleaseName,
 }
 
 fn scope(resource: &ApiResource, namespace: Option<&str>) -> Scope {
@@ -611,7 +641,7 @@ fn object_key(namespace: Option<&str>, name: &str) -> String {
 }
 
 /// The Release an object's labels name: (namespace, name).
-fn release_of(object: &DynamicObject) -> Option<Changed> {
+fn release_of(object: &DynamicObject) -> Option<ReleaseName> {
     let labels = object.labels();
     Some((
         labels.get(RELEASE_NAMESPACE)?.clone(),
@@ -622,18 +652,14 @@ fn release_of(object: &DynamicObject) -> Option<Changed> {
 /// Convoy's Apply entry of `object`'s `managedFields` (the main resource's, not a
 /// subresource's).
 fn applied_by_convoy(object: &DynamicObject) -> Option<Applied> {
-    use std::hash::{Hash, Hasher};
     let entry = object.metadata.managed_fields.as_ref()?.iter().find(|e| {
         e.manager.as_deref() == Some(field_managers::CONTROLLER.as_str())
             && e.operation.as_deref() == Some("Apply")
             && e.subresource.as_deref().unwrap_or_default().is_empty()
     })?;
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    serde_json::to_string(&entry.fields_v1.as_ref()?.0)
-        .ok()?
-        .hash(&mut hasher);
+    let fields = serde_json::to_string(&entry.fields_v1.as_ref()?.0).ok()?;
     Some(Applied {
-        fields: hasher.finish(),
+        fields: hash_of(&fields),
         time: entry.time.as_ref().map(|t| t.0.as_second()),
     })
 }
@@ -660,6 +686,7 @@ fn kept(mut object: DynamicObject, resource: &ApiResource, keep: &Keep) -> Optio
         held: Held {
             text: text.into(),
             ours,
+            release: hash_of(&release),
         },
         release,
     })
@@ -697,8 +724,18 @@ async fn run(
                         objects.event(event, |o| kept(o, &resource, &keep))
                     };
                     if let Some(notice) = &notice {
-                        for (namespace, name) in &changed {
-                            notice(namespace, name);
+                        for ((release_namespace, release_name), key) in changed {
+                            let (namespace, name) = key.split_once('/').unwrap_or(("", &key));
+                            notice(&Changed {
+                                release_namespace,
+                                release_name,
+                                object: ObjectKey {
+                                    group: resource.group.clone(),
+                                    kind: resource.kind.clone(),
+                                    namespace: namespace.to_string(),
+                                    name: name.to_string(),
+                                },
+                            });
                         }
                     }
                 }
@@ -890,13 +927,13 @@ mod tests {
     const T0: &str = "2026-12-07T10:00:00Z";
     const T1: &str = "2026-12-07T10:00:05Z";
 
-    fn changes(objects: &mut Objects, event: Event<DynamicObject>) -> Vec<Changed> {
+    fn changes(objects: &mut Objects, event: Event<DynamicObject>) -> Vec<Taken> {
         let (resource, keep) = (resource(), keep_ours());
         objects.event(event, |o| kept(o, &resource, &keep))
     }
 
-    fn ours() -> Vec<Changed> {
-        vec![("ns".to_string(), "ours".to_string())]
+    fn ours() -> Vec<Taken> {
+        vec![(("ns".to_string(), "ours".to_string()), "ns/a".to_string())]
     }
 
     /// A field convoy applied, taken by someone else's update or forced apply (convoy's
@@ -983,6 +1020,34 @@ mod tests {
         assert_eq!(changes(&mut objects, Event::Init), []);
         assert_eq!(changes(&mut objects, Event::InitApply(taken)), []);
         assert_eq!(changes(&mut objects, Event::InitDone), ours());
+    }
+
+    /// An object convoy applied, relabelled to another Release or away from any, is drift of
+    /// the Release it left (its text is how that Release is known).
+    #[test]
+    fn an_object_relabelled_away_names_the_release_it_left() {
+        let keep_both: Keep = Arc::new(|_, release| release == "ours" || release == "other");
+        let resource = resource();
+        let mut objects = unbounded();
+        let applied = managed(&[("convoy-release", "Apply", value_field(), T0)]);
+        let feed_both =
+            |objects: &mut Objects, event| objects.event(event, |o| kept(o, &resource, &keep_both));
+        feed_both(&mut objects, Event::Init);
+        feed_both(&mut objects, Event::InitApply(applied.clone()));
+        feed_both(&mut objects, Event::InitDone);
+        let mut moved = applied.clone();
+        moved
+            .labels_mut()
+            .insert(RELEASE_NAME.into(), "other".into());
+        assert_eq!(feed_both(&mut objects, Event::Apply(moved.clone())), ours());
+        assert_eq!(feed_both(&mut objects, Event::Apply(moved.clone())), []);
+        moved
+            .labels_mut()
+            .insert(RELEASE_NAME.into(), "nobody".into());
+        assert_eq!(
+            feed_both(&mut objects, Event::Apply(moved)),
+            vec![(("ns".to_string(), "other".to_string()), "ns/a".to_string())]
+        );
     }
 
     #[test]

@@ -291,12 +291,10 @@ fn shared_state(
         trimmed_caches(held)
     };
     let drift_queue = WorkQueue::new();
+    let syncing = Arc::new(syncing::Syncing::default());
     let mut live = live::LiveTargets::new(keep_live(config.shards > 0, held, &releases));
     if config.role.observer() {
-        let wakes = drift_wake::DriftWakes::new(drift_queue.clone());
-        live = live.with_notice(Arc::new(move |namespace, name| {
-            wakes.changed(namespace, name)
-        }));
+        live = live.with_notice(drift_notice(&drift_queue, &syncing, &inventories));
     }
     let live = Arc::new(live);
     ctx.watched = Some(live.clone());
@@ -328,7 +326,7 @@ fn shared_state(
         controller_queue: WorkQueue::new(),
         health_queue: WorkQueue::new(),
         drift_queue,
-        syncing: Default::default(),
+        syncing,
         live,
         fetched: Default::default(),
         checks: Default::default(),
@@ -348,6 +346,30 @@ fn keep_live(
         releases
             .get_any(&format!("{namespace}/{name}"))
             .is_some_and(|r| !sharded || gate.owns(&r))
+    })
+}
+
+/// What the live-object watches' notices do (`daemon::drift_wake`): wake the drift loop for
+/// an object its Release's inventory records as a member (anyone can label an object with a
+/// Release's labels and forge `managedFields`; a drift pass renders the source), after the
+/// controller's sync when one runs (its prunes and re-creates are not drift).
+fn drift_notice(
+    queue: &WorkQueue,
+    syncing: &Arc<syncing::Syncing>,
+    inventories: &Arc<informer::Cache<ReleaseInventory>>,
+) -> live::Notice {
+    let wakes = drift_wake::DriftWakes::new(queue.clone());
+    let (syncing, inventories) = (syncing.clone(), inventories.clone());
+    Arc::new(move |changed: &live::Changed| {
+        let key = format!("{}/{}", changed.release_namespace, changed.release_name);
+        let member = inventories.get(&key).is_some_and(|inventory| {
+            crate::engine::inventory::members(&inventory)
+                .iter()
+                .any(|entry| entry.key() == changed.object)
+        });
+        if member && !syncing.put_off_drift(&key) {
+            wakes.changed(&key);
+        }
     })
 }
 
@@ -1202,6 +1224,52 @@ mod tests {
         // Sharded, before this replica holds the Release's shard: not kept either.
         let keep = keep_live(true, &HeldShards::new(1), &releases);
         assert!(!keep("apps", "web"));
+    }
+
+    /// A notice wakes the drift loop only for a member of the Release's inventory (anyone can
+    /// label an object and forge its `managedFields`), and after the controller's sync when
+    /// one runs (its own prunes and re-creates are not drift).
+    #[tokio::test(start_paused = true)]
+    async fn a_notice_wakes_the_drift_loop_for_members_and_after_a_sync() {
+        let inventories: Arc<informer::Cache<ReleaseInventory>> = Arc::default();
+        inventories.insert_for_test(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "ReleaseInventory",
+                "metadata": {"name": "web", "namespace": "apps"},
+                "inventory": [
+                    {"group": "", "kind": "ConfigMap", "namespace": "apps", "name": "a",
+                     "renderRef": "r1"},
+                    {"group": "", "kind": "ConfigMap", "namespace": "apps", "name": "pending"},
+                ],
+            }))
+            .unwrap(),
+        );
+        let (queue, syncing) = (WorkQueue::new(), Arc::new(syncing::Syncing::default()));
+        let notice = drift_notice(&queue, &syncing, &inventories);
+        let changed = |name: &str| live::Changed {
+            release_namespace: "apps".into(),
+            release_name: "web".into(),
+            object: crate::engine::api::ObjectKey {
+                group: String::new(),
+                kind: "ConfigMap".into(),
+                namespace: "apps".into(),
+                name: name.into(),
+            },
+        };
+        let next = || tokio::time::timeout(Duration::from_secs(60), queue.get());
+        for not_a_member in ["forged", "pending"] {
+            notice(&changed(not_a_member));
+            assert!(next().await.is_err(), "{not_a_member}: nothing queued");
+        }
+        notice(&changed("a"));
+        let woken = tokio::time::Instant::now();
+        assert_eq!(next().await.unwrap().as_deref(), Some("apps/web"));
+        assert!(woken.elapsed() >= drift_wake::SETTLE);
+        queue.done("apps/web");
+        syncing.begin("apps/web");
+        notice(&changed("a"));
+        assert!(next().await.is_err(), "put off while the sync runs");
+        assert!(syncing.end("apps/web").drift, "the sync's end queues it");
     }
 
     #[test]

@@ -52,7 +52,7 @@ pub struct Shared {
     /// The drift loop's queue (the live-object watches wake it, `daemon::drift_wake`).
     pub drift_queue: WorkQueue,
     /// The Releases the controller is reconciling now.
-    pub syncing: super::syncing::Syncing,
+    pub syncing: Arc<super::syncing::Syncing>,
     /// The watches that answer the observer loops' reads of live objects.
     pub live: Arc<super::live::LiveTargets>,
     /// The revision this process last fetched of each source.
@@ -89,7 +89,7 @@ impl FetchedRevisions {
 }
 
 /// Marks a controller pass as running for [`super::syncing::Syncing`], and at its end (any
-/// return, a cancelled pass too) queues the health pass it put off.
+/// return, a cancelled pass too) queues the health pass and the drift wake it put off.
 struct SyncingGuard<'a> {
     shared: &'a Shared,
     key: &'a str,
@@ -104,8 +104,12 @@ impl<'a> SyncingGuard<'a> {
 
 impl Drop for SyncingGuard<'_> {
     fn drop(&mut self) {
-        if self.shared.syncing.end(self.key) {
+        let put_off = self.shared.syncing.end(self.key);
+        if put_off.health {
             self.shared.health_queue.add(self.key);
+        }
+        if put_off.drift {
+            self.shared.drift_queue.add(self.key);
         }
     }
 }

@@ -8,6 +8,10 @@
 //! converging). The pass is put off instead and runs once the sync ends, on what it wrote.
 //! Only this process's controller counts: with the controller and the observer in two
 //! processes, the health write's precondition still catches the race.
+//!
+//! A drift wake from the live-object watches (`daemon::drift_wake`) beside the sync is put
+//! off the same way: the sync's own deletions (prunes, re-creates, a hook's finalizer) are
+//! not drift, and a drift pass in the middle of a sync sees objects still to come.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -23,6 +27,14 @@ pub struct Syncing {
 struct State {
     running: HashSet<String>,
     put_off: HashSet<String>,
+    drift_put_off: HashSet<String>,
+}
+
+/// What was put off while the controller ran a key: the caller queues those passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PutOff {
+    pub health: bool,
+    pub drift: bool,
 }
 
 impl Syncing {
@@ -31,12 +43,26 @@ impl Syncing {
         lock(&self.state).running.insert(key.to_string());
     }
 
-    /// The controller's pass of `key` ended; whether a health pass was put off meanwhile (the
-    /// caller queues it).
-    pub fn end(&self, key: &str) -> bool {
+    /// The controller's pass of `key` ended; which passes were put off meanwhile (the caller
+    /// queues them).
+    pub fn end(&self, key: &str) -> PutOff {
         let mut s = lock(&self.state);
         s.running.remove(key);
-        s.put_off.remove(key)
+        PutOff {
+            health: s.put_off.remove(key),
+            drift: s.drift_put_off.remove(key),
+        }
+    }
+
+    /// Whether a drift wake of `key` is put off: the controller runs `key` now, and `end`
+    /// will say so.
+    pub fn put_off_drift(&self, key: &str) -> bool {
+        let mut s = lock(&self.state);
+        if !s.running.contains(key) {
+            return false;
+        }
+        s.drift_put_off.insert(key.to_string());
+        true
     }
 
     /// Whether the health pass of `key` is put off: the controller runs `key` now, and `end`
@@ -66,10 +92,23 @@ mod tests {
         );
         assert!(s.put_off("ns/a"));
         assert!(s.put_off("ns/a"), "put off twice, queued once");
-        assert!(!s.end("ns/b"));
-        assert!(s.end("ns/a"), "the sync's end queues the pass");
+        assert_eq!(s.end("ns/b"), PutOff::default());
+        assert!(s.end("ns/a").health, "the sync's end queues the pass");
         assert!(!s.put_off("ns/a"));
         s.begin("ns/a");
-        assert!(!s.end("ns/a"), "nothing put off, nothing to queue");
+        assert_eq!(s.end("ns/a"), PutOff::default(), "nothing put off");
+        assert!(
+            !s.put_off_drift("ns/a"),
+            "no sync: the drift wake goes ahead"
+        );
+        s.begin("ns/a");
+        assert!(s.put_off_drift("ns/a"));
+        assert_eq!(
+            s.end("ns/a"),
+            PutOff {
+                health: false,
+                drift: true
+            }
+        );
     }
 }
