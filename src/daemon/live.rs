@@ -590,16 +590,17 @@ impl Objects {
 }
 
 /// The objects held in both `before` and `after` whose applied fields were taken in
-/// between.
+/// between, by the Release they were held for before (relabelled meanwhile: the one left).
 fn changed_between(before: &HashMap<String, Held>, after: &HashMap<String, Held>) -> Vec<Taken> {
     let mut changed: Vec<Taken> = after
         .iter()
-        .filter(|(key, held)| {
-            before
-                .get(*key)
-                .is_some_and(|old| taken(old.ours, held.ours))
+        .filter_map(|(key, held)| {
+            let old = before.get(key)?;
+            let left = old.ours.is_some() && old.release != held.release;
+            (left || taken(old.ours, held.ours))
+                .then(|| Some((release_in(&old.text)?, key.clone())))
+                .flatten()
         })
-        .filter_map(|(key, held)| Some((release_in(&held.text)?, key.clone())))
         .collect();
     changed.sort();
     changed
@@ -1048,6 +1049,16 @@ mod tests {
             feed_both(&mut objects, Event::Apply(moved)),
             vec![(("ns".to_string(), "other".to_string()), "ns/a".to_string())]
         );
+        // Moved while the watch was down: the relist names the Release it left.
+        feed_both(&mut objects, Event::Apply(applied.clone()));
+        objects.failed(false);
+        let mut moved = applied.clone();
+        moved
+            .labels_mut()
+            .insert(RELEASE_NAME.into(), "other".into());
+        feed_both(&mut objects, Event::Init);
+        feed_both(&mut objects, Event::InitApply(moved));
+        assert_eq!(feed_both(&mut objects, Event::InitDone), ours());
     }
 
     #[test]

@@ -291,10 +291,11 @@ fn shared_state(
         trimmed_caches(held)
     };
     let drift_queue = WorkQueue::new();
+    let drift_wakes = Arc::new(drift_wake::DriftWakes::new(drift_queue.clone()));
     let syncing = Arc::new(syncing::Syncing::default());
     let mut live = live::LiveTargets::new(keep_live(config.shards > 0, held, &releases));
     if config.role.observer() {
-        live = live.with_notice(drift_notice(&drift_queue, &syncing, &inventories));
+        live = live.with_notice(drift_notice(&drift_wakes, &syncing, &inventories));
     }
     let live = Arc::new(live);
     ctx.watched = Some(live.clone());
@@ -326,6 +327,7 @@ fn shared_state(
         controller_queue: WorkQueue::new(),
         health_queue: WorkQueue::new(),
         drift_queue,
+        drift_wakes,
         syncing,
         live,
         fetched: Default::default(),
@@ -352,14 +354,15 @@ fn keep_live(
 /// What the live-object watches' notices do (`daemon::drift_wake`): wake the drift loop for
 /// an object its Release's inventory records as a member (anyone can label an object with a
 /// Release's labels and forge `managedFields`; a drift pass renders the source), after the
-/// controller's sync when one runs (its prunes and re-creates are not drift).
+/// controller's sync when one runs (a pass in the middle of it sees objects still to come).
+/// The object's cluster is not compared: a member's kind, namespace and name on any of the
+/// daemon's clusters wake it.
 fn drift_notice(
-    queue: &WorkQueue,
+    wakes: &Arc<drift_wake::DriftWakes>,
     syncing: &Arc<syncing::Syncing>,
     inventories: &Arc<informer::Cache<ReleaseInventory>>,
 ) -> live::Notice {
-    let wakes = drift_wake::DriftWakes::new(queue.clone());
-    let (syncing, inventories) = (syncing.clone(), inventories.clone());
+    let (wakes, syncing, inventories) = (wakes.clone(), syncing.clone(), inventories.clone());
     Arc::new(move |changed: &live::Changed| {
         let key = format!("{}/{}", changed.release_namespace, changed.release_name);
         let member = inventories.get(&key).is_some_and(|inventory| {
@@ -1245,7 +1248,8 @@ mod tests {
             .unwrap(),
         );
         let (queue, syncing) = (WorkQueue::new(), Arc::new(syncing::Syncing::default()));
-        let notice = drift_notice(&queue, &syncing, &inventories);
+        let wakes = Arc::new(drift_wake::DriftWakes::new(queue.clone()));
+        let notice = drift_notice(&wakes, &syncing, &inventories);
         let changed = |name: &str| live::Changed {
             release_namespace: "apps".into(),
             release_name: "web".into(),
@@ -1268,8 +1272,14 @@ mod tests {
         queue.done("apps/web");
         syncing.begin("apps/web");
         notice(&changed("a"));
-        assert!(next().await.is_err(), "put off while the sync runs");
+        let soon = tokio::time::timeout(Duration::from_secs(2), queue.get());
+        assert!(soon.await.is_err(), "put off while the sync runs");
         assert!(syncing.end("apps/web").drift, "the sync's end queues it");
+        // ... at the pace of repeated changes (`SyncingGuard` hands it to the same wakes):
+        // the first change's pass, then this one after the gap.
+        wakes.changed("apps/web");
+        assert_eq!(next().await.unwrap().as_deref(), Some("apps/web"));
+        assert!(woken.elapsed() >= drift_wake::FIRST_GAP);
     }
 
     #[test]

@@ -51,6 +51,8 @@ pub struct Shared {
     pub health_queue: WorkQueue,
     /// The drift loop's queue (the live-object watches wake it, `daemon::drift_wake`).
     pub drift_queue: WorkQueue,
+    /// The pace of those wakes, which a wake put off during a sync keeps too.
+    pub drift_wakes: Arc<super::drift_wake::DriftWakes>,
     /// The Releases the controller is reconciling now.
     pub syncing: Arc<super::syncing::Syncing>,
     /// The watches that answer the observer loops' reads of live objects.
@@ -109,7 +111,7 @@ impl Drop for SyncingGuard<'_> {
             self.shared.health_queue.add(self.key);
         }
         if put_off.drift {
-            self.shared.drift_queue.add(self.key);
+            self.shared.drift_wakes.changed(self.key);
         }
     }
 }
