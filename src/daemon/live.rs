@@ -427,6 +427,17 @@ fn taken(before: Option<Applied>, after: Option<Applied>) -> bool {
     }
 }
 
+/// The Release `before` was held for, when the object's next state (`after`: convoy's entry
+/// and the Release's hash; `None` when no longer kept: deleted, or labelled for no Release
+/// this process works on) took fields convoy applied or moved the object off that Release.
+fn taken_from(before: &Held, after: Option<(Option<Applied>, u64)>) -> Option<ReleaseName> {
+    let hit = match after {
+        Some((ours, release)) if release == before.release => taken(before.ours, ours),
+        _ => before.ours.is_some(),
+    };
+    hit.then(|| release_in(&before.text)).flatten()
+}
+
 /// A Release (namespace, name).
 type ReleaseName = (String, String);
 
@@ -537,43 +548,37 @@ impl Objects {
             }
             Event::Apply(object) => {
                 let key = object_key(object.namespace().as_deref(), &object.name_any());
-                let (before, now) = match keep(object) {
+                let (before, after) = match keep(object) {
                     Some(kept) => {
-                        let now = (kept.held.ours, kept.held.release, kept.release);
+                        let after = (kept.held.ours, kept.held.release);
                         let before =
                             Self::put(&self.allowed, &mut self.kept, key.clone(), kept.held);
-                        (before, Some(now))
+                        (before, Some(after))
                     }
                     None => (self.remove(&key), None),
                 };
-                let Some(before) = before.filter(|_| self.current) else {
-                    return Vec::new();
-                };
-                // Relabelled to another Release, or away from any kept one: drift of the
-                // Release it left.
-                let left = now.as_ref().is_none_or(|n| n.1 != before.release);
-                if before.ours.is_some() && left {
-                    return release_in(&before.text)
-                        .map(|r| vec![(r, key)])
-                        .unwrap_or_default();
-                }
-                match now {
-                    Some((after, _, release)) if taken(before.ours, after) => {
-                        vec![(release, key)]
-                    }
-                    _ => Vec::new(),
-                }
+                self.taken(before, after, key)
             }
             Event::Delete(object) => {
                 let key = object_key(object.namespace().as_deref(), &object.name_any());
-                match self.remove(&key) {
-                    Some(old) if old.ours.is_some() && self.current => release_in(&old.text)
-                        .map(|r| vec![(r, key)])
-                        .unwrap_or_default(),
-                    _ => Vec::new(),
-                }
+                let before = self.remove(&key);
+                self.taken(before, None, key)
             }
         }
+    }
+
+    /// [`taken_from`] as an event's answer, while the watch vouches for what it held.
+    fn taken(
+        &self,
+        before: Option<Held>,
+        after: Option<(Option<Applied>, u64)>,
+        key: String,
+    ) -> Vec<Taken> {
+        before
+            .filter(|_| self.current)
+            .and_then(|before| taken_from(&before, after))
+            .map(|release| vec![(release, key)])
+            .unwrap_or_default()
     }
 
     /// The watch failed: nothing it holds is vouched for until it has listed again.
@@ -595,11 +600,8 @@ fn changed_between(before: &HashMap<String, Held>, after: &HashMap<String, Held>
     let mut changed: Vec<Taken> = after
         .iter()
         .filter_map(|(key, held)| {
-            let old = before.get(key)?;
-            let left = old.ours.is_some() && old.release != held.release;
-            (left || taken(old.ours, held.ours))
-                .then(|| Some((release_in(&old.text)?, key.clone())))
-                .flatten()
+            let release = taken_from(before.get(key)?, Some((held.ours, held.release)))?;
+            Some((release, key.clone()))
         })
         .collect();
     changed.sort();
@@ -612,11 +614,10 @@ fn release_in(text: &str) -> Option<ReleaseName> {
     release_of(&object)
 }
 
-/// What is kept of an object: its key, what is held, and its Release.
+/// What is kept of an object: its key and what is held.
 struct Kept {
     key: String,
     held: Held,
-    release: ReleaseName,
 }
 
 fn scope(resource: &ApiResource, namespace: Option<&str>) -> Scope {
@@ -689,7 +690,6 @@ fn kept(mut object: DynamicObject, resource: &ApiResource, keep: &Keep) -> Optio
             ours,
             release: hash_of(&release),
         },
-        release,
     })
 }
 

@@ -57,23 +57,23 @@ impl Syncing {
     /// Whether a drift wake of `key` is put off: the controller runs `key` now, and `end`
     /// will say so.
     pub fn put_off_drift(&self, key: &str) -> bool {
+        self.hold(key, |s| &mut s.drift_put_off)
+    }
+
+    /// Record `key` in the set `put_off` names if the controller runs it now.
+    fn hold(&self, key: &str, put_off: impl FnOnce(&mut State) -> &mut HashSet<String>) -> bool {
         let mut s = lock(&self.state);
         if !s.running.contains(key) {
             return false;
         }
-        s.drift_put_off.insert(key.to_string());
+        put_off(&mut s).insert(key.to_string());
         true
     }
 
     /// Whether the health pass of `key` is put off: the controller runs `key` now, and `end`
     /// will say so.
     pub fn put_off(&self, key: &str) -> bool {
-        let mut s = lock(&self.state);
-        if !s.running.contains(key) {
-            return false;
-        }
-        s.put_off.insert(key.to_string());
-        true
+        self.hold(key, |s| &mut s.put_off)
     }
 }
 

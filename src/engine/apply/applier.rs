@@ -197,6 +197,11 @@ pub enum WhySend {
     NotHeld,
 }
 
+/// Whether each object is sent at all.
+fn sends(why: Vec<WhySend>) -> Vec<bool> {
+    why.into_iter().map(|w| w != WhySend::Unchanged).collect()
+}
+
 impl Applier {
     pub fn new(client: Client, concurrency: usize) -> Self {
         Self {
@@ -392,7 +397,7 @@ impl Applier {
             Ok(live) => live,
             Err(_) => return vec![true; objects.len()],
         };
-        Self::compare(&prepared, &live)
+        sends(Self::why_send(&prepared, &live))
     }
 
     /// `changed` against live objects already read (by `live_objects`).
@@ -403,11 +408,10 @@ impl Applier {
         digest_key: Option<&DigestKey>,
         live: &std::collections::HashMap<ObjectKey, Value>,
     ) -> Vec<bool> {
-        self.why_send_given_live(objects, applied_digests, digest_key, live)
-            .await
-            .into_iter()
-            .map(|why| why != WhySend::Unchanged)
-            .collect()
+        let why = self
+            .why_send_given_live(objects, applied_digests, digest_key, live)
+            .await;
+        sends(why)
     }
 
     /// Per object, whether and why it is sent (`changed_given_live` with the reason).
@@ -447,16 +451,6 @@ impl Applier {
             prepared.push(candidate);
         }
         prepared
-    }
-
-    fn compare(
-        prepared: &[Option<Prepared>],
-        live: &std::collections::HashMap<ObjectKey, Value>,
-    ) -> Vec<bool> {
-        Self::why_send(prepared, live)
-            .into_iter()
-            .map(|why| why != WhySend::Unchanged)
-            .collect()
     }
 
     fn why_send(
