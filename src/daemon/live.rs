@@ -54,9 +54,11 @@ pub type Keep = Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
 /// relabelled away from its Release (see the module doc).
 pub type Notice = Arc<dyn Fn(&Changed) + Send + Sync>;
 
-/// An object convoy applied that someone else changed, and the Release its labels named.
+/// An object convoy applied that someone else changed, the Release its labels named, and
+/// the API server it is on (a Release's objects are on the one its last attempt resolved).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Changed {
+    pub server: String,
     pub release_namespace: String,
     pub release_name: String,
     pub object: ObjectKey,
@@ -202,16 +204,18 @@ impl LiveTargets {
 }
 
 impl WatchedTargets for LiveTargets {
-    fn for_client(&self, client: &Client) -> Arc<dyn WatchedObjects> {
-        self.objects_for(client)
+    fn for_client(&self, client: &Client, server: &str) -> Arc<dyn WatchedObjects> {
+        self.objects_for(client, server)
     }
 }
 
 impl LiveTargets {
-    /// The watches of `client` (what [`WatchedTargets::for_client`] hands the engine).
-    pub fn objects_for(&self, client: &Client) -> Arc<LiveObjects> {
+    /// The watches of `client` to `server` (what [`WatchedTargets::for_client`] hands the
+    /// engine).
+    pub fn objects_for(&self, client: &Client, server: &str) -> Arc<LiveObjects> {
         let objects = Arc::new(LiveObjects {
             client: client.clone(),
+            server: server.into(),
             keep: self.keep.clone(),
             notice: self.notice.clone(),
             kinds: Mutex::default(),
@@ -227,6 +231,8 @@ impl LiveTargets {
 /// The watches of one target client, by kind and scope.
 pub struct LiveObjects {
     client: Client,
+    /// The API server `client` talks to, named in each [`Changed`].
+    server: Arc<str>,
     keep: Keep,
     notice: Option<Notice>,
     kinds: Mutex<HashMap<Scope, Watch>>,
@@ -292,7 +298,7 @@ impl LiveObjects {
             api,
             resource.clone(),
             (objects.clone(), epoch),
-            (self.keep.clone(), self.notice.clone()),
+            (self.keep.clone(), self.notice.clone(), self.server.clone()),
             slot,
         ));
         Some(task.abort_handle())
@@ -700,7 +706,7 @@ async fn run(
     api: Api<DynamicObject>,
     resource: ApiResource,
     (objects, epoch): (Arc<RwLock<Objects>>, u64),
-    (keep, notice): (Keep, Option<Notice>),
+    (keep, notice, server): (Keep, Option<Notice>, Arc<str>),
     _slot: Slot,
 ) {
     let config = watcher::Config::default()
@@ -728,6 +734,7 @@ async fn run(
                         for ((release_namespace, release_name), key) in changed {
                             let (namespace, name) = key.split_once('/').unwrap_or(("", &key));
                             notice(&Changed {
+                                server: server.to_string(),
                                 release_namespace,
                                 release_name,
                                 object: ObjectKey {

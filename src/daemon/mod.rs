@@ -295,7 +295,11 @@ fn shared_state(
     let syncing = Arc::new(syncing::Syncing::default());
     let mut live = live::LiveTargets::new(keep_live(config.shards > 0, held, &releases));
     if config.role.observer() {
-        live = live.with_notice(drift_notice(&drift_wakes, &syncing, &inventories));
+        live = live.with_notice(drift_notice(
+            &drift_wakes,
+            &syncing,
+            (&releases, &inventories),
+        ));
     }
     let live = Arc::new(live);
     ctx.watched = Some(live.clone());
@@ -355,21 +359,37 @@ fn keep_live(
 /// an object its Release's inventory records as a member (anyone can label an object with a
 /// Release's labels and forge `managedFields`; a drift pass renders the source), after the
 /// controller's sync when one runs (a pass in the middle of it sees objects still to come).
-/// The object's cluster is not compared: a member's kind, namespace and name on any of the
-/// daemon's clusters wake it.
+/// Only an object on the API server the Release's last attempt resolved counts: anyone who
+/// may write on another of the daemon's clusters (a tenant's own remote Cluster) could
+/// otherwise give an object there a member's labels and name.
 fn drift_notice(
     wakes: &Arc<drift_wake::DriftWakes>,
     syncing: &Arc<syncing::Syncing>,
-    inventories: &Arc<informer::Cache<ReleaseInventory>>,
+    (releases, inventories): (
+        &Arc<informer::Cache<Release>>,
+        &Arc<informer::Cache<ReleaseInventory>>,
+    ),
 ) -> live::Notice {
-    let (wakes, syncing, inventories) = (wakes.clone(), syncing.clone(), inventories.clone());
+    let (wakes, syncing) = (wakes.clone(), syncing.clone());
+    let (releases, inventories) = (releases.clone(), inventories.clone());
     Arc::new(move |changed: &live::Changed| {
         let key = format!("{}/{}", changed.release_namespace, changed.release_name);
-        let member = inventories.get(&key).is_some_and(|inventory| {
-            crate::engine::inventory::members(&inventory)
-                .iter()
-                .any(|entry| entry.key() == changed.object)
+        let on_its_cluster = releases.get(&key).is_some_and(|release| {
+            let attempt = release
+                .status
+                .as_ref()
+                .and_then(|s| s.last_attempted.as_ref());
+            attempt
+                .and_then(|a| a.resolved_cluster.as_ref())
+                .and_then(|c| c.server.as_deref())
+                == Some(changed.server.as_str())
         });
+        let member = on_its_cluster
+            && inventories.get(&key).is_some_and(|inventory| {
+                crate::engine::inventory::members(&inventory)
+                    .iter()
+                    .any(|entry| entry.key() == changed.object)
+            });
         if member && !syncing.put_off_drift(&key) {
             wakes.changed(&key);
         }
@@ -1230,10 +1250,22 @@ mod tests {
     }
 
     /// A notice wakes the drift loop only for a member of the Release's inventory (anyone can
-    /// label an object and forge its `managedFields`), and after the controller's sync when
-    /// one runs (its own prunes and re-creates are not drift).
+    /// label an object and forge its `managedFields`) on the cluster the Release deploys to,
+    /// and after the controller's sync when one runs (its own prunes and re-creates are not
+    /// drift).
     #[tokio::test(start_paused = true)]
     async fn a_notice_wakes_the_drift_loop_for_members_and_after_a_sync() {
+        let releases: Arc<informer::Cache<Release>> = Arc::default();
+        releases.insert_for_test(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Release",
+                "metadata": {"name": "web", "namespace": "apps"},
+                "spec": {"source": {"kind": "GitRepository", "name": "repo"}, "cluster": "prod"},
+                "status": {"lastAttempted": {"resolvedCluster": {
+                    "name": "prod", "server": "https://prod:6443"}}},
+            }))
+            .unwrap(),
+        );
         let inventories: Arc<informer::Cache<ReleaseInventory>> = Arc::default();
         inventories.insert_for_test(
             serde_json::from_value(serde_json::json!({
@@ -1249,8 +1281,9 @@ mod tests {
         );
         let (queue, syncing) = (WorkQueue::new(), Arc::new(syncing::Syncing::default()));
         let wakes = Arc::new(drift_wake::DriftWakes::new(queue.clone()));
-        let notice = drift_notice(&wakes, &syncing, &inventories);
-        let changed = |name: &str| live::Changed {
+        let notice = drift_notice(&wakes, &syncing, (&releases, &inventories));
+        let on = |server: &str, name: &str| live::Changed {
+            server: server.into(),
             release_namespace: "apps".into(),
             release_name: "web".into(),
             object: crate::engine::api::ObjectKey {
@@ -1260,11 +1293,15 @@ mod tests {
                 name: name.into(),
             },
         };
+        let changed = |name: &str| on("https://prod:6443", name);
         let next = || tokio::time::timeout(Duration::from_secs(60), queue.get());
         for not_a_member in ["forged", "pending"] {
             notice(&changed(not_a_member));
             assert!(next().await.is_err(), "{not_a_member}: nothing queued");
         }
+        // A member's name on another cluster the daemon watches (a tenant's own).
+        notice(&on("https://tenant:6443", "a"));
+        assert!(next().await.is_err(), "another cluster: nothing queued");
         notice(&changed("a"));
         let woken = tokio::time::Instant::now();
         assert_eq!(next().await.unwrap().as_deref(), Some("apps/web"));

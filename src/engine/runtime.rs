@@ -219,7 +219,9 @@ impl Context {
             .get_or_insert_with(&target.conn.cache_key(), &target.conn.holder, || {
                 let mut applier = Applier::new(target.conn.client.clone(), self.concurrency);
                 if let Some(watched) = &self.watched {
-                    applier = applier.with_watched(watched.for_client(&target.conn.watch_client));
+                    applier = applier.with_watched(
+                        watched.for_client(&target.conn.watch_client, &target.conn.server),
+                    );
                 }
                 Arc::new(applier)
             })

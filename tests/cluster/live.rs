@@ -44,7 +44,7 @@ async fn watched_live_objects_follow_the_cluster_and_see_no_more_than_their_iden
         env.kubectl_apply_text(&text, &[]);
     }
     let targets = LiveTargets::new(Arc::new(|_, _| true));
-    let ours = targets.objects_for(&env.client);
+    let ours = targets.objects_for(&env.client, "https://ours");
     let cm = ApiResource::erase::<ConfigMap>(&());
     let wait = Duration::from_secs(30);
 
@@ -96,7 +96,7 @@ async fn watched_live_objects_follow_the_cluster_and_see_no_more_than_their_iden
     );
     env.kubectl_apply_text(&config_map(&ns, "c", "1", true), &[]);
     let kubeconfig = env.service_account_kubeconfig(&ns, "reader");
-    let theirs = targets.objects_for(&client_for(kubeconfig.path()).await);
+    let theirs = targets.objects_for(&client_for(kubeconfig.path()).await, "https://theirs");
     eventually("c from the reader's own namespace", wait, || async {
         (value_of(theirs.as_ref(), &ns, "c")? == "1").then_some(())
     })

@@ -28,6 +28,8 @@ pub trait WatchedObjects: Send + Sync {
 /// Makes the [`WatchedObjects`] of one target connection: the watches run with its client for
 /// watches (no per-call deadline: the server ends a watch itself), so they see what its
 /// identity (convoy's, or a Release's impersonated ServiceAccount) may see, never more.
+/// `server` is the connection's API server, as `status.lastAttempted.resolvedCluster`
+/// names it: what a watch sees belongs to that cluster, not to every cluster.
 pub trait WatchedTargets: Send + Sync {
-    fn for_client(&self, watch_client: &Client) -> Arc<dyn WatchedObjects>;
+    fn for_client(&self, watch_client: &Client, server: &str) -> Arc<dyn WatchedObjects>;
 }
