@@ -15,7 +15,9 @@
 //! bounded whatever the cluster holds: at most [`Limits::bytes`] of objects per process and
 //! [`Limits::object_bytes`] per object, at most [`Limits::watches`] watches (each holds a
 //! connection). Past a bound, reads go to the API server, as without watches; the daemon's
-//! memory does not grow with what others label.
+//! memory does not grow with what others label. Of an object convoy applied that is past a
+//! bound, a mark (its Release and what convoy applied, about 150 bytes) is kept if the
+//! allowance takes it, so a change to it still wakes the drift loop (below).
 //!
 //! The engine asks through [`WatchedObjects`]; whatever a watch cannot vouch for (not listed
 //! yet, failing, or not among the kept objects) is read from the API server as before.
@@ -406,13 +408,52 @@ struct Objects {
     epoch: u64,
 }
 
-/// One kept object: its compact text, what convoy applied of it, and a hash of the Release
-/// its labels name (to tell an object relabelled away from its Release).
+/// One kept object: its compact text (or only a mark), what convoy applied of it, and a hash
+/// of the Release its labels name (to tell an object relabelled away from its Release).
 #[derive(Debug, Clone)]
 struct Held {
-    text: Arc<str>,
+    body: Body,
     ours: Option<Applied>,
     release: u64,
+}
+
+#[derive(Debug, Clone)]
+enum Body {
+    /// The object as a read would return it.
+    Text(Arc<str>),
+    /// The Release it is held for, and nothing of the object: it is past a bound (a large
+    /// CRD or dashboard ConfigMap), so it is read from the API server, but convoy applied it,
+    /// so a change to what convoy applied still wakes the drift loop.
+    Mark(Arc<ReleaseName>),
+}
+
+/// What a mark counts against [`Limits::bytes`] beside its Release's names: about what it
+/// and its map entry take.
+const MARK_BYTES: usize = 128;
+
+impl Held {
+    /// What it counts against [`Limits::bytes`].
+    fn cost(&self) -> usize {
+        match &self.body {
+            Body::Text(text) => text.len(),
+            Body::Mark(release) => MARK_BYTES + release.0.len() + release.1.len(),
+        }
+    }
+
+    fn text(&self) -> Option<Arc<str>> {
+        match &self.body {
+            Body::Text(text) => Some(text.clone()),
+            Body::Mark(_) => None,
+        }
+    }
+
+    /// The Release it is held for.
+    fn release_name(&self) -> Option<ReleaseName> {
+        match &self.body {
+            Body::Text(text) => release_in(text),
+            Body::Mark(release) => Some(release.as_ref().clone()),
+        }
+    }
 }
 
 /// Convoy's Apply entry in an object's `managedFields`: a hash of its fields and its time
@@ -441,7 +482,7 @@ fn taken_from(before: &Held, after: Option<(Option<Applied>, u64)>) -> Option<Re
         Some((ours, release)) if release == before.release => taken(before.ours, ours),
         _ => before.ours.is_some(),
     };
-    hit.then(|| release_in(&before.text)).flatten()
+    hit.then(|| before.release_name()).flatten()
 }
 
 /// A Release (namespace, name).
@@ -465,7 +506,7 @@ impl Drop for Objects {
 }
 
 fn bytes(map: &HashMap<String, Held>) -> usize {
-    map.values().map(|held| held.text.len()).sum()
+    map.values().map(Held::cost).sum()
 }
 
 impl Objects {
@@ -481,28 +522,33 @@ impl Objects {
         }
     }
 
-    /// Put `held` under `key` in `map` if the allowance takes it (else nothing is kept of
-    /// it: it is read from the API server), giving back what it replaces, which is returned.
-    fn put(
-        allowed: &Allowed,
-        map: &mut HashMap<String, Held>,
-        key: String,
-        held: Held,
-    ) -> Option<Held> {
+    /// Put `kept` in `map` if the allowance takes it, giving back what it replaces, which is
+    /// returned. An object past a bound is read from the API server: of one convoy applied
+    /// only a mark is kept (if the allowance takes that), of another nothing.
+    fn put(allowed: &Allowed, map: &mut HashMap<String, Held>, kept: Kept) -> Option<Held> {
+        let Kept { key, held, release } = kept;
         let old = map.remove(&key);
         if let Some(old) = &old {
-            allowed.bytes.give(old.text.len());
+            allowed.bytes.give(old.cost());
         }
-        let len = held.text.len();
-        if len <= allowed.object_bytes && allowed.bytes.take(len) {
+        let cost = held.cost();
+        if cost <= allowed.object_bytes && allowed.bytes.take(cost) {
             map.insert(key, held);
+        } else if held.ours.is_some() {
+            let mark = Held {
+                body: Body::Mark(Arc::new(release)),
+                ..held
+            };
+            if allowed.bytes.take(mark.cost()) {
+                map.insert(key, mark);
+            }
         }
         old
     }
 
     fn remove(&mut self, key: &str) -> Option<Held> {
         let old = self.kept.remove(key)?;
-        self.allowed.bytes.give(old.text.len());
+        self.allowed.bytes.give(old.cost());
         Some(old)
     }
 
@@ -516,7 +562,7 @@ impl Objects {
         if !self.current {
             return None;
         }
-        self.kept.get(key).map(|held| held.text.clone())
+        self.kept.get(key).and_then(Held::text)
     }
 
     /// One event of the watch; `keep` says what is kept of an object (`None`: nothing).
@@ -537,7 +583,7 @@ impl Objects {
             }
             Event::InitApply(object) => {
                 if let (Some(listing), Some(kept)) = (&mut self.listing, keep(object)) {
-                    Self::put(&self.allowed, listing, kept.key, kept.held);
+                    Self::put(&self.allowed, listing, kept);
                 }
                 Vec::new()
             }
@@ -557,8 +603,7 @@ impl Objects {
                 let (before, after) = match keep(object) {
                     Some(kept) => {
                         let after = (kept.held.ours, kept.held.release);
-                        let before =
-                            Self::put(&self.allowed, &mut self.kept, key.clone(), kept.held);
+                        let before = Self::put(&self.allowed, &mut self.kept, kept);
                         (before, Some(after))
                     }
                     None => (self.remove(&key), None),
@@ -620,10 +665,12 @@ fn release_in(text: &str) -> Option<ReleaseName> {
     release_of(&object)
 }
 
-/// What is kept of an object: its key and what is held.
+/// What is kept of an object: its key, what is held, and the Release it is held for (for a
+/// mark).
 struct Kept {
     key: String,
     held: Held,
+    release: ReleaseName,
 }
 
 fn scope(resource: &ApiResource, namespace: Option<&str>) -> Scope {
@@ -692,10 +739,11 @@ fn kept(mut object: DynamicObject, resource: &ApiResource, keep: &Keep) -> Optio
     Some(Kept {
         key,
         held: Held {
-            text: text.into(),
+            body: Body::Text(text.into()),
             ours,
             release: hash_of(&release),
         },
+        release,
     })
 }
 
@@ -873,14 +921,14 @@ mod tests {
 
     /// Objects anyone can label cannot grow the daemon's memory: past the allowance, and for
     /// an object too large, nothing is kept (the loops read the API server), and what goes
-    /// (deleted, replaced, a watch dropped) is given back.
+    /// (deleted, replaced, a watch dropped) is given back. (These objects carry no fields of
+    /// convoy's, so no mark is kept either.)
     #[test]
     fn what_the_watches_keep_is_bounded_whatever_the_cluster_holds() {
         let one = kept(cm("a", "ours", "1"), &resource(), &keep_ours())
             .unwrap()
             .held
-            .text
-            .len();
+            .cost();
         let allowed = Arc::new(Allowed::new(Limits {
             bytes: one + one / 2,
             object_bytes: one + 10,
@@ -1009,6 +1057,52 @@ mod tests {
         other.metadata.name = Some("b".into());
         assert_eq!(changes(&mut objects, Event::Apply(other)), []);
         assert_eq!(changes(&mut objects, Event::Delete(not_ours)), []);
+    }
+
+    /// An object convoy applied that is too large to keep is read from the API server, but a
+    /// mark of it is kept: someone taking a field of convoy's, or deleting it, still names its
+    /// Release; the mark counts against the allowance and is given back.
+    #[test]
+    fn a_large_object_convoy_applied_is_marked_and_its_changes_still_named() {
+        let allowed = Arc::new(Allowed::new(Limits {
+            bytes: 4 << 10,
+            object_bytes: 1 << 10,
+            watches: 1,
+        }));
+        let mut objects = Objects::new(allowed.clone());
+        let large = |entries: &[(&str, &str, serde_json::Value, &str)]| {
+            let mut object = managed(entries);
+            object.data["data"]["value"] = "x".repeat(2 << 10).into();
+            object
+        };
+        let applied = large(&[("convoy-release", "Apply", value_field(), T0)]);
+        list(&mut objects, std::slice::from_ref(&applied));
+        assert_eq!(value(&objects, "a"), None, "read from the API server");
+        let mark = MARK_BYTES + "ns".len() + "ours".len();
+        assert_eq!(allowed.bytes.0.load(Ordering::Relaxed), (4 << 10) - mark);
+        let edited = large(&[
+            (
+                "convoy-release",
+                "Apply",
+                serde_json::json!({"f:data": {}}),
+                T0,
+            ),
+            ("kubectl-edit", "Update", value_field(), T1),
+        ]);
+        assert_eq!(changes(&mut objects, Event::Apply(edited.clone())), ours());
+        assert_eq!(changes(&mut objects, Event::Delete(edited)), ours());
+        assert_eq!(allowed.bytes.0.load(Ordering::Relaxed), 4 << 10);
+        // Past the whole allowance too: a mark while there is room for one.
+        let full = Arc::new(Allowed::new(Limits {
+            bytes: mark,
+            object_bytes: 1 << 20,
+            watches: 1,
+        }));
+        let mut objects = Objects::new(full.clone());
+        list(&mut objects, std::slice::from_ref(&applied));
+        assert_eq!(full.bytes.0.load(Ordering::Relaxed), 0);
+        assert_eq!(changes(&mut objects, Event::Delete(applied)), ours());
+        assert_eq!(full.bytes.0.load(Ordering::Relaxed), mark);
     }
 
     /// An object convoy applied, deleted, names its Release; a change made while the watch

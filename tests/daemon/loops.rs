@@ -172,6 +172,41 @@ async fn drift_is_put_back_without_waiting_for_the_interval() {
     );
 }
 
+/// An object past the watches' per-object bound (256 KiB, a large dashboard ConfigMap or CRD)
+/// is read from the API server, but its edit still wakes the drift loop: a mark of it is kept.
+#[tokio::test]
+async fn drift_of_an_object_too_large_to_keep_is_put_back_without_waiting() {
+    let mut spec = Fixture::default_health("5m");
+    spec["syncPolicy"] = json!({"interval": "1h"});
+    let large = "x".repeat(300 << 10);
+    let f = Fixture::new(
+        "daemon-selfheal-large",
+        &[("large.yaml", &config_map("large", 0, &large))],
+        spec,
+    )
+    .await;
+    f.install_default_rules().await;
+    let ns = f.env.namespace.clone();
+    let _daemon = Daemon::start(
+        &f.env.kubeconfig,
+        &["--watch-namespace", &ns, "--resync", "1h"],
+    )
+    .await;
+    all_true(&f).await;
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "large", "namespace": ns}, "data": {"value": "tampered"}}))
+        .await;
+    eventually(
+        "ConfigMap large put back",
+        Duration::from_secs(30),
+        || async {
+            let cm = f.config_map("large").await?;
+            (cm["data"]["value"].as_str()? == large).then_some(())
+        },
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn a_steady_release_costs_no_writes_for_a_minute() {
     let f = Fixture::new(
