@@ -590,8 +590,7 @@ impl Objects {
             Event::InitDone => {
                 let listed = self.listing.take().unwrap_or_default();
                 // What changed while the watch was down (a relist after a failure or a
-                // desync): the objects held before and after; a first list held nothing.
-                // Deletions meanwhile wait for the interval.
+                // desync), deletions included; a first list held nothing.
                 let changed = changed_between(&self.kept, &listed);
                 let old = std::mem::replace(&mut self.kept, listed);
                 self.release(old);
@@ -645,14 +644,15 @@ impl Objects {
     }
 }
 
-/// The objects held in both `before` and `after` whose applied fields were taken in
-/// between, by the Release they were held for before (relabelled meanwhile: the one left).
+/// The objects held in `before` whose applied fields were taken since, or that `after` holds
+/// no more (deleted, or relabelled for no Release this process works on), by the Release they
+/// were held for before (relabelled meanwhile: the one left).
 fn changed_between(before: &HashMap<String, Held>, after: &HashMap<String, Held>) -> Vec<Taken> {
-    let mut changed: Vec<Taken> = after
+    let mut changed: Vec<Taken> = before
         .iter()
         .filter_map(|(key, held)| {
-            let release = taken_from(before.get(key)?, Some((held.ours, held.release)))?;
-            Some((release, key.clone()))
+            let now = after.get(key).map(|a| (a.ours, a.release));
+            Some((taken_from(held, now)?, key.clone()))
         })
         .collect();
     changed.sort();
@@ -1105,8 +1105,8 @@ mod tests {
         assert_eq!(full.bytes.0.load(Ordering::Relaxed), mark);
     }
 
-    /// An object convoy applied, deleted, names its Release; a change made while the watch
-    /// was down is named when it has listed again.
+    /// An object convoy applied, deleted, names its Release; a change or a deletion made while
+    /// the watch was down is named when it has listed again.
     #[test]
     fn a_deletion_and_a_change_seen_on_a_relist_name_the_release() {
         let mut objects = unbounded();
@@ -1122,6 +1122,17 @@ mod tests {
         assert_eq!(changes(&mut objects, Event::Init), []);
         assert_eq!(changes(&mut objects, Event::InitApply(taken)), []);
         assert_eq!(changes(&mut objects, Event::InitDone), ours());
+        // Deleted while the watch was down: the relist holds it no more.
+        feed(&mut objects, Event::Apply(applied.clone()));
+        objects.failed(false);
+        let other = cm("b", "ours", "1");
+        assert_eq!(changes(&mut objects, Event::Init), []);
+        assert_eq!(changes(&mut objects, Event::InitApply(other.clone())), []);
+        assert_eq!(changes(&mut objects, Event::InitDone), ours());
+        // An object convoy never applied, gone meanwhile, is nothing.
+        objects.failed(false);
+        assert_eq!(changes(&mut objects, Event::Init), []);
+        assert_eq!(changes(&mut objects, Event::InitDone), []);
     }
 
     /// An object convoy applied, relabelled to another Release or away from any, is drift of
