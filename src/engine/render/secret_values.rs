@@ -32,12 +32,16 @@ impl SecretValues {
     /// another is not left half-shown); a short one only where quoted. Each value also as helm
     /// and its schema library quote it (Go's `%q`, a single-quoted form with `\'`, Rust's
     /// escapes), and each line of a multi-line value on its own (helm's error joins or indents
-    /// lines; found by a review: a PEM in a chart's `fail` was shown whole).
+    /// lines; found by a review: a PEM in a chart's `fail` was shown whole), and as `b64enc`
+    /// gives it (how a chart puts a value into a Secret's `data`, which an error quoting the
+    /// rendered object would show).
     pub fn redact(&self, text: &str) -> String {
+        use base64::Engine as _;
         let mut forms: Vec<String> = Vec::new();
         for value in &self.0 {
             forms.push(value.clone());
             forms.extend(quoted_forms(value));
+            forms.push(base64::engine::general_purpose::STANDARD.encode(value));
             if value.contains('\n') {
                 forms.extend(
                     value
@@ -114,6 +118,18 @@ mod tests {
             "values don't meet the specifications of the schema(s) in the following chart(s): mini: at '/db/password': '<redacted>' does not match pattern '^[a-z]+$'; at '/db/user': '<redacted>' is too short; line <redacted>: <redacted> and <redacted>-2; at '/db/pem': \"<redacted>\""
         );
         assert_eq!(SecretValues::default().redact(message), message);
+    }
+
+    /// A chart's `b64enc` of a value (a Secret's `data`) is the value too.
+    #[test]
+    fn a_value_as_b64enc_gives_it_is_redacted() {
+        let mut secret = SecretValues::default();
+        secret.add(&json!({"password": "Sup3r-S3cret-Value", "pin": "42"}));
+        let message = "Secret \"db\" is invalid: data: {\"password\": \"U3VwM3ItUzNjcmV0LVZhbHVl\", \"pin\": \"NDI=\"}";
+        assert_eq!(
+            secret.redact(message),
+            "Secret \"db\" is invalid: data: {\"password\": \"<redacted>\", \"pin\": \"<redacted>\"}"
+        );
     }
 
     /// Found by a review, with helm's own output: a PEM in a chart's `fail` (lines joined by
