@@ -16,7 +16,7 @@
 //! [`Limits::object_bytes`] per object, at most [`Limits::watches`] watches (each holds a
 //! connection). Past a bound, reads go to the API server, as without watches; the daemon's
 //! memory does not grow with what others label. Of an object convoy applied that is past a
-//! bound, a mark (its Release and what convoy applied, about 150 bytes) is kept if the
+//! bound, a mark (its Release and what convoy applied, about 200 bytes) is kept if the
 //! allowance takes it, so a change to it still wakes the drift loop (below).
 //!
 //! The engine asks through [`WatchedObjects`]; whatever a watch cannot vouch for (not listed
@@ -397,6 +397,9 @@ struct Objects {
     kept: HashMap<String, Held>,
     /// The objects of a list in progress (between `Init` and `InitDone`).
     listing: Option<HashMap<String, Held>>,
+    /// The list in progress left out an object it was given (past a bound): an object the
+    /// new list lacks may still exist, so its absence is not a deletion.
+    listing_short: bool,
     allowed: Arc<Allowed>,
     /// A list finished and no error came after it.
     current: bool,
@@ -423,12 +426,16 @@ enum Body {
     Text(Arc<str>),
     /// The Release it is held for, and nothing of the object: it is past a bound (a large
     /// CRD or dashboard ConfigMap), so it is read from the API server, but convoy applied it,
-    /// so a change to what convoy applied still wakes the drift loop.
-    Mark(Arc<ReleaseName>),
+    /// so a change to what convoy applied still wakes the drift loop. `key_len`: its map key's
+    /// length, counted with it.
+    Mark {
+        release: Arc<ReleaseName>,
+        key_len: usize,
+    },
 }
 
-/// What a mark counts against [`Limits::bytes`] beside its Release's names: about what it
-/// and its map entry take.
+/// What a mark counts against [`Limits::bytes`] beside its key and its Release's names: about
+/// what it and its map entry take.
 const MARK_BYTES: usize = 128;
 
 impl Held {
@@ -436,14 +443,16 @@ impl Held {
     fn cost(&self) -> usize {
         match &self.body {
             Body::Text(text) => text.len(),
-            Body::Mark(release) => MARK_BYTES + release.0.len() + release.1.len(),
+            Body::Mark { release, key_len } => {
+                MARK_BYTES + key_len + release.0.len() + release.1.len()
+            }
         }
     }
 
     fn text(&self) -> Option<Arc<str>> {
         match &self.body {
             Body::Text(text) => Some(text.clone()),
-            Body::Mark(_) => None,
+            Body::Mark { .. } => None,
         }
     }
 
@@ -451,7 +460,7 @@ impl Held {
     fn release_name(&self) -> Option<ReleaseName> {
         match &self.body {
             Body::Text(text) => release_in(text),
-            Body::Mark(release) => Some(release.as_ref().clone()),
+            Body::Mark { release, .. } => Some(release.as_ref().clone()),
         }
     }
 }
@@ -514,6 +523,7 @@ impl Objects {
         Self {
             kept: HashMap::new(),
             listing: None,
+            listing_short: false,
             allowed,
             current: false,
             failures: 0,
@@ -536,7 +546,10 @@ impl Objects {
             map.insert(key, held);
         } else if held.ours.is_some() {
             let mark = Held {
-                body: Body::Mark(Arc::new(release)),
+                body: Body::Mark {
+                    release: Arc::new(release),
+                    key_len: key.len(),
+                },
                 ..held
             };
             if allowed.bytes.take(mark.cost()) {
@@ -579,19 +592,24 @@ impl Objects {
                 if let Some(abandoned) = self.listing.replace(HashMap::new()) {
                     self.release(abandoned);
                 }
+                self.listing_short = false;
                 Vec::new()
             }
             Event::InitApply(object) => {
                 if let (Some(listing), Some(kept)) = (&mut self.listing, keep(object)) {
+                    let key = kept.key.clone();
                     Self::put(&self.allowed, listing, kept);
+                    self.listing_short |= !listing.contains_key(&key);
                 }
                 Vec::new()
             }
             Event::InitDone => {
                 let listed = self.listing.take().unwrap_or_default();
                 // What changed while the watch was down (a relist after a failure or a
-                // desync), deletions included; a first list held nothing.
-                let changed = changed_between(&self.kept, &listed);
+                // desync), deletions included unless the list could not hold everything;
+                // a first list held nothing.
+                let gone_is_deleted = !self.listing_short;
+                let changed = changed_between(&self.kept, &listed, gone_is_deleted);
                 let old = std::mem::replace(&mut self.kept, listed);
                 self.release(old);
                 self.current = true;
@@ -644,14 +662,25 @@ impl Objects {
     }
 }
 
-/// The objects held in `before` whose applied fields were taken since, or that `after` holds
-/// no more (deleted, or relabelled for no Release this process works on), by the Release they
-/// were held for before (relabelled meanwhile: the one left).
-fn changed_between(before: &HashMap<String, Held>, after: &HashMap<String, Held>) -> Vec<Taken> {
+/// The objects held in `before` whose applied fields were taken since, or (when
+/// `gone_is_deleted`) that `after` holds no more (deleted, or relabelled for no Release this
+/// process works on), by the Release they were held for before (relabelled meanwhile: the one
+/// left). Without `gone_is_deleted`, `after` left out objects past a bound: an object it lacks
+/// may not be gone, and anyone who fills the bound would otherwise wake every Release at a
+/// relist.
+fn changed_between(
+    before: &HashMap<String, Held>,
+    after: &HashMap<String, Held>,
+    gone_is_deleted: bool,
+) -> Vec<Taken> {
     let mut changed: Vec<Taken> = before
         .iter()
         .filter_map(|(key, held)| {
-            let now = after.get(key).map(|a| (a.ours, a.release));
+            let now = match after.get(key) {
+                Some(a) => Some((a.ours, a.release)),
+                None if gone_is_deleted => None,
+                None => return None,
+            };
             Some((taken_from(held, now)?, key.clone()))
         })
         .collect();
@@ -1078,7 +1107,7 @@ mod tests {
         let applied = large(&[("convoy-release", "Apply", value_field(), T0)]);
         list(&mut objects, std::slice::from_ref(&applied));
         assert_eq!(value(&objects, "a"), None, "read from the API server");
-        let mark = MARK_BYTES + "ns".len() + "ours".len();
+        let mark = MARK_BYTES + "ns/a".len() + "ns".len() + "ours".len();
         assert_eq!(allowed.bytes.0.load(Ordering::Relaxed), (4 << 10) - mark);
         let edited = large(&[
             (
@@ -1103,6 +1132,37 @@ mod tests {
         assert_eq!(full.bytes.0.load(Ordering::Relaxed), 0);
         assert_eq!(changes(&mut objects, Event::Delete(applied)), ours());
         assert_eq!(full.bytes.0.load(Ordering::Relaxed), mark);
+    }
+
+    /// A relist that could not hold an object it was given (the allowance full, even for a
+    /// mark: whoever may label objects can fill it) does not call the objects it lacks
+    /// deleted; it would wake every Release of the watch.
+    #[test]
+    fn a_relist_past_the_allowance_names_no_deletion() {
+        let applied = managed(&[("convoy-release", "Apply", value_field(), T0)]);
+        let one = kept(applied.clone(), &resource(), &keep_ours())
+            .unwrap()
+            .held
+            .cost();
+        let allowed = Arc::new(Allowed::new(Limits {
+            bytes: one + 10,
+            object_bytes: one + 10,
+            watches: 1,
+        }));
+        let mut objects = Objects::new(allowed);
+        list(&mut objects, std::slice::from_ref(&applied));
+        assert!(value(&objects, "a").is_some());
+        objects.failed(false);
+        assert_eq!(changes(&mut objects, Event::Init), []);
+        assert_eq!(changes(&mut objects, Event::InitApply(applied.clone())), []);
+        assert_eq!(changes(&mut objects, Event::InitDone), []);
+        // Held again (the old list gave its room back); a list that held all it was given
+        // names a deletion.
+        feed(&mut objects, Event::Apply(applied.clone()));
+        assert!(value(&objects, "a").is_some());
+        objects.failed(false);
+        assert_eq!(changes(&mut objects, Event::Init), []);
+        assert_eq!(changes(&mut objects, Event::InitDone), ours());
     }
 
     /// An object convoy applied, deleted, names its Release; a change or a deletion made while
