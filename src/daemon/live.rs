@@ -48,6 +48,7 @@ use crate::engine::api::labels::{RELEASE_NAME, RELEASE_NAMESPACE};
 use crate::engine::api::{ObjectKey, field_managers};
 use crate::engine::apply::{WatchedObjects, WatchedTargets};
 use crate::engine::locks;
+use crate::engine::tenant_cache::Holder;
 
 /// Whether the objects of a Release (namespace, name) are kept.
 pub type Keep = Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
@@ -56,11 +57,14 @@ pub type Keep = Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
 /// relabelled away from its Release (see the module doc).
 pub type Notice = Arc<dyn Fn(&Changed) + Send + Sync>;
 
-/// An object convoy applied that someone else changed, the Release its labels named, and
-/// the API server it is on (a Release's objects are on the one its last attempt resolved).
+/// An object convoy applied that someone else changed, the Release its labels named, the
+/// API server it is on (a Release's objects are on the one its last attempt resolved), and
+/// the Cluster (namespace, name) whose kubeconfig the watch that saw it connects with: `None`
+/// for the daemon's own credentials (its identity, or a ServiceAccount it impersonates).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Changed {
     pub server: String,
+    pub cluster: Option<(String, String)>,
     pub release_namespace: String,
     pub release_name: String,
     pub object: ObjectKey,
@@ -206,18 +210,27 @@ impl LiveTargets {
 }
 
 impl WatchedTargets for LiveTargets {
-    fn for_client(&self, client: &Client, server: &str) -> Arc<dyn WatchedObjects> {
-        self.objects_for(client, server)
+    fn for_client(
+        &self,
+        client: &Client,
+        server: &str,
+        holder: &Holder,
+    ) -> Arc<dyn WatchedObjects> {
+        self.objects_for(client, server, holder)
     }
 }
 
 impl LiveTargets {
     /// The watches of `client` to `server` (what [`WatchedTargets::for_client`] hands the
     /// engine).
-    pub fn objects_for(&self, client: &Client, server: &str) -> Arc<LiveObjects> {
+    pub fn objects_for(&self, client: &Client, server: &str, holder: &Holder) -> Arc<LiveObjects> {
+        let cluster = match holder {
+            Holder::Cluster { namespace, name } => Some((namespace.clone(), name.clone())),
+            Holder::Convoy | Holder::ServiceAccount { .. } => None,
+        };
         let objects = Arc::new(LiveObjects {
             client: client.clone(),
-            server: server.into(),
+            via: Arc::new((server.to_string(), cluster)),
             keep: self.keep.clone(),
             notice: self.notice.clone(),
             kinds: Mutex::default(),
@@ -233,8 +246,9 @@ impl LiveTargets {
 /// The watches of one target client, by kind and scope.
 pub struct LiveObjects {
     client: Client,
-    /// The API server `client` talks to, named in each [`Changed`].
-    server: Arc<str>,
+    /// The API server `client` talks to and the Cluster whose kubeconfig it uses, named in
+    /// each [`Changed`].
+    via: Arc<Via>,
     keep: Keep,
     notice: Option<Notice>,
     kinds: Mutex<HashMap<Scope, Watch>>,
@@ -300,7 +314,7 @@ impl LiveObjects {
             api,
             resource.clone(),
             (objects.clone(), epoch),
-            (self.keep.clone(), self.notice.clone(), self.server.clone()),
+            (self.keep.clone(), self.notice.clone(), self.via.clone()),
             slot,
         ));
         Some(task.abort_handle())
@@ -496,6 +510,9 @@ fn taken_from(before: &Held, after: Option<(Option<Applied>, u64)>) -> Option<Re
 
 /// A Release (namespace, name).
 type ReleaseName = (String, String);
+
+/// A watch's API server and the Cluster (namespace, name) whose kubeconfig it uses.
+type Via = (String, Option<(String, String)>);
 
 /// An object taken from convoy, by the Release its labels named and its `namespace/name`.
 type Taken = (ReleaseName, String);
@@ -783,7 +800,7 @@ async fn run(
     api: Api<DynamicObject>,
     resource: ApiResource,
     (objects, epoch): (Arc<RwLock<Objects>>, u64),
-    (keep, notice, server): (Keep, Option<Notice>, Arc<str>),
+    (keep, notice, via): (Keep, Option<Notice>, Arc<Via>),
     _slot: Slot,
 ) {
     let config = watcher::Config::default()
@@ -811,7 +828,8 @@ async fn run(
                         for ((release_namespace, release_name), key) in changed {
                             let (namespace, name) = key.split_once('/').unwrap_or(("", &key));
                             notice(&Changed {
-                                server: server.to_string(),
+                                server: via.0.clone(),
+                                cluster: via.1.clone(),
                                 release_namespace,
                                 release_name,
                                 object: ObjectKey {

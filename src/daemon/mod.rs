@@ -359,9 +359,11 @@ fn keep_live(
 /// an object its Release's inventory records as a member (anyone can label an object with a
 /// Release's labels and forge `managedFields`; a drift pass renders the source), after the
 /// controller's sync when one runs (a pass in the middle of it sees objects still to come).
-/// Only an object on the API server the Release's last attempt resolved counts: anyone who
-/// may write on another of the daemon's clusters (a tenant's own remote Cluster) could
-/// otherwise give an object there a member's labels and name.
+/// Only an object on the API server the Release's last attempt resolved counts, and one seen
+/// through a Cluster's kubeconfig only for a Release of that Cluster: anyone who may write on
+/// another of the daemon's clusters (a tenant's own remote Cluster) could otherwise give an
+/// object there a member's labels and name, and a tenant's kubeconfig may name another's
+/// server while its proxy and CA answer for it.
 fn drift_notice(
     wakes: &Arc<drift_wake::DriftWakes>,
     syncing: &Arc<syncing::Syncing>,
@@ -379,10 +381,16 @@ fn drift_notice(
                 .status
                 .as_ref()
                 .and_then(|s| s.last_attempted.as_ref());
-            attempt
-                .and_then(|a| a.resolved_cluster.as_ref())
-                .and_then(|c| c.server.as_deref())
-                == Some(changed.server.as_str())
+            let resolved = attempt.and_then(|a| a.resolved_cluster.as_ref());
+            let through_its_cluster = match &changed.cluster {
+                None => true,
+                Some((namespace, name)) => {
+                    *namespace == changed.release_namespace
+                        && resolved.and_then(|c| c.name.as_deref()) == Some(name.as_str())
+                }
+            };
+            through_its_cluster
+                && resolved.and_then(|c| c.server.as_deref()) == Some(changed.server.as_str())
         });
         let member = on_its_cluster
             && inventories.get(&key).is_some_and(|inventory| {
@@ -1282,8 +1290,9 @@ mod tests {
         let (queue, syncing) = (WorkQueue::new(), Arc::new(syncing::Syncing::default()));
         let wakes = Arc::new(drift_wake::DriftWakes::new(queue.clone()));
         let notice = drift_notice(&wakes, &syncing, (&releases, &inventories));
-        let on = |server: &str, name: &str| live::Changed {
+        let through = |server: &str, cluster: (&str, &str), name: &str| live::Changed {
             server: server.into(),
+            cluster: Some((cluster.0.into(), cluster.1.into())),
             release_namespace: "apps".into(),
             release_name: "web".into(),
             object: crate::engine::api::ObjectKey {
@@ -1293,15 +1302,25 @@ mod tests {
                 name: name.into(),
             },
         };
-        let changed = |name: &str| on("https://prod:6443", name);
+        let changed = |name: &str| through("https://prod:6443", ("apps", "prod"), name);
         let next = || tokio::time::timeout(Duration::from_secs(60), queue.get());
         for not_a_member in ["forged", "pending"] {
             notice(&changed(not_a_member));
             assert!(next().await.is_err(), "{not_a_member}: nothing queued");
         }
-        // A member's name on another cluster the daemon watches (a tenant's own).
-        notice(&on("https://tenant:6443", "a"));
-        assert!(next().await.is_err(), "another cluster: nothing queued");
+        // A member's name on another cluster the daemon watches (a tenant's own), or seen
+        // through another Cluster's kubeconfig that names this one's server.
+        for (server, cluster) in [
+            ("https://tenant:6443", ("apps", "prod")),
+            ("https://prod:6443", ("tenant", "prod")),
+            ("https://prod:6443", ("apps", "staging")),
+        ] {
+            notice(&through(server, cluster, "a"));
+            assert!(
+                next().await.is_err(),
+                "{server} {cluster:?}: nothing queued"
+            );
+        }
         notice(&changed("a"));
         let woken = tokio::time::Instant::now();
         assert_eq!(next().await.unwrap().as_deref(), Some("apps/web"));

@@ -219,9 +219,11 @@ impl Context {
             .get_or_insert_with(&target.conn.cache_key(), &target.conn.holder, || {
                 let mut applier = Applier::new(target.conn.client.clone(), self.concurrency);
                 if let Some(watched) = &self.watched {
-                    applier = applier.with_watched(
-                        watched.for_client(&target.conn.watch_client, &target.conn.server),
-                    );
+                    applier = applier.with_watched(watched.for_client(
+                        &target.conn.watch_client,
+                        &target.conn.server,
+                        &target.conn.holder,
+                    ));
                 }
                 Arc::new(applier)
             })

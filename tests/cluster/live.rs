@@ -8,6 +8,7 @@ use std::time::Duration;
 use convoy::daemon::live::LiveTargets;
 use convoy::engine::api::labels::{RELEASE_NAME, RELEASE_NAMESPACE};
 use convoy::engine::apply::WatchedObjects;
+use convoy::engine::tenant_cache::Holder;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ApiResource;
 use serde_json::json;
@@ -44,7 +45,7 @@ async fn watched_live_objects_follow_the_cluster_and_see_no_more_than_their_iden
         env.kubectl_apply_text(&text, &[]);
     }
     let targets = LiveTargets::new(Arc::new(|_, _| true));
-    let ours = targets.objects_for(&env.client, "https://ours");
+    let ours = targets.objects_for(&env.client, "https://ours", &Holder::Convoy);
     let cm = ApiResource::erase::<ConfigMap>(&());
     let wait = Duration::from_secs(30);
 
@@ -96,7 +97,11 @@ async fn watched_live_objects_follow_the_cluster_and_see_no_more_than_their_iden
     );
     env.kubectl_apply_text(&config_map(&ns, "c", "1", true), &[]);
     let kubeconfig = env.service_account_kubeconfig(&ns, "reader");
-    let theirs = targets.objects_for(&client_for(kubeconfig.path()).await, "https://theirs");
+    let theirs = targets.objects_for(
+        &client_for(kubeconfig.path()).await,
+        "https://theirs",
+        &Holder::Convoy,
+    );
     eventually("c from the reader's own namespace", wait, || async {
         (value_of(theirs.as_ref(), &ns, "c")? == "1").then_some(())
     })

@@ -185,17 +185,8 @@ async fn drift_of_an_object_too_large_to_keep_is_put_back_without_waiting() {
         spec,
     )
     .await;
-    f.install_default_rules().await;
-    let ns = f.env.namespace.clone();
-    let _daemon = Daemon::start(
-        &f.env.kubeconfig,
-        &["--watch-namespace", &ns, "--resync", "1h"],
-    )
-    .await;
-    all_true(&f).await;
-    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "large", "namespace": ns}, "data": {"value": "tampered"}}))
-        .await;
+    let _daemon = applied_by_a_daemon_of_an_hour(&f).await;
+    tamper(&f, "large").await;
     eventually(
         "ConfigMap large put back",
         Duration::from_secs(30),
@@ -205,6 +196,58 @@ async fn drift_of_an_object_too_large_to_keep_is_put_back_without_waiting() {
         },
     )
     .await;
+}
+
+/// A Release that deploys through a Cluster (here: a kubeconfig of the same API server) is
+/// woken by what the watch made with that Cluster's kubeconfig sees: the notice names the
+/// Cluster, and the Release's last attempt resolved it.
+#[tokio::test]
+async fn drift_through_a_cluster_is_put_back_without_waiting() {
+    let mut spec = Fixture::default_health("5m");
+    spec["syncPolicy"] = json!({"interval": "1h"});
+    spec["cluster"] = json!("here");
+    let f = Fixture::new(
+        "daemon-selfheal-cluster",
+        &[("a.yaml", &config_map("a", 0, "1"))],
+        spec,
+    )
+    .await;
+    let ns = f.env.namespace.clone();
+    let kubeconfig = std::fs::read_to_string(&f.env.kubeconfig).unwrap();
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "here-kc", "namespace": ns},
+        "stringData": {"kubeconfig": kubeconfig}}))
+        .await;
+    f.kubectl_apply(
+        &json!({"apiVersion": "core.convoy.kumodo.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "here", "namespace": ns},
+        "spec": {"kubeconfigSecretRef": {"name": "here-kc"}}}),
+    )
+    .await;
+    let _daemon = applied_by_a_daemon_of_an_hour(&f).await;
+    tamper(&f, "a").await;
+    config_map_holds(&f, "a", "1").await;
+}
+
+/// A daemon whose resync is an hour (the Releases' interval too), so only a drift wake puts
+/// drift back within a test's deadline; once everything is applied and healthy.
+async fn applied_by_a_daemon_of_an_hour(f: &Fixture) -> Daemon {
+    f.install_default_rules().await;
+    let ns = &f.env.namespace;
+    let daemon = Daemon::start(
+        &f.env.kubeconfig,
+        &["--watch-namespace", ns, "--resync", "1h"],
+    )
+    .await;
+    all_true(f).await;
+    daemon
+}
+
+/// Someone else's apply of ConfigMap `name`'s `value`, taking it from convoy.
+async fn tamper(f: &Fixture, name: &str) {
+    f.kubectl_apply(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": f.env.namespace}, "data": {"value": "tampered"}}))
+        .await;
 }
 
 #[tokio::test]

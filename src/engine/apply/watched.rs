@@ -29,7 +29,14 @@ pub trait WatchedObjects: Send + Sync {
 /// watches (no per-call deadline: the server ends a watch itself), so they see what its
 /// identity (convoy's, or a Release's impersonated ServiceAccount) may see, never more.
 /// `server` is the connection's API server, as `status.lastAttempted.resolvedCluster`
-/// names it: what a watch sees belongs to that cluster, not to every cluster.
+/// names it, and `holder` who chose its credentials: what a watch sees belongs to that
+/// cluster, not to every cluster, and through a Cluster's kubeconfig (which names any server
+/// it likes, and may bring a proxy and a CA that answer for another) only to that Cluster.
 pub trait WatchedTargets: Send + Sync {
-    fn for_client(&self, watch_client: &Client, server: &str) -> Arc<dyn WatchedObjects>;
+    fn for_client(
+        &self,
+        watch_client: &Client,
+        server: &str,
+        holder: &crate::engine::tenant_cache::Holder,
+    ) -> Arc<dyn WatchedObjects>;
 }
