@@ -47,6 +47,7 @@ use tokio::task::AbortHandle;
 use crate::engine::api::labels::{RELEASE_NAME, RELEASE_NAMESPACE};
 use crate::engine::api::{ObjectKey, field_managers};
 use crate::engine::apply::{WatchedObjects, WatchedTargets};
+use crate::engine::connect::Connection;
 use crate::engine::locks;
 use crate::engine::tenant_cache::Holder;
 
@@ -210,19 +211,14 @@ impl LiveTargets {
 }
 
 impl WatchedTargets for LiveTargets {
-    fn for_client(
-        &self,
-        client: &Client,
-        server: &str,
-        holder: &Holder,
-    ) -> Arc<dyn WatchedObjects> {
-        self.objects_for(client, server, holder)
+    fn for_connection(&self, conn: &Connection) -> Arc<dyn WatchedObjects> {
+        self.objects_for(&conn.watch_client, &conn.server, &conn.holder)
     }
 }
 
 impl LiveTargets {
-    /// The watches of `client` to `server` (what [`WatchedTargets::for_client`] hands the
-    /// engine).
+    /// The watches of `client` to `server`, whose credentials `holder` chose (what
+    /// [`WatchedTargets::for_connection`] hands the engine).
     pub fn objects_for(&self, client: &Client, server: &str, holder: &Holder) -> Arc<LiveObjects> {
         let cluster = match holder {
             Holder::Cluster { namespace, name } => Some((namespace.clone(), name.clone())),

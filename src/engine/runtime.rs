@@ -219,11 +219,7 @@ impl Context {
             .get_or_insert_with(&target.conn.cache_key(), &target.conn.holder, || {
                 let mut applier = Applier::new(target.conn.client.clone(), self.concurrency);
                 if let Some(watched) = &self.watched {
-                    applier = applier.with_watched(watched.for_client(
-                        &target.conn.watch_client,
-                        &target.conn.server,
-                        &target.conn.holder,
-                    ));
+                    applier = applier.with_watched(watched.for_connection(&target.conn));
                 }
                 Arc::new(applier)
             })

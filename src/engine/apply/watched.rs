@@ -8,8 +8,9 @@
 
 use std::sync::Arc;
 
-use kube::Client;
 use kube::api::{ApiResource, DynamicObject};
+
+use crate::engine::connect::Connection;
 
 /// Watched live objects of one target and identity.
 pub trait WatchedObjects: Send + Sync {
@@ -27,16 +28,10 @@ pub trait WatchedObjects: Send + Sync {
 
 /// Makes the [`WatchedObjects`] of one target connection: the watches run with its client for
 /// watches (no per-call deadline: the server ends a watch itself), so they see what its
-/// identity (convoy's, or a Release's impersonated ServiceAccount) may see, never more.
-/// `server` is the connection's API server, as `status.lastAttempted.resolvedCluster`
-/// names it, and `holder` who chose its credentials: what a watch sees belongs to that
-/// cluster, not to every cluster, and through a Cluster's kubeconfig (which names any server
-/// it likes, and may bring a proxy and a CA that answer for another) only to that Cluster.
+/// identity (convoy's, or a Release's impersonated ServiceAccount) may see, never more. What
+/// they see belongs to the connection's server (as `status.lastAttempted.resolvedCluster`
+/// names it), and, through a Cluster's kubeconfig (which names any server it likes, and may
+/// bring a proxy and a CA that answer for another), only to that Cluster (its `holder`).
 pub trait WatchedTargets: Send + Sync {
-    fn for_client(
-        &self,
-        watch_client: &Client,
-        server: &str,
-        holder: &crate::engine::tenant_cache::Holder,
-    ) -> Arc<dyn WatchedObjects>;
+    fn for_connection(&self, conn: &Connection) -> Arc<dyn WatchedObjects>;
 }
